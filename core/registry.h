@@ -1,0 +1,63 @@
+/* Plugin registry: finds libdray-<name>.so on a search path, dlopens it, negotiates
+ * the ABI, and opens devices (with the configured fallback). A plugin that cannot
+ * be used (wrong ABI, missing symbol, failing runtime) is recorded as skipped with
+ * a reason naming the file, both versions and the remedy; the others still load. */
+#ifndef DRAY_CORE_REGISTRY_H
+#define DRAY_CORE_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dray/backend.h"
+#include "dray/dray.h"
+
+struct dray_plugin {
+    char path[1024];
+    char name[64];            /* ops->name */
+    uint32_t abi;             /* negotiated version */
+    const struct dray_ops *ops;
+    void *handle;             /* dlopen handle */
+};
+
+struct dray_skipped {
+    char path[1024];
+    char reason[512];
+};
+
+struct dray_registry;
+
+/* Scan extra_path (':'-separated, may be NULL), then $DRAY_PLUGIN_PATH, then the
+ * compiled-in default (build tree, install dir). Fails only on out-of-memory. */
+int dray_registry_open(const char *extra_path, struct dray_registry **out, char *err, size_t errlen);
+void dray_registry_close(struct dray_registry *reg);
+
+size_t dray_registry_count(const struct dray_registry *reg);
+const struct dray_plugin *dray_registry_at(const struct dray_registry *reg, size_t i);
+size_t dray_registry_n_skipped(const struct dray_registry *reg);
+const struct dray_skipped *dray_registry_skipped_at(const struct dray_registry *reg, size_t i);
+/* By name ("cpu"), or by path to a .so (loaded on demand). NULL if none; err says why
+ * (including the skip reason when the plugin was found but skipped). */
+const struct dray_plugin *dray_registry_find(struct dray_registry *reg, const char *name_or_path,
+                                             char *err, size_t errlen);
+
+/* An opened device. */
+struct dray_device {
+    const struct dray_plugin *plugin;
+    const struct dray_ops *ops;
+    struct dray_ctx *ctx;
+    uint32_t index;
+    struct dray_device_props props;
+};
+
+/* device: "" or NULL = first device, digits = index, else a case-insensitive
+ * substring of the device name. */
+int dray_device_open(struct dray_registry *reg, const char *plugin, const char *device,
+                     const struct dray_open_options *opt, struct dray_device *out, char *err,
+                     size_t errlen);
+/* From config: backend, device, threads, reference_kernels; on failure tries
+ * cfg->fallback (logging why), else fails with both reasons. */
+int dray_device_open_config(struct dray_registry *reg, const struct dray_config *cfg,
+                            struct dray_device *out, char *err, size_t errlen);
+void dray_device_close(struct dray_device *dev);
+
+#endif

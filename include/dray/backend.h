@@ -1,0 +1,343 @@
+/*
+ * dray/backend.h — the plugin ABI: devices, memory, queue, and the operator table.
+ *
+ * This is the only header a chip vendor needs. A plugin is a shared object
+ * (libdray-<name>.so) that exports exactly one symbol, dray_plugin_negotiate().
+ * The host offers the newest ABI version it speaks and a table of services;
+ * the plugin answers with the version it will use and its operator table, or
+ * refuses with a reason. Everything else is reached through the table.
+ *
+ * Rules of the table (see docs/plugin-abi.md for the per-version requirements):
+ *  - The first member is the version. Members are only ever appended, behind a
+ *    fence comment; never reordered or removed.
+ *  - A member the plugin does not implement is NULL; the host checks version and
+ *    NULL with DRAY_HAS() before calling anything optional or newer.
+ *  - Every call returns 0 or a negative DRAY_E* code. A plugin never aborts the
+ *    process and never prints; it reports through host->log and last_error().
+ *  - Argument structs are passed by const pointer and read only during the call;
+ *    buffers they name must stay alive until the queue has executed the op.
+ *
+ * Numbers: all shapes are element counts, all offsets and sizes are bytes,
+ * "row" means the innermost contiguous dimension. Strides are in elements.
+ *
+ * Depends on libc only.
+ */
+#ifndef DRAY_BACKEND_H
+#define DRAY_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- versions */
+
+#define DRAY_ABI_VERSION     1u /* newest ABI this header describes */
+#define DRAY_ABI_VERSION_MIN 1u /* oldest ABI a host built from this header accepts */
+
+/* True when a table of version v_have carries member m and the plugin set it. */
+#define DRAY_HAS(tab, member, v) ((tab)->version >= (v) && (tab)->member != NULL)
+
+#if defined(__GNUC__)
+#define DRAY_EXPORT __attribute__((visibility("default")))
+#else
+#define DRAY_EXPORT
+#endif
+
+/* ------------------------------------------------------------------ errors */
+
+enum dray_status {
+    DRAY_OK = 0,
+    DRAY_EINVAL = -1,     /* bad argument: shape, offset, dtype, NULL */
+    DRAY_ENOMEM = -2,     /* host or device allocation failed / budget exceeded */
+    DRAY_EIO = -3,        /* file or OS error */
+    DRAY_ENOTSUP = -4,    /* valid request the plugin/device does not support */
+    DRAY_EINCOMPAT = -5,  /* ABI or format version mismatch */
+    DRAY_ENODEV = -6,     /* no usable device / driver */
+    DRAY_EFORMAT = -7,    /* malformed input file or text */
+    DRAY_ERANGE = -8,     /* value out of the allowed range (too long, too big) */
+    DRAY_EBACKEND = -9,   /* the device runtime reported a failure */
+    DRAY_ENOTFOUND = -10, /* named thing (key, tensor, plugin, file) absent */
+};
+
+/* ------------------------------------------------------------------ dtypes */
+
+enum dray_dtype {
+    DRAY_F32 = 0,
+    DRAY_F16 = 1, /* IEEE binary16, storage only: ops compute in f32 */
+    DRAY_I8 = 2,  /* signed, symmetric, with an f32 scale stated per op */
+    DRAY_I32 = 3,
+    DRAY_DTYPE_COUNT
+};
+#define DRAY_DTYPE_BIT(t) (1u << (t))
+
+/* -------------------------------------------------------- host services */
+
+enum dray_log_level { DRAY_LOG_ERROR = 0, DRAY_LOG_WARN = 1, DRAY_LOG_INFO = 2, DRAY_LOG_DEBUG = 3 };
+
+/* Services the host hands a plugin. Read members only as far as version allows. */
+struct dray_host {
+    uint32_t version; /* DRAY_ABI_VERSION of the host */
+    /* host memory the plugin keeps for itself (tables, staging); may fail (NULL) */
+    void *(*alloc)(size_t nbytes);
+    void (*free)(void *p);
+    /* one line, no trailing newline; plugin is the plugin's name */
+    void (*log)(int level, const char *plugin, const char *msg);
+    /* members above: version 1. Append only. */
+};
+
+/* ----------------------------------------------------------- devices */
+
+/* Capabilities are data. For each op, the dtypes it accepts in the role the op
+ * names ("cap dtype" in the op's comment); 0 means the op is not implemented. */
+enum dray_op {
+    DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32) */
+    DRAY_OP_RMSNORM,     /* cap dtype: F32 */
+    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8) */
+    DRAY_OP_ROPE,        /* cap dtype: F32 */
+    DRAY_OP_KV_STORE,    /* cap dtype: the cache dtype (I8, F16) */
+    DRAY_OP_ATTENTION,   /* cap dtype: the cache dtype (I8, F16) */
+    DRAY_OP_GATED_ACT,   /* cap dtype: F32 */
+    DRAY_OP_ADD,         /* cap dtype: F32 */
+    DRAY_OP_COUNT
+};
+
+enum dray_dev_flags {
+    DRAY_DEV_INT8_DOT = 1u << 0,  /* hardware int8 dot products (dp4a, VNNI, MMA, ...) */
+    DRAY_DEV_FP16 = 1u << 1,      /* fp16 arithmetic, not just storage */
+    DRAY_DEV_UNIFIED = 1u << 2,   /* device memory is host memory (CPU, APU) */
+    DRAY_DEV_REFERENCE = 1u << 3, /* this context runs the scalar reference kernels */
+};
+
+struct dray_device_props {
+    char name[128];        /* "AMD EPYC 7B13 (avx2+fma)", "NVIDIA H200" */
+    char vendor[64];
+    uint64_t mem_total;    /* bytes the device can hold */
+    uint64_t mem_free;     /* bytes free now, 0 if unknown */
+    uint64_t max_alloc;    /* largest single buffer, bytes */
+    uint32_t compute_units;
+    uint32_t flags;        /* enum dray_dev_flags */
+    uint32_t op_dtypes[DRAY_OP_COUNT]; /* DRAY_DTYPE_BIT mask per op, see enum dray_op */
+};
+
+/* Options for opening a device. size lets the struct grow: a plugin reads only
+ * members that lie below size. Zero-initialise and set what you need. */
+struct dray_open_options {
+    uint32_t size;       /* sizeof(struct dray_open_options) of the caller */
+    uint32_t n_threads;  /* host threads the plugin may use; 0 = plugin decides */
+    uint32_t reference;  /* 1: use the portable scalar kernels (for comparison) */
+};
+
+/* Opaque to the host. */
+struct dray_ctx;
+struct dray_buf;
+
+/* A place in a buffer: every op argument that is data is a view. */
+struct dray_view {
+    struct dray_buf *buf;
+    size_t offset; /* bytes from the start of buf; aligned to the element size */
+};
+
+/* ----------------------------------------------------------- op arguments */
+
+/* Embedding gather: out[t][i] = table[ids[t]][i] * row_scale[ids[t]] * scale
+ *   ids        I32  [n_tok]                 every id < n_rows, else DRAY_EINVAL
+ *   table      I8   [n_rows][dim] with row_scale F32 [n_rows]   (dtype I8), or
+ *              F32  [n_rows][dim], row_scale ignored              (dtype F32)
+ *   out        F32  [n_tok][dim]
+ * Tolerance: exact for F32; one f32 multiply order for I8 (rel 1e-6). */
+struct dray_embed_args {
+    struct dray_view ids, table, row_scale, out;
+    uint32_t dtype;  /* of table: DRAY_I8 or DRAY_F32 */
+    uint32_t n_tok, dim, n_rows;
+    float scale;     /* extra factor, e.g. sqrt(n_embd) for Gemma */
+};
+
+/* RMSNorm over rows: for token t, head h (n_head rows per token):
+ *   x_r  = x + (t*stride_x + h*n) elements, F32 [n]
+ *   y_r  = out + (t*stride_out + h*n)
+ *   y_r[i] = x_r[i] / sqrt(sum_i(x_r[i]^2)/n + eps) * w[i]      (w F32 [n])
+ * The sum of squares is accumulated in at least f32 with pairwise or wider
+ * partial sums. out may alias x exactly (in place). n_head = 1 for a plain
+ * norm over the hidden state; n_head = heads for per-head Q/K norm.
+ * Tolerance: rel 1e-5. */
+struct dray_rmsnorm_args {
+    struct dray_view x, w, out;
+    uint32_t n_tok, n_head, n;
+    uint32_t stride_x, stride_out; /* elements between tokens; >= n_head*n */
+    float eps;
+};
+
+/* int8 matmul (W8A8): out[t][o] = sum_k x[t][k] * W[o][k]
+ *   x      F32 [n_tok] rows of stride_x elements, k used
+ *   w      I8  [n_out][k] row-major, wscale F32 [n_out]: W[o][k] = w[o][k]*wscale[o]
+ *   out    F32 [n_tok] rows of stride_out elements, n_out written
+ * Inside the op each row of x is quantized per token, symmetric:
+ *   sx[t] = max_k |x[t][k]| / 127 (over non-outlier channels); q = x/sx rounded to
+ *   nearest, ties to even, clamped to [-127, 127]; a zero row gives q = 0, sx = 0.
+ *   Then out = (sum_k q[t][k]*w[o][k]) * sx[t] * wscale[o] with an exact int32 sum.
+ * Outlier channels (n_outlier > 0, else ignored): outlier_idx I32 [n_outlier],
+ *   strictly increasing input channels; outlier_w F32 [n_out][n_outlier]. Those
+ *   channels take no part in the int8 path (w must hold 0 there and they are
+ *   excluded from sx) and are added in f32:
+ *   out[t][o] += sum_j x[t][idx[j]] * outlier_w[o][j].
+ * If accumulate is 1, the result is added to out instead of overwriting it.
+ * out must not overlap x. k <= 65536 so the int32 sum cannot overflow.
+ * Tolerance: abs 1e-4 * (max|out|), from f32 rounding of the scale product only. */
+struct dray_matmul_args {
+    struct dray_view x, w, wscale, out;
+    struct dray_view outlier_idx, outlier_w;
+    uint32_t n_tok, n_out, k;
+    uint32_t stride_x, stride_out;
+    uint32_t n_outlier;
+    uint32_t accumulate;
+};
+
+/* Rotary embedding, NEOX layout, in place, on n_head heads of each token:
+ *   v = x + t*stride + h*head_dim, p = pos[t] (I32 [n_tok]),
+ *   for i < n_rot/2: theta = p * freq_scale * base^(-2i/n_rot)
+ *     (v[i], v[i+n_rot/2]) <- (v[i]cos - v[i+n_rot/2]sin, v[i]sin + v[i+n_rot/2]cos)
+ *   elements n_rot..head_dim-1 are left alone. n_rot is even, <= head_dim.
+ * Tolerance: abs 1e-4 for |p| < 2^17 (angles are reduced in double or with an
+ * exact cache; a plain f32 pow chain is not enough for long contexts). */
+struct dray_rope_args {
+    struct dray_view x, pos;
+    uint32_t n_tok, n_head, head_dim, n_rot;
+    uint32_t stride; /* elements between tokens */
+    float base, freq_scale;
+};
+
+/* The paged KV pool one layer group writes and reads. A slot is one token of one
+ * sequence; slot s lives in block s / block_size. Layout, slot-major:
+ *   k, v     dtype [n_slots][n_kv_head][head_dim]   (dtype I8 or F16)
+ *   k_scale, v_scale  F32 [n_slots][n_kv_head]     (I8 only; dequant = q * scale)
+ * int8 quantization per token per head: scale = max|x|/127, q = round-to-nearest-
+ * even(x/scale) clamped to [-127,127]; an all-zero vector stores scale 0. */
+struct dray_kv_pool {
+    struct dray_view k, v, k_scale, v_scale;
+    uint32_t dtype;      /* DRAY_I8 or DRAY_F16 */
+    uint32_t n_kv_head, head_dim;
+    uint32_t block_size; /* tokens per block */
+    uint32_t n_slots;    /* = n_blocks * block_size */
+};
+
+/* KV store: for each token t, write k/v of all kv heads into slot slots[t].
+ *   k, v   F32 rows of stride_k / stride_v elements, [n_kv_head][head_dim] used
+ *   slots  I32 [n_tok]; a slot < 0 means "do not store" (padding)
+ * Tolerance: I8 bit-exact with the rule above except ties (|q| off by one in at
+ * most 1e-3 of elements); F16 round-to-nearest-even exact. */
+struct dray_kv_store_args {
+    struct dray_view k, v, slots;
+    const struct dray_kv_pool *pool;
+    uint32_t n_tok, stride_k, stride_v;
+};
+
+/* Paged attention over a mixed batch of prefill and decode sequences.
+ *   seqs   I32 [n_seq][4] = { q_start, n_q, kv_len, bt_start } per sequence:
+ *          its queries are rows q_start .. q_start+n_q-1 of q, at positions
+ *          kv_len-n_q .. kv_len-1; its cache holds positions 0 .. kv_len-1
+ *          (the new tokens' K/V must already be stored).
+ *   block_table I32: position p of a sequence is in slot
+ *          block_table[bt_start + p/block_size]*block_size + p%block_size.
+ *          Entries for blocks the mask never reaches may be -1.
+ *   q      F32 [n_tok] rows of stride_q: [n_head][head_dim]
+ *   out    F32 [n_tok] rows of stride_out: [n_head][head_dim]; must not overlap q
+ * Query head h reads kv head h / (n_head / n_kv_head) (MQA/GQA).
+ * Mask: query at position p attends j with j <= p and, when window > 0, p - j < window.
+ * o = sum_j softmax_j(scale * q.k_j) v_j, softmax in f32 with max subtraction.
+ * max_kv_len is the largest kv_len in seqs (for sizing grids).
+ * Tolerance: abs 2e-3 relative to max|v| for I8 (dequantized k/v are the truth),
+ * 1e-4 for F16. */
+struct dray_attention_args {
+    struct dray_view q, out, seqs, block_table;
+    const struct dray_kv_pool *pool;
+    uint32_t n_tok, n_seq, n_head, max_kv_len;
+    uint32_t stride_q, stride_out;
+    uint32_t window; /* 0 = full causal attention */
+    float scale;     /* usually 1/sqrt(head_dim) */
+};
+
+enum dray_act { DRAY_ACT_GELU_TANH = 0, DRAY_ACT_SILU = 1 };
+
+/* Gated activation: out[t][i] = act(gate[t][i]) * up[t][i], i < n.
+ *   gate, up, out  F32 rows of their strides (elements between tokens).
+ *   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));  silu(x) = x/(1+e^-x)
+ * out may alias gate or up exactly. Tolerance: rel 1e-5 + abs 1e-6. */
+struct dray_gated_act_args {
+    struct dray_view gate, up, out;
+    uint32_t n_tok, n;
+    uint32_t stride_gate, stride_up, stride_out;
+    uint32_t act; /* enum dray_act */
+};
+
+/* Residual add: out[i] = a[i] + b[i], F32 [n]. out may alias a or b exactly. Exact. */
+struct dray_add_args {
+    struct dray_view a, b, out;
+    uint64_t n;
+};
+
+/* ----------------------------------------------------------- the table */
+
+struct dray_ops {
+    uint32_t version;     /* DRAY_ABI_VERSION the plugin implements */
+    const char *name;     /* "cpu", "opencl", ...: short, unique */
+    const char *describe; /* one line: what it runs on, how it was built */
+
+    /* Devices. props may be asked without opening. */
+    int (*device_count)(uint32_t *count);
+    int (*device_props)(uint32_t index, struct dray_device_props *props);
+    /* Open device index. On failure *out is NULL and err holds a reason. */
+    int (*open)(uint32_t index, const struct dray_open_options *opt, struct dray_ctx **out,
+                char *err, size_t errlen);
+    void (*close)(struct dray_ctx *ctx);
+    /* Why the last call on ctx failed; "" if it did not. Valid until the next call. */
+    const char *(*last_error)(struct dray_ctx *ctx);
+
+    /* Memory. Buffers are at least 64-byte aligned. Transfers are ordered on the
+     * context's queue like ops; download returns once the data is on the host. */
+    int (*alloc)(struct dray_ctx *ctx, size_t nbytes, struct dray_buf **out);
+    void (*free)(struct dray_ctx *ctx, struct dray_buf *buf);
+    int (*upload)(struct dray_ctx *ctx, struct dray_view dst, const void *src, size_t nbytes);
+    int (*download)(struct dray_ctx *ctx, void *dst, struct dray_view src, size_t nbytes);
+    int (*copy)(struct dray_ctx *ctx, struct dray_view dst, struct dray_view src, size_t nbytes);
+    /* Fill nbytes (a multiple of 4) with a repeated 32-bit pattern. */
+    int (*fill)(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, size_t nbytes);
+    /* Wait until every op queued on ctx has finished. */
+    int (*synchronize)(struct dray_ctx *ctx);
+
+    /* Operators, queued in order on ctx. Contracts are on the argument structs. */
+    int (*embed)(struct dray_ctx *ctx, const struct dray_embed_args *a);
+    int (*rmsnorm)(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a);
+    int (*matmul)(struct dray_ctx *ctx, const struct dray_matmul_args *a);
+    int (*rope)(struct dray_ctx *ctx, const struct dray_rope_args *a);
+    int (*kv_store)(struct dray_ctx *ctx, const struct dray_kv_store_args *a);
+    int (*attention)(struct dray_ctx *ctx, const struct dray_attention_args *a);
+    int (*gated_act)(struct dray_ctx *ctx, const struct dray_gated_act_args *a);
+    int (*add)(struct dray_ctx *ctx, const struct dray_add_args *a);
+
+    /* (optional) Host pointer of a buffer when DRAY_DEV_UNIFIED, else NULL. */
+    void *(*host_ptr)(struct dray_ctx *ctx, struct dray_buf *buf);
+    /* members above: version 1. Append only; never reorder. */
+};
+
+/*
+ * The one exported symbol.
+ *   In:  *version = newest ABI the host speaks; host = its services.
+ *   Out: *version = the ABI the plugin will use (<= the host's), *ops = its table.
+ * Return 0, or DRAY_EINCOMPAT when the plugin cannot speak any version the host
+ * offers, DRAY_ENODEV when its runtime is absent; write a reason into err.
+ * Must be cheap and side-effect free: no device is touched before open().
+ */
+typedef int (*dray_plugin_negotiate_fn)(uint32_t *version, const struct dray_host *host,
+                                        const struct dray_ops **ops, char *err, size_t errlen);
+#define DRAY_PLUGIN_SYMBOL "dray_plugin_negotiate"
+
+DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
+                                      const struct dray_ops **ops, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DRAY_BACKEND_H */
