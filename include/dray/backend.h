@@ -95,7 +95,7 @@ struct dray_host {
 enum dray_op {
     DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32) */
     DRAY_OP_RMSNORM,     /* cap dtype: F32 */
-    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8) */
+    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32) */
     DRAY_OP_ROPE,        /* cap dtype: F32 */
     DRAY_OP_KV_STORE,    /* cap dtype: the cache dtype (I8, F16) */
     DRAY_OP_ATTENTION,   /* cap dtype: the cache dtype (I8, F16) */
@@ -170,7 +170,13 @@ struct dray_rmsnorm_args {
     float eps;
 };
 
-/* int8 matmul (W8A8): out[t][o] = sum_k x[t][k] * W[o][k]
+/* Matmul: out[t][o] = sum_k x[t][k] * W[o][k]. Two weight dtypes (wdtype):
+ *   DRAY_I8  (the fast path, W8A8) as specified below;
+ *   DRAY_F32 (the checking path): w is F32 [n_out][k], wscale and outliers are
+ *            ignored, x is not quantized, sums in f32 (tolerance rel 1e-5 of the
+ *            sum of |x||w|). Declared in op_dtypes[DRAY_OP_MATMUL] like I8.
+ * A plugin returns DRAY_ENOTSUP for a wdtype it does not declare.
+ * int8 (W8A8) details:
  *   x      F32 [n_tok] rows of stride_x elements, k used
  *   w      I8  [n_out][k] row-major, wscale F32 [n_out]: W[o][k] = w[o][k]*wscale[o]
  *   out    F32 [n_tok] rows of stride_out elements, n_out written
@@ -193,6 +199,7 @@ struct dray_matmul_args {
     uint32_t stride_x, stride_out;
     uint32_t n_outlier;
     uint32_t accumulate;
+    uint32_t wdtype; /* DRAY_I8 or DRAY_F32; set it explicitly (DRAY_F32 is 0) */
 };
 
 /* Rotary embedding, NEOX layout, in place, on n_head heads of each token:
