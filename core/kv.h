@@ -1,0 +1,156 @@
+/*
+ * KV manager: a paged KV cache for models whose layers attend differently
+ * (global layers, sliding-window layers, layers that reuse another layer's KV).
+ *
+ * Layer groups. Layers are grouped by window (0 = global). All layers of a group
+ * share ONE block structure: one block allocator and one block table per
+ * sequence, because they see the same tokens at the same positions. The group
+ * owns one device buffer that holds every layer's pool at a per-layer stride:
+ *   buf = [layer 0 | layer 1 | ...], each layer_bytes long, each holding
+ *         k [n_slots][n_kv_head][head_dim] dtype, v (same),
+ *         k_scale, v_scale F32 [n_slots][n_kv_head] (I8 only),
+ *   each region 256-byte aligned. Layer il's struct dray_kv_pool is a set of
+ *   views into that buffer (see backend.h for the pool layout).
+ * A layer with share_with[il] = j >= 0 owns no storage; it returns layer j's
+ * pool and its step says store = false (the model skips kv_store for it).
+ *
+ * Window groups keep only what future queries can see: at step end, a block whose
+ * every position j satisfies j <= len - window (the next query sits at position
+ * len and sees j > len - window) goes back to the free list and its table entry
+ * becomes -1. So a sequence holds at most ceil((window + chunk) / block_size) + 1
+ * blocks of a window group while a step of chunk new tokens runs. Global groups
+ * grow with the sequence.
+ *
+ * Block tables handed to attention always cover positions 0 .. kv_len-1 of every
+ * sequence: entries of recycled window blocks are present and hold -1. This keeps
+ * backend.h's promise "block_table[bt_start + p/block_size] addresses position p;
+ * entries the mask never reaches may be -1" for every p < kv_len, so a kernel may
+ * read the entry before it applies the mask. (An offset scheme that starts the
+ * table at the first live block would need bt_start < the sequence's first entry,
+ * i.e. reads before the array for masked positions; we rejected it. The cost of
+ * the -1 padding is 4 bytes per block_size tokens per sequence, the same as the
+ * global group's table.)
+ *
+ * Steps. A forward pass is bracketed by dray_kv_step_begin (reserve slots for the
+ * new tokens of each sequence in every group, build slots/seqs/block_table and
+ * upload them in ONE transfer into one device metadata buffer) and
+ * dray_kv_step_end (commit lengths, recycle window blocks) or dray_kv_step_abort
+ * (give back what begin reserved). Between them, dray_kv_layer(kv, il) describes
+ * layer il for kv_store and attention.
+ *
+ * Uploads: the metadata host staging area is rewritten at the next step_begin, so
+ * the plugin's upload must have consumed its source by then (backend.h's queue
+ * order makes the device side safe: the next upload runs after this step's ops).
+ *
+ * Not thread-safe: one scheduler thread drives one dray_kv.
+ */
+#ifndef DRAY_CORE_KV_H
+#define DRAY_CORE_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dray/backend.h"
+
+#define DRAY_KV_MAX_GROUPS 8      /* distinct window values in one model */
+#define DRAY_KV_DEFAULT_CHUNK 512 /* tokens per sequence per step when desc.max_chunk = 0 */
+
+struct dray_kv_desc {
+    uint32_t n_layer;
+    const uint32_t *window;    /* [n_layer] tokens a query sees, 0 = global */
+    const int32_t *share_with; /* [n_layer] earlier layer whose KV layer il reuses, -1 = own;
+                                * NULL = every layer owns its KV. Same window required. */
+    uint32_t n_kv_head, head_dim;
+    uint32_t dtype;            /* DRAY_I8 (with f32 scales) or DRAY_F16 */
+    uint32_t block_size;       /* tokens per block, >= 1 */
+    uint32_t max_seqs;         /* live sequences at once */
+    uint32_t max_ctx;          /* tokens per sequence */
+    uint32_t max_chunk;        /* new tokens per sequence per step the window groups are
+                                * sized for; 0 = DRAY_KV_DEFAULT_CHUNK (capped at max_ctx) */
+    uint64_t budget_bytes;     /* device bytes for all pools; 0 = enough for
+                                * max_seqs sequences of max_ctx tokens */
+};
+
+/* What a desc costs, computed without touching a device (dray_kv_plan). */
+struct dray_kv_group_plan {
+    uint32_t window;         /* 0 = global */
+    uint32_t n_layers;       /* layers with storage in this group */
+    uint32_t n_blocks;       /* blocks allocated */
+    uint32_t seq_blocks_max; /* most blocks one sequence can hold (window: the bound) */
+    uint64_t layer_bytes;    /* per-layer stride in the group buffer */
+    uint64_t block_bytes;    /* one block of all the group's layers (pool data only) */
+};
+
+struct dray_kv_plan {
+    uint32_t n_group;
+    struct dray_kv_group_plan group[DRAY_KV_MAX_GROUPS];
+    uint64_t slot_bytes;           /* one token of one layer: k+v (+ scales) */
+    uint64_t global_bytes_per_token; /* context growth cost: sum over global layers */
+    uint64_t window_bytes_per_seq;   /* fixed cost of one sequence in all window groups */
+    uint64_t total_bytes;            /* device bytes of all group buffers */
+    uint32_t max_chunk;              /* effective chunk */
+};
+
+struct dray_kv_layer_step {
+    const struct dray_kv_pool *pool; /* this layer's (or its share target's) pool */
+    struct dray_view slots;       /* I32 [n_tok] slot of each new token, group-wide */
+    struct dray_view seqs;        /* I32 [n_seq][4] {q_start, n_q, kv_len, bt_start} */
+    struct dray_view block_table; /* I32, see backend.h dray_attention_args */
+    uint32_t n_tok, n_seq;
+    uint32_t max_kv_len;
+    uint32_t window;              /* 0 = global; pass to attention */
+    bool store;                   /* false: shares KV, skip kv_store */
+};
+
+struct dray_ctx;
+struct dray_ops;
+struct dray_kv;
+
+/* Validate d and compute the group split, block counts and byte totals. Fails
+ * (DRAY_EINVAL / DRAY_ERANGE with a reason) when the desc is malformed or the
+ * budget cannot hold one sequence of max_ctx tokens. */
+int dray_kv_plan(const struct dray_kv_desc *d, struct dray_kv_plan *p, char *err, size_t errlen);
+/* How many sequences of seq_len tokens fit in a plan (<= max_seqs). */
+uint32_t dray_kv_plan_capacity(const struct dray_kv_plan *p, const struct dray_kv_desc *d,
+                               uint32_t seq_len);
+
+/* Allocate every group's buffer through ops on ctx. On failure *out is NULL. */
+int dray_kv_create(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_kv_desc *d,
+                   struct dray_kv **out, char *err, size_t errlen);
+void dray_kv_free(struct dray_kv *kv);
+const struct dray_kv_plan *dray_kv_get_plan(const struct dray_kv *kv);
+uint32_t dray_kv_capacity(const struct dray_kv *kv, uint32_t seq_len);
+
+/* Sequences. Ids are small integers < max_seqs, reused after free. */
+int dray_kv_seq_new(struct dray_kv *kv, uint32_t *seq_id);       /* DRAY_ENOMEM when full */
+void dray_kv_seq_free(struct dray_kv *kv, uint32_t seq_id);      /* ignores unknown ids */
+uint32_t dray_kv_seq_len(const struct dray_kv *kv, uint32_t seq_id); /* 0 for unknown ids */
+/* Drop positions >= new_len. DRAY_ERANGE if new_len > len, or if a window group
+ * already recycled a block the next query (at new_len) would need. */
+int dray_kv_seq_truncate(struct dray_kv *kv, uint32_t seq_id, uint32_t new_len);
+
+/* Blocks free now in group g (for tests and the scheduler). */
+uint32_t dray_kv_group_free_blocks(const struct dray_kv *kv, uint32_t g);
+/* Blocks sequence seq holds in group g. */
+uint32_t dray_kv_seq_blocks(const struct dray_kv *kv, uint32_t seq_id, uint32_t g);
+/* Group of layer il (of its share target for shared layers). */
+uint32_t dray_kv_layer_group(const struct dray_kv *kv, uint32_t il);
+
+/* Reserve slots for n_new[i] (>= 1) tokens at the end of sequence seq_ids[i] in
+ * every group and upload the step's metadata. DRAY_ENOMEM when a group runs out of
+ * blocks: nothing is changed, so the caller can preempt a sequence and retry.
+ * DRAY_ERANGE when a sequence would exceed max_ctx. */
+int dray_kv_step_begin(struct dray_kv *kv, uint32_t n_seq, const uint32_t *seq_ids,
+                       const uint32_t *n_new, char *err, size_t errlen);
+/* Layer il's view of the current step; NULL outside a step or for a bad il. */
+const struct dray_kv_layer_step *dray_kv_layer(const struct dray_kv *kv, uint32_t il);
+/* Host copies of group g's step arrays (for tests and host-side kernels). */
+const int32_t *dray_kv_step_host(const struct dray_kv *kv, uint32_t g, const int32_t **seqs,
+                                 const int32_t **block_table, uint32_t *n_bt);
+/* Commit the step: lengths grow by n_new, window blocks out of reach are freed. */
+void dray_kv_step_end(struct dray_kv *kv);
+/* Undo step_begin (the forward pass failed): reserved blocks go back. */
+void dray_kv_step_abort(struct dray_kv *kv);
+
+#endif
