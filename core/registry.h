@@ -17,6 +17,9 @@ struct dray_plugin {
     uint32_t abi;             /* negotiated version */
     const struct dray_ops *ops;
     void *handle;             /* dlopen handle */
+    /* appended: device probe at load time */
+    uint32_t n_devices;       /* from ops->device_count; 0 if it failed */
+    char nodev[256];          /* why n_devices is 0 ("no CUDA driver"); "" otherwise */
 };
 
 struct dray_skipped {

@@ -1,0 +1,625 @@
+/* Plugin registry: search path -> dlopen -> negotiate -> validate -> probe devices.
+ *
+ * A plugin that cannot be used is dlclosed and recorded in `skipped` with one
+ * sentence naming the file, what was wrong (both ABI versions where versions are
+ * the problem) and what to do about it; loading goes on with the next file.
+ * A plugin that loads but has no device (a CUDA plugin on a machine without a
+ * driver) stays loaded with n_devices = 0 and the reason in nodev, so that
+ * `dray devices` can say why and `dray_device_open` can fail with that reason. */
+#include "registry.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "error.h"
+#include "log.h"
+
+#ifndef DRAY_PLUGIN_PATH_DEFAULT
+#define DRAY_PLUGIN_PATH_DEFAULT ""
+#endif
+
+#define PLUGIN_PREFIX "libdray-"
+#define PLUGIN_SUFFIX ".so"
+
+struct dray_registry {
+    struct dray_plugin **plugins; /* heap objects: pointers handed out stay valid */
+    size_t n_plugins, cap_plugins;
+    struct dray_skipped *skipped;
+    size_t n_skipped, cap_skipped;
+};
+
+/* ------------------------------------------------------------ host services */
+
+/* While the registry probes a plugin's devices, messages it logs are kept here
+ * (the last one wins) and shown only at debug level: "no CUDA driver" becomes the
+ * plugin's nodev reason instead of a warning on every start-up. */
+static __thread char *probe_capture;
+static __thread size_t probe_capture_len;
+
+static void *host_alloc(size_t nbytes)
+{
+    return malloc(nbytes ? nbytes : 1);
+}
+
+static void host_free(void *p)
+{
+    free(p);
+}
+
+static void host_log(int level, const char *plugin, const char *msg)
+{
+    if (probe_capture && msg) {
+        snprintf(probe_capture, probe_capture_len, "%s", msg);
+        level = DRAY_LOG_DEBUG;
+    }
+    dray_log_plugin(level, plugin, msg ? msg : "");
+}
+
+static const struct dray_host host_services = {
+    .version = DRAY_ABI_VERSION,
+    .alloc = host_alloc,
+    .free = host_free,
+    .log = host_log,
+};
+
+/* ------------------------------------------------------------ small helpers */
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static const struct dray_skipped *find_skipped(const struct dray_registry *reg, const char *real);
+static int add_skipped(struct dray_registry *reg, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int add_skipped(struct dray_registry *reg, const char *path, const char *fmt, ...)
+{
+    if (reg->n_skipped == reg->cap_skipped) {
+        size_t cap = reg->cap_skipped ? 2 * reg->cap_skipped : 8;
+        struct dray_skipped *s = realloc(reg->skipped, cap * sizeof(*s));
+        if (!s)
+            return DRAY_ENOMEM;
+        reg->skipped = s;
+        reg->cap_skipped = cap;
+    }
+    struct dray_skipped *s = (struct dray_skipped *)find_skipped(reg, path);
+    if (!s) /* a file tried twice keeps one record, with the newest reason */
+        s = &reg->skipped[reg->n_skipped++];
+    snprintf(s->path, sizeof(s->path), "%s", path);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->reason, sizeof(s->reason), fmt, ap);
+    va_end(ap);
+    dray_info("skipped plugin %s", s->reason);
+    return 0;
+}
+
+static int add_plugin(struct dray_registry *reg, struct dray_plugin *p)
+{
+    if (reg->n_plugins == reg->cap_plugins) {
+        size_t cap = reg->cap_plugins ? 2 * reg->cap_plugins : 8;
+        struct dray_plugin **a = realloc(reg->plugins, cap * sizeof(*a));
+        if (!a)
+            return DRAY_ENOMEM;
+        reg->plugins = a;
+        reg->cap_plugins = cap;
+    }
+    reg->plugins[reg->n_plugins++] = p;
+    return 0;
+}
+
+/* A file skipped on the search path and then loaded by explicit path is no longer skipped. */
+static void forget_skipped(struct dray_registry *reg, const char *real)
+{
+    const struct dray_skipped *s = find_skipped(reg, real);
+    if (!s)
+        return;
+    size_t i = (size_t)(s - reg->skipped);
+    memmove(&reg->skipped[i], &reg->skipped[i + 1], (reg->n_skipped - i - 1) * sizeof(*s));
+    reg->n_skipped--;
+}
+
+static const struct dray_plugin *find_by_name(const struct dray_registry *reg, const char *name)
+{
+    for (size_t i = 0; i < reg->n_plugins; i++)
+        if (!strcmp(reg->plugins[i]->name, name))
+            return reg->plugins[i];
+    return NULL;
+}
+
+static const struct dray_plugin *find_by_path(const struct dray_registry *reg, const char *real)
+{
+    for (size_t i = 0; i < reg->n_plugins; i++)
+        if (!strcmp(reg->plugins[i]->path, real))
+            return reg->plugins[i];
+    return NULL;
+}
+
+static const struct dray_skipped *find_skipped(const struct dray_registry *reg, const char *real)
+{
+    for (size_t i = 0; i < reg->n_skipped; i++)
+        if (!strcmp(reg->skipped[i].path, real))
+            return &reg->skipped[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ validation */
+
+#define REMEDY_REBUILD "rebuild the plugin against this dray's backend.h"
+
+/* Members every version-1 table must set. host_ptr is the one optional member. */
+static const struct {
+    const char *name;
+    size_t offset;
+} mandatory_v1[] = {
+#define M(m) {#m, offsetof(struct dray_ops, m)}
+    M(device_count), M(device_props), M(open), M(close), M(last_error),
+    M(alloc), M(free), M(upload), M(download), M(copy), M(fill), M(synchronize),
+    M(embed), M(rmsnorm), M(matmul), M(rope), M(kv_store), M(attention),
+    M(gated_act), M(add),
+#undef M
+};
+
+/* Name of the first mandatory member that is NULL, or NULL when all are set. */
+static const char *missing_member(const struct dray_ops *ops)
+{
+    if (!ops->name || !ops->name[0])
+        return "name";
+    if (!ops->describe)
+        return "describe";
+    for (size_t i = 0; i < sizeof(mandatory_v1) / sizeof(mandatory_v1[0]); i++) {
+        void (*fn)(void);
+        /* function pointers all have one size on the platforms dray runs on */
+        memcpy(&fn, (const char *)ops + mandatory_v1[i].offset, sizeof(fn));
+        if (!fn)
+            return mandatory_v1[i].name;
+    }
+    return NULL;
+}
+
+/* Negotiate and validate. On success *ops and *abi are set and the reason is
+ * empty; on refusal `why` holds the sentence for the skipped list. */
+static int negotiate(void *handle, const char *file, const struct dray_ops **ops, uint32_t *abi,
+                     char *why, size_t whylen)
+{
+    dray_plugin_negotiate_fn neg;
+    void *sym = dlsym(handle, DRAY_PLUGIN_SYMBOL);
+    memcpy(&neg, &sym, sizeof(neg)); /* POSIX: dlsym results convert to functions */
+    if (!neg)
+        return dray_fail(why, whylen, DRAY_EINCOMPAT,
+                         "%s exports no symbol %s: it is not a dray plugin, or it was built "
+                         "without DRAY_EXPORT on that function; build it from backend.h",
+                         file, DRAY_PLUGIN_SYMBOL);
+
+    uint32_t v = DRAY_ABI_VERSION;
+    char perr[256] = "";
+    *ops = NULL;
+    int rc = neg(&v, &host_services, ops, perr, sizeof(perr));
+    perr[sizeof(perr) - 1] = '\0';
+    if (rc == DRAY_EINCOMPAT)
+        return dray_fail(why, whylen, rc,
+                         "%s refused this dray's ABI %u..%u: %s: %s", file, DRAY_ABI_VERSION_MIN,
+                         DRAY_ABI_VERSION, perr[0] ? perr : "no reason given", REMEDY_REBUILD);
+    if (rc != 0)
+        return dray_fail(why, whylen, rc ? rc : DRAY_EBACKEND,
+                         "%s refused to load (%s): %s: install or fix its runtime, or remove "
+                         "the file from the plugin path",
+                         file, dray_strerror(rc), perr[0] ? perr : "no reason given");
+    if (v < DRAY_ABI_VERSION_MIN || v > DRAY_ABI_VERSION)
+        return dray_fail(why, whylen, DRAY_EINCOMPAT,
+                         "%s speaks ABI %u, this dray speaks %u..%u: %s%s", file, v,
+                         DRAY_ABI_VERSION_MIN, DRAY_ABI_VERSION, REMEDY_REBUILD,
+                         v > DRAY_ABI_VERSION ? " (or upgrade dray)" : "");
+    if (!*ops)
+        return dray_fail(why, whylen, DRAY_EINCOMPAT,
+                         "%s negotiated ABI %u but returned no operator table: fix the plugin's "
+                         "%s", file, v, DRAY_PLUGIN_SYMBOL);
+    if ((*ops)->version != v)
+        return dray_fail(why, whylen, DRAY_EINCOMPAT,
+                         "%s negotiated ABI %u but its table says version %u (this dray speaks "
+                         "%u..%u): the two must agree; %s",
+                         file, v, (*ops)->version, DRAY_ABI_VERSION_MIN, DRAY_ABI_VERSION,
+                         REMEDY_REBUILD);
+    const char *miss = missing_member(*ops);
+    if (miss)
+        return dray_fail(why, whylen, DRAY_EINCOMPAT,
+                         "%s (ABI %u, this dray speaks %u..%u) leaves mandatory member '%s' NULL: "
+                         "implement it (an op the device cannot run may return DRAY_ENOTSUP and "
+                         "report 0 in op_dtypes)",
+                         file, v, DRAY_ABI_VERSION_MIN, DRAY_ABI_VERSION, miss);
+    if (strlen((*ops)->name) >= sizeof(((struct dray_plugin *)0)->name))
+        return dray_fail(why, whylen, DRAY_EINCOMPAT,
+                         "%s has a name of %zu bytes; at most %zu are allowed: shorten ops->name",
+                         file, strlen((*ops)->name), sizeof(((struct dray_plugin *)0)->name) - 1);
+    *abi = v;
+    return 0;
+}
+
+/* Ask the plugin how many devices it has; keep what it logged as the reason. */
+static void probe_devices(struct dray_plugin *p)
+{
+    uint32_t n = 0;
+    char logged[sizeof(p->nodev)] = "";
+    probe_capture = logged;
+    probe_capture_len = sizeof(logged);
+    int rc = p->ops->device_count(&n);
+    probe_capture = NULL;
+    probe_capture_len = 0;
+
+    p->n_devices = rc == 0 ? n : 0;
+    p->nodev[0] = '\0';
+    if (rc != 0)
+        snprintf(p->nodev, sizeof(p->nodev), "%s", logged[0] ? logged : dray_strerror(rc));
+    else if (n == 0)
+        snprintf(p->nodev, sizeof(p->nodev), "%s", logged[0] ? logged : "the plugin reports 0 devices");
+    if (p->nodev[0])
+        dray_info("plugin %s (%s): no device: %s", p->name, p->path, p->nodev);
+}
+
+/* Load one file. Returns DRAY_ENOMEM only on out-of-memory; a plugin that cannot
+ * be used is recorded as skipped and 0 is returned. `explicit_path` is set when a
+ * caller named the file: then a name already taken does not skip it. */
+static int load_file(struct dray_registry *reg, const char *path, int explicit_path,
+                     const struct dray_plugin **loaded)
+{
+    char real[PATH_MAX];
+    const char *file = base_name(path);
+    *loaded = NULL;
+    if (!realpath(path, real))
+        return add_skipped(reg, path, "%s cannot be resolved: %s: check the path", file,
+                           strerror(errno));
+    if (strlen(real) >= sizeof(((struct dray_plugin *)0)->path))
+        return add_skipped(reg, path, "%s: its full path is longer than %zu bytes: move it to a "
+                           "shorter folder", file, sizeof(((struct dray_plugin *)0)->path) - 1);
+    /* the same file reached twice (env path and compiled-in default overlap); a
+     * file named explicitly is tried again: a duplicate name does not stop it */
+    if ((*loaded = find_by_path(reg, real)) || (!explicit_path && find_skipped(reg, real)))
+        return 0;
+
+    dlerror();
+    void *handle = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *e = dlerror();
+        return add_skipped(reg, real,
+                           "%s cannot be loaded: %s: install the libraries it needs (see `ldd %s`)",
+                           file, e ? e : "unknown dlopen error", real);
+    }
+    const struct dray_ops *ops = NULL;
+    uint32_t abi = 0;
+    char why[512];
+    if (negotiate(handle, file, &ops, &abi, why, sizeof(why)) != 0) {
+        dlclose(handle);
+        return add_skipped(reg, real, "%s", why);
+    }
+    const struct dray_plugin *prev = find_by_name(reg, ops->name);
+    if (prev && !explicit_path) {
+        int rc = add_skipped(reg, real,
+                             "%s is named '%s' like %s, loaded first: the first plugin on the "
+                             "search path wins; remove one of the two or reorder DRAY_PLUGIN_PATH",
+                             file, ops->name, prev->path);
+        dlclose(handle);
+        return rc;
+    }
+    struct dray_plugin *p = calloc(1, sizeof(*p));
+    if (!p || add_plugin(reg, p) != 0) {
+        free(p);
+        dlclose(handle);
+        return DRAY_ENOMEM;
+    }
+    memcpy(p->path, real, strlen(real) + 1); /* length checked above */
+    snprintf(p->name, sizeof(p->name), "%s", ops->name);
+    p->abi = abi;
+    p->ops = ops;
+    p->handle = handle;
+    forget_skipped(reg, real);
+    probe_devices(p);
+    dray_debug("loaded plugin %s (ABI %u) from %s", p->name, abi, real);
+    *loaded = p;
+    return 0;
+}
+
+static int is_plugin_file(const char *name)
+{
+    size_t n = strlen(name), np = strlen(PLUGIN_PREFIX), ns = strlen(PLUGIN_SUFFIX);
+    return n > np + ns && !strncmp(name, PLUGIN_PREFIX, np) && !strcmp(name + n - ns, PLUGIN_SUFFIX);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Load every libdray-*.so of one folder, in name order so that results do not
+ * depend on the file system's directory order. A missing folder is normal. */
+static int scan_dir(struct dray_registry *reg, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!is_plugin_file(e->d_name))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **nn = realloc(names, cap * sizeof(*nn));
+            if (!nn) { rc = DRAY_ENOMEM; goto out; }
+            names = nn;
+        }
+        if (!(names[n] = strdup(e->d_name))) { rc = DRAY_ENOMEM; goto out; }
+        n++;
+    }
+    qsort(names, n, sizeof(*names), cmp_str);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char path[PATH_MAX];
+        const struct dray_plugin *p;
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        rc = load_file(reg, path, 0, &p);
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    closedir(d);
+    return rc;
+}
+
+static int scan_path(struct dray_registry *reg, const char *list)
+{
+    if (!list)
+        return 0;
+    char *copy = strdup(list);
+    if (!copy)
+        return DRAY_ENOMEM;
+    int rc = 0;
+    char *save = NULL;
+    for (char *dir = strtok_r(copy, ":", &save); dir && rc == 0; dir = strtok_r(NULL, ":", &save))
+        rc = scan_dir(reg, dir);
+    free(copy);
+    return rc;
+}
+
+/* ------------------------------------------------------------ public API */
+
+int dray_registry_open(const char *extra_path, struct dray_registry **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct dray_registry *reg = calloc(1, sizeof(*reg));
+    if (!reg)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "plugin registry: out of memory");
+    int rc = scan_path(reg, extra_path);
+    if (rc == 0)
+        rc = scan_path(reg, getenv("DRAY_PLUGIN_PATH"));
+    if (rc == 0)
+        rc = scan_path(reg, DRAY_PLUGIN_PATH_DEFAULT);
+    if (rc != 0) {
+        dray_registry_close(reg);
+        return dray_fail(err, errlen, rc, "plugin registry: out of memory while scanning");
+    }
+    *out = reg;
+    return 0;
+}
+
+void dray_registry_close(struct dray_registry *reg)
+{
+    if (!reg)
+        return;
+    for (size_t i = 0; i < reg->n_plugins; i++) {
+        if (reg->plugins[i]->handle)
+            dlclose(reg->plugins[i]->handle);
+        free(reg->plugins[i]);
+    }
+    free(reg->plugins);
+    free(reg->skipped);
+    free(reg);
+}
+
+size_t dray_registry_count(const struct dray_registry *reg)
+{
+    return reg ? reg->n_plugins : 0;
+}
+
+const struct dray_plugin *dray_registry_at(const struct dray_registry *reg, size_t i)
+{
+    return reg && i < reg->n_plugins ? reg->plugins[i] : NULL;
+}
+
+size_t dray_registry_n_skipped(const struct dray_registry *reg)
+{
+    return reg ? reg->n_skipped : 0;
+}
+
+const struct dray_skipped *dray_registry_skipped_at(const struct dray_registry *reg, size_t i)
+{
+    return reg && i < reg->n_skipped ? &reg->skipped[i] : NULL;
+}
+
+static int looks_like_path(const char *s)
+{
+    size_t n = strlen(s), ns = strlen(PLUGIN_SUFFIX);
+    return strchr(s, '/') || (n > ns && !strcmp(s + n - ns, PLUGIN_SUFFIX));
+}
+
+/* "cpu, opencl" or "none" for error messages. */
+static void list_names(const struct dray_registry *reg, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < reg->n_plugins && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", reg->plugins[i]->name);
+    if (!reg->n_plugins)
+        snprintf(buf, len, "none");
+}
+
+const struct dray_plugin *dray_registry_find(struct dray_registry *reg, const char *name_or_path,
+                                             char *err, size_t errlen)
+{
+    if (!reg || !name_or_path || !name_or_path[0]) {
+        dray_fail(err, errlen, DRAY_EINVAL, "no plugin name given");
+        return NULL;
+    }
+    if (looks_like_path(name_or_path)) {
+        const struct dray_plugin *p = NULL;
+        char real[PATH_MAX];
+        if (load_file(reg, name_or_path, 1, &p) != 0) {
+            dray_fail(err, errlen, DRAY_ENOMEM, "%s: out of memory while loading", name_or_path);
+            return NULL;
+        }
+        if (!p) {
+            const struct dray_skipped *s =
+                find_skipped(reg, realpath(name_or_path, real) ? real : name_or_path);
+            dray_fail(err, errlen, DRAY_ENOTFOUND, "plugin %s not usable: %s", name_or_path,
+                      s ? s->reason : "unknown reason");
+        }
+        return p;
+    }
+    const struct dray_plugin *p = find_by_name(reg, name_or_path);
+    if (p)
+        return p;
+    /* Was a file of that name skipped? Then its reason is the useful answer. */
+    char want[128];
+    snprintf(want, sizeof(want), PLUGIN_PREFIX "%s" PLUGIN_SUFFIX, name_or_path);
+    for (size_t i = 0; i < reg->n_skipped; i++)
+        if (!strcmp(base_name(reg->skipped[i].path), want)) {
+            dray_fail(err, errlen, DRAY_ENOTFOUND, "plugin '%s' was skipped: %s", name_or_path,
+                      reg->skipped[i].reason);
+            return NULL;
+        }
+    char names[256];
+    list_names(reg, names, sizeof(names));
+    dray_fail(err, errlen, DRAY_ENOTFOUND,
+              "no plugin named '%s' (loaded: %s): build it, or put its libdray-%s.so on "
+              "DRAY_PLUGIN_PATH or plugin_path",
+              name_or_path, names, name_or_path);
+    return NULL;
+}
+
+static int all_digits(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return 0;
+    return 1;
+}
+
+/* Resolve "" / "2" / "h200" to a device index of p. */
+static int pick_device(const struct dray_plugin *p, const char *device, uint32_t *index,
+                       struct dray_device_props *props, char *err, size_t errlen)
+{
+    if (!device || !device[0] || all_digits(device)) {
+        unsigned long i = device && device[0] ? strtoul(device, NULL, 10) : 0;
+        if (i >= p->n_devices)
+            return dray_fail(err, errlen, DRAY_ENOTFOUND,
+                             "plugin '%s' has no device %lu (it has %u): use an index below %u "
+                             "(see `dray devices`)",
+                             p->name, i, p->n_devices, p->n_devices);
+        *index = (uint32_t)i;
+        int rc = p->ops->device_props(*index, props);
+        if (rc != 0)
+            return dray_fail(err, errlen, rc, "plugin '%s': device %u: cannot read properties: %s",
+                             p->name, *index, dray_strerror(rc));
+        return 0;
+    }
+    for (uint32_t i = 0; i < p->n_devices; i++) {
+        if (p->ops->device_props(i, props) != 0)
+            continue;
+        props->name[sizeof(props->name) - 1] = '\0';
+        if (strcasestr(props->name, device)) {
+            *index = i;
+            return 0;
+        }
+    }
+    return dray_fail(err, errlen, DRAY_ENOTFOUND,
+                     "plugin '%s' has no device whose name contains '%s': give an index or a part "
+                     "of a name listed by `dray devices`",
+                     p->name, device);
+}
+
+int dray_device_open(struct dray_registry *reg, const char *plugin, const char *device,
+                     const struct dray_open_options *opt, struct dray_device *out, char *err,
+                     size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    const struct dray_plugin *p = dray_registry_find(reg, plugin, err, errlen);
+    if (!p)
+        return DRAY_ENOTFOUND;
+    if (p->n_devices == 0)
+        return dray_fail(err, errlen, DRAY_ENODEV, "%s: no device: %s", p->name, p->nodev);
+
+    uint32_t index = 0;
+    struct dray_device_props props;
+    memset(&props, 0, sizeof(props));
+    int rc = pick_device(p, device, &index, &props, err, errlen);
+    if (rc != 0)
+        return rc;
+
+    struct dray_open_options defaults = {.size = sizeof(defaults)};
+    struct dray_ctx *ctx = NULL;
+    char perr[256] = "";
+    rc = p->ops->open(index, opt ? opt : &defaults, &ctx, perr, sizeof(perr));
+    perr[sizeof(perr) - 1] = '\0';
+    if (rc != 0 || !ctx) {
+        if (ctx)
+            p->ops->close(ctx);
+        return dray_fail(err, errlen, rc ? rc : DRAY_EBACKEND, "%s: cannot open device %u (%s): %s",
+                         p->name, index, props.name, perr[0] ? perr : dray_strerror(rc));
+    }
+    out->plugin = p;
+    out->ops = p->ops;
+    out->ctx = ctx;
+    out->index = index;
+    out->props = props;
+    return 0;
+}
+
+int dray_device_open_config(struct dray_registry *reg, const struct dray_config *cfg,
+                            struct dray_device *out, char *err, size_t errlen)
+{
+    struct dray_open_options opt = {
+        .size = sizeof(opt),
+        .n_threads = cfg->threads,
+        .reference = cfg->reference_kernels ? 1 : 0,
+    };
+    char why[512];
+    int rc = dray_device_open(reg, cfg->backend, cfg->device, &opt, out, why, sizeof(why));
+    if (rc == 0)
+        return 0;
+    if (!cfg->fallback[0] || !strcmp(cfg->fallback, cfg->backend))
+        return dray_fail(err, errlen, rc,
+                         "backend '%s' failed: %s (no fallback configured: set `fallback: cpu` "
+                         "to run on the CPU instead)",
+                         cfg->backend, why);
+    dray_warn("backend '%s' failed: %s; falling back to '%s' as configured", cfg->backend, why,
+              cfg->fallback);
+    /* the configured device names a device of the backend, not of the fallback */
+    char why2[512];
+    int rc2 = dray_device_open(reg, cfg->fallback, "", &opt, out, why2, sizeof(why2));
+    if (rc2 == 0)
+        return 0;
+    return dray_fail(err, errlen, rc, "backend '%s' failed: %s; fallback '%s' failed too: %s",
+                     cfg->backend, why, cfg->fallback, why2);
+}
+
+void dray_device_close(struct dray_device *dev)
+{
+    if (!dev)
+        return;
+    if (dev->ops && dev->ctx)
+        dev->ops->close(dev->ctx);
+    memset(dev, 0, sizeof(*dev));
+}
