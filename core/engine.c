@@ -1,0 +1,510 @@
+/* The engine: wires config → registry/device → GGUF → model + tokenizer → KV,
+ * and runs sessions (one sequence each): chunked prefill, then decode with the
+ * sampler, streaming detokenized text. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chat.h"
+#include "dray/dray.h"
+#include "error.h"
+#include "gguf.h"
+#include "kv.h"
+#include "log.h"
+#include "model.h"
+#include "registry.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+struct dray_engine {
+    struct dray_config cfg;
+    struct dray_registry *reg;
+    struct dray_device dev;
+    bool dev_open;
+    struct dray_gguf *gguf;
+    struct dray_tokenizer *tok;
+    const struct dray_arch *arch;
+    struct dray_model *model;
+    struct dray_kv *kv;
+    struct dray_engine_info info;
+    uint32_t chunk;     /* most tokens in one forward step */
+    float *logits;      /* host [n_vocab] for the one row a session samples from */
+    const char *chat_template; /* NULL when the model has none dray knows */
+};
+
+struct dray_session {
+    struct dray_engine *e;
+    uint32_t seq;
+    int32_t *hist;      /* tokens in the KV, in order */
+    size_t n_hist, cap_hist;
+    bool chatted;       /* a chat turn has been rendered into this session */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------------ open */
+
+static int open_kv(struct dray_engine *e, char *err, size_t errlen)
+{
+    const struct dray_model_info *mi = e->arch->info(e->model);
+    const struct dray_config *c = &e->cfg;
+    struct dray_kv_desc d = {
+        .n_layer = mi->n_layer, .window = mi->window, .share_with = mi->share_kv,
+        .n_kv_head = mi->n_kv_head, .head_dim = mi->head_dim, .dtype = c->kv_dtype,
+        .block_size = c->kv_block ? c->kv_block : 16, .max_seqs = c->max_seqs ? c->max_seqs : 1,
+        .max_ctx = e->info.context, .max_chunk = e->chunk, .budget_bytes = c->kv_budget,
+    };
+    int rc = dray_kv_create(e->dev.ops, e->dev.ctx, &d, &e->kv, err, errlen);
+    if (rc)
+        return rc;
+    const struct dray_kv_plan *p = dray_kv_get_plan(e->kv);
+    e->info.kv_bytes = p->total_bytes;
+    e->info.kv_bytes_per_token = p->global_bytes_per_token;
+    e->info.kv_bytes_per_seq_fixed = p->window_bytes_per_seq;
+    e->info.max_seqs = d.max_seqs;
+    return 0;
+}
+
+static void fill_info(struct dray_engine *e)
+{
+    const struct dray_model_info *mi = e->arch->info(e->model);
+    struct dray_engine_info *in = &e->info;
+    in->model_path = e->cfg.model;
+    in->model_name = mi->name;
+    in->arch = mi->arch;
+    in->plugin = e->dev.plugin->name;
+    in->device = e->dev.props.name;
+    in->n_layer = mi->n_layer;
+    in->n_embd = mi->n_embd;
+    in->n_head = mi->n_head;
+    in->n_kv_head = mi->n_kv_head;
+    in->head_dim = mi->head_dim;
+    in->n_vocab = mi->n_vocab;
+    in->n_ctx_train = mi->n_ctx_train;
+    in->n_params = mi->n_params;
+    in->weight_bytes = mi->weight_bytes;
+    in->precision = e->cfg.precision == DRAY_PRECISION_F32 ? "f32" : "int8";
+    in->kv_dtype = e->cfg.kv_dtype == DRAY_F16 ? "f16" : "int8";
+}
+
+int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen)
+{
+    double t0 = now_s();
+    struct dray_engine *e = calloc(1, sizeof(*e));
+    *out = NULL;
+    if (!e)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    e->cfg = *cfg;
+    if (!e->cfg.model[0])
+        return free(e), dray_fail(err, errlen, DRAY_EINVAL,
+                                  "no model: pass -m FILE or set 'model' in the config");
+    int rc = dray_registry_open(cfg->plugin_path[0] ? cfg->plugin_path : NULL, &e->reg, err, errlen);
+    if (!rc)
+        rc = dray_device_open_config(e->reg, cfg, &e->dev, err, errlen);
+    e->dev_open = rc == 0;
+    if (!rc)
+        rc = dray_gguf_open(cfg->model, &e->gguf, err, errlen);
+    if (!rc)
+        rc = dray_tokenizer_load(e->gguf, &e->tok, err, errlen);
+    if (rc)
+        goto fail;
+    e->chat_template = dray_chat_template_for(e->gguf);
+    e->chunk = cfg->chunk ? cfg->chunk : 512;
+    struct dray_model_opts mo = {.precision = cfg->precision, .max_batch = e->chunk, .progress = true};
+    rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+    if (rc)
+        goto fail;
+    fill_info(e);
+    e->info.context = cfg->context ? cfg->context : e->info.n_ctx_train;
+    if (e->info.context > e->info.n_ctx_train)
+        dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
+                  e->info.n_ctx_train);
+    rc = open_kv(e, err, errlen);
+    if (rc)
+        goto fail;
+    e->logits = malloc((size_t)e->info.n_vocab * sizeof(float));
+    if (!e->logits) {
+        rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+        goto fail;
+    }
+    e->info.load_s = now_s() - t0;
+    *out = e;
+    return 0;
+fail:
+    dray_engine_close(e);
+    return rc;
+}
+
+void dray_engine_close(struct dray_engine *e)
+{
+    if (!e)
+        return;
+    free(e->logits);
+    if (e->kv)
+        dray_kv_free(e->kv);
+    if (e->model)
+        e->arch->free(e->model);
+    dray_tokenizer_free(e->tok);
+    if (e->gguf)
+        dray_gguf_close(e->gguf);
+    if (e->dev_open)
+        dray_device_close(&e->dev);
+    if (e->reg)
+        dray_registry_close(e->reg);
+    free(e);
+}
+
+const struct dray_engine_info *dray_engine_get_info(const struct dray_engine *e)
+{
+    return &e->info;
+}
+
+int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add_bos,
+                         bool parse_special, int32_t **ids, size_t *n, char *err, size_t errlen)
+{
+    int rc = dray_tokenize(e->tok, text, strlen(text), add_bos, parse_special, ids, n);
+    if (rc)
+        return dray_fail(err, errlen, rc, "tokenizing the prompt: %s", dray_strerror(rc));
+    return 0;
+}
+
+void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->temperature = cfg->temperature;
+    p->top_k = cfg->top_k;
+    p->top_p = cfg->top_p;
+    p->min_p = cfg->min_p;
+    p->repeat_penalty = cfg->repeat_penalty;
+    p->repeat_last_n = 64;
+    p->seed = cfg->seed;
+    p->max_tokens = cfg->max_tokens;
+}
+
+/* --------------------------------------------------------------- sessions */
+
+int dray_session_new(struct dray_engine *e, struct dray_session **out, char *err, size_t errlen)
+{
+    struct dray_session *s = calloc(1, sizeof(*s));
+    *out = NULL;
+    if (!s)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    int rc = dray_kv_seq_new(e->kv, &s->seq);
+    if (rc) {
+        free(s);
+        return dray_fail(err, errlen, rc, "no free sequence slot (max_seqs = %u)", e->info.max_seqs);
+    }
+    s->e = e;
+    *out = s;
+    return 0;
+}
+
+void dray_session_free(struct dray_session *s)
+{
+    if (!s)
+        return;
+    dray_kv_seq_free(s->e->kv, s->seq);
+    free(s->hist);
+    free(s);
+}
+
+uint32_t dray_session_len(const struct dray_session *s)
+{
+    return (uint32_t)s->n_hist;
+}
+
+static int hist_push(struct dray_session *s, const int32_t *ids, size_t n)
+{
+    if (s->n_hist + n > s->cap_hist) {
+        size_t cap = s->cap_hist ? s->cap_hist : 256;
+        while (cap < s->n_hist + n)
+            cap *= 2;
+        int32_t *h = realloc(s->hist, cap * sizeof(*h));
+        if (!h)
+            return DRAY_ENOMEM;
+        s->hist = h;
+        s->cap_hist = cap;
+    }
+    memcpy(s->hist + s->n_hist, ids, n * sizeof(*ids));
+    s->n_hist += n;
+    return 0;
+}
+
+static int check_fits(struct dray_session *s, size_t n, char *err, size_t errlen);
+static int prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen);
+
+/* One forward step over several sessions: session i appends n[i] tokens (ids are
+ * concatenated in session order). The logits of the listed batch rows go to logits. */
+static int step_many(struct dray_session *const *ss, uint32_t n_seq, const uint32_t *n,
+                     const int32_t *ids, const uint32_t *logit_rows, uint32_t n_logits,
+                     float *logits, char *err, size_t errlen)
+{
+    struct dray_engine *e = ss[0]->e;
+    uint32_t T = 0, seq_ids[n_seq];
+    for (uint32_t i = 0; i < n_seq; i++) {
+        seq_ids[i] = ss[i]->seq;
+        T += n[i];
+    }
+    int32_t *pos = malloc(T * sizeof(int32_t));
+    if (!pos)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    for (uint32_t i = 0, t = 0; i < n_seq; i++)
+        for (uint32_t j = 0; j < n[i]; j++)
+            pos[t++] = (int32_t)(ss[i]->n_hist + j);
+    int rc = dray_kv_step_begin(e->kv, n_seq, seq_ids, n, err, errlen);
+    if (!rc) {
+        struct dray_batch b = {.n_tok = T, .ids = ids, .pos = pos, .n_logits = n_logits,
+                               .logit_rows = logit_rows, .logits = logits};
+        rc = e->arch->forward(e->model, e->kv, &b, err, errlen);
+        if (rc)
+            dray_kv_step_abort(e->kv);
+        else
+            dray_kv_step_end(e->kv);
+    }
+    for (uint32_t i = 0, t = 0; !rc && i < n_seq; t += n[i], i++)
+        if (hist_push(ss[i], ids + t, n[i]))
+            rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    free(pos);
+    return rc;
+}
+
+static int step(struct dray_session *s, const int32_t *ids, uint32_t n, const uint32_t *logit_rows,
+                uint32_t n_logits, float *logits, char *err, size_t errlen)
+{
+    return step_many(&s, 1, &n, ids, logit_rows, n_logits, logits, err, errlen);
+}
+
+int dray_sessions_decode(struct dray_session *const *ss, uint32_t n_seq, const int32_t *ids,
+                         float *logits, char *err, size_t errlen)
+{
+    uint32_t ones[n_seq], rows[n_seq];
+    if (n_seq == 0 || n_seq > ss[0]->e->chunk)
+        return dray_fail(err, errlen, DRAY_EINVAL, "decode step of %u sequences (1..%u)", n_seq,
+                         ss[0]->e->chunk);
+    for (uint32_t i = 0; i < n_seq; i++) {
+        if (ss[i]->e != ss[0]->e || ss[i]->n_hist + 1 > ss[i]->e->info.context)
+            return dray_fail(err, errlen, DRAY_ERANGE, "session %u cannot take another token", i);
+        ones[i] = 1;
+        rows[i] = i;
+    }
+    return step_many(ss, n_seq, ones, ids, rows, logits ? n_seq : 0, logits, err, errlen);
+}
+
+int dray_session_prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen)
+{
+    int rc = check_fits(s, n, err, errlen);
+    return rc ? rc : prefill(s, ids, n, err, errlen);
+}
+
+static int check_fits(struct dray_session *s, size_t n, char *err, size_t errlen)
+{
+    uint32_t ctx = s->e->info.context;
+    if (s->n_hist + n > ctx)
+        return dray_fail(err, errlen, DRAY_ERANGE,
+                         "the prompt is %zu tokens and the session already holds %zu, but the "
+                         "context is %u tokens: shorten the prompt or raise 'context' (-c)",
+                         n, s->n_hist, ctx);
+    return 0;
+}
+
+/* Prefill in chunks; the logits of the last token land in e->logits. */
+static int prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen)
+{
+    struct dray_engine *e = s->e;
+    for (size_t i = 0; i < n; i += e->chunk) {
+        uint32_t m = (uint32_t)(n - i < e->chunk ? n - i : e->chunk);
+        uint32_t last = m - 1;
+        bool final = i + m == n;
+        int rc = step(s, ids + i, m, &last, final ? 1 : 0, e->logits, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int dray_session_dump_logits(struct dray_session *s, const int32_t *ids, size_t n, void *logits_out,
+                             char *err, size_t errlen)
+{
+    struct dray_engine *e = s->e;
+    int rc = check_fits(s, n, err, errlen);
+    uint32_t *rows = malloc(e->chunk * sizeof(uint32_t));
+    float *buf = malloc((size_t)e->chunk * e->info.n_vocab * sizeof(float));
+    if (!rows || !buf)
+        rc = rc ? rc : dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for %u rows of logits", e->chunk);
+    for (uint32_t i = 0; rows && i < e->chunk; i++)
+        rows[i] = i;
+    for (size_t i = 0; !rc && i < n; i += e->chunk) {
+        uint32_t m = (uint32_t)(n - i < e->chunk ? n - i : e->chunk);
+        rc = step(s, ids + i, m, rows, m, buf, err, errlen);
+        if (!rc && fwrite(buf, sizeof(float) * e->info.n_vocab, m, logits_out) != m)
+            rc = dray_fail(err, errlen, DRAY_EIO, "writing logits failed");
+    }
+    free(rows);
+    free(buf);
+    return rc;
+}
+
+/* Emit text for a token, holding back what could be the start of a stop string. */
+struct emitter {
+    dray_emit_fn fn;
+    void *user;
+    struct dray_detok detok;
+    struct dray_stop stop;
+    char *piece;
+    size_t piece_cap;
+};
+
+static int emit_token(struct emitter *em, const struct dray_tokenizer *tok, int32_t id, bool *stopped)
+{
+    size_t n = dray_detok_push(&em->detok, tok, id, em->piece, em->piece_cap);
+    const char *ready;
+    size_t ready_len;
+    *stopped = dray_stop_push(&em->stop, em->piece, n, &ready, &ready_len);
+    return em->fn ? em->fn(em->user, ready, ready_len, id) : 0;
+}
+
+static int emit_flush(struct emitter *em)
+{
+    char tail[8];
+    size_t n = dray_detok_flush(&em->detok, tail, sizeof(tail));
+    const char *ready;
+    size_t ready_len;
+    dray_stop_push(&em->stop, tail, n, &ready, &ready_len);
+    if (em->fn && ready_len)
+        em->fn(em->user, ready, ready_len, -1);
+    dray_stop_finish(&em->stop, &ready, &ready_len);
+    return em->fn && ready_len ? em->fn(em->user, ready, ready_len, -1) : 0;
+}
+
+static int decode(struct dray_session *s, const struct dray_gen_params *p, struct emitter *em,
+                  struct dray_gen_stats *st, char *err, size_t errlen)
+{
+    struct dray_engine *e = s->e;
+    struct dray_sampler_params sp = {
+        .temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
+        .repeat_penalty = p->repeat_penalty, .repeat_last_n = p->repeat_last_n, .seed = p->seed,
+    };
+    struct dray_sampler *smp = NULL;
+    int rc = dray_sampler_new(&sp, &smp);
+    if (rc)
+        return dray_fail(err, errlen, rc, "sampler: bad parameters");
+    double t0 = now_s();
+    st->stop_reason = "max tokens";
+    for (uint32_t i = 0; i < p->max_tokens; i++) {
+        int32_t id = dray_sampler_sample(smp, e->logits, e->info.n_vocab, s->hist, s->n_hist);
+        if (dray_tokenizer_is_eog(e->tok, id)) {
+            st->stop_reason = "eog";
+            break;
+        }
+        st->n_generated++;
+        bool stopped;
+        if (emit_token(em, e->tok, id, &stopped)) {
+            st->stop_reason = "caller";
+            rc = step(s, &id, 1, NULL, 0, NULL, err, errlen);
+            break;
+        }
+        if (stopped) {
+            st->stop_reason = "stop string";
+            rc = step(s, &id, 1, NULL, 0, NULL, err, errlen);
+            break;
+        }
+        if (s->n_hist + 1 > e->info.context) {
+            st->stop_reason = "context full";
+            break;
+        }
+        uint32_t row = 0;
+        /* the last token of max_tokens still goes into the KV so the session can go on */
+        bool want = i + 1 < p->max_tokens;
+        rc = step(s, &id, 1, &row, want ? 1 : 0, e->logits, err, errlen);
+        if (rc)
+            break;
+    }
+    st->decode_s = now_s() - t0;
+    dray_sampler_free(smp);
+    if (!rc)
+        emit_flush(em);
+    return rc;
+}
+
+int dray_session_generate(struct dray_session *s, const int32_t *ids, size_t n,
+                          const struct dray_gen_params *p, dray_emit_fn emit, void *user,
+                          struct dray_gen_stats *st, char *err, size_t errlen)
+{
+    struct dray_engine *e = s->e;
+    memset(st, 0, sizeof(*st));
+    st->n_prompt = (uint32_t)n;
+    st->n_reused = (uint32_t)s->n_hist;
+    if (n == 0)
+        return dray_fail(err, errlen, DRAY_EINVAL, "empty prompt");
+    int rc = check_fits(s, n, err, errlen);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= e->info.n_vocab)
+            return dray_fail(err, errlen, DRAY_EINVAL, "token id %d at %zu is outside the vocabulary (0..%u)",
+                             ids[i], i, e->info.n_vocab - 1);
+    double t0 = now_s();
+    rc = prefill(s, ids, n, err, errlen);
+    st->prefill_s = now_s() - t0;
+    st->n_prefilled = (uint32_t)n;
+    if (rc)
+        return rc;
+    struct emitter em = {.fn = emit, .user = user};
+    dray_detok_init(&em.detok);
+    em.piece_cap = dray_tokenizer_max_piece(e->tok) + 8;
+    em.piece = malloc(em.piece_cap);
+    rc = dray_stop_init(&em.stop, p->stop, p->n_stop);
+    if (!em.piece || rc) {
+        free(em.piece);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    }
+    rc = decode(s, p, &em, st, err, errlen);
+    dray_stop_free(&em.stop);
+    free(em.piece);
+    return rc;
+}
+
+int dray_chat_turn(struct dray_session *s, const char *system, const char *user_text,
+                   const struct dray_gen_params *p, dray_emit_fn emit, void *user,
+                   struct dray_gen_stats *st, char *err, size_t errlen)
+{
+    const char *tmpl = s->e->chat_template;
+    struct dray_chat_msg msgs[2];
+    size_t n_msgs = 0;
+    char *text = NULL;
+    int rc;
+    if (!tmpl)
+        return dray_fail(err, errlen, DRAY_ENOTSUP, "%s has no chat template dray knows",
+                         s->e->cfg.model);
+    if (!s->chatted && s->n_hist == 0) {
+        if (system && system[0])
+            msgs[n_msgs++] = (struct dray_chat_msg){"system", system};
+        msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
+        rc = dray_chat_render(tmpl, msgs, n_msgs, true, &text, err, errlen);
+    } else {
+        /* the reply ended at <end_of_turn>, which was sampled but not fed to the KV */
+        msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
+        rc = dray_chat_render_turn(tmpl, msgs, n_msgs, false, true, &text, err, errlen);
+    }
+    if (rc)
+        return rc;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    /* the template writes <bos> itself on the first turn */
+    rc = dray_engine_tokenize(s->e, text, false, true, &ids, &n, err, errlen);
+    free(text);
+    if (!rc) {
+        rc = dray_session_generate(s, ids, n, p, emit, user, st, err, errlen);
+        if (!rc)
+            s->chatted = true;
+    }
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,87 @@
+/* The model interface: one implementation per architecture family in models/,
+ * chosen by general.architecture. A model reads its hyper-parameters from GGUF
+ * metadata, prepares its weights on the device (int8 per output channel, or f32
+ * for checking), and runs a forward step over a batch of tokens from several
+ * sequences through the operator table only. */
+#ifndef DRAY_CORE_MODEL_H
+#define DRAY_CORE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dray/backend.h"
+#include "dray/dray.h"
+#include "gguf.h"
+#include "kv.h"
+#include "registry.h"
+
+#define DRAY_MAX_LAYERS 256
+
+/* What the engine needs to know about a loaded model. */
+struct dray_model_info {
+    const char *arch;          /* "gemma3" */
+    char name[128];            /* general.name */
+    uint32_t n_layer, n_embd, n_ff, n_head, n_kv_head, head_dim, n_vocab;
+    uint32_t n_ctx_train;
+    uint32_t window[DRAY_MAX_LAYERS]; /* per layer, 0 = global attention */
+    int32_t share_kv[DRAY_MAX_LAYERS]; /* per layer: earlier layer whose KV it reads, or -1 */
+    uint64_t n_params;
+    uint64_t weight_bytes;     /* device bytes of prepared weights */
+};
+
+struct dray_model_opts {
+    enum dray_precision precision;
+    uint32_t max_batch;        /* most tokens in one forward step (sizes the activations) */
+    uint32_t max_logits;       /* most rows of logits in one step */
+    bool progress;             /* print weight preparation progress to stderr */
+};
+
+/* One forward step. Tokens are grouped by sequence in the same order as the
+ * kv step that was begun for them (dray_kv_step_begin). */
+struct dray_batch {
+    uint32_t n_tok;
+    const int32_t *ids;        /* host [n_tok] */
+    const int32_t *pos;        /* host [n_tok]: position of each token in its sequence */
+    uint32_t n_logits;
+    const uint32_t *logit_rows; /* host [n_logits]: batch rows whose logits are wanted */
+    float *logits;             /* host out [n_logits][n_vocab] */
+};
+
+struct dray_model;
+
+struct dray_arch {
+    const char *name;          /* general.architecture */
+    int (*load)(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
+                struct dray_model **out, char *err, size_t errlen);
+    int (*forward)(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
+                   size_t errlen);
+    void (*free)(struct dray_model *m);
+    const struct dray_model_info *(*info)(const struct dray_model *m);
+};
+
+/* Picks the architecture from the file; "architecture X is not supported
+ * (supported: gemma3)" otherwise. */
+int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
+                    const struct dray_arch **arch, struct dray_model **out, char *err, size_t errlen);
+/* Comma-separated list of supported architectures. */
+const char *dray_model_supported(void);
+
+extern const struct dray_arch dray_arch_gemma3;
+
+/* Helpers for model files: prepare one 2-D GGUF weight (or several stacked along
+ * the output dimension, e.g. Q|K|V) on the device. */
+struct dray_weight {
+    struct dray_buf *w;        /* I8 [n_out][k] or F32 [n_out][k] */
+    struct dray_buf *scale;    /* F32 [n_out] (I8 only) */
+    uint32_t n_out, k, dtype;  /* dtype: DRAY_I8 or DRAY_F32 */
+};
+int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
+                        uint32_t n_parts, uint32_t dtype, struct dray_weight *out, char *err,
+                        size_t errlen);
+void dray_weight_release(struct dray_device *dev, struct dray_weight *w);
+/* A 1-D f32 tensor (norm weights) uploaded as F32. */
+int dray_vector_prepare(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t n,
+                        struct dray_buf **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs a reference check (Python, in the project's .venv, against the real model).
+# Exit 77 (skip) with a reason when the venv or the model is not set up.
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+py="$root/.venv/bin/python"
+model="${DRAY_MODEL:-$root/.models/gemma-3-270m-q4_k_m.gguf}"
+[ -x "$py" ] || { echo "skip: no .venv (run ci/setup.sh)"; exit 77; }
+[ -s "$model" ] || { echo "skip: no model at $model (run ci/setup.sh)"; exit 77; }
+script="$1"; shift
+exec "$py" "$root/tests/reference/$script" --model "$model" "$@"

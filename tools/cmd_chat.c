@@ -1,0 +1,111 @@
+/* dray chat: a multi-turn conversation on stdin/stdout. The conversation's KV
+ * stays in one session, so each turn prefills only its own new tokens. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cmd.h"
+#include "dray/dray.h"
+
+static void usage(void)
+{
+    printf("usage: dray chat [options]\n"
+           "  -s, --system TEXT     system prompt (folded into the first user turn)\n"
+           "  -q, --quiet           no per-turn speed report\n"
+           "Type a message and press enter. /reset starts over, /exit (or end of input) quits.\n");
+    dray_cli_help();
+}
+
+static int on_token(void *user, const char *text, size_t len, int32_t id)
+{
+    (void)user;
+    (void)id;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static void chomp(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = 0;
+}
+
+int dray_cmd_chat(int argc, char **argv)
+{
+    struct dray_config cfg;
+    char *rest[argc + 1], err[2048];
+    int n_rest;
+    if (dray_cli_parse(argc, argv, &cfg, rest, &n_rest))
+        return 2;
+    const char *system = NULL;
+    bool quiet = false;
+    for (int i = 1; i < n_rest; i++) {
+        if ((!strcmp(rest[i], "-s") || !strcmp(rest[i], "--system")) && i + 1 < n_rest) system = rest[++i];
+        else if (!strcmp(rest[i], "-q") || !strcmp(rest[i], "--quiet")) quiet = true;
+        else if (!strcmp(rest[i], "-h") || !strcmp(rest[i], "--help")) { usage(); return 0; }
+        else {
+            fprintf(stderr, "dray chat: unknown or incomplete option '%s' (dray chat -h lists them)\n", rest[i]);
+            return 2;
+        }
+    }
+    struct dray_engine *e = dray_cli_open_engine(&cfg, quiet);
+    if (!e)
+        return 1;
+    struct dray_session *s = NULL;
+    if (dray_session_new(e, &s, err, sizeof(err))) {
+        fprintf(stderr, "dray: %s\n", err);
+        dray_engine_close(e);
+        return 1;
+    }
+    struct dray_gen_params p;
+    dray_gen_params_from_config(&cfg, &p);
+    bool tty = isatty(0);
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (tty) {
+            printf("> ");
+            fflush(stdout);
+        }
+        if (getline(&line, &cap, stdin) < 0)
+            break;
+        chomp(line);
+        if (!line[0])
+            continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit"))
+            break;
+        if (!strcmp(line, "/reset")) {
+            dray_session_free(s);
+            s = NULL;
+            if (dray_session_new(e, &s, err, sizeof(err))) {
+                fprintf(stderr, "dray: %s\n", err);
+                rc = 1;
+                break;
+            }
+            continue;
+        }
+        struct dray_gen_stats st;
+        if (dray_chat_turn(s, system, line, &p, on_token, NULL, &st, err, sizeof(err))) {
+            /* a bad turn (too long, ...) is reported; the conversation goes on */
+            fprintf(stderr, "dray: %s\n", err);
+            continue;
+        }
+        printf("\n");
+        if (!quiet)
+            fprintf(stderr, "[turn: %u new tokens prefilled (%u already cached) at %.1f tok/s; "
+                    "%u generated at %.1f tok/s; stopped: %s; context %u/%u]\n",
+                    st.n_prefilled, st.n_reused, st.n_prefilled / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
+                    st.n_generated, st.n_generated / (st.decode_s > 0 ? st.decode_s : 1e-9), st.stop_reason,
+                    dray_session_len(s), dray_engine_get_info(e)->context);
+        fflush(stdout);
+    }
+    free(line);
+    dray_session_free(s);
+    dray_engine_close(e);
+    return rc;
+}
