@@ -1,0 +1,323 @@
+/* ggml tensor types: the size table, half-float conversion, and dequantization of
+ * the supported block formats to f32. Block layouts: shared/reference/gemma3-gguf.md §4.
+ * All multi-byte fields are little-endian and blocks are packed, so fields are read
+ * through memcpy (a Q8_0 block is 34 bytes: its halves are not 2-aligned in a row). */
+#include <string.h>
+
+#include "error.h"
+#include "gguf.h"
+
+/* ------------------------------------------------------------ type table */
+
+struct type_info {
+    const char *name;
+    uint16_t block_elems; /* elements per block */
+    uint16_t block_bytes; /* bytes per block */
+    bool supported;       /* dray_dequant_row handles it */
+};
+
+/* Indexed by ggml type id. Sizes of the types dray does not dequantize are known
+ * anyway so that the reader can bounds-check their data and `dray info` can name
+ * them. Ids 4, 5, 31-33, 36-38 were removed from ggml and stay unknown. */
+static const struct type_info types[] = {
+    [0] = {"F32", 1, 4, true},          [1] = {"F16", 1, 2, true},
+    [2] = {"Q4_0", 32, 18, true},       [3] = {"Q4_1", 32, 20, true},
+    [6] = {"Q5_0", 32, 22, true},       [7] = {"Q5_1", 32, 24, true},
+    [8] = {"Q8_0", 32, 34, true},       [9] = {"Q8_1", 32, 36, false},
+    [10] = {"Q2_K", 256, 84, false},    [11] = {"Q3_K", 256, 110, false},
+    [12] = {"Q4_K", 256, 144, true},    [13] = {"Q5_K", 256, 176, true},
+    [14] = {"Q6_K", 256, 210, true},    [15] = {"Q8_K", 256, 292, false},
+    [16] = {"IQ2_XXS", 256, 66, false}, [17] = {"IQ2_XS", 256, 74, false},
+    [18] = {"IQ3_XXS", 256, 98, false}, [19] = {"IQ1_S", 256, 50, false},
+    [20] = {"IQ4_NL", 32, 18, false},   [21] = {"IQ3_S", 256, 110, false},
+    [22] = {"IQ2_S", 256, 82, false},   [23] = {"IQ4_XS", 256, 136, false},
+    [24] = {"I8", 1, 1, false},         [25] = {"I16", 1, 2, false},
+    [26] = {"I32", 1, 4, false},        [27] = {"I64", 1, 8, false},
+    [28] = {"F64", 1, 8, false},        [29] = {"IQ1_M", 256, 56, false},
+    [30] = {"BF16", 1, 2, true},        [34] = {"TQ1_0", 256, 54, false},
+    [35] = {"TQ2_0", 256, 66, false},   [39] = {"MXFP4", 32, 17, false},
+    [40] = {"NVFP4", 64, 36, false},    [41] = {"Q1_0", 128, 18, false},
+};
+
+static const struct type_info *type_info(uint32_t type)
+{
+    if (type >= sizeof(types) / sizeof(types[0]) || !types[type].name)
+        return NULL;
+    return &types[type];
+}
+
+uint32_t dray_ggml_block_elems(uint32_t type)
+{
+    const struct type_info *t = type_info(type);
+    return t ? t->block_elems : 0;
+}
+
+uint32_t dray_ggml_block_bytes(uint32_t type)
+{
+    const struct type_info *t = type_info(type);
+    return t ? t->block_bytes : 0;
+}
+
+const char *dray_ggml_type_name(uint32_t type)
+{
+    const struct type_info *t = type_info(type);
+    return t ? t->name : NULL;
+}
+
+bool dray_ggml_type_supported(uint32_t type)
+{
+    const struct type_info *t = type_info(type);
+    return t && t->supported;
+}
+
+/* ------------------------------------------------------------ half floats */
+
+float dray_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+    float f;
+    if (exp == 0x1F) {            /* inf / NaN: keep the payload */
+        bits = sign | 0x7F800000u | (man << 13);
+    } else if (exp) {             /* normal: rebias 15 -> 127 */
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else {                      /* zero / subnormal: man * 2^-24, exact in f32 */
+        f = (float)man * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Shift right by s (1..31) rounding to nearest, ties to even. */
+static uint32_t shift_rne(uint32_t v, unsigned s)
+{
+    uint32_t q = v >> s, rem = v & ((1u << s) - 1), half = 1u << (s - 1);
+    return q + (rem > half || (rem == half && (q & 1)));
+}
+
+uint16_t dray_f32_to_f16(float f)
+{
+    uint32_t x, ax;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u)         /* NaN: quiet, keep the top payload bits */
+        return sign | 0x7E00 | (uint16_t)((ax >> 13) & 0x3FF);
+    if (ax >= 0x477FF000u)        /* >= 65520 (halfway past 65504) and inf -> inf */
+        return sign | 0x7C00;
+    if (ax >= 0x38800000u)        /* >= 2^-14: normal half; rounding may carry into exp */
+        return sign | (uint16_t)shift_rne(ax - (112u << 23), 13);
+    if (ax <= 0x33000000u)        /* <= 2^-25: rounds to zero (2^-25 ties to even 0) */
+        return sign;
+    /* Subnormal half: value / 2^-24 = m * 2^(e - 126), with e in 102..112. */
+    uint32_t m = (ax & 0x7FFFFF) | 0x800000, e = ax >> 23;
+    return sign | (uint16_t)shift_rne(m, 126 - e);
+}
+
+/* ------------------------------------------------------------ block readers */
+
+static float rd_half(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return dray_f16_to_f32(h);
+}
+
+/* 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of Q4_K/Q5_K:
+ * bytes 0-3 low 6 bits = scales 0-3, bytes 4-7 low 6 bits = mins 0-3; scales/mins
+ * 4-7 take their low nibble from bytes 8-11 and top 2 bits from bytes 0-3 / 4-7. */
+static void k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* Q8_0: half d, int8 qs[32]; y = q * d. */
+static void deq_q8_0(const uint8_t *b, float *y)
+{
+    float d = rd_half(b);
+    for (int e = 0; e < 32; e++)
+        y[e] = (float)(int8_t)b[2 + e] * d;
+}
+
+/* Q4_0: half d, qs[16]; low nibbles = elements 0-15, high = 16-31; y = (q - 8) * d. */
+static void deq_q4_0(const uint8_t *b, float *y)
+{
+    float d = rd_half(b);
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)((b[2 + j] & 0xF) - 8) * d;
+        y[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+    }
+}
+
+/* Q4_1: half d, half m, qs[16]; y = q * d + m. */
+static void deq_q4_1(const uint8_t *b, float *y)
+{
+    float d = rd_half(b), m = rd_half(b + 2);
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)(b[4 + j] & 0xF) * d + m;
+        y[j + 16] = (float)(b[4 + j] >> 4) * d + m;
+    }
+}
+
+/* 5-bit codes of a Q5_0/Q5_1 block: low nibbles from qs, bit 4 from the uint32 qh
+ * (bit j for element j, bit j+16 for element j+16). */
+static void q5_codes(const uint8_t *qh4, const uint8_t *qs, int *q)
+{
+    uint32_t h;
+    memcpy(&h, qh4, 4);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0xF) | (int)(((h >> j) & 1) << 4);
+        q[j + 16] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+    }
+}
+
+/* Q5_0: half d, qh[4], qs[16]; y = (q - 16) * d. */
+static void deq_q5_0(const uint8_t *b, float *y)
+{
+    float d = rd_half(b);
+    int q[32];
+    q5_codes(b + 2, b + 6, q);
+    for (int e = 0; e < 32; e++)
+        y[e] = (float)(q[e] - 16) * d;
+}
+
+/* Q5_1: half d, half m, qh[4], qs[16]; y = q * d + m. */
+static void deq_q5_1(const uint8_t *b, float *y)
+{
+    float d = rd_half(b), m = rd_half(b + 2);
+    int q[32];
+    q5_codes(b + 4, b + 8, q);
+    for (int e = 0; e < 32; e++)
+        y[e] = (float)q[e] * d + m;
+}
+
+/* Q4_K: half d, half dmin, scales[12], qs[128]. Chunk c (64 elements) uses bytes
+ * qs[32c..32c+31]: low nibbles -> sub-block 2c, high nibbles -> sub-block 2c+1;
+ * y = d * sc * q - dmin * m. */
+static void deq_q4_k(const uint8_t *b, float *y)
+{
+    float d = rd_half(b), dmin = rd_half(b + 2);
+    const uint8_t *sc = b + 4, *qs = b + 16;
+    for (int c = 0; c < 4; c++) {
+        uint8_t s0, m0, s1, m1;
+        k_scale_min(sc, 2 * c, &s0, &m0);
+        k_scale_min(sc, 2 * c + 1, &s1, &m1);
+        float d0 = d * s0, o0 = dmin * m0, d1 = d * s1, o1 = dmin * m1;
+        for (int l = 0; l < 32; l++) {
+            y[64 * c + l] = d0 * (float)(qs[32 * c + l] & 0xF) - o0;
+            y[64 * c + 32 + l] = d1 * (float)(qs[32 * c + l] >> 4) - o1;
+        }
+    }
+}
+
+/* Q5_K: half d, half dmin, scales[12], qh[32], qs[128]. As Q4_K, plus bit 4 of
+ * each code from qh[l]: bit 2c for the low nibble, bit 2c+1 for the high one. */
+static void deq_q5_k(const uint8_t *b, float *y)
+{
+    float d = rd_half(b), dmin = rd_half(b + 2);
+    const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + 48;
+    for (int c = 0; c < 4; c++) {
+        uint8_t s0, m0, s1, m1;
+        k_scale_min(sc, 2 * c, &s0, &m0);
+        k_scale_min(sc, 2 * c + 1, &s1, &m1);
+        float d0 = d * s0, o0 = dmin * m0, d1 = d * s1, o1 = dmin * m1;
+        for (int l = 0; l < 32; l++) {
+            int lo = (qs[32 * c + l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4);
+            int hi = (qs[32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+            y[64 * c + l] = d0 * (float)lo - o0;
+            y[64 * c + 32 + l] = d1 * (float)hi - o1;
+        }
+    }
+}
+
+/* Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16], half d.
+ * Half n (128 elements) uses ql + 64n, qh + 32n; for l in 0..31 the four codes
+ * land at elements l, 32+l, 64+l, 96+l of the half; y = d * scales[e/16] * (q - 32). */
+static void deq_q6_k(const uint8_t *b, float *y)
+{
+    float d = rd_half(b + 208);
+    const int8_t *sc = (const int8_t *)(b + 192);
+    for (int n = 0; n < 2; n++) {
+        const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+        float *yh = y + 128 * n;
+        for (int l = 0; l < 32; l++) {
+            int q[4] = {
+                (ql[l] & 0xF) | ((qh[l] & 3) << 4),
+                (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4),
+                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
+                (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
+            };
+            for (int k = 0; k < 4; k++) {
+                int e = 32 * k + l; /* element within the half */
+                yh[e] = d * (float)sc[(128 * n + e) / 16] * (float)(q[k] - 32);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------ rows */
+
+static void deq_scalar(uint32_t type, const uint8_t *src, float *dst, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        if (type == DRAY_GGML_F32) {
+            memcpy(&dst[i], src + 4 * i, 4);
+        } else if (type == DRAY_GGML_F16) {
+            dst[i] = rd_half(src + 2 * i);
+        } else { /* BF16: the top half of an f32 */
+            uint16_t h;
+            uint32_t bits;
+            memcpy(&h, src + 2 * i, 2);
+            bits = (uint32_t)h << 16;
+            memcpy(&dst[i], &bits, 4);
+        }
+    }
+}
+
+int dray_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
+{
+    const struct type_info *ti = type_info(type);
+    void (*fn)(const uint8_t *, float *) = NULL;
+    if (!ti || !ti->supported)
+        return DRAY_ENOTSUP;
+    if (n % ti->block_elems)
+        return DRAY_EINVAL;
+    switch (type) {
+    case DRAY_GGML_F32: case DRAY_GGML_F16: case DRAY_GGML_BF16:
+        deq_scalar(type, src, dst, n);
+        return 0;
+    case DRAY_GGML_Q8_0: fn = deq_q8_0; break;
+    case DRAY_GGML_Q4_0: fn = deq_q4_0; break;
+    case DRAY_GGML_Q4_1: fn = deq_q4_1; break;
+    case DRAY_GGML_Q5_0: fn = deq_q5_0; break;
+    case DRAY_GGML_Q5_1: fn = deq_q5_1; break;
+    case DRAY_GGML_Q4_K: fn = deq_q4_k; break;
+    case DRAY_GGML_Q5_K: fn = deq_q5_k; break;
+    case DRAY_GGML_Q6_K: fn = deq_q6_k; break;
+    default: return DRAY_ENOTSUP;
+    }
+    const uint8_t *b = src;
+    for (uint64_t i = 0; i < n / ti->block_elems; i++)
+        fn(b + i * ti->block_bytes, dst + i * ti->block_elems);
+    return 0;
+}
+
+int dray_gguf_tensor_row_f32(const struct dray_gguf_tensor *t, uint64_t r, float *dst)
+{
+    uint32_t be = dray_ggml_block_elems(t->type);
+    if (!dray_ggml_type_supported(t->type))
+        return DRAY_ENOTSUP;
+    if (t->ne[0] == 0 || r >= dray_gguf_tensor_nelems(t) / t->ne[0])
+        return DRAY_EINVAL;
+    /* Row stride = blocks per row * block bytes; the reader checked the whole
+     * tensor (rows * stride) lies inside the file. */
+    uint64_t stride = t->ne[0] / be * dray_ggml_block_bytes(t->type);
+    return dray_dequant_row(t->type, (const uint8_t *)t->data + r * stride, dst, t->ne[0]);
+}

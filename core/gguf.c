@@ -1,0 +1,830 @@
+/* GGUF reader: maps a file (or takes a caller's buffer), validates every field and
+ * builds the metadata and tensor tables. Layout facts: shared/reference/gemma3-gguf.md §1.
+ *
+ * After a successful open nothing is read outside [base, base + size):
+ *  - every length, count and offset is checked against the bytes left before use,
+ *    multiplications and additions are overflow-checked;
+ *  - each tensor's data range [data_start + offset, + nbytes) lies inside the file.
+ * Pointers handed out (kv->data, dray_str.ptr, tensor->data) point into the mapping
+ * and may be unaligned: read multi-byte values through memcpy.
+ *
+ * kv->data points at the value as stored: a scalar's bytes; for STRING the
+ * uint64 length prefix; for ARRAY the first element (for strings: its length prefix).
+ * STRING values and ARRAY-of-STRING elements are indexed at open as (ptr, len) in
+ * kv->strs, so a 262144-entry vocabulary costs one pass, not one per lookup. */
+#include "gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the GGUF reader assumes a little-endian host (GGUF files are little-endian)"
+#endif
+
+#define GGUF_MAGIC "GGUF"
+#define GGUF_DEFAULT_ALIGNMENT 32u
+#define GGUF_MAX_NAME 64u     /* tensor names are < 64 bytes (ggml GGML_MAX_NAME) */
+#define GGUF_MAX_DIMS 4u
+#define GGUF_HEADER_BYTES 24u /* magic 4 + version 4 + tensor count 8 + kv count 8 */
+/* Smallest possible records, used to reject counts that cannot fit in the file:
+ * kv = key length 8 + key >= 1 byte + type 4 + value >= 1 byte;
+ * tensor info = name length 8 + name >= 1 + n_dims 4 + type 4 + offset 8. */
+#define GGUF_MIN_KV_BYTES 14u
+#define GGUF_MIN_TENSOR_BYTES 25u
+
+/* Open-addressing hash index over names: slot holds item index + 1, 0 = empty. */
+struct name_index {
+    uint64_t *slot;
+    uint64_t mask; /* capacity - 1; capacity is a power of two >= 2 * items */
+};
+
+struct dray_gguf {
+    const uint8_t *base; /* file bytes */
+    uint64_t size;
+    void *map; /* mmap'd region (dray_gguf_open) or NULL (open_mem) */
+    char *name;
+    uint32_t version;
+    uint32_t alignment;
+    uint64_t data_start; /* file offset of the tensor data section */
+    uint64_t n_kv;
+    struct dray_gguf_kv *kv;
+    struct dray_str *kv_str; /* [n_kv]: the value of each STRING kv */
+    uint64_t n_tensors;
+    struct dray_gguf_tensor *tensors;
+    struct name_index kv_index;
+    struct name_index tensor_index;
+};
+
+/* ------------------------------------------------------------ byte cursor */
+
+/* Reads little-endian fields from the file; every read checks the bytes left. */
+struct cursor {
+    const uint8_t *p;
+    uint64_t size;
+    uint64_t off;
+    const char *name; /* file name for errors */
+    char *err;
+    size_t errlen;
+};
+
+static int need(struct cursor *c, uint64_t n, const char *what)
+{
+    if (n > c->size - c->off)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": truncated: expected %s (%" PRIu64
+                         " bytes), only %" PRIu64 " bytes left in the file",
+                         c->name, c->off, what, n, c->size - c->off);
+    return 0;
+}
+
+static int rd_u32(struct cursor *c, uint32_t *v, const char *what)
+{
+    int rc = need(c, 4, what);
+    if (rc)
+        return rc;
+    memcpy(v, c->p + c->off, 4);
+    c->off += 4;
+    return 0;
+}
+
+static int rd_u64(struct cursor *c, uint64_t *v, const char *what)
+{
+    int rc = need(c, 8, what);
+    if (rc)
+        return rc;
+    memcpy(v, c->p + c->off, 8);
+    c->off += 8;
+    return 0;
+}
+
+/* A gguf string: uint64 length, then that many bytes (no NUL). */
+static int rd_str(struct cursor *c, struct dray_str *s, const char *what)
+{
+    uint64_t at = c->off, len;
+    int rc = rd_u64(c, &len, what);
+    if (rc)
+        return rc;
+    if (len > c->size - c->off)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": %s has length %" PRIu64
+                         ", past the end of the file (%" PRIu64 " bytes left)",
+                         c->name, at, what, len, c->size - c->off);
+    s->ptr = (const char *)c->p + c->off;
+    s->len = len;
+    c->off += len;
+    return 0;
+}
+
+/* ------------------------------------------------------------ name index */
+
+static uint64_t hash_bytes(const char *s, uint64_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+    for (uint64_t i = 0; i < n; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static int index_init(struct name_index *ix, uint64_t items)
+{
+    uint64_t cap = 16;
+    while (cap < 2 * items) /* items <= file size / 14, so this cannot overflow */
+        cap *= 2;
+    ix->slot = calloc(cap, sizeof(*ix->slot));
+    ix->mask = cap - 1;
+    return ix->slot ? 0 : DRAY_ENOMEM;
+}
+
+typedef struct dray_str (*key_fn)(const struct dray_gguf *g, uint64_t i);
+
+static struct dray_str kv_key(const struct dray_gguf *g, uint64_t i)
+{
+    return g->kv[i].key;
+}
+
+static struct dray_str tensor_key(const struct dray_gguf *g, uint64_t i)
+{
+    struct dray_str s = {g->tensors[i].name, strlen(g->tensors[i].name)};
+    return s;
+}
+
+static bool str_eq_n(struct dray_str a, const char *b, uint64_t n)
+{
+    return a.len == n && memcmp(a.ptr, b, n) == 0;
+}
+
+/* Slot of name: holds its index + 1 if present, else 0 (where it would go). */
+static uint64_t *index_slot(const struct dray_gguf *g, const struct name_index *ix, key_fn key,
+                            const char *name, uint64_t len)
+{
+    uint64_t h = hash_bytes(name, len) & ix->mask;
+    for (;; h = (h + 1) & ix->mask) {
+        uint64_t *s = &ix->slot[h];
+        if (!*s || str_eq_n(key(g, *s - 1), name, len))
+            return s;
+    }
+}
+
+/* ------------------------------------------------------------ metadata */
+
+static const char *vtype_name(uint32_t t)
+{
+    static const char *const names[DRAY_GGUF_VTYPE_COUNT] = {
+        "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
+        "BOOL", "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64",
+    };
+    return t < DRAY_GGUF_VTYPE_COUNT ? names[t] : "invalid";
+}
+
+/* Bytes of a fixed-size value type; 0 for STRING/ARRAY/invalid. */
+static uint32_t vtype_size(uint32_t t)
+{
+    static const uint8_t sz[DRAY_GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return t < DRAY_GGUF_VTYPE_COUNT ? sz[t] : 0;
+}
+
+static int check_bool(struct cursor *c, uint64_t at, struct dray_str key)
+{
+    uint8_t b = c->p[at];
+    if (b > 1)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": bool value %u in key '%.*s', expected 0 or 1",
+                         c->name, at, b, (int)key.len, key.ptr);
+    return 0;
+}
+
+static int bad_vtype(struct cursor *c, uint64_t at, uint32_t t, struct dray_str key, const char *role)
+{
+    return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                     "%s: offset %" PRIu64 ": %s type %" PRIu32 " in key '%.*s', expected 0..12 "
+                     "(UINT8..FLOAT64)", c->name, at, role, t, (int)key.len, key.ptr);
+}
+
+/* Array value: element type, count, elements. Strings get an index in kv->strs. */
+static int parse_array(struct cursor *c, struct dray_gguf_kv *kv)
+{
+    uint64_t at = c->off, bytes;
+    int rc = rd_u32(c, &kv->arr_type, "array element type");
+    if (rc)
+        return rc;
+    if (kv->arr_type == DRAY_GGUF_ARRAY)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": nested array in key '%.*s': arrays of arrays "
+                         "are not supported", c->name, at, (int)kv->key.len, kv->key.ptr);
+    if (kv->arr_type >= DRAY_GGUF_VTYPE_COUNT)
+        return bad_vtype(c, at, kv->arr_type, kv->key, "array element");
+    at = c->off;
+    if ((rc = rd_u64(c, &kv->arr_n, "array element count")))
+        return rc;
+    kv->data = c->p + c->off;
+    uint32_t esz = vtype_size(kv->arr_type);
+    /* A string element takes at least its 8-byte length. */
+    if (__builtin_mul_overflow(kv->arr_n, esz ? esz : 8, &bytes) || bytes > c->size - c->off)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": array '%.*s' claims %" PRIu64 " %s elements, "
+                         "more than the %" PRIu64 " bytes left in the file can hold",
+                         c->name, at, (int)kv->key.len, kv->key.ptr, kv->arr_n,
+                         vtype_name(kv->arr_type), c->size - c->off);
+    if (esz) {
+        if (kv->arr_type == DRAY_GGUF_BOOL)
+            for (uint64_t i = 0; i < kv->arr_n; i++)
+                if ((rc = check_bool(c, c->off + i, kv->key)))
+                    return rc;
+        c->off += bytes;
+        return 0;
+    }
+    struct dray_str *strs = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof(*strs));
+    if (!strs)
+        return dray_fail(c->err, c->errlen, DRAY_ENOMEM, "%s: no memory for %" PRIu64
+                         " strings of '%.*s'", c->name, kv->arr_n, (int)kv->key.len, kv->key.ptr);
+    kv->strs = strs; /* owned; freed by gguf_free */
+    for (uint64_t i = 0; i < kv->arr_n; i++)
+        if ((rc = rd_str(c, &strs[i], "string array element")))
+            return rc;
+    return 0;
+}
+
+static int parse_value(struct cursor *c, struct dray_gguf *g, uint64_t i)
+{
+    struct dray_gguf_kv *kv = &g->kv[i];
+    uint64_t at = c->off;
+    int rc = rd_u32(c, &kv->type, "value type");
+    if (rc)
+        return rc;
+    if (kv->type >= DRAY_GGUF_VTYPE_COUNT)
+        return bad_vtype(c, at, kv->type, kv->key, "value");
+    if (kv->type == DRAY_GGUF_ARRAY)
+        return parse_array(c, kv);
+    kv->data = c->p + c->off;
+    if (kv->type == DRAY_GGUF_STRING) {
+        kv->strs = &g->kv_str[i];
+        return rd_str(c, &g->kv_str[i], "string value");
+    }
+    if ((rc = need(c, vtype_size(kv->type), vtype_name(kv->type))))
+        return rc;
+    if (kv->type == DRAY_GGUF_BOOL && (rc = check_bool(c, c->off, kv->key)))
+        return rc;
+    c->off += vtype_size(kv->type);
+    return 0;
+}
+
+static int parse_kvs(struct cursor *c, struct dray_gguf *g)
+{
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        struct dray_gguf_kv *kv = &g->kv[i];
+        uint64_t at = c->off;
+        int rc = rd_str(c, &kv->key, "key");
+        if (rc)
+            return rc;
+        if (kv->key.len == 0)
+            return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                             "%s: offset %" PRIu64 ": key %" PRIu64 " is empty, expected a "
+                             "non-empty name", c->name, at, i);
+        uint64_t *slot = index_slot(g, &g->kv_index, kv_key, kv->key.ptr, kv->key.len);
+        if (*slot)
+            return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                             "%s: offset %" PRIu64 ": duplicate key '%.*s' (first at index %"
+                             PRIu64 "), expected unique keys", c->name, at,
+                             (int)kv->key.len, kv->key.ptr, *slot - 1);
+        *slot = i + 1;
+        if ((rc = parse_value(c, g, i)))
+            return rc;
+    }
+    return 0;
+}
+
+/* general.alignment: UINT32, a power of two; 32 if absent. */
+static int read_alignment(struct cursor *c, struct dray_gguf *g)
+{
+    const struct dray_gguf_kv *kv = dray_gguf_find(g, "general.alignment");
+    g->alignment = GGUF_DEFAULT_ALIGNMENT;
+    if (!kv)
+        return 0;
+    uint64_t at = (uint64_t)((const uint8_t *)kv->data - c->p);
+    if (kv->type != DRAY_GGUF_UINT32)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": general.alignment has type %s, expected UINT32",
+                         c->name, at, vtype_name(kv->type));
+    memcpy(&g->alignment, kv->data, 4);
+    if (g->alignment == 0 || (g->alignment & (g->alignment - 1)))
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": general.alignment is %" PRIu32
+                         ", expected a power of two", c->name, at, g->alignment);
+    return 0;
+}
+
+/* ------------------------------------------------------------ tensor infos */
+
+static int parse_dims(struct cursor *c, struct dray_gguf_tensor *t)
+{
+    uint64_t at = c->off;
+    int rc = rd_u32(c, &t->n_dims, "tensor n_dims");
+    if (rc)
+        return rc;
+    if (t->n_dims > GGUF_MAX_DIMS)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": tensor '%s' has %" PRIu32 " dimensions, "
+                         "expected at most 4", c->name, at, t->name, t->n_dims);
+    int64_t prod = 1;
+    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
+        t->ne[d] = 1;
+        if (d >= t->n_dims)
+            continue;
+        at = c->off;
+        if ((rc = rd_u64(c, &t->ne[d], "tensor dimension")))
+            return rc;
+        if (t->ne[d] > INT64_MAX || __builtin_mul_overflow(prod, (int64_t)t->ne[d], &prod))
+            return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                             "%s: offset %" PRIu64 ": dimension %" PRIu32 " of tensor '%s' is %"
+                             PRIu64 ": the element count overflows, expected a product "
+                             "< 2^63", c->name, at, d, t->name, t->ne[d]);
+    }
+    return 0;
+}
+
+/* Byte size from type and dims; unknown types get nbytes 0 (not checkable). */
+static int tensor_size(struct cursor *c, uint64_t at, struct dray_gguf_tensor *t)
+{
+    uint32_t be = dray_ggml_block_elems(t->type), bb = dray_ggml_block_bytes(t->type);
+    uint64_t n;
+    t->nbytes = 0;
+    if (!be)
+        return 0;
+    if (t->ne[0] % be)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": tensor '%s' of type %s has ne[0] = %" PRIu64
+                         ", expected a multiple of the block size %" PRIu32,
+                         c->name, at, t->name, dray_ggml_type_name(t->type), t->ne[0], be);
+    n = t->ne[0] / be * bb;
+    for (int d = 1; d < 4; d++)
+        if (__builtin_mul_overflow(n, t->ne[d], &n))
+            return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                             "%s: offset %" PRIu64 ": byte size of tensor '%s' overflows",
+                             c->name, at, t->name);
+    t->nbytes = n;
+    return 0;
+}
+
+static int parse_tensor(struct cursor *c, struct dray_gguf *g, uint64_t i, uint64_t *off_at)
+{
+    struct dray_gguf_tensor *t = &g->tensors[i];
+    struct dray_str name = {NULL, 0};
+    uint64_t at = c->off, type_at;
+    int rc = rd_str(c, &name, "tensor name");
+    if (rc)
+        return rc;
+    if (name.len == 0 || name.len >= GGUF_MAX_NAME || memchr(name.ptr, 0, name.len))
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": tensor %" PRIu64 " has a name of %" PRIu64
+                         " bytes, expected 1..63 bytes without NUL", c->name, at, i, name.len);
+    memcpy(t->name, name.ptr, name.len);
+    t->name[name.len] = 0;
+    uint64_t *slot = index_slot(g, &g->tensor_index, tensor_key, name.ptr, name.len);
+    if (*slot)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": duplicate tensor name '%s', expected unique names",
+                         c->name, at, t->name);
+    *slot = i + 1;
+    if ((rc = parse_dims(c, t)))
+        return rc;
+    type_at = c->off;
+    if ((rc = rd_u32(c, &t->type, "tensor type")))
+        return rc;
+    if ((rc = tensor_size(c, type_at, t)))
+        return rc;
+    *off_at = c->off;
+    return rd_u64(c, &t->offset, "tensor data offset");
+}
+
+/* Offsets aligned, data inside the file. off_at[i] = file offset of tensor i's
+ * offset field, for the error message. */
+static int place_tensors(struct cursor *c, struct dray_gguf *g, const uint64_t *off_at)
+{
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        struct dray_gguf_tensor *t = &g->tensors[i];
+        uint64_t start, end;
+        if (t->offset % g->alignment)
+            return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                             "%s: offset %" PRIu64 ": tensor '%s' data offset %" PRIu64
+                             " is not a multiple of the alignment %" PRIu32,
+                             c->name, off_at[i], t->name, t->offset, g->alignment);
+        if (__builtin_add_overflow(g->data_start, t->offset, &start) ||
+            __builtin_add_overflow(start, t->nbytes, &end) || end > c->size)
+            return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                             "%s: offset %" PRIu64 ": tensor '%s' data (%" PRIu64 " bytes at "
+                             "data offset %" PRIu64 ", data section at %" PRIu64 ") runs past "
+                             "the end of the file (%" PRIu64 " bytes)", c->name, off_at[i],
+                             t->name, t->nbytes, t->offset, g->data_start, c->size);
+        t->data = c->p + start;
+    }
+    return 0;
+}
+
+static int parse_tensors(struct cursor *c, struct dray_gguf *g)
+{
+    uint64_t *off_at = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof(*off_at));
+    int rc = 0;
+    if (!off_at)
+        return dray_fail(c->err, c->errlen, DRAY_ENOMEM, "%s: no memory for the tensor table",
+                         c->name);
+    for (uint64_t i = 0; i < g->n_tensors && !rc; i++)
+        rc = parse_tensor(c, g, i, &off_at[i]);
+    if (!rc) {
+        uint64_t pad = (g->alignment - c->off % g->alignment) % g->alignment;
+        if (__builtin_add_overflow(c->off, pad, &g->data_start))
+            rc = dray_fail(c->err, c->errlen, DRAY_EFORMAT, "%s: data section offset overflows",
+                           c->name);
+        else
+            rc = place_tensors(c, g, off_at);
+    }
+    free(off_at);
+    return rc;
+}
+
+/* ------------------------------------------------------------ header */
+
+static int parse_version(struct cursor *c, struct dray_gguf *g)
+{
+    int rc = rd_u32(c, &g->version, "4-byte version in the header");
+    if (rc)
+        return rc;
+    if (g->version == 0)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset 4: GGUF version 0 is invalid, expected 2 or 3", c->name);
+    if (g->version == 1)
+        return dray_fail(c->err, c->errlen, DRAY_EINCOMPAT,
+                         "%s: offset 4: GGUF version 1 is no longer supported, expected 2 or 3 "
+                         "(convert the file again with a current converter)", c->name);
+    if ((g->version & 0xFFFF) == 0)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset 4: version field 0x%08" PRIx32 " looks byte-swapped "
+                         "(big-endian file?), expected little-endian version 2 or 3",
+                         c->name, g->version);
+    if (g->version > 3)
+        return dray_fail(c->err, c->errlen, DRAY_EINCOMPAT,
+                         "%s: offset 4: GGUF version %" PRIu32 " is newer than this reader, "
+                         "expected 2 or 3", c->name, g->version);
+    return 0;
+}
+
+static int parse_counts(struct cursor *c, struct dray_gguf *g)
+{
+    uint64_t min_t, min_kv, min_all, left;
+    int rc = rd_u64(c, &g->n_tensors, "8-byte tensor count in the header");
+    if (rc || (rc = rd_u64(c, &g->n_kv, "8-byte metadata count in the header")))
+        return rc;
+    left = c->size - c->off;
+    if (__builtin_mul_overflow(g->n_tensors, GGUF_MIN_TENSOR_BYTES, &min_t) || min_t > left)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset 8: tensor count %" PRIu64 " cannot fit in the %" PRIu64
+                         " bytes after the header (each tensor info takes >= %u bytes)",
+                         c->name, g->n_tensors, left, GGUF_MIN_TENSOR_BYTES);
+    if (__builtin_mul_overflow(g->n_kv, GGUF_MIN_KV_BYTES, &min_kv) ||
+        __builtin_add_overflow(min_kv, min_t, &min_all) || min_all > left)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset 16: metadata count %" PRIu64 " cannot fit in the %" PRIu64
+                         " bytes after the header (each key/value takes >= %u bytes)",
+                         c->name, g->n_kv, left, GGUF_MIN_KV_BYTES);
+    return 0;
+}
+
+static int parse_header(struct cursor *c, struct dray_gguf *g)
+{
+    if (c->size < 4)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset 0: truncated header: expected the 4-byte magic \"GGUF\", "
+                         "file has %" PRIu64 " bytes", c->name, c->size);
+    if (memcmp(c->p, GGUF_MAGIC, 4))
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset 0: bad magic %02x %02x %02x %02x, expected \"GGUF\" "
+                         "(47 47 55 46)", c->name, c->p[0], c->p[1], c->p[2], c->p[3]);
+    c->off = 4;
+    int rc = parse_version(c, g);
+    if (rc)
+        return rc;
+    if (c->size < GGUF_HEADER_BYTES)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset 8: truncated header: expected %u header bytes (magic, "
+                         "version, tensor count, metadata count), file has %" PRIu64,
+                         c->name, GGUF_HEADER_BYTES, c->size);
+    return parse_counts(c, g);
+}
+
+/* ------------------------------------------------------------ open / close */
+
+void dray_gguf_close(struct dray_gguf *g)
+{
+    if (!g)
+        return;
+    for (uint64_t i = 0; g->kv && i < g->n_kv; i++)
+        if (g->kv[i].type == DRAY_GGUF_ARRAY)
+            free((void *)g->kv[i].strs);
+    free(g->kv);
+    free(g->kv_str);
+    free(g->tensors);
+    free(g->kv_index.slot);
+    free(g->tensor_index.slot);
+    if (g->map)
+        munmap(g->map, g->size);
+    free(g->name);
+    free(g);
+}
+
+static int alloc_tables(struct cursor *c, struct dray_gguf *g)
+{
+    /* Counts are bounded by the file size (parse_counts), so these sizes cannot overflow. */
+    g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->kv));
+    g->kv_str = calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->kv_str));
+    g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*g->tensors));
+    if (!g->kv || !g->kv_str || !g->tensors || index_init(&g->kv_index, g->n_kv) ||
+        index_init(&g->tensor_index, g->n_tensors))
+        return dray_fail(c->err, c->errlen, DRAY_ENOMEM,
+                         "%s: no memory for %" PRIu64 " keys and %" PRIu64 " tensors",
+                         c->name, g->n_kv, g->n_tensors);
+    return 0;
+}
+
+/* Parse and validate g->base[0..size); g->name set. */
+static int parse(struct dray_gguf *g, char *err, size_t errlen)
+{
+    struct cursor c = {g->base, g->size, 0, g->name, err, errlen};
+    int rc = parse_header(&c, g);
+    if (!rc)
+        rc = alloc_tables(&c, g);
+    if (!rc)
+        rc = parse_kvs(&c, g);
+    if (!rc)
+        rc = read_alignment(&c, g);
+    if (!rc)
+        rc = parse_tensors(&c, g);
+    return rc;
+}
+
+static struct dray_gguf *gguf_new(const char *name)
+{
+    struct dray_gguf *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    g->name = strdup(name ? name : "(memory)");
+    if (!g->name) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int dray_gguf_open_mem(const void *data, size_t size, const char *name, struct dray_gguf **out,
+                       char *err, size_t errlen)
+{
+    struct dray_gguf *g;
+    int rc;
+    *out = NULL;
+    if (!data && size)
+        return dray_fail(err, errlen, DRAY_EINVAL, "%s: NULL buffer", name ? name : "(memory)");
+    if (!(g = gguf_new(name)))
+        return dray_fail(err, errlen, DRAY_ENOMEM, "no memory to open %s", name ? name : "GGUF");
+    g->base = data ? data : (const uint8_t *)"";
+    g->size = size;
+    if ((rc = parse(g, err, errlen))) {
+        dray_gguf_close(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+int dray_gguf_open(const char *path, struct dray_gguf **out, char *err, size_t errlen)
+{
+    struct dray_gguf *g;
+    struct stat st;
+    int fd, rc = 0;
+    *out = NULL;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return dray_fail(err, errlen, errno == ENOENT ? DRAY_ENOTFOUND : DRAY_EIO,
+                         "%s: cannot open: %s", path, strerror(errno));
+    if (!(g = gguf_new(path))) {
+        rc = dray_fail(err, errlen, DRAY_ENOMEM, "%s: no memory", path);
+        goto out_close;
+    }
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        rc = dray_fail(err, errlen, DRAY_EIO, "%s: not a regular file", path);
+        goto out_free;
+    }
+    g->size = (uint64_t)st.st_size;
+    if (g->size) { /* mmap of 0 bytes fails; an empty file is reported by parse() */
+        g->map = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (g->map == MAP_FAILED) {
+            g->map = NULL;
+            rc = dray_fail(err, errlen, DRAY_EIO, "%s: mmap of %" PRIu64 " bytes failed: %s",
+                           path, g->size, strerror(errno));
+            goto out_free;
+        }
+    }
+    g->base = g->map ? g->map : (const uint8_t *)"";
+    rc = parse(g, err, errlen);
+out_free:
+    if (rc)
+        dray_gguf_close(g);
+    else
+        *out = g;
+out_close:
+    close(fd);
+    return rc;
+}
+
+/* ------------------------------------------------------------ accessors */
+
+uint32_t dray_gguf_version(const struct dray_gguf *g) { return g->version; }
+uint64_t dray_gguf_file_size(const struct dray_gguf *g) { return g->size; }
+const char *dray_gguf_name(const struct dray_gguf *g) { return g->name; }
+uint64_t dray_gguf_n_kv(const struct dray_gguf *g) { return g->n_kv; }
+uint64_t dray_gguf_n_tensors(const struct dray_gguf *g) { return g->n_tensors; }
+
+const struct dray_gguf_kv *dray_gguf_kv_at(const struct dray_gguf *g, uint64_t i)
+{
+    return i < g->n_kv ? &g->kv[i] : NULL;
+}
+
+const struct dray_gguf_tensor *dray_gguf_tensor_at(const struct dray_gguf *g, uint64_t i)
+{
+    return i < g->n_tensors ? &g->tensors[i] : NULL;
+}
+
+const struct dray_gguf_kv *dray_gguf_find(const struct dray_gguf *g, const char *key)
+{
+    uint64_t *s = index_slot(g, &g->kv_index, kv_key, key, strlen(key));
+    return *s ? &g->kv[*s - 1] : NULL;
+}
+
+const struct dray_gguf_tensor *dray_gguf_find_tensor(const struct dray_gguf *g, const char *name)
+{
+    uint64_t *s = index_slot(g, &g->tensor_index, tensor_key, name, strlen(name));
+    return *s ? &g->tensors[*s - 1] : NULL;
+}
+
+uint64_t dray_gguf_tensor_nelems(const struct dray_gguf_tensor *t)
+{
+    /* The reader checked that this product fits in int64. */
+    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+bool dray_str_eq(struct dray_str s, const char *c)
+{
+    return str_eq_n(s, c, strlen(c));
+}
+
+/* ------------------------------------------------------------ typed getters */
+
+static int lookup(const struct dray_gguf *g, const char *key, const struct dray_gguf_kv **kv,
+                  char *err, size_t errlen)
+{
+    if (!(*kv = dray_gguf_find(g, key)))
+        return dray_fail(err, errlen, DRAY_ENOTFOUND, "%s: key '%s' not found", g->name, key);
+    return 0;
+}
+
+static int wrong_type(const struct dray_gguf *g, const char *key, uint32_t type,
+                      const char *expected, char *err, size_t errlen)
+{
+    return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' has type %s, expected %s",
+                     g->name, key, vtype_name(type), expected);
+}
+
+/* Integer value widened: *neg set if negative (then *mag = -value). */
+static bool int_value(const struct dray_gguf_kv *kv, uint64_t *mag, bool *neg)
+{
+    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+            uint64_t u64; int64_t i64; } v;
+    int64_t s = 0;
+    *neg = false;
+    memcpy(&v, kv->data, vtype_size(kv->type) ? vtype_size(kv->type) : 1);
+    switch (kv->type) {
+    case DRAY_GGUF_UINT8: *mag = v.u8; return true;
+    case DRAY_GGUF_UINT16: *mag = v.u16; return true;
+    case DRAY_GGUF_UINT32: *mag = v.u32; return true;
+    case DRAY_GGUF_UINT64: *mag = v.u64; return true;
+    case DRAY_GGUF_INT8: s = v.i8; break;
+    case DRAY_GGUF_INT16: s = v.i16; break;
+    case DRAY_GGUF_INT32: s = v.i32; break;
+    case DRAY_GGUF_INT64: s = v.i64; break;
+    default: return false;
+    }
+    *neg = s < 0;
+    *mag = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s;
+    return true;
+}
+
+int dray_gguf_get_u32(const struct dray_gguf *g, const char *key, uint32_t *out, char *err,
+                      size_t errlen)
+{
+    const struct dray_gguf_kv *kv;
+    uint64_t mag;
+    bool neg;
+    int rc = lookup(g, key, &kv, err, errlen);
+    if (rc)
+        return rc;
+    if (!int_value(kv, &mag, &neg))
+        return wrong_type(g, key, kv->type, "an integer", err, errlen);
+    if (neg || mag > UINT32_MAX)
+        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' = %s%" PRIu64
+                         " does not fit in an unsigned 32-bit value", g->name, key,
+                         neg ? "-" : "", mag);
+    *out = (uint32_t)mag;
+    return 0;
+}
+
+int dray_gguf_get_i64(const struct dray_gguf *g, const char *key, int64_t *out, char *err,
+                      size_t errlen)
+{
+    const struct dray_gguf_kv *kv;
+    uint64_t mag;
+    bool neg;
+    int rc = lookup(g, key, &kv, err, errlen);
+    if (rc)
+        return rc;
+    if (!int_value(kv, &mag, &neg))
+        return wrong_type(g, key, kv->type, "an integer", err, errlen);
+    if (!neg && mag > INT64_MAX)
+        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' = %" PRIu64
+                         " does not fit in a signed 64-bit value", g->name, key, mag);
+    *out = neg ? (int64_t)(0 - mag) : (int64_t)mag; /* mag <= 2^63 when neg */
+    return 0;
+}
+
+int dray_gguf_get_f32(const struct dray_gguf *g, const char *key, float *out, char *err,
+                      size_t errlen)
+{
+    const struct dray_gguf_kv *kv;
+    uint64_t mag;
+    bool neg;
+    int rc = lookup(g, key, &kv, err, errlen);
+    if (rc)
+        return rc;
+    if (kv->type == DRAY_GGUF_FLOAT32) {
+        memcpy(out, kv->data, 4);
+    } else if (kv->type == DRAY_GGUF_FLOAT64) {
+        double d;
+        memcpy(&d, kv->data, 8);
+        *out = (float)d;
+    } else if (int_value(kv, &mag, &neg)) {
+        *out = neg ? -(float)mag : (float)mag;
+    } else {
+        return wrong_type(g, key, kv->type, "a number", err, errlen);
+    }
+    return 0;
+}
+
+int dray_gguf_get_bool(const struct dray_gguf *g, const char *key, bool *out, char *err,
+                       size_t errlen)
+{
+    const struct dray_gguf_kv *kv;
+    int rc = lookup(g, key, &kv, err, errlen);
+    if (rc)
+        return rc;
+    if (kv->type != DRAY_GGUF_BOOL)
+        return wrong_type(g, key, kv->type, "BOOL", err, errlen);
+    *out = *(const uint8_t *)kv->data != 0;
+    return 0;
+}
+
+int dray_gguf_get_str(const struct dray_gguf *g, const char *key, struct dray_str *out, char *err,
+                      size_t errlen)
+{
+    const struct dray_gguf_kv *kv;
+    int rc = lookup(g, key, &kv, err, errlen);
+    if (rc)
+        return rc;
+    if (kv->type != DRAY_GGUF_STRING)
+        return wrong_type(g, key, kv->type, "STRING", err, errlen);
+    *out = *kv->strs;
+    return 0;
+}
+
+int dray_gguf_get_arr(const struct dray_gguf *g, const char *key, uint32_t elem_type,
+                      const void **data, uint64_t *n, char *err, size_t errlen)
+{
+    const struct dray_gguf_kv *kv;
+    int rc = lookup(g, key, &kv, err, errlen);
+    if (rc)
+        return rc;
+    if (kv->type != DRAY_GGUF_ARRAY || kv->arr_type != elem_type)
+        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' has type %s%s%s, expected "
+                         "ARRAY of %s", g->name, key, vtype_name(kv->type),
+                         kv->type == DRAY_GGUF_ARRAY ? " of " : "",
+                         kv->type == DRAY_GGUF_ARRAY ? vtype_name(kv->arr_type) : "",
+                         vtype_name(elem_type));
+    /* For strings hand out the (ptr, len) index rather than the raw bytes. */
+    *data = elem_type == DRAY_GGUF_STRING ? (const void *)kv->strs : kv->data;
+    *n = kv->arr_n;
+    return 0;
+}
