@@ -1,0 +1,219 @@
+/* KV store and paged attention: argument checks (pool layout, sequence table,
+ * block table entries the mask reaches) and the split into work items. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+#define CHECK(expr)          \
+    do {                     \
+        int rc_ = (expr);    \
+        if (rc_)             \
+            return rc_;      \
+    } while (0)
+
+/* Resolve and check a KV pool. */
+static int pool_view(struct dray_ctx *ctx, const char *op, const struct dray_kv_pool *p, struct dray_cpu_kv *out)
+{
+    if (!p)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "%s: NULL pool", op);
+    if (p->dtype != DRAY_I8 && p->dtype != DRAY_F16)
+        return dray_cpu_fail(ctx, DRAY_ENOTSUP, "%s: cache dtype %u (want I8 or F16)", op, p->dtype);
+    if (!p->n_kv_head || !p->head_dim || !p->block_size || p->n_slots % p->block_size)
+        return dray_cpu_fail(ctx, DRAY_EINVAL,
+                             "%s: pool n_kv_head %u, head_dim %u, block_size %u, n_slots %u (want > 0, "
+                             "n_slots a multiple of block_size)",
+                             op, p->n_kv_head, p->head_dim, p->block_size, p->n_slots);
+    int i8 = p->dtype == DRAY_I8;
+    size_t el = i8 ? 1 : 2;
+    size_t rows = (size_t)p->n_slots * p->n_kv_head;
+    size_t nb = dray_cpu_span(rows, p->head_dim, p->head_dim, el);
+    memset(out, 0, sizeof(*out));
+    CHECK(dray_cpu_view(ctx, "pool k", p->k, nb, el, &out->k));
+    CHECK(dray_cpu_view(ctx, "pool v", p->v, nb, el, &out->v));
+    if (i8) {
+        void *ks, *vs;
+        CHECK(dray_cpu_view(ctx, "pool k_scale", p->k_scale, rows * 4, 4, &ks));
+        CHECK(dray_cpu_view(ctx, "pool v_scale", p->v_scale, rows * 4, 4, &vs));
+        out->k_scale = ks;
+        out->v_scale = vs;
+    }
+    out->is_i8 = (uint32_t)i8;
+    out->n_kv_head = p->n_kv_head;
+    out->head_dim = p->head_dim;
+    out->block_size = p->block_size;
+    out->n_slots = p->n_slots;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- kv store */
+
+struct store_job {
+    struct dray_ctx *ctx;
+    struct dray_cpu_kv_store k;
+};
+
+static void store_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
+{
+    (void)ith;
+    struct store_job *j = arg;
+    j->ctx->k.kv_store(&j->k, i0, i1);
+}
+
+int dray_cpu_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a)
+{
+    ctx->err[0] = '\0';
+    if (!a)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "kv_store: NULL args");
+    struct dray_cpu_kv pool;
+    CHECK(pool_view(ctx, "kv_store", a->pool, &pool));
+    uint64_t row = (uint64_t)pool.n_kv_head * pool.head_dim;
+    if (a->stride_k < row || a->stride_v < row)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "kv_store: stride_k %u / stride_v %u < n_kv_head*head_dim %llu",
+                             a->stride_k, a->stride_v, (unsigned long long)row);
+    void *k, *v, *slots;
+    CHECK(dray_cpu_view(ctx, "kv_store k", a->k, dray_cpu_span(a->n_tok, a->stride_k, row, 4), 4, &k));
+    CHECK(dray_cpu_view(ctx, "kv_store v", a->v, dray_cpu_span(a->n_tok, a->stride_v, row, 4), 4, &v));
+    CHECK(dray_cpu_view(ctx, "kv_store slots", a->slots, (size_t)a->n_tok * 4, 4, &slots));
+    const int32_t *s = slots;
+    for (uint32_t t = 0; t < a->n_tok; t++)
+        if (s[t] >= 0 && (uint32_t)s[t] >= pool.n_slots)
+            return dray_cpu_fail(ctx, DRAY_EINVAL, "kv_store: slots[%u] = %d >= n_slots %u", t, s[t], pool.n_slots);
+    struct store_job j = {ctx, {k, v, s, &pool, a->stride_k, a->stride_v}};
+    dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * row * 8, store_body, &j);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* Check one sequence's entry and the block-table entries its mask reaches. */
+static int check_seq(struct dray_ctx *ctx, const struct dray_attention_args *a, const struct dray_cpu_kv *p,
+                     const int32_t *sq, uint32_t s)
+{
+    int32_t q_start = sq[0], n_q = sq[1], kv_len = sq[2], bt_start = sq[3];
+    if (q_start < 0 || n_q < 0 || bt_start < 0 || kv_len < n_q || (uint64_t)q_start + (uint64_t)n_q > a->n_tok ||
+        (uint32_t)kv_len > a->max_kv_len)
+        return dray_cpu_fail(ctx, DRAY_EINVAL,
+                             "attention: seqs[%u] = {q_start %d, n_q %d, kv_len %d, bt_start %d} is inconsistent "
+                             "(n_tok %u, max_kv_len %u)",
+                             s, q_start, n_q, kv_len, bt_start, a->n_tok, a->max_kv_len);
+    if (n_q == 0)
+        return 0;
+    uint32_t first_pos = (uint32_t)(kv_len - n_q);
+    uint32_t lo = (a->window > 0 && first_pos + 1 > a->window) ? first_pos + 1 - a->window : 0;
+    uint64_t b0 = lo / p->block_size, b1 = ((uint32_t)kv_len - 1) / p->block_size; /* blocks reached */
+    uint64_t end = ((uint64_t)bt_start + b1 + 1) * 4;                              /* bytes of the table used */
+    void *btp;
+    CHECK(dray_cpu_view(ctx, "attention block_table", a->block_table, end, 4, &btp));
+    const int32_t *bt = (const int32_t *)btp + bt_start;
+    uint32_t n_blocks = p->n_slots / p->block_size;
+    for (uint64_t b = b0; b <= b1; b++)
+        if (bt[b] < 0 || (uint32_t)bt[b] >= n_blocks)
+            return dray_cpu_fail(ctx, DRAY_EINVAL,
+                                 "attention: seq %u block %llu (block_table[%llu] = %d) is reached by the mask "
+                                 "but not in [0, %u)",
+                                 s, (unsigned long long)b, (unsigned long long)(bt_start + b), bt[b], n_blocks);
+    return 0;
+}
+
+struct att_job {
+    struct dray_ctx *ctx;
+    struct dray_cpu_attention k;
+    char *scratch;       /* per-thread areas of per_thread bytes */
+    size_t per_thread;
+    atomic_uint next;    /* next work item to take */
+};
+
+static void att_task(void *arg, uint32_t ith, uint32_t nth)
+{
+    (void)nth;
+    struct att_job *j = arg;
+    void *scratch = j->scratch + ith * j->per_thread;
+    for (;;) {
+        uint32_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->k.n_item)
+            break;
+        j->ctx->k.attention(&j->k, i, i + 1, scratch);
+    }
+}
+
+/* Items: (seq, query rows [r0, r1), kv head) in blocks of DRAY_CPU_ATT_QBLOCK rows. */
+static uint32_t count_items(const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head)
+{
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < n_seq; s++)
+        n += ((uint64_t)seqs[4 * s + 1] + DRAY_CPU_ATT_QBLOCK - 1) / DRAY_CPU_ATT_QBLOCK * n_kv_head;
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+static void fill_items(uint32_t (*item)[4], const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head)
+{
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < n_seq; s++)
+        for (uint32_t r = 0; r < (uint32_t)seqs[4 * s + 1]; r += DRAY_CPU_ATT_QBLOCK)
+            for (uint32_t g = 0; g < n_kv_head; g++) {
+                uint32_t r1 = r + DRAY_CPU_ATT_QBLOCK;
+                if (r1 > (uint32_t)seqs[4 * s + 1])
+                    r1 = (uint32_t)seqs[4 * s + 1];
+                item[n][0] = s;
+                item[n][1] = r;
+                item[n][2] = r1;
+                item[n][3] = g;
+                n++;
+            }
+}
+
+int dray_cpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a)
+{
+    ctx->err[0] = '\0';
+    if (!a)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "attention: NULL args");
+    struct dray_cpu_kv pool;
+    CHECK(pool_view(ctx, "attention", a->pool, &pool));
+    if (a->n_head == 0 || a->n_head % pool.n_kv_head)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "attention: n_head %u is not a multiple of n_kv_head %u", a->n_head,
+                             pool.n_kv_head);
+    uint64_t row = (uint64_t)a->n_head * pool.head_dim;
+    if (a->stride_q < row || a->stride_out < row)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "attention: stride_q %u / stride_out %u < n_head*head_dim %llu",
+                             a->stride_q, a->stride_out, (unsigned long long)row);
+    size_t nq = dray_cpu_span(a->n_tok, a->stride_q, row, 4), no = dray_cpu_span(a->n_tok, a->stride_out, row, 4);
+    void *q, *out, *seqs;
+    CHECK(dray_cpu_view(ctx, "attention q", a->q, nq, 4, &q));
+    CHECK(dray_cpu_view(ctx, "attention out", a->out, no, 4, &out));
+    if (dray_cpu_overlap(a->out, no, a->q, nq))
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "attention: out overlaps q");
+    CHECK(dray_cpu_view(ctx, "attention seqs", a->seqs, (size_t)a->n_seq * 16, 4, &seqs));
+    const int32_t *sq = seqs;
+    for (uint32_t s = 0; s < a->n_seq; s++)
+        CHECK(check_seq(ctx, a, &pool, sq + 4 * s, s));
+    if (!a->block_table.buf)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "attention block_table: NULL buffer");
+
+    uint32_t n_item = count_items(sq, a->n_seq, pool.n_kv_head);
+    if (n_item == 0)
+        return 0;
+    uint32_t group = a->n_head / pool.n_kv_head;
+    size_t items_bytes = ((size_t)n_item * 16 + 63) & ~(size_t)63;
+    size_t per = (dray_cpu_attention_scratch(a->max_kv_len, pool.head_dim, DRAY_CPU_ATT_QBLOCK * group) + 63) &
+                 ~(size_t)63;
+    char *s = dray_cpu_scratch(ctx, items_bytes + per * ctx->n_threads);
+    if (!s)
+        return dray_cpu_fail(ctx, DRAY_ENOMEM, "attention: no memory for scratch");
+    uint32_t(*item)[4] = (uint32_t(*)[4])s;
+    fill_items(item, sq, a->n_seq, pool.n_kv_head);
+
+    struct att_job j = {ctx, {0}, s + items_bytes, per, 0};
+    j.k = (struct dray_cpu_attention){.q = q, .out = out, .seqs = sq,
+                                      .block_table = (const int32_t *)((char *)a->block_table.buf->p + a->block_table.offset),
+                                      .pool = &pool, .n_seq = a->n_seq, .n_head = a->n_head,
+                                      .stride_q = a->stride_q, .stride_out = a->stride_out,
+                                      .window = a->window, .scale = a->scale,
+                                      .item = (const uint32_t(*)[4])item, .n_item = n_item};
+    atomic_init(&j.next, 0);
+    if (ctx->n_threads == 1 || n_item == 1)
+        ctx->k.attention(&j.k, 0, n_item, j.scratch);
+    else
+        dray_cpu_pool_run(ctx->pool, att_task, &j);
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* The one device of the CPU plugin: the host CPU. Its name comes from
+ * /proc/cpuinfo plus the kernel set a context will pick; memory from sysinfo(2). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include "cpu_internal.h"
+
+int dray_cpu_have_avx2(void)
+{
+#if defined(DRAY_CPU_AVX2) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+int dray_cpu_env_reference(void)
+{
+    const char *e = getenv("DRAY_CPU_REFERENCE");
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
+/* Value of the first "key : value" line of /proc/cpuinfo, or def. */
+static void cpuinfo_field(const char *key, char *dst, size_t n, const char *def)
+{
+    snprintf(dst, n, "%s", def);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, key, klen) != 0)
+            continue;
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        char *v = colon + 1;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        v[strcspn(v, "\n")] = '\0';
+        if (*v)
+            snprintf(dst, n, "%s", v);
+        break;
+    }
+    fclose(f);
+}
+
+int dray_cpu_device_props(uint32_t index, struct dray_device_props *props)
+{
+    if (!props || index != 0)
+        return DRAY_EINVAL;
+    memset(props, 0, sizeof(*props));
+    int ref = dray_cpu_env_reference() || !dray_cpu_have_avx2();
+    char model[100];
+    cpuinfo_field("model name", model, sizeof(model), "CPU");
+    snprintf(props->name, sizeof(props->name), "%s (%s)", model, ref ? "scalar" : "avx2+fma");
+    cpuinfo_field("vendor_id", props->vendor, sizeof(props->vendor), "unknown");
+
+    struct sysinfo si;
+    if (sysinfo(&si) == 0) {
+        props->mem_total = (uint64_t)si.totalram * si.mem_unit;
+        props->mem_free = ((uint64_t)si.freeram + si.bufferram) * si.mem_unit;
+    }
+    props->max_alloc = props->mem_total;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    props->compute_units = n > 0 ? (uint32_t)n : 1;
+    props->flags = DRAY_DEV_UNIFIED | (ref ? DRAY_DEV_REFERENCE : 0);
+
+    props->op_dtypes[DRAY_OP_EMBED] = DRAY_DTYPE_BIT(DRAY_I8) | DRAY_DTYPE_BIT(DRAY_F32);
+    props->op_dtypes[DRAY_OP_RMSNORM] = DRAY_DTYPE_BIT(DRAY_F32);
+    props->op_dtypes[DRAY_OP_MATMUL] = DRAY_DTYPE_BIT(DRAY_I8) | DRAY_DTYPE_BIT(DRAY_F32);
+    props->op_dtypes[DRAY_OP_ROPE] = DRAY_DTYPE_BIT(DRAY_F32);
+    props->op_dtypes[DRAY_OP_KV_STORE] = DRAY_DTYPE_BIT(DRAY_I8) | DRAY_DTYPE_BIT(DRAY_F16);
+    props->op_dtypes[DRAY_OP_ATTENTION] = DRAY_DTYPE_BIT(DRAY_I8) | DRAY_DTYPE_BIT(DRAY_F16);
+    props->op_dtypes[DRAY_OP_GATED_ACT] = DRAY_DTYPE_BIT(DRAY_F32);
+    props->op_dtypes[DRAY_OP_ADD] = DRAY_DTYPE_BIT(DRAY_F32);
+    return 0;
+}

@@ -1,0 +1,80 @@
+/* Private to the CPU plugin: the context, buffers, and the kernel set a context
+ * dispatches to (reference or AVX2, chosen once at open). */
+#ifndef DRAY_CPU_INTERNAL_H
+#define DRAY_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dray/backend.h"
+#include "cpu_kernels.h"
+#include "cpu_pool.h"
+
+#define DRAY_CPU_HIDDEN __attribute__((visibility("hidden")))
+
+struct dray_buf {
+    void *p;        /* 64-byte aligned host memory */
+    size_t size;    /* bytes */
+};
+
+/* One implementation of each op; the glue calls these on slices. */
+struct dray_cpu_kernels {
+    void (*embed)(const struct dray_cpu_embed *, uint32_t, uint32_t);
+    void (*rmsnorm)(const struct dray_cpu_rmsnorm *, uint32_t, uint32_t);
+    void (*quantize)(const struct dray_cpu_matmul *, uint32_t, uint32_t);
+    void (*matmul)(const struct dray_cpu_matmul *, uint32_t, uint32_t);
+    void (*rope)(const struct dray_cpu_rope *, uint32_t, uint32_t);
+    void (*kv_store)(const struct dray_cpu_kv_store *, uint32_t, uint32_t);
+    void (*attention)(const struct dray_cpu_attention *, uint32_t, uint32_t, void *);
+    void (*gated_act)(const struct dray_cpu_gated_act *, uint32_t, uint32_t);
+};
+
+struct dray_ctx {
+    struct dray_cpu_pool *pool;
+    uint32_t n_threads;
+    int reference;                 /* 1: scalar reference kernels */
+    struct dray_cpu_kernels k;
+    char err[512];                 /* last_error(); "" after a successful call */
+    /* Scratch grown on demand, kept between calls (ops run one at a time on a ctx). */
+    void *scratch;
+    size_t scratch_size;
+};
+
+/* The device, for props and open (cpu_device.c). */
+DRAY_CPU_HIDDEN int dray_cpu_have_avx2(void);
+DRAY_CPU_HIDDEN int dray_cpu_env_reference(void);
+DRAY_CPU_HIDDEN int dray_cpu_device_props(uint32_t index, struct dray_device_props *props);
+
+/* Record a reason on ctx and return rc. */
+DRAY_CPU_HIDDEN int dray_cpu_fail(struct dray_ctx *ctx, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A 64-byte aligned scratch area of at least nbytes owned by ctx, or NULL. */
+DRAY_CPU_HIDDEN void *dray_cpu_scratch(struct dray_ctx *ctx, size_t nbytes);
+
+/* Ops (cpu_ops.c, cpu_attention_op.c). */
+DRAY_CPU_HIDDEN int dray_cpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a);
+DRAY_CPU_HIDDEN int dray_cpu_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a);
+DRAY_CPU_HIDDEN int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a);
+DRAY_CPU_HIDDEN int dray_cpu_rope(struct dray_ctx *ctx, const struct dray_rope_args *a);
+DRAY_CPU_HIDDEN int dray_cpu_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a);
+DRAY_CPU_HIDDEN int dray_cpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a);
+DRAY_CPU_HIDDEN int dray_cpu_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a);
+DRAY_CPU_HIDDEN int dray_cpu_add(struct dray_ctx *ctx, const struct dray_add_args *a);
+
+/* Argument checking shared by the ops (cpu_check.c). Each returns 0 or DRAY_EINVAL
+ * with a reason on ctx naming the argument. */
+/* Pointer to bytes [offset, offset+nbytes) of v->buf; offset must be a multiple of align. */
+DRAY_CPU_HIDDEN int dray_cpu_view(struct dray_ctx *ctx, const char *what, struct dray_view v,
+                                  size_t nbytes, size_t align, void **out);
+/* Bytes spanned by n_rows rows of `used` elements, stride elements apart; SIZE_MAX on overflow. */
+DRAY_CPU_HIDDEN size_t dray_cpu_span(uint64_t n_rows, uint64_t stride, uint64_t used, size_t elsize);
+/* Do [a, a+na) and [b, b+nb) of the same buffer overlap? */
+DRAY_CPU_HIDDEN int dray_cpu_overlap(struct dray_view a, size_t na, struct dray_view b, size_t nb);
+
+/* Run body(arg, i0, i1) over [0, n) split in contiguous slices (multiples of grain)
+ * across the pool; runs inline when the work is too small to share. */
+typedef void (*dray_cpu_body_fn)(void *arg, uint32_t i0, uint32_t i1, uint32_t ith);
+DRAY_CPU_HIDDEN void dray_cpu_parallel(struct dray_ctx *ctx, uint32_t n, uint32_t grain, double work,
+                                       dray_cpu_body_fn body, void *arg);
+
+#endif

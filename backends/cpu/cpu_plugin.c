@@ -1,0 +1,241 @@
+/* The CPU plugin: negotiation, the operator table, contexts and memory.
+ * Ops run synchronously on the caller's thread (plus the pool), so the queue
+ * order of the ABI holds trivially and synchronize() has nothing to wait for. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_internal.h"
+
+static int cpu_device_count(uint32_t *count)
+{
+    if (!count)
+        return DRAY_EINVAL;
+    *count = 1;
+    return 0;
+}
+
+/* Read member m of the caller's options only if its struct is big enough. */
+#define OPT_HAS(opt, m) ((opt) && (opt)->size >= offsetof(struct dray_open_options, m) + sizeof((opt)->m))
+
+static void pick_kernels(struct dray_ctx *ctx)
+{
+    struct dray_cpu_kernels ref = {
+        dray_cpu_ref_embed,    dray_cpu_ref_rmsnorm,  dray_cpu_ref_quantize,  dray_cpu_ref_matmul,
+        dray_cpu_ref_rope,     dray_cpu_ref_kv_store, dray_cpu_ref_attention, dray_cpu_ref_gated_act,
+    };
+    ctx->k = ref;
+#ifdef DRAY_CPU_AVX2
+    if (ctx->reference)
+        return;
+    ctx->k.embed = dray_cpu_avx2_embed;
+    ctx->k.rmsnorm = dray_cpu_avx2_rmsnorm;
+    ctx->k.quantize = dray_cpu_avx2_quantize;
+    ctx->k.matmul = dray_cpu_avx2_matmul;
+    ctx->k.rope = dray_cpu_avx2_rope;
+    ctx->k.attention = dray_cpu_avx2_attention;
+    ctx->k.gated_act = dray_cpu_avx2_gated_act;
+#endif
+}
+
+static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct dray_ctx **out, char *err,
+                    size_t errlen)
+{
+    if (!out) {
+        if (err)
+            snprintf(err, errlen, "cpu: open: out is NULL");
+        return DRAY_EINVAL;
+    }
+    *out = NULL;
+    if (index != 0) {
+        if (err)
+            snprintf(err, errlen, "cpu: no device %u (the CPU plugin has one device, 0)", index);
+        return DRAY_EINVAL;
+    }
+    struct dray_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx) {
+        if (err)
+            snprintf(err, errlen, "cpu: out of memory for the context");
+        return DRAY_ENOMEM;
+    }
+    uint32_t n = OPT_HAS(opt, n_threads) ? opt->n_threads : 0;
+    if (n == 0) {
+        long np = sysconf(_SC_NPROCESSORS_ONLN);
+        n = np > 0 ? (uint32_t)np : 1;
+    }
+    if (n > 256)
+        n = 256;
+    ctx->n_threads = n;
+    ctx->reference = (OPT_HAS(opt, reference) && opt->reference) || dray_cpu_env_reference() ||
+                     !dray_cpu_have_avx2();
+#ifndef DRAY_CPU_AVX2
+    ctx->reference = 1; /* built without the AVX2 kernels */
+#endif
+    pick_kernels(ctx);
+    int rc = dray_cpu_pool_create(n, &ctx->pool);
+    if (rc) {
+        if (err)
+            snprintf(err, errlen, "cpu: cannot start %u threads", n);
+        free(ctx);
+        return rc;
+    }
+    *out = ctx;
+    return 0;
+}
+
+static void cpu_close(struct dray_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    dray_cpu_pool_destroy(ctx->pool);
+    free(ctx->scratch);
+    free(ctx);
+}
+
+static const char *cpu_last_error(struct dray_ctx *ctx)
+{
+    return ctx ? ctx->err : "cpu: NULL context";
+}
+
+static int cpu_alloc(struct dray_ctx *ctx, size_t nbytes, struct dray_buf **out)
+{
+    ctx->err[0] = '\0';
+    if (!out)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "alloc: out is NULL");
+    *out = NULL;
+    struct dray_buf *b = malloc(sizeof(*b));
+    if (!b)
+        return dray_cpu_fail(ctx, DRAY_ENOMEM, "alloc: out of host memory");
+    /* Round up to 64 so vector tails never read past the allocation. */
+    size_t sz = nbytes + 63 < nbytes ? nbytes : (nbytes + 63) & ~(size_t)63;
+    if (sz < nbytes || posix_memalign(&b->p, 64, sz ? sz : 64) != 0) {
+        free(b);
+        return dray_cpu_fail(ctx, DRAY_ENOMEM, "alloc: cannot allocate %zu bytes", nbytes);
+    }
+    b->size = nbytes;
+    *out = b;
+    return 0;
+}
+
+static void cpu_free(struct dray_ctx *ctx, struct dray_buf *buf)
+{
+    (void)ctx;
+    if (!buf)
+        return;
+    free(buf->p);
+    free(buf);
+}
+
+static int cpu_upload(struct dray_ctx *ctx, struct dray_view dst, const void *src, size_t nbytes)
+{
+    ctx->err[0] = '\0';
+    void *d;
+    int rc = dray_cpu_view(ctx, "upload dst", dst, nbytes, 1, &d);
+    if (rc)
+        return rc;
+    if (!src && nbytes)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "upload: src is NULL");
+    if (nbytes)
+        memcpy(d, src, nbytes);
+    return 0;
+}
+
+static int cpu_download(struct dray_ctx *ctx, void *dst, struct dray_view src, size_t nbytes)
+{
+    ctx->err[0] = '\0';
+    void *s;
+    int rc = dray_cpu_view(ctx, "download src", src, nbytes, 1, &s);
+    if (rc)
+        return rc;
+    if (!dst && nbytes)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "download: dst is NULL");
+    if (nbytes)
+        memcpy(dst, s, nbytes);
+    return 0;
+}
+
+static int cpu_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view src, size_t nbytes)
+{
+    ctx->err[0] = '\0';
+    void *d, *s;
+    int rc = dray_cpu_view(ctx, "copy dst", dst, nbytes, 1, &d);
+    if (!rc)
+        rc = dray_cpu_view(ctx, "copy src", src, nbytes, 1, &s);
+    if (rc)
+        return rc;
+    memmove(d, s, nbytes); /* views of one buffer may overlap */
+    return 0;
+}
+
+static int cpu_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, size_t nbytes)
+{
+    ctx->err[0] = '\0';
+    if (nbytes % 4)
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "fill: %zu bytes is not a multiple of 4", nbytes);
+    void *d;
+    int rc = dray_cpu_view(ctx, "fill dst", dst, nbytes, 1, &d);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < nbytes; i += 4)
+        memcpy((char *)d + i, &pattern, 4);
+    return 0;
+}
+
+static int cpu_synchronize(struct dray_ctx *ctx)
+{
+    ctx->err[0] = '\0';
+    return 0; /* every call has finished by the time it returns */
+}
+
+static void *cpu_host_ptr(struct dray_ctx *ctx, struct dray_buf *buf)
+{
+    (void)ctx;
+    return buf ? buf->p : NULL;
+}
+
+static const struct dray_ops cpu_ops = {
+    .version = 1,
+    .name = "cpu",
+    .describe = "host CPU: portable scalar reference kernels and AVX2+FMA kernels (picked at run time)",
+    .device_count = cpu_device_count,
+    .device_props = dray_cpu_device_props,
+    .open = cpu_open,
+    .close = cpu_close,
+    .last_error = cpu_last_error,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .synchronize = cpu_synchronize,
+    .embed = dray_cpu_embed,
+    .rmsnorm = dray_cpu_rmsnorm,
+    .matmul = dray_cpu_matmul,
+    .rope = dray_cpu_rope,
+    .kv_store = dray_cpu_kv_store,
+    .attention = dray_cpu_attention,
+    .gated_act = dray_cpu_gated_act,
+    .add = dray_cpu_add,
+    .host_ptr = cpu_host_ptr,
+};
+
+DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
+                                      const struct dray_ops **ops, char *err, size_t errlen)
+{
+    (void)host; /* the CPU plugin needs no host services */
+    if (!version || !ops) {
+        if (err)
+            snprintf(err, errlen, "cpu: negotiate called with NULL version or ops");
+        return DRAY_EINVAL;
+    }
+    if (*version < 1) {
+        if (err)
+            snprintf(err, errlen, "cpu: host offers ABI %u, the plugin needs ABI 1", *version);
+        return DRAY_EINCOMPAT;
+    }
+    *version = 1;
+    *ops = &cpu_ops;
+    return 0;
+}

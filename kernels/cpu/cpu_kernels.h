@@ -1,0 +1,156 @@
+/*
+ * CPU kernels: plain pointers in, plain pointers out. The plugin glue
+ * (backends/cpu) checks every argument, resolves views to pointers and splits
+ * the work over its thread pool; a kernel only computes its slice, given as a
+ * half-open range [r0, r1) of the unit the op is parallel over.
+ *
+ * Two sets with the same signatures: dray_cpu_ref_* (portable scalar C, the
+ * specification of each op in code) and dray_cpu_avx2_* (AVX2+FMA+F16C, built
+ * with those flags only for their own files and called only when the CPU has
+ * them). Layouts and rounding rules are the ones in include/dray/backend.h.
+ */
+#ifndef DRAY_CPU_KERNELS_H
+#define DRAY_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- f16 */
+
+/* IEEE binary16 <-> binary32, round to nearest even, exact for every input
+ * (NaN stays NaN, overflow gives inf, subnormals kept). */
+float dray_cpu_f16_to_f32(uint16_t h);
+uint16_t dray_cpu_f32_to_f16(float f);
+
+/* ---------------------------------------------------------------- embed */
+
+struct dray_cpu_embed {
+    const int32_t *ids;      /* [n_tok], already checked < n_rows */
+    const void *table;       /* I8 or F32 [n_rows][dim] */
+    const float *row_scale;  /* [n_rows] (I8 only) */
+    float *out;              /* [n_tok][dim] */
+    uint32_t is_i8, dim;
+    float scale;
+};
+/* tokens [t0, t1) */
+void dray_cpu_ref_embed(const struct dray_cpu_embed *a, uint32_t t0, uint32_t t1);
+void dray_cpu_avx2_embed(const struct dray_cpu_embed *a, uint32_t t0, uint32_t t1);
+
+/* ---------------------------------------------------------------- rmsnorm */
+
+struct dray_cpu_rmsnorm {
+    const float *x, *w;
+    float *out;
+    uint32_t n_head, n, stride_x, stride_out;
+    float eps;
+};
+/* rows [r0, r1) where row = t * n_head + h */
+void dray_cpu_ref_rmsnorm(const struct dray_cpu_rmsnorm *a, uint32_t r0, uint32_t r1);
+void dray_cpu_avx2_rmsnorm(const struct dray_cpu_rmsnorm *a, uint32_t r0, uint32_t r1);
+
+/* ---------------------------------------------------------------- matmul */
+
+struct dray_cpu_matmul {
+    const float *x;           /* [n_tok] rows of stride_x */
+    const void *w;            /* I8 or F32 [n_out][k] */
+    const float *wscale;      /* [n_out] (I8) */
+    float *out;               /* [n_tok] rows of stride_out */
+    const int32_t *outlier_idx; /* [n_outlier] (I8) */
+    const float *outlier_w;   /* [n_out][n_outlier] (I8) */
+    uint32_t n_tok, n_out, k, stride_x, stride_out, n_outlier, accumulate;
+    uint32_t is_i8;
+    /* Filled by the quantize step (I8): q [n_tok] rows of q_stride bytes, the
+     * k used bytes followed by zeros up to q_stride (a multiple of 64); sx [n_tok]. */
+    int8_t *q;
+    float *sx;
+    size_t q_stride;
+};
+/* Step 1 (I8 only): quantize tokens [t0, t1) of x into a->q / a->sx. */
+void dray_cpu_ref_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
+void dray_cpu_avx2_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
+/* Step 2: output channels [o0, o1) for every token. */
+void dray_cpu_ref_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+void dray_cpu_avx2_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+/* The shared last step of one I8 output: scale, outliers, accumulate. */
+static inline float dray_cpu_mm_finish(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o,
+                                       int32_t isum)
+{
+    float v = (float)isum * a->sx[t] * a->wscale[o];
+    const float *xr = a->x + (size_t)t * a->stride_x;
+    for (uint32_t j = 0; j < a->n_outlier; j++)
+        v += xr[a->outlier_idx[j]] * a->outlier_w[(size_t)o * a->n_outlier + j];
+    return v;
+}
+
+/* ---------------------------------------------------------------- rope */
+
+struct dray_cpu_rope {
+    float *x;
+    const int32_t *pos;
+    uint32_t n_head, head_dim, n_rot, stride;
+    float base, freq_scale;
+};
+/* tokens [t0, t1) */
+void dray_cpu_ref_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1);
+void dray_cpu_avx2_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1);
+
+/* ---------------------------------------------------------------- KV */
+
+/* The pool resolved to pointers; k/v are int8_t or uint16_t (f16) arrays. */
+struct dray_cpu_kv {
+    void *k, *v;
+    float *k_scale, *v_scale; /* I8 only */
+    uint32_t is_i8, n_kv_head, head_dim, block_size, n_slots;
+};
+
+struct dray_cpu_kv_store {
+    const float *k, *v;
+    const int32_t *slots;
+    const struct dray_cpu_kv *pool;
+    uint32_t stride_k, stride_v;
+};
+/* tokens [t0, t1) */
+void dray_cpu_ref_kv_store(const struct dray_cpu_kv_store *a, uint32_t t0, uint32_t t1);
+/* Quantize n floats to int8 with the KV rule; returns the scale. */
+float dray_cpu_ref_quant_row(const float *x, uint32_t n, int8_t *q);
+
+struct dray_cpu_attention {
+    const float *q;
+    float *out;
+    const int32_t *seqs;        /* [n_seq][4] */
+    const int32_t *block_table;
+    const struct dray_cpu_kv *pool;
+    uint32_t n_seq, n_head, stride_q, stride_out, window;
+    float scale;
+    /* Work items for the parallel split: item i covers sequence item[i][0],
+     * query rows item[i][1] .. item[i][2]-1 (relative to the sequence), and
+     * kv head item[i][3] (its query-head group). Built by the glue. */
+    const uint32_t (*item)[4];
+    uint32_t n_item;
+};
+/* Work items [i0, i1). scratch: per-thread, at least dray_cpu_attention_scratch() bytes. */
+void dray_cpu_ref_attention(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1,
+                            void *scratch);
+void dray_cpu_avx2_attention(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1,
+                             void *scratch);
+/* Bytes of scratch one thread needs: max_kv_len scores + a head_dim vector for
+ * the reference; tiles of the query block for AVX2 (max_rows query rows). */
+size_t dray_cpu_attention_scratch(uint32_t max_kv_len, uint32_t head_dim, uint32_t max_rows);
+/* Query rows per attention work item (the glue splits sequences into such blocks). */
+#define DRAY_CPU_ATT_QBLOCK 16u
+
+/* ---------------------------------------------------------------- eltwise */
+
+struct dray_cpu_gated_act {
+    const float *gate, *up;
+    float *out;
+    uint32_t n, stride_gate, stride_up, stride_out, act;
+};
+/* tokens [t0, t1) */
+void dray_cpu_ref_gated_act(const struct dray_cpu_gated_act *a, uint32_t t0, uint32_t t1);
+void dray_cpu_avx2_gated_act(const struct dray_cpu_gated_act *a, uint32_t t0, uint32_t t1);
+
+/* elements [i0, i1) */
+void dray_cpu_ref_add(const float *a, const float *b, float *out, size_t i0, size_t i1);
+
+#endif
