@@ -1,0 +1,688 @@
+/* Configuration: defaults, a YAML file over them, single-key overrides, printing.
+ *
+ * Schema (docs/config.md has the one table of keys): a YAML mapping whose keys are
+ * the flat key names below ("threads: 4"), or section mappings that group them
+ * ("backend: {threads: 4}"). Three sections share their name with a key; inside
+ * the section that key is spelled differently:
+ *     model:     path      (= model)
+ *     backend:   plugin    (= backend)
+ *     precision: weights   (= precision)
+ * A section name followed by a scalar is that key ("backend: cpu"), followed by a
+ * mapping it is the section. log_level has no section. Every error names the file,
+ * the line, the key and the expected form; the config is left untouched on error. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include <yaml.h>
+
+#include "dray/dray.h"
+#include "error.h"
+
+#define CONFIG_MAX_BYTES (1u << 20) /* a config file is a page of text, not a data set */
+
+enum key_type { T_STR, T_U32, T_U64, T_SIZE, T_BOOL, T_FLOAT, T_ENUM };
+
+struct enum_name {
+    const char *name;
+    int value;
+};
+
+static const struct enum_name precision_names[] = {
+    {"int8", DRAY_PRECISION_INT8}, {"f32", DRAY_PRECISION_F32}, {NULL, 0}};
+static const struct enum_name kv_dtype_names[] = {{"int8", DRAY_I8}, {"f16", DRAY_F16}, {NULL, 0}};
+static const struct enum_name log_level_names[] = {{"error", DRAY_LOG_ERROR},
+                                                   {"warn", DRAY_LOG_WARN},
+                                                   {"info", DRAY_LOG_INFO},
+                                                   {"debug", DRAY_LOG_DEBUG},
+                                                   {NULL, 0}};
+
+struct key {
+    const char *name;    /* flat name, also the name for dray_config_set */
+    const char *section; /* section it may be written in; NULL = top level only */
+    const char *inner;   /* its name inside the section */
+    enum key_type type;
+    size_t offset, size; /* field in struct dray_config; size of a string buffer */
+    double lo, hi;       /* range of numbers */
+    const struct enum_name *names;
+    int nonempty;        /* strings: "" is not allowed */
+};
+
+#define F(field) offsetof(struct dray_config, field), sizeof(((struct dray_config *)0)->field)
+static const struct key keys[] = {
+    {"log_level", NULL, NULL, T_ENUM, F(log_level), 0, 0, log_level_names, 0},
+    {"model", "model", "path", T_STR, F(model), 0, 0, NULL, 0},
+    {"context", "model", "context", T_U32, F(context), 0, 1 << 24, NULL, 0},
+    {"backend", "backend", "plugin", T_STR, F(backend), 0, 0, NULL, 1},
+    {"fallback", "backend", "fallback", T_STR, F(fallback), 0, 0, NULL, 0},
+    {"device", "backend", "device", T_STR, F(device), 0, 0, NULL, 0},
+    {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0},
+    {"threads", "backend", "threads", T_U32, F(threads), 0, 1024, NULL, 0},
+    {"reference_kernels", "backend", "reference_kernels", T_BOOL, F(reference_kernels), 0, 0, NULL, 0},
+    {"precision", "precision", "weights", T_ENUM, F(precision), 0, 0, precision_names, 0},
+    {"kv_dtype", "precision", "kv_dtype", T_ENUM, F(kv_dtype), 0, 0, kv_dtype_names, 0},
+    {"outlier_channels", "precision", "outlier_channels", T_U32, F(outlier_channels), 0, 65536, NULL, 0},
+    {"kv_budget", "memory", "kv_budget", T_SIZE, F(kv_budget), 0, 0, NULL, 0},
+    {"host_cache", "memory", "host_cache", T_SIZE, F(host_cache), 0, 0, NULL, 0},
+    {"kv_block", "memory", "kv_block", T_U32, F(kv_block), 1, 1024, NULL, 0},
+    {"prefix_cache", "memory", "prefix_cache", T_BOOL, F(prefix_cache), 0, 0, NULL, 0},
+    {"max_seqs", "scheduler", "max_seqs", T_U32, F(max_seqs), 1, 4096, NULL, 0},
+    {"chunk", "scheduler", "chunk", T_U32, F(chunk), 1, 1 << 20, NULL, 0},
+    {"temperature", "sampling", "temperature", T_FLOAT, F(temperature), 0, 100, NULL, 0},
+    {"top_k", "sampling", "top_k", T_U32, F(top_k), 0, 1 << 20, NULL, 0},
+    {"top_p", "sampling", "top_p", T_FLOAT, F(top_p), 0, 1, NULL, 0},
+    {"min_p", "sampling", "min_p", T_FLOAT, F(min_p), 0, 1, NULL, 0},
+    {"repeat_penalty", "sampling", "repeat_penalty", T_FLOAT, F(repeat_penalty), 0.01, 100, NULL, 0},
+    {"seed", "sampling", "seed", T_U64, F(seed), 0, 0, NULL, 0},
+    {"max_tokens", "sampling", "max_tokens", T_U32, F(max_tokens), 1, 1 << 24, NULL, 0},
+    {"host", "server", "host", T_STR, F(host), 0, 0, NULL, 1},
+    {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0},
+    {"replicas", "server", "replicas", T_U32, F(replicas), 1, 256, NULL, 0},
+};
+#undef F
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+static const char *const sections[] = {"model",     "backend",  "precision", "memory",
+                                       "scheduler", "sampling", "server"};
+#define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
+
+_Static_assert(sizeof(enum dray_precision) == sizeof(int32_t), "enums are stored as 32 bits");
+
+void dray_config_defaults(struct dray_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    snprintf(cfg->backend, sizeof(cfg->backend), "cpu");
+    cfg->precision = DRAY_PRECISION_INT8;
+    cfg->kv_dtype = DRAY_I8;
+    cfg->host_cache = 1ull << 30;
+    cfg->kv_block = 16;
+    cfg->prefix_cache = true;
+    cfg->max_seqs = 8;
+    cfg->chunk = 512;
+    cfg->temperature = 0.7f;
+    cfg->top_k = 40;
+    cfg->top_p = 0.95f;
+    cfg->min_p = 0.05f;
+    cfg->repeat_penalty = 1.0f;
+    cfg->max_tokens = 256;
+    snprintf(cfg->host, sizeof(cfg->host), "127.0.0.1");
+    cfg->port = 8080;
+    cfg->replicas = 1;
+    cfg->log_level = DRAY_LOG_WARN;
+}
+
+/* ------------------------------------------------------------ value parsing */
+
+/* The form a key expects, for error messages: "an integer 0..1024". */
+static void expected_form(const struct key *k, char *buf, size_t len)
+{
+    switch (k->type) {
+    case T_STR:
+        snprintf(buf, len, "a %sstring of at most %zu bytes", k->nonempty ? "non-empty " : "",
+                 k->size - 1);
+        break;
+    case T_U32: snprintf(buf, len, "an integer %.0f..%.0f", k->lo, k->hi); break;
+    case T_U64: snprintf(buf, len, "an integer 0..18446744073709551615"); break;
+    case T_SIZE: snprintf(buf, len, "a size such as 512MiB, 2GiB, 1.5GB or 1000000 (bytes)"); break;
+    case T_BOOL: snprintf(buf, len, "true or false"); break;
+    case T_FLOAT: snprintf(buf, len, "a number %g..%g", k->lo, k->hi); break;
+    case T_ENUM: {
+        size_t used = (size_t)snprintf(buf, len, "one of ");
+        for (const struct enum_name *e = k->names; e->name && used < len; e++)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", e == k->names ? "" : "|", e->name);
+        break;
+    }
+    }
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    if (!isdigit((unsigned char)*s))
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "512MiB", "2 GiB", "1.5GB", "1000000": binary units are powers of 1024, the
+ * plain SI ones powers of 1000. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {
+        {"", 1},  {"B", 1},  {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+        {"TiB", 1099511627776.0}, {"kB", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+    };
+    if (!isdigit((unsigned char)*s))
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || !isfinite(v) || v < 0)
+        return -1;
+    while (*end == ' ')
+        end++;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcasecmp(end, units[i].unit))
+            continue;
+        double bytes = v * units[i].mult;
+        if (bytes >= 18446744073709551615.0 || bytes != floor(bytes))
+            return -1; /* too big, or a fraction of a byte */
+        *out = (uint64_t)bytes;
+        return 0;
+    }
+    return -1;
+}
+
+/* Write text into field k of cfg. On failure `why` says "expected X, got 'text'". */
+static int set_value(struct dray_config *cfg, const struct key *k, const char *text, char *why,
+                     size_t whylen)
+{
+    char *field = (char *)cfg + k->offset;
+    uint64_t u = 0;
+    switch (k->type) {
+    case T_STR:
+        if (strlen(text) < k->size && (!k->nonempty || text[0])) {
+            memcpy(field, text, strlen(text) + 1);
+            return 0;
+        }
+        break;
+    case T_U32:
+        if (parse_u64(text, &u) == 0 && (double)u >= k->lo && (double)u <= k->hi) {
+            uint32_t v = (uint32_t)u;
+            memcpy(field, &v, sizeof(v));
+            return 0;
+        }
+        break;
+    case T_U64:
+        if (parse_u64(text, &u) == 0) {
+            memcpy(field, &u, sizeof(u));
+            return 0;
+        }
+        break;
+    case T_SIZE:
+        if (parse_size(text, &u) == 0) {
+            memcpy(field, &u, sizeof(u));
+            return 0;
+        }
+        break;
+    case T_BOOL:
+        if (!strcmp(text, "true") || !strcmp(text, "false")) {
+            bool b = text[0] == 't';
+            memcpy(field, &b, sizeof(b));
+            return 0;
+        }
+        break;
+    case T_FLOAT: {
+        char *end;
+        errno = 0;
+        double d = strtod(text, &end);
+        if (text[0] && !*end && !errno && isfinite(d) && d >= k->lo && d <= k->hi) {
+            float f = (float)d;
+            memcpy(field, &f, sizeof(f));
+            return 0;
+        }
+        break;
+    }
+    case T_ENUM:
+        for (const struct enum_name *e = k->names; e->name; e++)
+            if (!strcmp(text, e->name)) {
+                int32_t v = e->value;
+                memcpy(field, &v, sizeof(v));
+                return 0;
+            }
+        break;
+    }
+    char form[160];
+    expected_form(k, form, sizeof(form));
+    if (!text[0])
+        return dray_fail(why, whylen, DRAY_EINVAL, "expected %s, got nothing", form);
+    return dray_fail(why, whylen, DRAY_EINVAL, "expected %s, got '%.80s'", form, text);
+}
+
+/* ------------------------------------------------------------ key lookup */
+
+static const struct key *key_by_name(const char *name)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(keys[i].name, name))
+            return &keys[i];
+    return NULL;
+}
+
+static const struct key *key_in_section(const char *section, const char *inner)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (keys[i].section && !strcmp(keys[i].section, section) && !strcmp(keys[i].inner, inner))
+            return &keys[i];
+    return NULL;
+}
+
+static int section_index(const char *name)
+{
+    for (size_t i = 0; i < N_SECTIONS; i++)
+        if (!strcmp(sections[i], name))
+            return (int)i;
+    return -1;
+}
+
+/* Edit distance, for "did you mean" on a misspelt key (names are short). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 31 || lb > 31)
+        return 99;
+    size_t row[32];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* " (did you mean 'threads'?)" or "" */
+static void suggest(const char *section, const char *name, char *buf, size_t len)
+{
+    const char *best = NULL;
+    size_t bestd = 3;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const char *cand = section ? keys[i].inner : keys[i].name;
+        if (section && (!keys[i].section || strcmp(keys[i].section, section)))
+            continue;
+        size_t d = edit_distance(name, cand);
+        if (d < bestd) {
+            bestd = d;
+            best = cand;
+        }
+    }
+    buf[0] = '\0';
+    if (best)
+        snprintf(buf, len, " (did you mean '%s'?)", best);
+}
+
+/* ------------------------------------------------------------ YAML walk */
+
+struct loader {
+    const char *path;
+    yaml_document_t *doc;
+    struct dray_config *cfg;
+    unsigned key_line[N_KEYS];         /* line a key was set on; 0 = not yet */
+    unsigned section_line[N_SECTIONS]; /* same for sections */
+    char *err;
+    size_t errlen;
+};
+
+static unsigned line_of(const yaml_node_t *n)
+{
+    return (unsigned)n->start_mark.line + 1;
+}
+
+static const char *node_kind(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_MAPPING_NODE: return "a mapping";
+    case YAML_SEQUENCE_NODE: return "a list";
+    default: return "a scalar";
+    }
+}
+
+static int apply_key(struct loader *l, const struct key *k, const yaml_node_t *kn,
+                     const yaml_node_t *vn, const char *written)
+{
+    char form[160], why[256];
+    size_t idx = (size_t)(k - keys);
+    if (l->key_line[idx])
+        return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                         "%s:%u: key '%s' given twice (first on line %u): keep one", l->path,
+                         line_of(kn), written, l->key_line[idx]);
+    if (vn->type != YAML_SCALAR_NODE) {
+        expected_form(k, form, sizeof(form));
+        return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                         "%s:%u: key '%s': expected a single value (%s), got %s", l->path,
+                         line_of(vn), written, form, node_kind(vn));
+    }
+    if (set_value(l->cfg, k, (const char *)vn->data.scalar.value, why, sizeof(why)) != 0)
+        return dray_fail(l->err, l->errlen, DRAY_EFORMAT, "%s:%u: key '%s': %s", l->path,
+                         line_of(vn), written, why);
+    l->key_line[idx] = line_of(kn);
+    return 0;
+}
+
+/* The keys of one section, "path, context", for messages. */
+static void section_keys(const char *section, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_KEYS && used < len; i++)
+        if (keys[i].section && !strcmp(keys[i].section, section))
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", keys[i].inner);
+}
+
+static int load_section(struct loader *l, const char *section, const yaml_node_t *kn,
+                        const yaml_node_t *map)
+{
+    int si = section_index(section);
+    if (l->section_line[si])
+        return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                         "%s:%u: section '%s:' given twice (first on line %u): merge them", l->path,
+                         line_of(kn), section, l->section_line[si]);
+    l->section_line[si] = line_of(kn);
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(l->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(l->doc, p->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                             "%s:%u: in section '%s:': expected a key name, got %s", l->path,
+                             line_of(k), section, node_kind(k));
+        const char *name = (const char *)k->data.scalar.value;
+        const struct key *key = key_in_section(section, name);
+        if (!key) {
+            char hint[96], list[256];
+            const struct key *elsewhere = key_by_name(name);
+            if (elsewhere && elsewhere->section && strcmp(elsewhere->inner, name) == 0)
+                return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                                 "%s:%u: key '%s' belongs in section '%s:', not '%s:'", l->path,
+                                 line_of(k), name, elsewhere->section, section);
+            if (elsewhere && !elsewhere->section)
+                return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                                 "%s:%u: key '%s' belongs at the top level, not in '%s:'", l->path,
+                                 line_of(k), name, section);
+            suggest(section, name, hint, sizeof(hint));
+            section_keys(section, list, sizeof(list));
+            return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                             "%s:%u: unknown key '%s' in section '%s:'%s; it holds: %s", l->path,
+                             line_of(k), name, section, hint, list);
+        }
+        char written[160];
+        snprintf(written, sizeof(written), "%s.%s", section, name);
+        int rc = apply_key(l, key, k, v, written);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int load_root(struct loader *l, const yaml_node_t *root)
+{
+    if (root->type != YAML_MAPPING_NODE)
+        return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                         "%s:%u: expected a mapping of `key: value` lines at the top, got %s",
+                         l->path, line_of(root), node_kind(root));
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(l->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(l->doc, p->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return dray_fail(l->err, l->errlen, DRAY_EFORMAT, "%s:%u: expected a key name, got %s",
+                             l->path, line_of(k), node_kind(k));
+        const char *name = (const char *)k->data.scalar.value;
+        const struct key *key = key_by_name(name);
+        int rc;
+        if (section_index(name) >= 0 && v->type == YAML_MAPPING_NODE)
+            rc = load_section(l, name, k, v);
+        else if (key)
+            rc = apply_key(l, key, k, v, name);
+        else if (section_index(name) >= 0 && v->type == YAML_SCALAR_NODE && !v->data.scalar.length)
+            rc = 0; /* "memory:" with nothing under it: an empty section */
+        else if (section_index(name) >= 0) {
+            char list[256];
+            section_keys(name, list, sizeof(list));
+            rc = dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                           "%s:%u: section '%s:' must be a mapping of its keys (%s), got %s",
+                           l->path, line_of(v), name, list, node_kind(v));
+        } else {
+            char hint[96];
+            suggest(NULL, name, hint, sizeof(hint));
+            rc = dray_fail(l->err, l->errlen, DRAY_EFORMAT,
+                           "%s:%u: unknown key '%s'%s; the keys are listed in docs/config.md",
+                           l->path, line_of(k), name, hint);
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int syntax_error(const char *path, const yaml_parser_t *ps, char *err, size_t errlen)
+{
+    const yaml_mark_t *m = ps->problem ? &ps->problem_mark : &ps->context_mark;
+    if (ps->error == YAML_MEMORY_ERROR)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "%s: out of memory while parsing", path);
+    if (ps->context)
+        return dray_fail(err, errlen, DRAY_EFORMAT,
+                         "%s:%zu: YAML syntax error: %s (%s on line %zu); expected `key: value` "
+                         "lines, sections indented below `section:`",
+                         path, m->line + 1, ps->problem ? ps->problem : "unknown problem",
+                         ps->context, ps->context_mark.line + 1);
+    return dray_fail(err, errlen, DRAY_EFORMAT,
+                     "%s:%zu: YAML syntax error: %s; expected `key: value` lines, sections "
+                     "indented below `section:`",
+                     path, m->line + 1, ps->problem ? ps->problem : "unknown problem");
+}
+
+/* Read the whole file (small by nature) so that I/O errors are reported as such. */
+static int read_file(const char *path, char **data, size_t *size, char *err, size_t errlen)
+{
+    struct stat st;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dray_fail(err, errlen, DRAY_EIO,
+                         "%s: cannot read config: %s (give an existing YAML file, or no --config "
+                         "for the defaults)",
+                         path, strerror(errno));
+    int rc = 0;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = dray_fail(err, errlen, DRAY_EIO, "%s: cannot read config: not a regular file", path);
+        goto out;
+    }
+    if (st.st_size > CONFIG_MAX_BYTES) {
+        rc = dray_fail(err, errlen, DRAY_ERANGE, "%s: config is %lld bytes; at most %u expected",
+                       path, (long long)st.st_size, CONFIG_MAX_BYTES);
+        goto out;
+    }
+    *data = malloc((size_t)st.st_size + 1);
+    if (!*data) {
+        rc = dray_fail(err, errlen, DRAY_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    *size = fread(*data, 1, (size_t)st.st_size, f);
+    if (ferror(f)) {
+        rc = dray_fail(err, errlen, DRAY_EIO, "%s: cannot read config: %s", path, strerror(errno));
+        free(*data);
+        *data = NULL;
+    }
+out:
+    fclose(f);
+    return rc;
+}
+
+int dray_config_load(const char *path, struct dray_config *cfg, char *err, size_t errlen)
+{
+    char *data = NULL;
+    size_t size = 0;
+    if (!path || !cfg)
+        return dray_fail(err, errlen, DRAY_EINVAL, "dray_config_load: no path or config");
+    int rc = read_file(path, &data, &size, err, errlen);
+    if (rc)
+        return rc;
+
+    yaml_parser_t ps;
+    yaml_document_t doc, extra;
+    struct dray_config work = *cfg; /* cfg changes only when the whole file is good */
+    if (!yaml_parser_initialize(&ps)) {
+        free(data);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "%s: out of memory", path);
+    }
+    yaml_parser_set_input_string(&ps, (const unsigned char *)data, size);
+    if (!yaml_parser_load(&ps, &doc)) {
+        rc = syntax_error(path, &ps, err, errlen);
+        goto out_parser;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root) {
+        struct loader l = {.path = path, .doc = &doc, .cfg = &work, .err = err, .errlen = errlen};
+        rc = load_root(&l, root);
+    }
+    if (rc == 0 && root) { /* a second document would be silently ignored: refuse it */
+        if (!yaml_parser_load(&ps, &extra)) {
+            rc = syntax_error(path, &ps, err, errlen);
+        } else {
+            yaml_node_t *r2 = yaml_document_get_root_node(&extra);
+            if (r2)
+                rc = dray_fail(err, errlen, DRAY_EFORMAT,
+                               "%s:%u: a second YAML document ('---'): expected one mapping",
+                               path, line_of(r2));
+            yaml_document_delete(&extra);
+        }
+    }
+    yaml_document_delete(&doc);
+    if (rc == 0) {
+        snprintf(work.source, sizeof(work.source), "%s", path);
+        *cfg = work;
+    }
+out_parser:
+    yaml_parser_delete(&ps);
+    free(data);
+    return rc;
+}
+
+int dray_config_set(struct dray_config *cfg, const char *key, const char *value, char *err,
+                    size_t errlen)
+{
+    if (!cfg || !key || !value)
+        return dray_fail(err, errlen, DRAY_EINVAL, "dray_config_set: NULL argument");
+    const struct key *k = key_by_name(key);
+    const char *dot = strchr(key, '.');
+    if (!k && dot) { /* "backend.plugin", "memory.kv_budget" */
+        char section[32];
+        size_t n = (size_t)(dot - key);
+        if (n < sizeof(section)) {
+            memcpy(section, key, n);
+            section[n] = '\0';
+            k = key_in_section(section, dot + 1);
+        }
+    }
+    if (!k) {
+        char hint[96];
+        suggest(NULL, key, hint, sizeof(hint));
+        return dray_fail(err, errlen, DRAY_ENOTFOUND,
+                         "unknown key '%s'%s; the keys are listed in docs/config.md", key, hint);
+    }
+    char why[256];
+    if (set_value(cfg, k, value, why, sizeof(why)) != 0)
+        return dray_fail(err, errlen, DRAY_EINVAL, "key '%s': %s", key, why);
+    return 0;
+}
+
+/* ------------------------------------------------------------ printing */
+
+static void print_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* Shortest decimal that reads back as the same float: 0.7, not 0.699999988. */
+static void print_float(FILE *f, float v)
+{
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v)
+            break;
+    }
+    fputs(buf, f);
+}
+
+static void print_size(FILE *f, uint64_t v)
+{
+    static const char *const unit[] = {"TiB", "GiB", "MiB", "KiB"};
+    for (int i = 0; i < 4 && v; i++) {
+        uint64_t m = 1ull << (10 * (4 - i));
+        if (v % m == 0) {
+            fprintf(f, "%llu%s", (unsigned long long)(v / m), unit[i]);
+            return;
+        }
+    }
+    fprintf(f, "%llu", (unsigned long long)v);
+}
+
+static void print_value(FILE *f, const struct dray_config *cfg, const struct key *k)
+{
+    const char *field = (const char *)cfg + k->offset;
+    uint32_t u32;
+    uint64_t u64;
+    int32_t e;
+    float fl;
+    bool b;
+    switch (k->type) {
+    case T_STR: print_string(f, field); break;
+    case T_U32: memcpy(&u32, field, 4); fprintf(f, "%u", u32); break;
+    case T_U64: memcpy(&u64, field, 8); fprintf(f, "%llu", (unsigned long long)u64); break;
+    case T_SIZE: memcpy(&u64, field, 8); print_size(f, u64); break;
+    case T_BOOL: memcpy(&b, field, sizeof(b)); fputs(b ? "true" : "false", f); break;
+    case T_FLOAT: memcpy(&fl, field, 4); print_float(f, fl); break;
+    case T_ENUM: {
+        memcpy(&e, field, 4);
+        const char *name = "?";
+        for (const struct enum_name *n = k->names; n->name; n++)
+            if (n->value == e)
+                name = n->name;
+        fputs(name, f);
+        break;
+    }
+    }
+}
+
+void dray_config_print(const struct dray_config *cfg, void *file)
+{
+    FILE *f = file ? file : stdout;
+    fprintf(f, "# effective dray configuration: defaults%s%s\n", cfg->source[0] ? " + " : "",
+            cfg->source);
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!keys[i].section) {
+            fprintf(f, "%s: ", keys[i].name);
+            print_value(f, cfg, &keys[i]);
+            fputc('\n', f);
+        }
+    for (size_t s = 0; s < N_SECTIONS; s++) {
+        fprintf(f, "%s:\n", sections[s]);
+        for (size_t i = 0; i < N_KEYS; i++)
+            if (keys[i].section && !strcmp(keys[i].section, sections[s])) {
+                fprintf(f, "  %s: ", keys[i].inner);
+                print_value(f, cfg, &keys[i]);
+                fputc('\n', f);
+            }
+    }
+}
