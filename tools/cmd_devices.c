@@ -1,0 +1,196 @@
+/* dray devices: what the plugin registry found. Loaded plugins with their
+ * devices (or why they have none), the skipped plugins with the reason and the
+ * remedy, and with -v the capability matrix: one row per op, one column per
+ * device, each cell the dtypes the device runs that op in. Exit 0 even when some
+ * plugins were skipped: listing them is the point. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "dray/dray.h"
+#include "log.h"
+#include "registry.h"
+
+static const char *const op_names[DRAY_OP_COUNT] = {
+    [DRAY_OP_EMBED] = "embed",         [DRAY_OP_RMSNORM] = "rmsnorm",
+    [DRAY_OP_MATMUL] = "matmul",       [DRAY_OP_ROPE] = "rope",
+    [DRAY_OP_KV_STORE] = "kv_store",   [DRAY_OP_ATTENTION] = "attention",
+    [DRAY_OP_GATED_ACT] = "gated_act", [DRAY_OP_ADD] = "add",
+};
+
+static const char *const dtype_names[DRAY_DTYPE_COUNT] = {
+    [DRAY_F32] = "f32", [DRAY_F16] = "f16", [DRAY_I8] = "i8", [DRAY_I32] = "i32"};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dray devices [-v] [--config FILE]\n"
+               "  List the plugins found on the search path, their devices, and the plugins\n"
+               "  skipped with the reason.\n"
+               "  -v              also print the capability matrix (ops x devices -> dtypes)\n"
+               "  --config FILE   take plugin_path and log_level from this config\n");
+}
+
+/* "2.0 GiB" */
+static const char *human(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+    return buf;
+}
+
+static void flag_list(uint32_t flags, char *buf, size_t len)
+{
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } names[] = {{DRAY_DEV_INT8_DOT, "int8-dot"},
+                 {DRAY_DEV_FP16, "fp16"},
+                 {DRAY_DEV_UNIFIED, "unified-memory"},
+                 {DRAY_DEV_REFERENCE, "reference"}};
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && used < len; i++)
+        if (flags & names[i].bit)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", names[i].name);
+    if (!used)
+        snprintf(buf, len, "none");
+}
+
+/* "i8,f16" or "-" */
+static void dtype_list(uint32_t mask, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < DRAY_DTYPE_COUNT && used < len; t++)
+        if (mask & DRAY_DTYPE_BIT(t))
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? "," : "", dtype_names[t]);
+    if (!used)
+        snprintf(buf, len, "-");
+}
+
+static void print_device(const struct dray_plugin *p, uint32_t i)
+{
+    struct dray_device_props pr;
+    memset(&pr, 0, sizeof(pr));
+    int rc = p->ops->device_props(i, &pr);
+    if (rc) {
+        printf("    device %u: cannot read properties: %s\n", i, dray_strerror(rc));
+        return;
+    }
+    pr.name[sizeof(pr.name) - 1] = pr.vendor[sizeof(pr.vendor) - 1] = '\0';
+    char total[32], freeb[32], maxa[32], flags[128];
+    human(pr.mem_total, total, sizeof(total));
+    human(pr.max_alloc, maxa, sizeof(maxa));
+    flag_list(pr.flags, flags, sizeof(flags));
+    printf("    device %u: %s (%s)\n", i, pr.name, pr.vendor[0] ? pr.vendor : "unknown vendor");
+    printf("      memory %s total, %s free, largest buffer %s; %u compute unit%s; flags: %s\n",
+           total, pr.mem_free ? human(pr.mem_free, freeb, sizeof(freeb)) : "unknown", maxa,
+           pr.compute_units, pr.compute_units == 1 ? "" : "s", flags);
+}
+
+/* Rows = ops, columns = every device of every plugin ("cpu:0"). */
+static void print_matrix(const struct dray_registry *reg)
+{
+    struct col {
+        char label[80];
+        struct dray_device_props props;
+    } *cols = NULL;
+    size_t n = 0;
+    for (size_t k = 0; k < dray_registry_count(reg); k++) {
+        const struct dray_plugin *p = dray_registry_at(reg, k);
+        for (uint32_t i = 0; i < p->n_devices; i++) {
+            struct col *c = realloc(cols, (n + 1) * sizeof(*c));
+            if (!c)
+                break;
+            cols = c;
+            memset(&cols[n], 0, sizeof(cols[n]));
+            if (p->ops->device_props(i, &cols[n].props) != 0)
+                continue; /* unreadable device: no column */
+            snprintf(cols[n].label, sizeof(cols[n].label), "%s:%u", p->name, i);
+            n++;
+        }
+    }
+    printf("\ncapability matrix (dtypes each device runs each op in; - = not supported):\n");
+    if (!n) {
+        printf("  no device\n");
+        free(cols);
+        return;
+    }
+    int w = 11; /* "f32,f16,i8" */
+    for (size_t c = 0; c < n; c++)
+        if ((int)strlen(cols[c].label) > w)
+            w = (int)strlen(cols[c].label);
+    printf("  %-10s", "op");
+    for (size_t c = 0; c < n; c++)
+        printf(" %-*s", w, cols[c].label);
+    printf("\n");
+    for (int op = 0; op < DRAY_OP_COUNT; op++) {
+        printf("  %-10s", op_names[op]);
+        for (size_t c = 0; c < n; c++) {
+            char cell[32];
+            dtype_list(cols[c].props.op_dtypes[op], cell, sizeof(cell));
+            printf(" %-*s", w, cell);
+        }
+        printf("\n");
+    }
+    free(cols);
+}
+
+int dray_cmd_devices(int argc, char **argv)
+{
+    int verbose = 0;
+    struct dray_config cfg;
+    char err[1024];
+    dray_config_defaults(&cfg);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {
+            verbose = 1;
+        } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            if (dray_config_load(argv[++i], &cfg, err, sizeof(err))) {
+                fprintf(stderr, "dray: %s\n", err);
+                return 1;
+            }
+            dray_log_set_level(cfg.log_level);
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "dray devices: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+
+    struct dray_registry *reg = NULL;
+    if (dray_registry_open(cfg.plugin_path[0] ? cfg.plugin_path : NULL, &reg, err, sizeof(err))) {
+        fprintf(stderr, "dray: %s\n", err);
+        return 1;
+    }
+    size_t n = dray_registry_count(reg);
+    printf("plugins loaded: %zu\n", n);
+    for (size_t k = 0; k < n; k++) {
+        const struct dray_plugin *p = dray_registry_at(reg, k);
+        printf("  %s  (ABI %u)  %s\n    %s\n", p->name, p->abi, p->path, p->ops->describe);
+        if (!p->n_devices)
+            printf("    %s: no device: %s\n", p->name, p->nodev);
+        for (uint32_t i = 0; i < p->n_devices; i++)
+            print_device(p, i);
+    }
+    size_t ns = dray_registry_n_skipped(reg);
+    printf("plugins skipped: %zu\n", ns);
+    for (size_t k = 0; k < ns; k++) {
+        const struct dray_skipped *s = dray_registry_skipped_at(reg, k);
+        printf("  %s\n    %s\n", s->path, s->reason);
+    }
+    if (verbose)
+        print_matrix(reg);
+    dray_registry_close(reg);
+    return 0;
+}
