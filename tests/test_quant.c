@@ -1,0 +1,103 @@
+/* dray_quantize_rows_i8: per-row symmetric int8, scale = max|w| / 127,
+ * q = round-half-to-even(w / scale) in [-127, 127], zero rows get scale 0. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gguf.h"
+#include "testutil.h"
+
+static void test_quant_row_with_max_127_rounds_half_to_even(void **state)
+{
+    (void)state;
+    /* max |w| = 127 -> scale exactly 1, so q = rne(w) */
+    float w[10] = {127.0f, -127.0f, 2.5f, 3.5f, -2.5f, 0.5f, 1.5f, -0.5f, 2.4999998f, 100.6f};
+    int8_t want[10] = {127, -127, 2, 4, -2, 0, 2, 0, 2, 101};
+    int8_t q[10];
+    float scale;
+    dray_quantize_rows_i8(w, 1, 10, q, &scale);
+    assert_true(scale == 1.0f);
+    assert_memory_equal(q, want, sizeof(want));
+}
+
+static void test_quant_zero_row_gets_zero_scale(void **state)
+{
+    (void)state;
+    float w[2][4] = {{0, -0.0f, 0, 0}, {0, 0.254f, 0, -0.127f}};
+    int8_t q[2][4];
+    float scale[2];
+    memset(q, 0x55, sizeof(q));
+    dray_quantize_rows_i8(&w[0][0], 2, 4, &q[0][0], scale);
+    assert_true(scale[0] == 0.0f);
+    for (int c = 0; c < 4; c++)
+        assert_int_equal(q[0][c], 0);
+    /* second row: scale = 0.254 / 127 = 0.002; codes 127 and -63.5 -> -64 (even) */
+    assert_true(scale[1] == 0.254f / 127.0f);
+    assert_int_equal(q[1][1], 127);
+    assert_int_equal(q[1][3], (int8_t)rintf(-0.127f / scale[1]));
+    assert_true(q[1][3] == -63 || q[1][3] == -64); /* -63.5 up to f32 rounding */
+}
+
+static void test_quant_rows_are_independent(void **state)
+{
+    (void)state;
+    float w[3][2] = {{1.0f, -0.5f}, {-254.0f, 127.0f}, {15.875f, -31.75f}};
+    int8_t q[3][2];
+    float scale[3];
+    dray_quantize_rows_i8(&w[0][0], 3, 2, &q[0][0], scale);
+    assert_true(scale[0] == 1.0f / 127.0f);
+    assert_int_equal(q[0][0], 127);
+    assert_int_equal(q[0][1], (int8_t)rintf(-0.5f / (1.0f / 127.0f))); /* -63.5 -> -64 */
+    assert_true(scale[1] == 2.0f);
+    assert_int_equal(q[1][0], -127);
+    assert_int_equal(q[1][1], 64); /* 63.5 -> 64 (even) */
+    assert_int_equal(q[2][1], -127);
+    assert_true(scale[2] == 0.25f);
+    assert_int_equal(q[2][0], 64); /* 15.875 / 0.25 = 63.5 -> 64 (even) */
+}
+
+static void test_quant_random_rows_reconstruct_within_half_a_step(void **state)
+{
+    (void)state;
+    enum { R = 37, C = 301 };
+    float *w = malloc(sizeof(float) * R * C), scale[R];
+    int8_t *q = malloc(R * C);
+    dray_test_seed(99);
+    for (int i = 0; i < R * C; i++)
+        w[i] = dray_test_randf(-3.0f, 3.0f) * (float)(1 + i / C);
+    dray_quantize_rows_i8(w, R, C, q, scale);
+    for (int r = 0; r < R; r++) {
+        float amax = 0;
+        int qmax = 0;
+        for (int c = 0; c < C; c++)
+            amax = fmaxf(amax, fabsf(w[r * C + c]));
+        assert_true(scale[r] == amax / 127.0f);
+        for (int c = 0; c < C; c++) {
+            int v = q[r * C + c];
+            assert_true(v >= -127 && v <= 127);
+            qmax = abs(v) > qmax ? abs(v) : qmax;
+            /* |w - q*scale| <= scale/2 (plus f32 slack) */
+            assert_true(fabsf(w[r * C + c] - (float)v * scale[r]) <= scale[r] * 0.5001f);
+        }
+        assert_int_equal(qmax, 127); /* the largest element maps to +-127 */
+    }
+    free(w);
+    free(q);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quant_row_with_max_127_rounds_half_to_even),
+        cmocka_unit_test(test_quant_zero_row_gets_zero_scale),
+        cmocka_unit_test(test_quant_rows_are_independent),
+        cmocka_unit_test(test_quant_random_rows_reconstruct_within_half_a_step),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
