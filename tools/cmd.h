@@ -11,5 +11,6 @@ DRAY_CMD int dray_cmd_conformance(int argc, char **argv);
 DRAY_CMD int dray_cmd_bench(int argc, char **argv);
 DRAY_CMD int dray_cmd_info(int argc, char **argv);
 DRAY_CMD int dray_cmd_config(int argc, char **argv);
+DRAY_CMD int dray_cmd_tokenize(int argc, char **argv);
 
 #endif
