@@ -19,6 +19,7 @@ static const struct {
     {"bench", dray_cmd_bench, "benchmarks: ops, model"},
     {"info", dray_cmd_info, "describe a GGUF file"},
     {"config", dray_cmd_config, "print the effective configuration"},
+    {"tokenize", dray_cmd_tokenize, "tokenize stdin with a model's tokenizer (ids, pieces)"},
 };
 
 static void usage(FILE *f)
