@@ -364,23 +364,26 @@ struct emitter {
 static int emit_token(struct emitter *em, const struct dray_tokenizer *tok, int32_t id, bool *stopped)
 {
     size_t n = dray_detok_push(&em->detok, tok, id, em->piece, em->piece_cap);
-    const char *ready;
-    size_t ready_len;
-    *stopped = dray_stop_push(&em->stop, em->piece, n, &ready, &ready_len);
+    const char *ready = "";
+    size_t ready_len = 0;
+    int r = dray_stop_feed(&em->stop, em->piece, n, &ready, &ready_len);
+    *stopped = r == 1;
     return em->fn ? em->fn(em->user, ready, ready_len, id) : 0;
 }
 
-static int emit_flush(struct emitter *em)
+static void emit_flush(struct emitter *em)
 {
     char tail[8];
     size_t n = dray_detok_flush(&em->detok, tail, sizeof(tail));
-    const char *ready;
-    size_t ready_len;
-    dray_stop_push(&em->stop, tail, n, &ready, &ready_len);
+    const char *ready = "";
+    size_t ready_len = 0;
+    if (dray_stop_feed(&em->stop, tail, n, &ready, &ready_len) == 0 && em->fn && ready_len)
+        em->fn(em->user, ready, ready_len, -1);
+    ready_len = 0;
+    if (em->stop.matched < 0)
+        dray_stop_flush(&em->stop, &ready, &ready_len);
     if (em->fn && ready_len)
         em->fn(em->user, ready, ready_len, -1);
-    dray_stop_finish(&em->stop, &ready, &ready_len);
-    return em->fn && ready_len ? em->fn(em->user, ready, ready_len, -1) : 0;
 }
 
 static int decode(struct dray_session *s, const struct dray_gen_params *p, struct emitter *em,
@@ -392,13 +395,17 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
         .repeat_penalty = p->repeat_penalty, .repeat_last_n = p->repeat_last_n, .seed = p->seed,
     };
     struct dray_sampler *smp = NULL;
-    int rc = dray_sampler_new(&sp, &smp);
+    int rc = dray_sampler_create(&sp, &smp, err, errlen);
     if (rc)
-        return dray_fail(err, errlen, rc, "sampler: bad parameters");
+        return rc;
     double t0 = now_s();
     st->stop_reason = "max tokens";
     for (uint32_t i = 0; i < p->max_tokens; i++) {
         int32_t id = dray_sampler_sample(smp, e->logits, e->info.n_vocab, s->hist, s->n_hist);
+        if (id < 0) {
+            rc = dray_fail(err, errlen, id, "sampling failed: %s", dray_strerror(id));
+            break;
+        }
         if (dray_tokenizer_is_eog(e->tok, id)) {
             st->stop_reason = "eog";
             break;
@@ -460,10 +467,10 @@ int dray_session_generate(struct dray_session *s, const int32_t *ids, size_t n,
     dray_detok_init(&em.detok);
     em.piece_cap = dray_tokenizer_max_piece(e->tok) + 8;
     em.piece = malloc(em.piece_cap);
-    rc = dray_stop_init(&em.stop, p->stop, p->n_stop);
+    rc = dray_stop_init(&em.stop, p->stop, p->n_stop, err, errlen);
     if (!em.piece || rc) {
         free(em.piece);
-        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+        return rc ? rc : dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
     }
     rc = decode(s, p, &em, st, err, errlen);
     dray_stop_free(&em.stop);

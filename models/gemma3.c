@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "log.h"
@@ -299,14 +300,14 @@ static int gemma3_load(struct dray_gguf *g, struct dray_device *dev, const struc
     if (!rc)
         rc = load_vector(m, g, -1, "output_norm", in->n_embd, &m->output_norm, err, errlen);
     for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
-        if (o->progress)
+        if (o->progress && isatty(2))
             fprintf(stderr, "\rdray: preparing weights (%s): layer %u/%u", dtype == DRAY_I8 ? "int8" : "f32",
                     il + 1, in->n_layer);
         m->layer[il].window = in->window[il];
         m->layer[il].rope_base = in->window[il] ? GEMMA3_ROPE_BASE_LOCAL : rope_base;
         rc = load_layer(m, g, il, dtype, err, errlen);
     }
-    if (o->progress)
+    if (o->progress && isatty(2))
         fprintf(stderr, "\n");
     if (!rc)
         rc = alloc_acts(m, err, errlen);

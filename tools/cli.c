@@ -50,8 +50,9 @@ static void resolve_model_path(struct dray_config *cfg, const char *config_path)
         return;
     char dir[1024], joined[2048];
     snprintf(dir, sizeof(dir), "%s", config_path);
-    snprintf(joined, sizeof(joined), "%s/%s", dirname(dir), cfg->model);
-    snprintf(cfg->model, sizeof(cfg->model), "%s", joined);
+    int n = snprintf(joined, sizeof(joined), "%s/%s", dirname(dir), cfg->model);
+    if (n > 0 && (size_t)n < sizeof(cfg->model))
+        memcpy(cfg->model, joined, (size_t)n + 1);
 }
 
 int dray_cli_parse(int argc, char **argv, struct dray_config *cfg, char **rest, int *n_rest)

@@ -1,0 +1,495 @@
+/* The Gemma 3 graph, end to end through the engine and the CPU plugin, on tiny
+ * random-weight models: checked against a naive double-precision forward pass
+ * written here from the math (../shared/reference/gemma3-gguf.md §5). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dray/dray.h"
+#include "gguf.h"
+#include "testutil.h"
+#include "tiny_gemma.h"
+
+/* ------------------------------------------------------- naive reference */
+
+struct ref {
+    struct dray_gguf *g;
+    struct tiny_gemma t;
+};
+
+static double *weight(struct ref *r, int il, const char *what, uint64_t *ne0, uint64_t *ne1)
+{
+    char name[64];
+    if (il < 0)
+        snprintf(name, sizeof(name), "%s.weight", what);
+    else
+        snprintf(name, sizeof(name), "blk.%d.%s.weight", il, what);
+    const struct dray_gguf_tensor *t = dray_gguf_find_tensor(r->g, name);
+    assert_non_null(t);
+    *ne0 = t->ne[0];
+    *ne1 = t->ne[1];
+    float *row = malloc(t->ne[0] * sizeof(float));
+    double *w = malloc(t->ne[0] * t->ne[1] * sizeof(double));
+    for (uint64_t i = 0; i < t->ne[1]; i++) {
+        assert_int_equal(dray_gguf_tensor_row_f32(t, i, row), 0);
+        for (uint64_t j = 0; j < t->ne[0]; j++)
+            w[i * t->ne[0] + j] = row[j];
+    }
+    free(row);
+    return w;
+}
+
+static void rmsnorm(double *x, const double *w, uint32_t n)
+{
+    double ss = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double s = 1.0 / sqrt(ss / n + 1e-6);
+    for (uint32_t i = 0; i < n; i++)
+        x[i] = x[i] * s * w[i];
+}
+
+/* y[o] = sum_k W[o][k] x[k]; W stored as ne1 rows of ne0 */
+static void matvec(const double *W, const double *x, double *y, uint64_t k, uint64_t n_out)
+{
+    for (uint64_t o = 0; o < n_out; o++) {
+        double s = 0;
+        for (uint64_t j = 0; j < k; j++)
+            s += W[o * k + j] * x[j];
+        y[o] = s;
+    }
+}
+
+static void rope(double *v, uint32_t d, uint32_t pos, double base)
+{
+    for (uint32_t i = 0; i < d / 2; i++) {
+        double th = pos * pow(base, -2.0 * i / d), c = cos(th), s = sin(th);
+        double a = v[i], b = v[i + d / 2];
+        v[i] = a * c - b * s;
+        v[i + d / 2] = a * s + b * c;
+    }
+}
+
+/* Logits [n][vocab] for tokens ids[0..n), all positions. */
+static double *ref_forward(struct ref *r, const int32_t *ids, uint32_t n)
+{
+    const struct tiny_gemma *t = &r->t;
+    uint32_t E = t->n_embd, D = t->head_dim, H = t->n_head, Q = H * D, KV = t->n_kv_head * D, F = t->n_ff;
+    uint64_t a, b;
+    double *x = calloc((size_t)n * E, sizeof(double));
+    double *emb = weight(r, -1, "token_embd", &a, &b);
+    for (uint32_t p = 0; p < n; p++)
+        for (uint32_t i = 0; i < E; i++)
+            x[p * E + i] = emb[(size_t)ids[p] * E + i] * sqrt((double)E);
+    double *K = malloc((size_t)n * KV * sizeof(double)), *V = malloc((size_t)n * KV * sizeof(double));
+    double *h = malloc(E * sizeof(double)), *q = malloc((size_t)n * Q * sizeof(double));
+    double *att = malloc(Q * sizeof(double)), *o = malloc(E * sizeof(double));
+    double *g = malloc(F * sizeof(double)), *u = malloc(F * sizeof(double)), *sc = malloc(n * sizeof(double));
+    for (uint32_t il = 0; il < t->n_layer; il++) {
+        bool local = il % 6 < 5;
+        double base = local ? 10000.0 : 1000000.0;
+        double *an = weight(r, il, "attn_norm", &a, &b), *qn = weight(r, il, "attn_q_norm", &a, &b);
+        double *kn = weight(r, il, "attn_k_norm", &a, &b), *pan = weight(r, il, "post_attention_norm", &a, &b);
+        double *fn = weight(r, il, "ffn_norm", &a, &b), *pfn = weight(r, il, "post_ffw_norm", &a, &b);
+        double *wq = weight(r, il, "attn_q", &a, &b), *wk = weight(r, il, "attn_k", &a, &b);
+        double *wv = weight(r, il, "attn_v", &a, &b), *wo = weight(r, il, "attn_output", &a, &b);
+        double *wg = weight(r, il, "ffn_gate", &a, &b), *wu = weight(r, il, "ffn_up", &a, &b);
+        double *wd = weight(r, il, "ffn_down", &a, &b);
+        for (uint32_t p = 0; p < n; p++) {
+            memcpy(h, x + p * E, E * sizeof(double));
+            rmsnorm(h, an, E);
+            matvec(wq, h, q + p * Q, E, Q);
+            matvec(wk, h, K + p * KV, E, KV);
+            matvec(wv, h, V + p * KV, E, KV);
+            for (uint32_t hd = 0; hd < H; hd++) {
+                rmsnorm(q + p * Q + hd * D, qn, D);
+                rope(q + p * Q + hd * D, D, p, base);
+            }
+            for (uint32_t hd = 0; hd < t->n_kv_head; hd++) {
+                rmsnorm(K + p * KV + hd * D, kn, D);
+                rope(K + p * KV + hd * D, D, p, base);
+            }
+        }
+        for (uint32_t p = 0; p < n; p++) {
+            for (uint32_t hd = 0; hd < H; hd++) {
+                uint32_t kh = hd / (H / t->n_kv_head);
+                double mx = -INFINITY, sum = 0;
+                for (uint32_t j = 0; j <= p; j++) {
+                    sc[j] = -INFINITY;
+                    if (local && p - j >= t->window)
+                        continue;
+                    double s = 0;
+                    for (uint32_t i = 0; i < D; i++)
+                        s += q[p * Q + hd * D + i] * K[j * KV + kh * D + i];
+                    sc[j] = s / sqrt((double)D);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (uint32_t j = 0; j <= p; j++)
+                    sum += sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+                for (uint32_t i = 0; i < D; i++) {
+                    double acc = 0;
+                    for (uint32_t j = 0; j <= p; j++)
+                        if (sc[j] != -INFINITY)
+                            acc += exp(sc[j] - mx) / sum * V[j * KV + kh * D + i];
+                    att[hd * D + i] = acc;
+                }
+            }
+            matvec(wo, att, o, Q, E);
+            rmsnorm(o, pan, E);
+            for (uint32_t i = 0; i < E; i++)
+                x[p * E + i] += o[i];
+            memcpy(h, x + p * E, E * sizeof(double));
+            rmsnorm(h, fn, E);
+            matvec(wg, h, g, E, F);
+            matvec(wu, h, u, E, F);
+            for (uint32_t i = 0; i < F; i++)
+                g[i] = 0.5 * g[i] * (1 + tanh(0.7978845608028654 * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
+            matvec(wd, g, o, F, E);
+            rmsnorm(o, pfn, E);
+            for (uint32_t i = 0; i < E; i++)
+                x[p * E + i] += o[i];
+        }
+        double *all[] = {an, qn, kn, pan, fn, pfn, wq, wk, wv, wo, wg, wu, wd};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+            free(all[i]);
+    }
+    double *on = weight(r, -1, "output_norm", &a, &b);
+    double *logits = malloc((size_t)n * TINY_GEMMA_VOCAB * sizeof(double));
+    for (uint32_t p = 0; p < n; p++) {
+        rmsnorm(x + p * E, on, E);
+        matvec(emb, x + p * E, logits + (size_t)p * TINY_GEMMA_VOCAB, E, TINY_GEMMA_VOCAB);
+    }
+    free(on);
+    free(emb);
+    free(x); free(K); free(V); free(h); free(q); free(att); free(o); free(g); free(u); free(sc);
+    return logits;
+}
+
+/* ------------------------------------------------------------- fixtures */
+
+static const char *write_model(const struct tiny_gemma *t, const char *name)
+{
+    const char *path = dray_test_path(name);
+    assert_int_equal(tiny_gemma_write(t, path), 0);
+    return path;
+}
+
+static struct dray_engine *open_engine(const char *path, const char *precision, const char *kv,
+                                       uint32_t context, char *err, size_t errlen, int *rc)
+{
+    struct dray_config c;
+    struct dray_engine *e = NULL;
+    dray_config_defaults(&c);
+    snprintf(c.model, sizeof(c.model), "%s", path);
+    assert_int_equal(dray_config_set(&c, "precision", precision, err, errlen), 0);
+    assert_int_equal(dray_config_set(&c, "kv_dtype", kv, err, errlen), 0);
+    c.context = context;
+    c.max_seqs = 4;
+    c.chunk = 16; /* several prefill steps per prompt */
+    c.kv_block = 4;
+    c.threads = 2;
+    *rc = dray_engine_open(&c, &e, err, errlen);
+    return e;
+}
+
+static int32_t *prompt(uint32_t n)
+{
+    int32_t *ids = malloc(n * sizeof(int32_t));
+    ids[0] = 2; /* <bos> */
+    for (uint32_t i = 1; i < n; i++)
+        ids[i] = (int32_t)(6 + (i * 37) % (TINY_GEMMA_VOCAB - 6));
+    return ids;
+}
+
+static float *dray_logits(struct dray_engine *e, const int32_t *ids, uint32_t n)
+{
+    char err[512];
+    struct dray_session *s;
+    assert_int_equal(dray_session_new(e, &s, err, sizeof(err)), 0);
+    const char *path = dray_test_path("logits.bin");
+    FILE *f = fopen(path, "wb");
+    int rc = dray_session_dump_logits(s, ids, n, f, err, sizeof(err));
+    if (rc)
+        fail_msg("dump_logits: %s", err);
+    fclose(f);
+    dray_session_free(s);
+    float *l = malloc((size_t)n * TINY_GEMMA_VOCAB * sizeof(float));
+    f = fopen(path, "rb");
+    assert_int_equal(fread(l, sizeof(float) * TINY_GEMMA_VOCAB, n, f), n);
+    fclose(f);
+    return l;
+}
+
+static double max_abs_diff(const float *a, const double *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(a[i] - b[i]));
+    return m;
+}
+
+static uint32_t argmax_f(const float *x, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+static uint32_t argmax_d(const double *x, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* --------------------------------------------------------------- tests */
+
+/* A 40-token prompt crosses the window (8) many times, runs through both the
+ * global layer (5) and local layers after it, and spans 3 prefill chunks. */
+static void test_gemma3_f32_matches_naive_reference(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    const char *path = write_model(&t, "tiny_f32.gguf");
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "f32", "f16", 64, err, sizeof(err), &rc);
+    if (rc)
+        fail_msg("engine: %s", err);
+    const uint32_t n = 40;
+    int32_t *ids = prompt(n);
+    float *got = dray_logits(e, ids, n);
+    struct ref r = {.t = t};
+    assert_int_equal(dray_gguf_open(path, &r.g, err, sizeof(err)), 0);
+    double *want = ref_forward(&r, ids, n);
+    double d = max_abs_diff(got, want, (size_t)n * TINY_GEMMA_VOCAB);
+    /* f16 KV rounds k and v (rel 2^-11); everything else is f32 */
+    assert_true(d < 2e-2);
+    for (uint32_t p = 0; p < n; p++)
+        assert_int_equal(argmax_f(got + p * TINY_GEMMA_VOCAB, TINY_GEMMA_VOCAB),
+                         argmax_d(want + p * TINY_GEMMA_VOCAB, TINY_GEMMA_VOCAB));
+    dray_gguf_close(r.g);
+    free(want);
+    free(got);
+    free(ids);
+    dray_engine_close(e);
+}
+
+/* int8 weights, int8 activations, int8 KV: still the same model. */
+static void test_gemma3_int8_tracks_reference(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    t.weight_type = DRAY_GGML_Q8_0;
+    const char *path = write_model(&t, "tiny_q8.gguf");
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "int8", "int8", 64, err, sizeof(err), &rc);
+    if (rc)
+        fail_msg("engine: %s", err);
+    const uint32_t n = 40;
+    int32_t *ids = prompt(n);
+    float *got = dray_logits(e, ids, n);
+    struct ref r = {.t = t};
+    assert_int_equal(dray_gguf_open(path, &r.g, err, sizeof(err)), 0);
+    double *want = ref_forward(&r, ids, n);
+    /* relative error of the logits vector per position */
+    for (uint32_t p = 0; p < n; p++) {
+        double num = 0, den = 0;
+        for (uint32_t v = 0; v < TINY_GEMMA_VOCAB; v++) {
+            double dv = got[p * TINY_GEMMA_VOCAB + v] - want[p * TINY_GEMMA_VOCAB + v];
+            num += dv * dv;
+            den += want[p * TINY_GEMMA_VOCAB + v] * want[p * TINY_GEMMA_VOCAB + v];
+        }
+        if (sqrt(num / den) > 0.1)
+            fail_msg("position %u: relative logit error %.3f", p, sqrt(num / den));
+    }
+    dray_gguf_close(r.g);
+    free(want);
+    free(got);
+    free(ids);
+    dray_engine_close(e);
+}
+
+/* Prefill-then-decode must give the logits a single prefill gives: the KV the
+ * decode steps read is the KV the prefill wrote, across window recycling. */
+static void test_gemma3_decode_steps_match_prefill(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    const char *path = write_model(&t, "tiny_dec.gguf");
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "f32", "f16", 64, err, sizeof(err), &rc);
+    if (rc)
+        fail_msg("engine: %s", err);
+    const uint32_t n = 30, n0 = 7;
+    int32_t *ids = prompt(n);
+    float *full = dray_logits(e, ids, n);
+    struct dray_session *s;
+    assert_int_equal(dray_session_new(e, &s, err, sizeof(err)), 0);
+    assert_int_equal(dray_session_prefill(s, ids, n0, err, sizeof(err)), 0);
+    float *row = malloc(TINY_GEMMA_VOCAB * sizeof(float));
+    for (uint32_t p = n0; p < n; p++) {
+        assert_int_equal(dray_sessions_decode(&s, 1, &ids[p], row, err, sizeof(err)), 0);
+        for (uint32_t v = 0; v < TINY_GEMMA_VOCAB; v++)
+            assert_float_equal(row[v], full[p * TINY_GEMMA_VOCAB + v], 1e-3);
+    }
+    dray_session_free(s);
+    free(row);
+    free(full);
+    free(ids);
+    dray_engine_close(e);
+}
+
+/* Two conversations decoded in one batch give what each gives alone. */
+static void test_gemma3_batched_decode_equals_single(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    const char *path = write_model(&t, "tiny_batch.gguf");
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "int8", "int8", 64, err, sizeof(err), &rc);
+    if (rc)
+        fail_msg("engine: %s", err);
+    int32_t *a = prompt(13), b[5] = {2, 100, 101, 102, 103};
+    struct dray_session *s[2], *solo;
+    float both[2 * TINY_GEMMA_VOCAB], one[TINY_GEMMA_VOCAB];
+    assert_int_equal(dray_session_new(e, &s[0], err, sizeof(err)), 0);
+    assert_int_equal(dray_session_new(e, &s[1], err, sizeof(err)), 0);
+    assert_int_equal(dray_session_prefill(s[0], a, 12, err, sizeof(err)), 0);
+    assert_int_equal(dray_session_prefill(s[1], b, 4, err, sizeof(err)), 0);
+    int32_t next[2] = {a[12], b[4]};
+    assert_int_equal(dray_sessions_decode(s, 2, next, both, err, sizeof(err)), 0);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(dray_session_new(e, &solo, err, sizeof(err)), 0);
+        assert_int_equal(dray_session_prefill(solo, k ? b : a, k ? 4 : 12, err, sizeof(err)), 0);
+        assert_int_equal(dray_sessions_decode(&solo, 1, &next[k], one, err, sizeof(err)), 0);
+        for (uint32_t v = 0; v < TINY_GEMMA_VOCAB; v++)
+            assert_float_equal(one[v], both[k * TINY_GEMMA_VOCAB + v], 1e-4);
+        dray_session_free(solo);
+    }
+    dray_session_free(s[0]);
+    dray_session_free(s[1]);
+    free(a);
+    dray_engine_close(e);
+}
+
+/* Thousands of sessions come and go; the KV does not leak (the last one still
+ * fits and computes what the first computed). */
+static void test_gemma3_thousands_of_sessions_leave_no_blocks_behind(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    const char *path = write_model(&t, "tiny_many.gguf");
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "int8", "int8", 64, err, sizeof(err), &rc);
+    if (rc)
+        fail_msg("engine: %s", err);
+    int32_t *ids = prompt(20);
+    float first[TINY_GEMMA_VOCAB], last[TINY_GEMMA_VOCAB];
+    for (int i = 0; i < 2000; i++) {
+        struct dray_session *s;
+        assert_int_equal(dray_session_new(e, &s, err, sizeof(err)), 0);
+        if (i == 0 || i == 1999) {
+            assert_int_equal(dray_session_prefill(s, ids, 19, err, sizeof(err)), 0);
+            assert_int_equal(dray_sessions_decode(&s, 1, &ids[19], i ? last : first, err, sizeof(err)), 0);
+        } else {
+            assert_int_equal(dray_session_prefill(s, ids, 1 + i % 19, err, sizeof(err)), 0);
+        }
+        dray_session_free(s);
+    }
+    assert_memory_equal(first, last, sizeof(first));
+    free(ids);
+    dray_engine_close(e);
+}
+
+static void test_gemma3_rejects_other_architecture(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    t.arch = "llama";
+    const char *path = write_model(&t, "tiny_llama.gguf");
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "int8", "int8", 64, err, sizeof(err), &rc);
+    assert_null(e);
+    assert_int_equal(rc, DRAY_ENOTSUP);
+    assert_non_null(strstr(err, "architecture llama is not supported (supported: gemma3)"));
+}
+
+static void test_gemma3_names_the_missing_tensor(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    t.omit_tensor = "blk.3.ffn_up.weight";
+    const char *path = write_model(&t, "tiny_missing.gguf");
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "int8", "int8", 64, err, sizeof(err), &rc);
+    assert_null(e);
+    assert_int_equal(rc, DRAY_ENOTFOUND);
+    assert_non_null(strstr(err, "blk.3.ffn_up.weight"));
+}
+
+/* Too long a prompt is an error that says so; nothing is truncated and the
+ * session is still usable. */
+static void test_engine_refuses_prompt_longer_than_context(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    const char *path = write_model(&t, "tiny_ctx.gguf");
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "int8", "int8", 16, err, sizeof(err), &rc);
+    if (rc)
+        fail_msg("engine: %s", err);
+    int32_t *ids = prompt(20);
+    struct dray_session *s;
+    struct dray_gen_params p = {.max_tokens = 4};
+    struct dray_gen_stats st;
+    assert_int_equal(dray_session_new(e, &s, err, sizeof(err)), 0);
+    assert_int_equal(dray_session_generate(s, ids, 20, &p, NULL, NULL, &st, err, sizeof(err)), DRAY_ERANGE);
+    assert_non_null(strstr(err, "context is 16 tokens"));
+    assert_int_equal(dray_session_len(s), 0);
+    assert_int_equal(dray_session_generate(s, ids, 10, &p, NULL, NULL, &st, err, sizeof(err)), 0);
+    assert_true(dray_session_len(s) >= 10);
+    dray_session_free(s);
+    free(ids);
+    dray_engine_close(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemma3_f32_matches_naive_reference),
+        cmocka_unit_test(test_gemma3_int8_tracks_reference),
+        cmocka_unit_test(test_gemma3_decode_steps_match_prefill),
+        cmocka_unit_test(test_gemma3_batched_decode_equals_single),
+        cmocka_unit_test(test_gemma3_thousands_of_sessions_leave_no_blocks_behind),
+        cmocka_unit_test(test_gemma3_rejects_other_architecture),
+        cmocka_unit_test(test_gemma3_names_the_missing_tensor),
+        cmocka_unit_test(test_engine_refuses_prompt_longer_than_context),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

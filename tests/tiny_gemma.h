@@ -1,0 +1,24 @@
+/* Tiny random-weight Gemma 3 GGUFs for fast tests of the graph, the KV manager and
+ * the engine, written with dray's own GGUF writer. The vocabulary is a real SPM
+ * vocabulary in miniature: control tokens, 256 byte-fallback tokens, a few words. */
+#ifndef DRAY_TINY_GEMMA_H
+#define DRAY_TINY_GEMMA_H
+
+#include <stdint.h>
+
+struct tiny_gemma {
+    uint32_t n_layer, n_embd, n_ff, n_head, n_kv_head, head_dim, window, n_ctx;
+    uint32_t weight_type;      /* DRAY_GGML_F32 or DRAY_GGML_Q8_0 for the 2-D weights */
+    uint64_t seed;
+    const char *arch;          /* "gemma3" unless a test wants another */
+    const char *omit_tensor;   /* leave this tensor out (error-path tests) */
+};
+
+/* Sensible small defaults: 7 layers (so both a global layer and a local one after it
+ * exist), n_embd 64, 4 heads of 16, 1 kv head, window 8, n_ff 96, ctx 256. */
+void tiny_gemma_defaults(struct tiny_gemma *t);
+/* Writes the file; returns 0 on success. n_vocab is TINY_GEMMA_VOCAB. */
+int tiny_gemma_write(const struct tiny_gemma *t, const char *path);
+#define TINY_GEMMA_VOCAB 300
+
+#endif
