@@ -466,7 +466,7 @@ static void test_engine_refuses_prompt_longer_than_context(void **state)
         fail_msg("engine: %s", err);
     int32_t *ids = prompt(20);
     struct dray_session *s;
-    struct dray_gen_params p = {.max_tokens = 4};
+    struct dray_gen_params p = {.temperature = 0, .top_p = 1, .repeat_penalty = 1, .max_tokens = 4};
     struct dray_gen_stats st;
     assert_int_equal(dray_session_new(e, &s, err, sizeof(err)), 0);
     assert_int_equal(dray_session_generate(s, ids, 20, &p, NULL, NULL, &st, err, sizeof(err)), DRAY_ERANGE);
