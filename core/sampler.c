@@ -1,0 +1,491 @@
+/* Sampler and stop-string watcher. See sampler.h for the filter order. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dray/backend.h"
+#include "error.h"
+
+struct cand {
+    float l;    /* logit after the penalty */
+    int32_t id;
+};
+
+struct dray_sampler {
+    struct dray_sampler_params p;
+    uint64_t rng[4];     /* xoshiro256** state */
+    float *work;         /* [cap] penalized copy of the logits, then exp values */
+    uint8_t *mark;       /* [cap] history dedup for the penalty, all 0 between calls */
+    struct cand *cand;   /* [cap] candidates */
+    double *prob;        /* [cap] candidate weights */
+    uint32_t cap;
+};
+
+/* ------------------------------------------------------------------- rng */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/* xoshiro256** (Blackman & Vigna), written from the published description. */
+static uint64_t next_u64(struct dray_sampler *s)
+{
+    uint64_t *st = s->rng;
+    uint64_t r = rotl(st[1] * 5, 7) * 9, t = st[1] << 17;
+    st[2] ^= st[0];
+    st[3] ^= st[1];
+    st[1] ^= st[2];
+    st[0] ^= st[3];
+    st[2] ^= t;
+    st[3] = rotl(st[3], 45);
+    return r;
+}
+
+double dray_sampler_uniform(struct dray_sampler *s)
+{
+    return (double)(next_u64(s) >> 11) * 0x1.0p-53; /* 53 random mantissa bits */
+}
+
+void dray_sampler_reseed(struct dray_sampler *s, uint64_t seed)
+{
+    if (seed == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uintptr_t)s;
+    }
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&seed); /* never all zero */
+}
+
+/* --------------------------------------------------------------- create */
+
+void dray_sampler_params_default(struct dray_sampler_params *p)
+{
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->min_p = 0.05f;
+    p->repeat_penalty = 1.0f;
+    p->repeat_last_n = 64;
+    p->seed = 0;
+}
+
+int dray_sampler_create(const struct dray_sampler_params *p, struct dray_sampler **out, char *err,
+                        size_t errlen)
+{
+    *out = NULL;
+    if (!(p->temperature >= 0 && isfinite(p->temperature)))
+        return dray_fail(err, errlen, DRAY_EINVAL, "sampler: temperature %g, expected >= 0",
+                         p->temperature);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return dray_fail(err, errlen, DRAY_EINVAL, "sampler: top_p %g, expected in (0, 1]",
+                         p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        return dray_fail(err, errlen, DRAY_EINVAL, "sampler: min_p %g, expected in [0, 1]",
+                         p->min_p);
+    if (!(p->repeat_penalty > 0 && isfinite(p->repeat_penalty)))
+        return dray_fail(err, errlen, DRAY_EINVAL, "sampler: repeat_penalty %g, expected > 0",
+                         p->repeat_penalty);
+    struct dray_sampler *s = calloc(1, sizeof(*s));
+    if (!s)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "sampler: out of memory");
+    s->p = *p;
+    dray_sampler_reseed(s, p->seed);
+    *out = s;
+    return 0;
+}
+
+void dray_sampler_free(struct dray_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->work);
+    free(s->mark);
+    free(s->cand);
+    free(s->prob);
+    free(s);
+}
+
+static int reserve(struct dray_sampler *s, uint32_t n)
+{
+    if (n <= s->cap)
+        return 0;
+    float *w = realloc(s->work, sizeof(*w) * n);
+    if (w)
+        s->work = w;
+    struct cand *c = realloc(s->cand, sizeof(*c) * n);
+    if (c)
+        s->cand = c;
+    double *pr = realloc(s->prob, sizeof(*pr) * n);
+    if (pr)
+        s->prob = pr;
+    uint8_t *m = realloc(s->mark, n);
+    if (m)
+        s->mark = m;
+    if (!w || !c || !pr || !m)
+        return DRAY_ENOMEM;
+    memset(s->mark + s->cap, 0, n - s->cap);
+    s->cap = n;
+    return 0;
+}
+
+/* ----------------------------------------------------------- filters */
+
+/* Copy logits (NaN -> -inf) and apply the CTRL penalty once per distinct id. */
+static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, const int32_t *hist,
+                     size_t n_hist)
+{
+    float *w = s->work;
+    for (uint32_t i = 0; i < n; i++)
+        w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    float rp = s->p.repeat_penalty;
+    if (rp == 1.0f || !hist || !n_hist)
+        return;
+    size_t from = s->p.repeat_last_n && n_hist > s->p.repeat_last_n ? n_hist - s->p.repeat_last_n
+                                                                     : 0;
+    for (size_t i = from; i < n_hist; i++) {
+        int32_t id = hist[i];
+        if (id < 0 || (uint32_t)id >= n || s->mark[id])
+            continue;
+        s->mark[id] = 1;
+        w[id] = w[id] > 0 ? w[id] / rp : w[id] * rp;
+    }
+    for (size_t i = from; i < n_hist; i++)
+        if (hist[i] >= 0 && (uint32_t)hist[i] < n)
+            s->mark[hist[i]] = 0;
+}
+
+static uint32_t argmax(const float *w, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (w[i] > w[best]) /* strict: the lowest id wins ties */
+            best = i;
+    return best;
+}
+
+/* a ranks before b: larger logit, then lower id */
+static bool before(const struct cand *a, const struct cand *b)
+{
+    return a->l > b->l || (a->l == b->l && a->id < b->id);
+}
+
+static int cmp_cand(const void *x, const void *y)
+{
+    const struct cand *a = x, *b = y;
+    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+/* Min-heap (root = worst) of the k best candidates; O(n log k). */
+static void sift_down(struct cand *h, uint32_t k, uint32_t i)
+{
+    for (;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < k && before(&h[m], &h[l]))
+            m = l;
+        if (r < k && before(&h[m], &h[r]))
+            m = r;
+        if (m == i)
+            return;
+        struct cand t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static uint32_t select_top_k(struct dray_sampler *s, uint32_t n, uint32_t k)
+{
+    struct cand *h = s->cand;
+    for (uint32_t i = 0; i < k; i++)
+        h[i] = (struct cand){s->work[i], (int32_t)i};
+    for (uint32_t i = k / 2; i-- > 0;)
+        sift_down(h, k, i);
+    for (uint32_t i = k; i < n; i++) {
+        struct cand c = {s->work[i], (int32_t)i};
+        if (before(&c, &h[0])) {
+            h[0] = c;
+            sift_down(h, k, 0);
+        }
+    }
+    return k;
+}
+
+/* Draw from cand[0..k) with weights prob[0..k) (need not be normalized). */
+static int32_t draw_weights(struct dray_sampler *s, uint32_t k)
+{
+    double total = 0;
+    for (uint32_t i = 0; i < k; i++)
+        total += s->prob[i];
+    double u = dray_sampler_uniform(s) * total, cum = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        cum += s->prob[i];
+        if (u < cum)
+            return s->cand[i].id;
+    }
+    return s->cand[k - 1].id; /* rounding at the very end */
+}
+
+/* After top-k: candidates sorted; softmax, top-p prefix, min-p, draw. */
+static int32_t draw_sorted(struct dray_sampler *s, uint32_t k)
+{
+    float inv_t = 1.0f / s->p.temperature;
+    double sum = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        s->prob[i] = exp((double)(s->cand[i].l - s->cand[0].l) * inv_t);
+        sum += s->prob[i];
+    }
+    uint32_t keep = k;
+    if (s->p.top_p < 1) {
+        double cum = 0, target = (double)s->p.top_p * sum;
+        for (keep = 0; keep < k;) {
+            cum += s->prob[keep++];
+            if (cum >= target)
+                break;
+        }
+    }
+    uint32_t j = 0; /* prob[0] = 1 is the max */
+    while (j < keep && s->prob[j] >= (double)s->p.min_p)
+        j++;
+    return draw_weights(s, j);
+}
+
+/* Without top-k, top-p and min-p need no full sort. One pass computes each
+ * token's weight e = exp((l - max) / T) in (0, 1] and a histogram of the mass
+ * over d = (max - l) / T in buckets of 1/HIST_RES. The top-p set is every bucket
+ * above the one where the cumulative mass crosses top_p, plus the best tokens of
+ * that one bucket (the only sort). min-p is the plain test e >= min_p. */
+#define HIST_RES 4
+#define HIST_N 256 /* d in [0, 64); the last bucket takes the rest */
+
+static uint32_t bucket_of(float d)
+{
+    float b = d * HIST_RES;
+    return b < HIST_N - 1 ? (uint32_t)b : HIST_N - 1;
+}
+
+static int32_t draw_threshold(struct dray_sampler *s, uint32_t n, float m)
+{
+    float inv_t = 1.0f / s->p.temperature;
+    const float *l = s->work;
+    double *e = s->prob, mass[HIST_N] = {0}, z = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        float d = (m - l[i]) * inv_t; /* >= 0; +inf for -inf logits */
+        e[i] = expf(-d);
+        mass[bucket_of(d)] += e[i];
+        z += e[i];
+    }
+    uint32_t cut = HIST_N; /* buckets < cut are kept whole */
+    double target = (double)s->p.top_p * z, before = 0;
+    if (s->p.top_p < 1)
+        for (cut = 0; cut < HIST_N - 1 && before + mass[cut] < target; cut++)
+            before += mass[cut];
+    uint32_t k = 0, nb = 0;
+    struct cand *edge = s->cand + n; /* boundary tokens, filled from the end */
+    for (uint32_t i = 0; i < n; i++) {
+        if (e[i] <= 0 || e[i] < (double)s->p.min_p)
+            continue;
+        uint32_t b = bucket_of((m - l[i]) * inv_t); /* same float ops as above */
+        if (b < cut)
+            s->cand[k++] = (struct cand){(float)e[i], (int32_t)i};
+        else if (b == cut) {
+            *--edge = (struct cand){l[i], (int32_t)i};
+            nb++;
+        }
+    }
+    qsort(edge, nb, sizeof(*edge), cmp_cand);
+    for (uint32_t j = 0; j < nb && (cut == HIST_N || before < target); j++) {
+        double w = exp((double)((edge[j].l - m) * inv_t));
+        before += w;
+        s->cand[k++] = (struct cand){(float)w, edge[j].id};
+    }
+    for (uint32_t i = 0; i < k; i++)
+        s->prob[i] = s->cand[i].l;
+    return k ? draw_weights(s, k) : (int32_t)argmax(s->work, n);
+}
+
+/* No truncation: one pass of exp, one scan. */
+static int32_t draw_full(struct dray_sampler *s, uint32_t n, float m)
+{
+    float inv_t = 1.0f / s->p.temperature;
+    double z = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        s->work[i] = expf((s->work[i] - m) * inv_t);
+        z += s->work[i];
+    }
+    double u = dray_sampler_uniform(s) * z, cum = 0;
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (s->work[i] <= 0)
+            continue;
+        cum += s->work[i];
+        last = i;
+        if (u < cum)
+            return (int32_t)i;
+    }
+    return (int32_t)last;
+}
+
+int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
+                            const int32_t *history, size_t n_history)
+{
+    if (!logits || n_vocab == 0 || n_vocab > INT32_MAX)
+        return DRAY_EINVAL;
+    if (reserve(s, n_vocab))
+        return DRAY_ENOMEM;
+    penalize(s, logits, n_vocab, history, n_history);
+    uint32_t best = argmax(s->work, n_vocab);
+    float m = s->work[best];
+    if (s->p.temperature == 0 || isinf(m))
+        return (int32_t)best; /* greedy; or all -inf / an +inf logit: nothing to weigh */
+    uint32_t k = s->p.top_k && s->p.top_k < n_vocab ? s->p.top_k : 0;
+    if (!k && (s->p.top_p < 1 || s->p.min_p > 0))
+        return draw_threshold(s, n_vocab, m);
+    if (!k)
+        return draw_full(s, n_vocab, m);
+    k = select_top_k(s, n_vocab, k);
+    qsort(s->cand, k, sizeof(*s->cand), cmp_cand);
+    return draw_sorted(s, k);
+}
+
+/* ------------------------------------------------------------- stop strings */
+
+int dray_stop_init(struct dray_stop *st, const char *const *stops, size_t n, char *err,
+                   size_t errlen)
+{
+    memset(st, 0, sizeof(*st));
+    st->matched = -1;
+    if (!n)
+        return 0;
+    st->stops = calloc(n, sizeof(*st->stops));
+    st->stop_len = calloc(n, sizeof(*st->stop_len));
+    if (!st->stops || !st->stop_len) {
+        dray_stop_free(st);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "stop: out of memory");
+    }
+    st->n = n;
+    for (size_t i = 0; i < n; i++) {
+        if (!stops[i] || !stops[i][0]) {
+            dray_stop_free(st);
+            return dray_fail(err, errlen, DRAY_EINVAL, "stop: stop string %zu is empty", i);
+        }
+        st->stops[i] = strdup(stops[i]);
+        if (!st->stops[i]) {
+            dray_stop_free(st);
+            return dray_fail(err, errlen, DRAY_ENOMEM, "stop: out of memory");
+        }
+        st->stop_len[i] = strlen(stops[i]);
+    }
+    return 0;
+}
+
+void dray_stop_free(struct dray_stop *st)
+{
+    for (size_t i = 0; st->stops && i < st->n; i++)
+        free(st->stops[i]);
+    free(st->stops);
+    free(st->stop_len);
+    free(st->pending);
+    free(st->out);
+    memset(st, 0, sizeof(*st));
+    st->matched = -1;
+}
+
+static int grow(char **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    char *q = realloc(*p, c);
+    if (!q)
+        return DRAY_ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Earliest start of any stop string in pending; sets *which. SIZE_MAX if none. */
+static size_t find_stop(const struct dray_stop *st, int *which)
+{
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < st->n; i++) {
+        const char *hit = memmem(st->pending, st->n_pending, st->stops[i], st->stop_len[i]);
+        if (hit && (size_t)(hit - st->pending) < best) {
+            best = (size_t)(hit - st->pending);
+            *which = (int)i;
+        }
+    }
+    return best;
+}
+
+/* Longest suffix of pending that is a proper prefix of some stop string. */
+static size_t held_suffix(const struct dray_stop *st)
+{
+    size_t hold = 0;
+    for (size_t i = 0; i < st->n; i++) {
+        size_t l = st->stop_len[i] - 1;
+        if (l > st->n_pending)
+            l = st->n_pending;
+        for (; l > hold; l--)
+            if (!memcmp(st->pending + st->n_pending - l, st->stops[i], l)) {
+                hold = l;
+                break;
+            }
+    }
+    return hold;
+}
+
+static int release(struct dray_stop *st, size_t n, const char **emit, size_t *emit_len)
+{
+    if (grow(&st->out, &st->out_cap, n + 1))
+        return DRAY_ENOMEM;
+    memcpy(st->out, st->pending, n);
+    st->out[n] = 0;
+    memmove(st->pending, st->pending + n, st->n_pending - n);
+    st->n_pending -= n;
+    *emit = st->out;
+    *emit_len = n;
+    return 0;
+}
+
+int dray_stop_feed(struct dray_stop *st, const char *piece, size_t len, const char **emit,
+                   size_t *emit_len)
+{
+    *emit = "";
+    *emit_len = 0;
+    if (st->matched >= 0)
+        return 1;
+    if (grow(&st->pending, &st->cap, st->n_pending + len))
+        return DRAY_ENOMEM;
+    memcpy(st->pending + st->n_pending, piece, len);
+    st->n_pending += len;
+    int which = -1;
+    size_t at = find_stop(st, &which);
+    if (at != SIZE_MAX) {
+        if (release(st, at, emit, emit_len))
+            return DRAY_ENOMEM;
+        st->matched = which;
+        st->n_pending = 0;
+        return 1;
+    }
+    return release(st, st->n_pending - held_suffix(st), emit, emit_len);
+}
+
+void dray_stop_flush(struct dray_stop *st, const char **emit, size_t *emit_len)
+{
+    *emit = "";
+    *emit_len = 0;
+    if (st->matched < 0 && release(st, st->n_pending, emit, emit_len))
+        *emit_len = 0;
+}

@@ -1,0 +1,84 @@
+/*
+ * Sampler: turns one row of logits into a token id, and a stop-string watcher.
+ *
+ * Filter order (the usual one):
+ *   1. repetition penalty (CTRL, Keskar et al. 2019): every distinct id among the
+ *      last repeat_last_n history tokens has its logit divided by repeat_penalty
+ *      when positive, multiplied when negative;
+ *   2. temperature 0: exact argmax (lowest id on ties), nothing else applies;
+ *   3. top-k: keep the k largest logits (ties: lower id first);
+ *   4. softmax of logit / temperature over what is left;
+ *   5. top-p: keep the smallest prefix of the sorted candidates whose mass >= top_p;
+ *   6. min-p: keep candidates with p >= min_p * p_max;
+ *   7. draw from the survivors, renormalized.
+ * Cost for n_vocab = 262144: one copy of the row, no full sort. top-k uses a
+ * size-k heap; top-p/min-p without top-k only sort the tokens above a logit
+ * threshold that provably contains the answer (see sampler.c).
+ */
+#ifndef DRAY_CORE_SAMPLER_H
+#define DRAY_CORE_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dray_sampler_params {
+    float temperature;      /* 0 = greedy; >= 0 */
+    uint32_t top_k;         /* 0 = off */
+    float top_p;            /* 1 = off; in (0, 1] */
+    float min_p;            /* 0 = off; in [0, 1] */
+    float repeat_penalty;   /* 1 = off; > 0 */
+    uint32_t repeat_last_n; /* history tokens the penalty looks at; 0 = all given */
+    uint64_t seed;          /* 0 = from the clock */
+};
+
+/* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty, seed 0. */
+void dray_sampler_params_default(struct dray_sampler_params *p);
+
+struct dray_sampler;
+
+/* DRAY_EINVAL with a reason for out-of-range parameters. */
+int dray_sampler_create(const struct dray_sampler_params *p, struct dray_sampler **out, char *err,
+                        size_t errlen);
+void dray_sampler_free(struct dray_sampler *s);
+/* Restart the random stream (seed 0 = from the clock). */
+void dray_sampler_reseed(struct dray_sampler *s, uint64_t seed);
+/* The next token id, or a negative DRAY_E* (n_vocab 0: EINVAL; scratch: ENOMEM).
+ * history may be NULL when n_history is 0; ids outside [0, n_vocab) are ignored. */
+int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
+                            const int32_t *history, size_t n_history);
+
+/* The random stream itself, exposed for tests: uniform double in [0, 1). */
+double dray_sampler_uniform(struct dray_sampler *s);
+
+/*
+ * Stop strings. Generated text arrives one token piece at a time; a stop string
+ * may span pieces. dray_stop_feed holds back the tail of the text that could
+ * still grow into a stop string and releases everything that cannot.
+ */
+struct dray_stop {
+    char **stops;       /* [n] NUL-terminated copies */
+    size_t *stop_len;   /* [n] */
+    size_t n;
+    char *pending;      /* held-back bytes: a suffix that may start a stop string */
+    size_t n_pending, cap;
+    char *out;          /* bytes released by the last call */
+    size_t out_cap;
+    int matched;        /* index of the stop string found, -1 while none */
+};
+
+/* Copies n non-empty stop strings. */
+int dray_stop_init(struct dray_stop *st, const char *const *stops, size_t n, char *err,
+                   size_t errlen);
+void dray_stop_free(struct dray_stop *st);
+/* Append a piece. emit and emit_len get the text that is safe to show now (valid
+ * until the next call). Returns 1 when a stop string is complete: the text before
+ * it is in *emit, the stop string and anything after it are dropped, and
+ * st->matched says which one. Returns 0 otherwise, DRAY_ENOMEM on allocation
+ * failure, and 1 again (emitting nothing) once stopped. */
+int dray_stop_feed(struct dray_stop *st, const char *piece, size_t len, const char **emit,
+                   size_t *emit_len);
+/* Generation ended without a stop: release the held-back text. */
+void dray_stop_flush(struct dray_stop *st, const char **emit, size_t *emit_len);
+
+#endif
