@@ -1,0 +1,229 @@
+/* Vulkan plugin entry: ABI negotiation, the operator table, errors and logging.
+ *
+ * Every table entry that takes a context goes through a wrapper that clears the
+ * last error first and, after the call, turns any validation-layer message that
+ * arrived meanwhile into DRAY_EBACKEND (see DRAY_VK_VALIDATION in vk_device.c). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk_internal.h"
+
+static const struct dray_host *vk_host;
+
+void *dray_vk_alloc(size_t n)
+{
+    if (vk_host && vk_host->alloc)
+        return vk_host->alloc(n);
+    return malloc(n);
+}
+
+void dray_vk_free(void *p)
+{
+    if (!p)
+        return;
+    if (vk_host && vk_host->free)
+        vk_host->free(p);
+    else
+        free(p);
+}
+
+void dray_vk_log(int level, const char *fmt, ...)
+{
+    char msg[VK_ERRLEN];
+    va_list ap;
+
+    if (!vk_host || !vk_host->log)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    vk_host->log(level, "vulkan", msg);
+}
+
+int dray_vk_fail(struct dray_ctx *ctx, int rc, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof(ctx->err), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+const char *dray_vk_result_str(VkResult r)
+{
+    switch (r) {
+    case VK_SUCCESS: return "VK_SUCCESS";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    case VK_TIMEOUT: return "VK_TIMEOUT";
+    default: return "VkResult error";
+    }
+}
+
+/* 0 for success, else an error naming the failed call. */
+int dray_vk_check(struct dray_ctx *ctx, VkResult r, const char *what)
+{
+    if (r == VK_SUCCESS)
+        return 0;
+    int rc = (r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY)
+                 ? DRAY_ENOMEM
+                 : DRAY_EBACKEND;
+    return dray_vk_fail(ctx, rc, "%s failed: %s (%d)", what, dray_vk_result_str(r), (int)r);
+}
+
+/* Start of every call on a context. */
+static void vk_enter(struct dray_ctx *ctx)
+{
+    ctx->err[0] = '\0';
+}
+
+/* End of every call: a validation message makes the call fail. */
+static int vk_leave(struct dray_ctx *ctx, int rc)
+{
+    if (ctx->vk_flag) {
+        ctx->vk_flag = false;
+        snprintf(ctx->err, sizeof(ctx->err), "validation: %.480s", ctx->vk_msg);
+        return DRAY_EBACKEND;
+    }
+    return rc;
+}
+
+#define VK_WRAP(fn, impl, argtype)                                                                 \
+    static int fn(struct dray_ctx *ctx, const argtype *a)                                         \
+    {                                                                                              \
+        if (!ctx)                                                                                  \
+            return DRAY_EINVAL;                                                                    \
+        vk_enter(ctx);                                                                             \
+        if (!a)                                                                                    \
+            return dray_vk_fail(ctx, DRAY_EINVAL, #fn ": NULL arguments");                       \
+        return vk_leave(ctx, impl(ctx, a));                                                        \
+    }
+
+VK_WRAP(vk_op_embed, dray_vk_embed, struct dray_embed_args)
+VK_WRAP(vk_op_rmsnorm, dray_vk_rmsnorm, struct dray_rmsnorm_args)
+VK_WRAP(vk_op_matmul, dray_vk_matmul, struct dray_matmul_args)
+VK_WRAP(vk_op_rope, dray_vk_rope, struct dray_rope_args)
+VK_WRAP(vk_op_kv_store, dray_vk_kv_store, struct dray_kv_store_args)
+VK_WRAP(vk_op_attention, dray_vk_attention, struct dray_attention_args)
+VK_WRAP(vk_op_gated_act, dray_vk_gated_act, struct dray_gated_act_args)
+VK_WRAP(vk_op_add, dray_vk_add, struct dray_add_args)
+
+static const char *vk_last_error(struct dray_ctx *ctx)
+{
+    return ctx ? ctx->err : "no context";
+}
+
+static int vk_alloc(struct dray_ctx *ctx, size_t nbytes, struct dray_buf **out)
+{
+    if (!ctx || !out)
+        return DRAY_EINVAL;
+    vk_enter(ctx);
+    return vk_leave(ctx, dray_vk_buf_alloc(ctx, nbytes, out));
+}
+
+static void vk_free_buf(struct dray_ctx *ctx, struct dray_buf *buf)
+{
+    if (!ctx)
+        return;
+    vk_enter(ctx);
+    dray_vk_buf_free(ctx, buf);
+    vk_leave(ctx, 0);
+}
+
+static int vk_upload(struct dray_ctx *ctx, struct dray_view dst, const void *src, size_t nbytes)
+{
+    if (!ctx)
+        return DRAY_EINVAL;
+    vk_enter(ctx);
+    return vk_leave(ctx, dray_vk_upload(ctx, dst, src, nbytes));
+}
+
+static int vk_download(struct dray_ctx *ctx, void *dst, struct dray_view src, size_t nbytes)
+{
+    if (!ctx)
+        return DRAY_EINVAL;
+    vk_enter(ctx);
+    return vk_leave(ctx, dray_vk_download(ctx, dst, src, nbytes));
+}
+
+static int vk_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view src, size_t nbytes)
+{
+    if (!ctx)
+        return DRAY_EINVAL;
+    vk_enter(ctx);
+    return vk_leave(ctx, dray_vk_copy(ctx, dst, src, nbytes));
+}
+
+static int vk_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, size_t nbytes)
+{
+    if (!ctx)
+        return DRAY_EINVAL;
+    vk_enter(ctx);
+    return vk_leave(ctx, dray_vk_fill(ctx, dst, pattern, nbytes));
+}
+
+static int vk_synchronize(struct dray_ctx *ctx)
+{
+    if (!ctx)
+        return DRAY_EINVAL;
+    vk_enter(ctx);
+    return vk_leave(ctx, dray_vk_flush(ctx));
+}
+
+static const struct dray_ops vk_ops = {
+    .version = 1,
+    .name = "vulkan",
+    .describe = "Vulkan compute (GLSL kernels compiled to SPIR-V at build time, "
+                "int8 storage and packed int8 dot products where the device has them)",
+    .device_count = dray_vk_device_count,
+    .device_props = dray_vk_device_props,
+    .open = dray_vk_open,
+    .close = dray_vk_close,
+    .last_error = vk_last_error,
+    .alloc = vk_alloc,
+    .free = vk_free_buf,
+    .upload = vk_upload,
+    .download = vk_download,
+    .copy = vk_copy,
+    .fill = vk_fill,
+    .synchronize = vk_synchronize,
+    .embed = vk_op_embed,
+    .rmsnorm = vk_op_rmsnorm,
+    .matmul = vk_op_matmul,
+    .rope = vk_op_rope,
+    .kv_store = vk_op_kv_store,
+    .attention = vk_op_attention,
+    .gated_act = vk_op_gated_act,
+    .add = vk_op_add,
+    .host_ptr = NULL, /* device memory is not exposed to the host */
+};
+
+DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
+                                      const struct dray_ops **ops, char *err, size_t errlen)
+{
+    if (!version || !ops) {
+        if (err && errlen)
+            snprintf(err, errlen, "vulkan: NULL version or ops pointer");
+        return DRAY_EINVAL;
+    }
+    if (*version < 1) {
+        if (err && errlen)
+            snprintf(err, errlen, "vulkan: host offers ABI %u, plugin needs at least 1", *version);
+        return DRAY_EINCOMPAT;
+    }
+    *version = 1;
+    vk_host = host;
+    *ops = &vk_ops;
+    return 0;
+}
