@@ -8,12 +8,18 @@
 
 #include "cpu_internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 int dray_cpu_have_avx2(void)
 {
 #if defined(DRAY_CPU_AVX2) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    /* clang 14 has no "f16c" name for __builtin_cpu_supports: CPUID.1:ECX bit 29. */
+    unsigned eax, ebx, ecx = 0, edx;
+    int f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return 0;
 #endif

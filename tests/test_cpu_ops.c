@@ -1,0 +1,911 @@
+/* The CPU plugin's ops: the reference kernels against straightforward double
+ * precision math written here, the AVX2 kernels against the reference under the
+ * tolerances of backend.h, argument checking, aliasing, and thread-count
+ * independence. The plugin is loaded with dlopen from $DRAY_PLUGIN_PATH, as the
+ * engine loads it. */
+#include <dlfcn.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dray/backend.h"
+#include "testutil.h"
+
+static void *handle;
+static const struct dray_ops *ops;
+static struct dray_ctx *cref;  /* reference kernels, 2 threads */
+static struct dray_ctx *cfast; /* AVX2 kernels (if the CPU has them), 2 threads */
+static struct dray_ctx *cone;  /* AVX2 kernels, 1 thread */
+
+/* ------------------------------------------------------------ plumbing */
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *path = getenv("DRAY_PLUGIN_PATH");
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", path ? path : "");
+    for (char *dir = strtok(buf, ":"); dir && !handle; dir = strtok(NULL, ":")) {
+        char so[4200];
+        snprintf(so, sizeof(so), "%s/libdray-cpu.so", dir);
+        handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!handle) {
+        fprintf(stderr, "libdray-cpu.so not found on DRAY_PLUGIN_PATH=%s\n", path ? path : "");
+        return -1;
+    }
+    dray_plugin_negotiate_fn neg = (dray_plugin_negotiate_fn)dlsym(handle, DRAY_PLUGIN_SYMBOL);
+    uint32_t v = DRAY_ABI_VERSION;
+    char err[256] = "";
+    if (!neg || neg(&v, NULL, &ops, err, sizeof(err)) != 0)
+        return -1;
+    struct dray_open_options o = {.size = sizeof(o), .n_threads = 2, .reference = 1};
+    if (ops->open(0, &o, &cref, err, sizeof(err)))
+        return -1;
+    o.reference = 0;
+    if (ops->open(0, &o, &cfast, err, sizeof(err)))
+        return -1;
+    o.n_threads = 1;
+    return ops->open(0, &o, &cone, err, sizeof(err)) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ops->close(cref);
+    ops->close(cfast);
+    ops->close(cone);
+    dlclose(handle);
+    return 0;
+}
+
+static struct dray_buf *up(struct dray_ctx *c, const void *data, size_t n)
+{
+    struct dray_buf *b = NULL;
+    assert_int_equal(ops->alloc(c, n ? n : 4, &b), 0);
+    if (data && n)
+        assert_int_equal(ops->upload(c, (struct dray_view){b, 0}, data, n), 0);
+    return b;
+}
+
+static void down(struct dray_ctx *c, struct dray_buf *b, void *dst, size_t n)
+{
+    assert_int_equal(ops->download(c, dst, (struct dray_view){b, 0}, n), 0);
+}
+
+static struct dray_view V(struct dray_buf *b)
+{
+    return (struct dray_view){b, 0};
+}
+
+static float *randv(size_t n, float lo, float hi)
+{
+    float *p = malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++)
+        p[i] = dray_test_randf(lo, hi);
+    return p;
+}
+
+static int8_t *randq(size_t n)
+{
+    int8_t *p = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (int8_t)(dray_test_rand() % 255) - 127;
+    return p;
+}
+
+static double maxabs(const float *a, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(a[i]) > m ? fabs(a[i]) : m;
+    return m;
+}
+
+/* Fail with the first index where |a - b| > abs_tol + rel_tol*|b|. */
+static void near(const char *what, const float *a, const float *b, size_t n, double abs_tol, double rel_tol)
+{
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= abs_tol + rel_tol * fabs(b[i]))) {
+            fail_msg("%s: element %zu: %.9g vs %.9g (diff %.3g, tol %.3g)", what, i, a[i], b[i], d,
+                     abs_tol + rel_tol * fabs(b[i]));
+        }
+    }
+}
+
+/* ------------------------------------------------------------ plugin glue */
+
+static void test_cpu_plugin_describes_one_unified_device(void **state)
+{
+    (void)state;
+    uint32_t n = 0;
+    assert_int_equal(ops->version, 1);
+    assert_string_equal(ops->name, "cpu");
+    assert_int_equal(ops->device_count(&n), 0);
+    assert_int_equal(n, 1);
+    struct dray_device_props p;
+    assert_int_equal(ops->device_props(0, &p), 0);
+    assert_true(p.flags & DRAY_DEV_UNIFIED);
+    assert_true(p.mem_total > 0);
+    assert_true(strlen(p.name) > 0);
+    assert_true(p.op_dtypes[DRAY_OP_MATMUL] & DRAY_DTYPE_BIT(DRAY_I8));
+    assert_true(p.op_dtypes[DRAY_OP_MATMUL] & DRAY_DTYPE_BIT(DRAY_F32));
+    assert_true(p.op_dtypes[DRAY_OP_ATTENTION] & DRAY_DTYPE_BIT(DRAY_F16));
+    for (int op = 0; op < DRAY_OP_COUNT; op++)
+        assert_true(p.op_dtypes[op] != 0);
+    assert_int_equal(ops->device_props(1, &p), DRAY_EINVAL);
+    /* only the negotiate symbol is exported */
+    assert_null(dlsym(handle, "dray_cpu_fail"));
+    assert_null(dlsym(handle, "dray_cpu_ref_matmul"));
+    /* negotiation refuses ABI 0 */
+    dray_plugin_negotiate_fn neg = (dray_plugin_negotiate_fn)dlsym(handle, DRAY_PLUGIN_SYMBOL);
+    uint32_t v = 0;
+    const struct dray_ops *o = NULL;
+    char err[128];
+    assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
+    v = 7;
+    assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), 0);
+    assert_int_equal(v, 1);
+}
+
+static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
+{
+    (void)state;
+    struct dray_buf *b = NULL;
+    assert_int_equal(ops->alloc(cfast, 100, &b), 0);
+    assert_int_equal((uintptr_t)ops->host_ptr(cfast, b) % 64, 0);
+    uint8_t src[100], dst[100];
+    for (int i = 0; i < 100; i++)
+        src[i] = (uint8_t)i;
+    assert_int_equal(ops->upload(cfast, V(b), src, 100), 0);
+    assert_int_equal(ops->copy(cfast, (struct dray_view){b, 10}, (struct dray_view){b, 0}, 50), 0);
+    assert_int_equal(ops->fill(cfast, (struct dray_view){b, 80}, 0xA1B2C3D4u, 20), 0);
+    down(cfast, b, dst, 100);
+    assert_memory_equal(dst, src, 10);
+    assert_memory_equal(dst + 10, src, 50);
+    uint32_t pat;
+    memcpy(&pat, dst + 96, 4);
+    assert_int_equal(pat, 0xA1B2C3D4u);
+    assert_int_equal(ops->upload(cfast, (struct dray_view){b, 60}, src, 41), DRAY_EINVAL);
+    assert_true(strlen(ops->last_error(cfast)) > 0);
+    assert_int_equal(ops->download(cfast, dst, (struct dray_view){b, 101}, 0), DRAY_EINVAL);
+    assert_int_equal(ops->fill(cfast, V(b), 0, 6), DRAY_EINVAL);
+    assert_int_equal(ops->upload(cfast, (struct dray_view){NULL, 0}, src, 4), DRAY_EINVAL);
+    assert_int_equal(ops->synchronize(cfast), 0);
+    assert_string_equal(ops->last_error(cfast), "");
+    ops->free(cfast, b);
+}
+
+/* ------------------------------------------------------------ matmul */
+
+struct mm_case {
+    uint32_t n_tok, n_out, k, pad_x, pad_out, n_outlier, accumulate, wdtype;
+};
+
+struct mm_data {
+    float *x, *wf, *ws, *ow, *out0;
+    int8_t *w;
+    int32_t *idx;
+    size_t nx, nout;
+    uint32_t sx, so;
+};
+
+static void mm_make(const struct mm_case *c, struct mm_data *d)
+{
+    d->sx = c->k + c->pad_x;
+    d->so = c->n_out + c->pad_out;
+    d->nx = (size_t)c->n_tok * d->sx;
+    d->nout = (size_t)c->n_tok * d->so;
+    d->x = randv(d->nx, -2, 2);
+    if (c->n_tok > 2) /* a zero row quantizes to q = 0, sx = 0 */
+        memset(d->x + d->sx, 0, c->k * sizeof(float));
+    d->w = randq((size_t)c->n_out * c->k);
+    d->wf = randv((size_t)c->n_out * c->k, -1, 1);
+    d->ws = randv(c->n_out, 0.001f, 0.02f);
+    d->idx = malloc(sizeof(int32_t) * (c->n_outlier + 1));
+    for (uint32_t j = 0; j < c->n_outlier; j++) {
+        d->idx[j] = (int32_t)(j * (c->k / c->n_outlier) + 1);
+        for (uint32_t o = 0; o < c->n_out; o++) /* the contract: w holds 0 at outlier channels */
+            d->w[(size_t)o * c->k + d->idx[j]] = 0;
+        for (uint32_t t = 0; t < c->n_tok; t++)
+            d->x[(size_t)t * d->sx + d->idx[j]] = 50.0f; /* big: must not set the scale */
+    }
+    d->ow = randv((size_t)c->n_out * (c->n_outlier + 1), -0.1f, 0.1f);
+    d->out0 = randv(d->nout, -1, 1);
+}
+
+static void mm_free(struct mm_data *d)
+{
+    free(d->x), free(d->wf), free(d->ws), free(d->ow), free(d->out0), free(d->w), free(d->idx);
+}
+
+static float *mm_run(struct dray_ctx *ctx, const struct mm_case *c, const struct mm_data *d)
+{
+    int i8 = c->wdtype == DRAY_I8;
+    struct dray_buf *bx = up(ctx, d->x, d->nx * 4);
+    struct dray_buf *bw = i8 ? up(ctx, d->w, (size_t)c->n_out * c->k) : up(ctx, d->wf, (size_t)c->n_out * c->k * 4);
+    struct dray_buf *bs = up(ctx, d->ws, c->n_out * 4);
+    struct dray_buf *bo = up(ctx, d->out0, d->nout * 4);
+    struct dray_buf *bi = up(ctx, d->idx, (c->n_outlier + 1) * 4);
+    struct dray_buf *bow = up(ctx, d->ow, (size_t)c->n_out * (c->n_outlier + 1) * 4);
+    struct dray_matmul_args a = {.x = V(bx), .w = V(bw), .wscale = V(bs), .out = V(bo), .outlier_idx = V(bi),
+                                 .outlier_w = V(bow), .n_tok = c->n_tok, .n_out = c->n_out, .k = c->k,
+                                 .stride_x = d->sx, .stride_out = d->so, .n_outlier = c->n_outlier,
+                                 .accumulate = c->accumulate, .wdtype = c->wdtype};
+    int rc = ops->matmul(ctx, &a);
+    if (rc)
+        fail_msg("matmul: %d %s", rc, ops->last_error(ctx));
+    float *out = malloc(d->nout * 4);
+    down(ctx, bo, out, d->nout * 4);
+    ops->free(ctx, bx), ops->free(ctx, bw), ops->free(ctx, bs), ops->free(ctx, bo), ops->free(ctx, bi);
+    ops->free(ctx, bow);
+    return out;
+}
+
+/* The contract computed here independently: quantization to the letter (exact
+ * int sums), and a float-math bound: |out - x.W| <= sum |x - q*sx| |W| . */
+static void mm_check_ref(const struct mm_case *c, const struct mm_data *d, const float *out)
+{
+    for (uint32_t t = 0; t < c->n_tok; t++) {
+        const float *x = d->x + (size_t)t * d->sx;
+        double amax = 0;
+        for (uint32_t i = 0; i < c->k; i++) {
+            int outl = 0;
+            for (uint32_t j = 0; j < c->n_outlier; j++)
+                outl |= (uint32_t)d->idx[j] == i;
+            if (!outl && fabs(x[i]) > amax)
+                amax = fabs(x[i]);
+        }
+        float sx = (float)amax / 127.0f;
+        for (uint32_t o = 0; o < c->n_out; o++) {
+            double exact = 0, err = 0, ref;
+            if (c->wdtype == DRAY_I8) {
+                long long isum = 0;
+                for (uint32_t i = 0; i < c->k; i++) {
+                    double W = (double)d->w[(size_t)o * c->k + i] * d->ws[o];
+                    long q = sx > 0 ? lrint(x[i] / sx) : 0;
+                    int outl = 0;
+                    for (uint32_t j = 0; j < c->n_outlier; j++)
+                        outl |= (uint32_t)d->idx[j] == i;
+                    if (outl)
+                        q = 0;
+                    isum += q * d->w[(size_t)o * c->k + i];
+                    exact += outl ? 0 : x[i] * W;
+                    err += outl ? 0 : fabs(x[i] - q * (double)sx) * fabs(W);
+                }
+                for (uint32_t j = 0; j < c->n_outlier; j++)
+                    exact += x[d->idx[j]] * (double)d->ow[(size_t)o * c->n_outlier + j];
+                ref = (double)isum * sx * d->ws[o];
+                for (uint32_t j = 0; j < c->n_outlier; j++)
+                    ref += x[d->idx[j]] * (double)d->ow[(size_t)o * c->n_outlier + j];
+            } else {
+                for (uint32_t i = 0; i < c->k; i++) {
+                    exact += (double)x[i] * d->wf[(size_t)o * c->k + i];
+                    err += fabs(x[i] * d->wf[(size_t)o * c->k + i]);
+                }
+                ref = exact;
+                err *= 1e-5;
+            }
+            double base = c->accumulate ? d->out0[(size_t)t * d->so + o] : 0.0;
+            double got = out[(size_t)t * d->so + o] - base;
+            if (fabs(got - ref) > 1e-5 * (fabs(ref) + 1) + 1e-6)
+                fail_msg("matmul ref t %u o %u: %.9g vs exact-int %.9g", t, o, got, ref);
+            if (fabs(got - exact) > err * 1.001 + 1e-4)
+                fail_msg("matmul ref t %u o %u: %.9g vs float math %.9g beyond bound %.3g", t, o, got, exact, err);
+        }
+        /* padding between rows of out is untouched */
+        for (uint32_t o = c->n_out; o < d->so; o++)
+            assert_true(out[(size_t)t * d->so + o] == d->out0[(size_t)t * d->so + o]);
+    }
+}
+
+static void mm_case_run(const struct mm_case *c)
+{
+    struct mm_data d;
+    mm_make(c, &d);
+    float *r = mm_run(cref, c, &d);
+    float *f = mm_run(cfast, c, &d);
+    float *o = mm_run(cone, c, &d);
+    mm_check_ref(c, &d, r);
+    double tol = 1e-4 * maxabs(r, d.nout);
+    near("matmul avx2 vs ref", f, r, d.nout, tol, 0);
+    /* the split over threads changes nothing: each output has one owner */
+    assert_memory_equal(f, o, d.nout * 4);
+    free(r), free(f), free(o);
+    mm_free(&d);
+}
+
+static void test_matmul_i8_matches_contract_and_reference(void **state)
+{
+    (void)state;
+    dray_test_seed(11);
+    static const uint32_t toks[] = {1, 3, 17, 64};
+    static const uint32_t ks[] = {640, 100, 33, 1000, 7};
+    static const uint32_t outs[] = {256, 37, 5, 2};
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 5; b++) {
+            struct mm_case c = {toks[a], outs[(a + b) % 4], ks[b], b % 3, (a + b) % 2, 0, b % 2, DRAY_I8};
+            mm_case_run(&c);
+        }
+}
+
+static void test_matmul_i8_outliers_are_excluded_and_added_in_f32(void **state)
+{
+    (void)state;
+    dray_test_seed(12);
+    struct mm_case c1 = {5, 40, 130, 3, 1, 3, 0, DRAY_I8};
+    mm_case_run(&c1);
+    struct mm_case c2 = {64, 64, 256, 0, 0, 8, 1, DRAY_I8};
+    mm_case_run(&c2);
+}
+
+static void test_matmul_f32_checking_path(void **state)
+{
+    (void)state;
+    dray_test_seed(13);
+    struct mm_case c1 = {3, 37, 100, 2, 1, 0, 0, DRAY_F32};
+    mm_case_run(&c1);
+    struct mm_case c2 = {17, 64, 640, 0, 0, 0, 1, DRAY_F32};
+    mm_case_run(&c2);
+}
+
+static void test_matmul_rejects_bad_arguments(void **state)
+{
+    (void)state;
+    struct dray_buf *b = up(cfast, NULL, 4096), *w = up(cfast, NULL, 1024), *s = up(cfast, NULL, 64);
+    struct dray_matmul_args a = {.x = V(b), .w = V(w), .wscale = V(s), .out = {b, 2048}, .n_tok = 2,
+                                 .n_out = 16, .k = 64, .stride_x = 64, .stride_out = 16, .wdtype = DRAY_I8};
+    assert_int_equal(ops->matmul(cfast, &a), 0);
+    a.out.offset = 256; /* overlaps x */
+    assert_int_equal(ops->matmul(cfast, &a), DRAY_EINVAL);
+    a.out.offset = 4096 - 64; /* out of bounds */
+    assert_int_equal(ops->matmul(cfast, &a), DRAY_EINVAL);
+    assert_non_null(strstr(ops->last_error(cfast), "exceeds"));
+    a.out.offset = 2050; /* misaligned */
+    assert_int_equal(ops->matmul(cfast, &a), DRAY_EINVAL);
+    a.out.offset = 2048;
+    a.w.buf = NULL;
+    assert_int_equal(ops->matmul(cfast, &a), DRAY_EINVAL);
+    a.w.buf = w;
+    a.n_out = 65; /* w too small for 65 rows of 64 */
+    assert_int_equal(ops->matmul(cfast, &a), DRAY_EINVAL);
+    a.n_out = 16;
+    a.stride_x = 10;
+    assert_int_equal(ops->matmul(cfast, &a), DRAY_EINVAL);
+    a.stride_x = 64;
+    a.wdtype = DRAY_F16;
+    assert_int_equal(ops->matmul(cfast, &a), DRAY_ENOTSUP);
+    a.wdtype = DRAY_I8;
+    a.n_outlier = 2;
+    a.outlier_idx = V(s);
+    a.outlier_w = V(b);
+    int32_t bad[2] = {5, 5}; /* not strictly increasing */
+    assert_int_equal(ops->upload(cfast, V(s), bad, 8), 0);
+    assert_int_equal(ops->matmul(cfast, &a), DRAY_EINVAL);
+    ops->free(cfast, b), ops->free(cfast, w), ops->free(cfast, s);
+}
+
+/* ------------------------------------------------------------ embed */
+
+static void test_embed_gathers_scaled_rows_and_rejects_bad_ids(void **state)
+{
+    (void)state;
+    dray_test_seed(21);
+    uint32_t n_rows = 50, dim = 37, n_tok = 6;
+    int8_t *tq = randq(n_rows * dim);
+    float *tf = randv(n_rows * dim, -1, 1), *rs = randv(n_rows, 0.01f, 0.1f);
+    int32_t ids[6] = {0, 49, 7, 7, 3, 20};
+    for (int dt = 0; dt < 2; dt++) {
+        float *res[2];
+        struct dray_ctx *cs[2] = {cref, cfast};
+        for (int ci = 0; ci < 2; ci++) {
+            struct dray_ctx *c = cs[ci];
+            struct dray_buf *bi = up(c, ids, sizeof(ids)), *bo = up(c, NULL, n_tok * dim * 4);
+            struct dray_buf *bt = dt ? up(c, tf, n_rows * dim * 4) : up(c, tq, n_rows * dim);
+            struct dray_buf *br = up(c, rs, n_rows * 4);
+            struct dray_embed_args a = {V(bi), V(bt), V(br), V(bo), dt ? DRAY_F32 : DRAY_I8, n_tok, dim, n_rows, 25.3f};
+            assert_int_equal(ops->embed(c, &a), 0);
+            res[ci] = malloc(n_tok * dim * 4);
+            down(c, bo, res[ci], n_tok * dim * 4);
+            int32_t bad = 50;
+            assert_int_equal(ops->upload(c, V(bi), &bad, 4), 0);
+            assert_int_equal(ops->embed(c, &a), DRAY_EINVAL);
+            ops->free(c, bi), ops->free(c, bo), ops->free(c, bt), ops->free(c, br);
+        }
+        for (uint32_t t = 0; t < n_tok; t++)
+            for (uint32_t i = 0; i < dim; i++) {
+                size_t e = (size_t)ids[t] * dim + i;
+                double want = dt ? tf[e] * 25.3 : tq[e] * (double)rs[ids[t]] * 25.3;
+                assert_true(fabs(res[0][t * dim + i] - want) <= 1e-6 * fabs(want) + 1e-12);
+            }
+        near("embed avx2 vs ref", res[1], res[0], n_tok * dim, 0, dt ? 0 : 1e-6);
+        free(res[0]), free(res[1]);
+    }
+    free(tq), free(tf), free(rs);
+}
+
+/* ------------------------------------------------------------ rmsnorm */
+
+static void test_rmsnorm_plain_per_head_and_in_place(void **state)
+{
+    (void)state;
+    dray_test_seed(31);
+    uint32_t n_tok = 5, n_head = 3, n = 67, stride = n_head * n + 5;
+    float *x = randv(n_tok * stride, -3, 3), *w = randv(n, 0.5f, 1.5f);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        float *res[2];
+        struct dray_ctx *cs[2] = {cref, cfast};
+        for (int ci = 0; ci < 2; ci++) {
+            struct dray_ctx *c = cs[ci];
+            struct dray_buf *bx = up(c, x, n_tok * stride * 4), *bw = up(c, w, n * 4);
+            struct dray_buf *bo = inplace ? bx : up(c, NULL, n_tok * stride * 4);
+            struct dray_rmsnorm_args a = {V(bx), V(bw), V(bo), n_tok, n_head, n, stride, stride, 1e-6f};
+            assert_int_equal(ops->rmsnorm(c, &a), 0);
+            res[ci] = malloc(n_tok * stride * 4);
+            down(c, bo, res[ci], n_tok * stride * 4);
+            a.out.offset = 4; /* partial overlap is refused */
+            if (inplace)
+                assert_int_equal(ops->rmsnorm(c, &a), DRAY_EINVAL);
+            ops->free(c, bx), ops->free(c, bw);
+            if (!inplace)
+                ops->free(c, bo);
+        }
+        for (uint32_t t = 0; t < n_tok; t++)
+            for (uint32_t h = 0; h < n_head; h++) {
+                const float *xr = x + t * stride + h * n;
+                double ss = 0;
+                for (uint32_t i = 0; i < n; i++)
+                    ss += (double)xr[i] * xr[i];
+                double inv = 1.0 / sqrt(ss / n + 1e-6);
+                for (uint32_t i = 0; i < n; i++) {
+                    double want = xr[i] * inv * w[i];
+                    size_t e = t * stride + h * n + i;
+                    assert_true(fabs(res[0][e] - want) <= 1e-5 * fabs(want) + 1e-7);
+                    assert_true(fabs(res[1][e] - want) <= 1e-5 * fabs(want) + 1e-7);
+                }
+            }
+        free(res[0]), free(res[1]);
+    }
+    free(x), free(w);
+}
+
+/* ------------------------------------------------------------ rope */
+
+static void test_rope_matches_the_formula_at_long_positions(void **state)
+{
+    (void)state;
+    dray_test_seed(41);
+    uint32_t n_tok = 7, n_head = 3, hd = 40, n_rot = 32, stride = n_head * hd + 3;
+    int32_t pos[7] = {0, 1, 17, 511, 4096, 100000, 131071};
+    float *x = randv(n_tok * stride, -2, 2);
+    float *res[2];
+    struct dray_ctx *cs[2] = {cref, cfast};
+    for (int ci = 0; ci < 2; ci++) {
+        struct dray_buf *bx = up(cs[ci], x, n_tok * stride * 4), *bp = up(cs[ci], pos, sizeof(pos));
+        struct dray_rope_args a = {V(bx), V(bp), n_tok, n_head, hd, n_rot, stride, 1000000.0f, 0.25f};
+        assert_int_equal(ops->rope(cs[ci], &a), 0);
+        res[ci] = malloc(n_tok * stride * 4);
+        down(cs[ci], bx, res[ci], n_tok * stride * 4);
+        a.n_rot = 41;
+        assert_int_equal(ops->rope(cs[ci], &a), DRAY_EINVAL);
+        ops->free(cs[ci], bx), ops->free(cs[ci], bp);
+    }
+    for (uint32_t t = 0; t < n_tok; t++)
+        for (uint32_t h = 0; h < n_head; h++)
+            for (uint32_t i = 0; i < hd; i++) {
+                size_t b = t * stride + h * hd;
+                double want;
+                if (i >= n_rot) {
+                    want = x[b + i];
+                } else {
+                    uint32_t j = i % (n_rot / 2);
+                    double th = pos[t] * 0.25 * pow(1000000.0, -2.0 * j / n_rot);
+                    double x0 = x[b + j], x1 = x[b + j + n_rot / 2];
+                    want = i < n_rot / 2 ? x0 * cos(th) - x1 * sin(th) : x0 * sin(th) + x1 * cos(th);
+                }
+                assert_true(fabs(res[0][b + i] - want) <= 1e-4);
+                assert_true(fabs(res[1][b + i] - want) <= 1e-4);
+            }
+    free(res[0]), free(res[1]), free(x);
+}
+
+/* ------------------------------------------------------------ gated act, add */
+
+static void test_gated_act_gelu_and_silu_with_aliasing(void **state)
+{
+    (void)state;
+    dray_test_seed(51);
+    uint32_t n_tok = 4, n = 75, sg = 80, su = 77;
+    float *g = randv(n_tok * sg, -9, 9), *u = randv(n_tok * su, -2, 2);
+    for (uint32_t act = 0; act < 2; act++)
+        for (int alias = 0; alias < 3; alias++) { /* 0: own out, 1: out = gate, 2: out = up */
+            float *res[2];
+            struct dray_ctx *cs[2] = {cref, cfast};
+            uint32_t so = alias == 1 ? sg : alias == 2 ? su : n + 1;
+            for (int ci = 0; ci < 2; ci++) {
+                struct dray_ctx *c = cs[ci];
+                struct dray_buf *bg = up(c, g, n_tok * sg * 4), *bu = up(c, u, n_tok * su * 4);
+                struct dray_buf *bo = alias == 1 ? bg : alias == 2 ? bu : up(c, NULL, n_tok * so * 4);
+                struct dray_gated_act_args a = {V(bg), V(bu), V(bo), n_tok, n, sg, su, so, act};
+                assert_int_equal(ops->gated_act(c, &a), 0);
+                res[ci] = malloc(n_tok * so * 4);
+                down(c, bo, res[ci], n_tok * so * 4);
+                ops->free(c, bg), ops->free(c, bu);
+                if (!alias)
+                    ops->free(c, bo);
+            }
+            for (uint32_t t = 0; t < n_tok; t++)
+                for (uint32_t i = 0; i < n; i++) {
+                    double x = g[t * sg + i], y = u[t * su + i];
+                    double a = act ? x / (1 + exp(-x)) : 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+                    double want = a * y;
+                    for (int ci = 0; ci < 2; ci++)
+                        if (!(fabs(res[ci][t * so + i] - want) <= 1e-5 * fabs(want) + 1e-6))
+                            fail_msg("gated_act act %u alias %d ctx %d: %.9g vs %.9g", act, alias, ci,
+                                     res[ci][t * so + i], want);
+                }
+            free(res[0]), free(res[1]);
+        }
+    free(g), free(u);
+}
+
+static void test_add_is_exact_and_allows_exact_aliasing(void **state)
+{
+    (void)state;
+    dray_test_seed(61);
+    size_t n = 5000;
+    float *a = randv(n, -1, 1), *b = randv(n, -1, 1), *r = malloc(n * 4);
+    struct dray_buf *ba = up(cfast, a, n * 4), *bb = up(cfast, b, n * 4);
+    struct dray_add_args args = {V(ba), V(bb), V(ba), n};
+    assert_int_equal(ops->add(cfast, &args), 0);
+    down(cfast, ba, r, n * 4);
+    for (size_t i = 0; i < n; i++)
+        assert_true(r[i] == a[i] + b[i]);
+    args.out.offset = 8;
+    assert_int_equal(ops->add(cfast, &args), DRAY_EINVAL);
+    args.out = V(bb);
+    args.n = n + 1;
+    assert_int_equal(ops->add(cfast, &args), DRAY_EINVAL);
+    ops->free(cfast, ba), ops->free(cfast, bb);
+    free(a), free(b), free(r);
+}
+
+/* ------------------------------------------------------------ KV store */
+
+static void test_kv_store_quantizes_per_head_and_skips_padding(void **state)
+{
+    (void)state;
+    dray_test_seed(71);
+    uint32_t n_kv = 2, hd = 24, bs = 4, n_slots = 16, n_tok = 5, stride = n_kv * hd + 2;
+    int32_t slots[5] = {3, -1, 8, 15, 0};
+    float *k = randv(n_tok * stride, -3, 3), *v = randv(n_tok * stride, -3, 3);
+    memset(k + 4 * stride, 0, hd * 4); /* an all-zero head stores scale 0 */
+    for (int dt = 0; dt < 2; dt++) {
+        struct dray_ctx *c = dt ? cfast : cref;
+        uint32_t dtype = dt ? DRAY_F16 : DRAY_I8;
+        size_t el = dt ? 2 : 1, nb = (size_t)n_slots * n_kv * hd * el;
+        struct dray_buf *pk = up(c, NULL, nb), *pv = up(c, NULL, nb), *ks = up(c, NULL, n_slots * n_kv * 4),
+                        *vs = up(c, NULL, n_slots * n_kv * 4);
+        assert_int_equal(ops->fill(c, V(pk), 0x5a5a5a5a, nb), 0);
+        struct dray_kv_pool pool = {V(pk), V(pv), V(ks), V(vs), dtype, n_kv, hd, bs, n_slots};
+        struct dray_buf *bk = up(c, k, n_tok * stride * 4), *bv = up(c, v, n_tok * stride * 4),
+                        *bsl = up(c, slots, sizeof(slots));
+        struct dray_kv_store_args a = {V(bk), V(bv), V(bsl), &pool, n_tok, stride, stride};
+        assert_int_equal(ops->kv_store(c, &a), 0);
+        uint8_t *kq = malloc(nb);
+        float *ksc = malloc(n_slots * n_kv * 4);
+        down(c, pk, kq, nb);
+        down(c, ks, ksc, n_slots * n_kv * 4);
+        for (uint32_t t = 0; t < n_tok; t++) {
+            if (slots[t] < 0)
+                continue;
+            for (uint32_t h = 0; h < n_kv; h++) {
+                const float *src = k + t * stride + h * hd;
+                size_t row = (size_t)slots[t] * n_kv + h;
+                double amax = 0;
+                for (uint32_t i = 0; i < hd; i++)
+                    amax = fmax(amax, fabs(src[i]));
+                if (!dt)
+                    assert_true(ksc[row] == (float)amax / 127.0f);
+                for (uint32_t i = 0; i < hd; i++) {
+                    if (dt) {
+                        uint16_t hv;
+                        memcpy(&hv, kq + (row * hd + i) * 2, 2);
+                        /* decode the half by hand: f16 keeps 11 significant bits */
+                        int e = (hv >> 10) & 31, m = hv & 1023;
+                        double val = (e ? (1024 + m) * ldexp(1, e - 25) : m * ldexp(1, -24)) * ((hv & 0x8000) ? -1 : 1);
+                        assert_true(fabs(val - src[i]) <= fabs(src[i]) * (1.0 / 2048) + 6e-8);
+                    } else {
+                        int8_t q = (int8_t)kq[row * hd + i];
+                        long want = amax > 0 ? lrint(src[i] / ((float)amax / 127.0f)) : 0;
+                        assert_int_equal(q, want);
+                    }
+                }
+            }
+        }
+        /* the slot of the padding token's neighbour (slot 1) is untouched */
+        assert_int_equal(kq[1 * n_kv * hd * el], 0x5a);
+        int32_t bad = 16;
+        assert_int_equal(ops->upload(c, V(bsl), &bad, 4), 0);
+        assert_int_equal(ops->kv_store(c, &a), DRAY_EINVAL);
+        free(kq), free(ksc);
+        ops->free(c, pk), ops->free(c, pv), ops->free(c, ks), ops->free(c, vs), ops->free(c, bk), ops->free(c, bv);
+        ops->free(c, bsl);
+    }
+    free(k), free(v);
+}
+
+/* ------------------------------------------------------------ attention */
+
+struct att_case {
+    uint32_t dtype, n_head, n_kv, hd, window, bs;
+    uint32_t n_seq;
+    int32_t seqs[4][4]; /* q_start, n_q, kv_len, bt_start (bt_start filled here) */
+};
+
+struct att_env {
+    struct dray_buf *pk, *pv, *ks, *vs, *q, *out, *seqs, *bt;
+    struct dray_kv_pool pool;
+    struct dray_attention_args a;
+    uint32_t bt_n; /* block table entries */
+};
+
+/* Build the pool in ctx: every sequence gets its own blocks; blocks the window
+ * never reaches are -1 in the block table. K/V go through kv_store. */
+static void att_build(struct dray_ctx *c, struct att_case *ac, const float *kf, const float *vf, const float *qf,
+                      uint32_t n_tok, struct att_env *e)
+{
+    uint32_t n_blocks = 0, bt_n = 0;
+    int32_t bt[256];
+    int32_t slots[1024];
+    uint32_t n_kvtok = 0;
+    uint32_t max_kv = 0;
+    for (uint32_t s = 0; s < ac->n_seq; s++) {
+        int32_t *sq = ac->seqs[s];
+        uint32_t kv_len = (uint32_t)sq[2], nb = (kv_len + ac->bs - 1) / ac->bs;
+        uint32_t first = (uint32_t)(sq[2] - sq[1]);
+        uint32_t lo = (ac->window && first + 1 > ac->window) ? first + 1 - ac->window : 0;
+        sq[3] = (int32_t)bt_n;
+        for (uint32_t b = 0; b < nb; b++) {
+            /* blocks entirely below lo are holes; the others get a block (reversed order) */
+            bt[bt_n++] = (b + 1) * ac->bs <= lo ? -1 : (int32_t)(n_blocks++);
+        }
+        max_kv = kv_len > max_kv ? kv_len : max_kv;
+    }
+    uint32_t n_slots = n_blocks * ac->bs;
+    /* store every visible position's K/V; kf rows are per (seq, position) */
+    size_t row = (size_t)ac->n_kv * ac->hd;
+    float *ks = malloc(1024 * row * 4), *vs = malloc(1024 * row * 4);
+    uint32_t src = 0;
+    for (uint32_t s = 0; s < ac->n_seq; s++)
+        for (uint32_t p = 0; p < (uint32_t)ac->seqs[s][2]; p++, src++) {
+            int32_t blk = bt[ac->seqs[s][3] + p / ac->bs];
+            if (blk < 0)
+                continue;
+            slots[n_kvtok] = blk * (int32_t)ac->bs + (int32_t)(p % ac->bs);
+            memcpy(ks + n_kvtok * row, kf + src * row, row * 4);
+            memcpy(vs + n_kvtok * row, vf + src * row, row * 4);
+            n_kvtok++;
+        }
+    size_t el = ac->dtype == DRAY_I8 ? 1 : 2, nb = (size_t)n_slots * row * el;
+    e->pk = up(c, NULL, nb), e->pv = up(c, NULL, nb);
+    e->ks = up(c, NULL, (size_t)n_slots * ac->n_kv * 4), e->vs = up(c, NULL, (size_t)n_slots * ac->n_kv * 4);
+    e->pool = (struct dray_kv_pool){V(e->pk), V(e->pv), V(e->ks), V(e->vs), ac->dtype, ac->n_kv, ac->hd, ac->bs, n_slots};
+    struct dray_buf *bk = up(c, ks, n_kvtok * row * 4), *bv = up(c, vs, n_kvtok * row * 4),
+                    *bsl = up(c, slots, n_kvtok * 4);
+    struct dray_kv_store_args st = {V(bk), V(bv), V(bsl), &e->pool, n_kvtok, (uint32_t)row, (uint32_t)row};
+    assert_int_equal(ops->kv_store(c, &st), 0);
+    ops->free(c, bk), ops->free(c, bv), ops->free(c, bsl);
+    free(ks), free(vs);
+    uint32_t sq_row = ac->n_head * ac->hd;
+    e->q = up(c, qf, (size_t)n_tok * sq_row * 4);
+    e->out = up(c, NULL, (size_t)n_tok * sq_row * 4);
+    e->seqs = up(c, ac->seqs, ac->n_seq * 16);
+    e->bt = up(c, bt, bt_n * 4);
+    e->bt_n = bt_n;
+    e->a = (struct dray_attention_args){V(e->q), V(e->out), V(e->seqs), V(e->bt), &e->pool, n_tok, ac->n_seq,
+                                        ac->n_head, max_kv, sq_row, sq_row, ac->window, 1.0f / sqrtf((float)ac->hd)};
+}
+
+static void att_free(struct dray_ctx *c, struct att_env *e)
+{
+    ops->free(c, e->pk), ops->free(c, e->pv), ops->free(c, e->ks), ops->free(c, e->vs);
+    ops->free(c, e->q), ops->free(c, e->out), ops->free(c, e->seqs), ops->free(c, e->bt);
+}
+
+static double half2d(uint16_t hv)
+{
+    int e = (hv >> 10) & 31, m = hv & 1023;
+    double v = e ? (1024 + m) * ldexp(1, e - 25) : m * ldexp(1, -24);
+    return (hv & 0x8000) ? -v : v;
+}
+
+/* Naive attention in double over the dequantized cache (read back from ctx). */
+static void att_naive(struct dray_ctx *c, const struct att_case *ac, const struct att_env *e, const float *qf,
+                      double *out, double *vmax)
+{
+    size_t row = (size_t)ac->n_kv * ac->hd, n_slots = e->pool.n_slots;
+    size_t el = ac->dtype == DRAY_I8 ? 1 : 2;
+    uint8_t *kr = malloc(n_slots * row * el), *vr = malloc(n_slots * row * el);
+    float *ks = malloc(n_slots * ac->n_kv * 4 + 4), *vs = malloc(n_slots * ac->n_kv * 4 + 4);
+    down(c, e->pk, kr, n_slots * row * el), down(c, e->pv, vr, n_slots * row * el);
+    down(c, e->ks, ks, n_slots * ac->n_kv * 4), down(c, e->vs, vs, n_slots * ac->n_kv * 4);
+    int32_t bt[256];
+    down(c, e->bt, bt, e->bt_n * 4);
+#define DEQ(buf, sc, slot, h, i)                                                                        \
+    (el == 1 ? ((int8_t *)(buf))[((slot) * ac->n_kv + (h)) * ac->hd + (i)] * (double)(sc)[(slot) * ac->n_kv + (h)] \
+             : half2d(((uint16_t *)(buf))[((slot) * ac->n_kv + (h)) * ac->hd + (i)]))
+    *vmax = 0;
+    uint32_t grp = ac->n_head / ac->n_kv;
+    for (uint32_t s = 0; s < ac->n_seq; s++) {
+        const int32_t *sq = ac->seqs[s];
+        for (int32_t r = 0; r < sq[1]; r++) {
+            uint32_t pos = (uint32_t)(sq[2] - sq[1] + r), t = (uint32_t)(sq[0] + r);
+            for (uint32_t h = 0; h < ac->n_head; h++) {
+                uint32_t g = h / grp;
+                const float *q = qf + ((size_t)t * ac->n_head + h) * ac->hd;
+                double sc[1024], m = -INFINITY, sum = 0;
+                for (uint32_t j = 0; j <= pos; j++) {
+                    sc[j] = -INFINITY;
+                    if (ac->window && pos - j >= ac->window)
+                        continue;
+                    size_t slot = (size_t)bt[sq[3] + j / ac->bs] * ac->bs + j % ac->bs;
+                    double d = 0;
+                    for (uint32_t i = 0; i < ac->hd; i++)
+                        d += q[i] * DEQ(kr, ks, slot, g, i);
+                    sc[j] = d / sqrt((double)ac->hd);
+                    m = fmax(m, sc[j]);
+                }
+                for (uint32_t j = 0; j <= pos; j++)
+                    sum += sc[j] == -INFINITY ? 0 : exp(sc[j] - m);
+                double *o = out + ((size_t)t * ac->n_head + h) * ac->hd;
+                for (uint32_t i = 0; i < ac->hd; i++)
+                    o[i] = 0;
+                for (uint32_t j = 0; j <= pos; j++) {
+                    if (sc[j] == -INFINITY)
+                        continue;
+                    size_t slot = (size_t)bt[sq[3] + j / ac->bs] * ac->bs + j % ac->bs;
+                    double p = exp(sc[j] - m) / sum;
+                    for (uint32_t i = 0; i < ac->hd; i++) {
+                        double v = DEQ(vr, vs, slot, g, i);
+                        *vmax = fmax(*vmax, fabs(v));
+                        o[i] += p * v;
+                    }
+                }
+            }
+        }
+    }
+#undef DEQ
+    free(kr), free(vr), free(ks), free(vs);
+}
+
+static void att_case_run(struct att_case *ac)
+{
+    uint32_t n_tok = 0, n_pos = 0;
+    for (uint32_t s = 0; s < ac->n_seq; s++) {
+        n_tok += (uint32_t)ac->seqs[s][1];
+        n_pos += (uint32_t)ac->seqs[s][2];
+    }
+    size_t row = (size_t)ac->n_kv * ac->hd, qn = (size_t)n_tok * ac->n_head * ac->hd;
+    float *kf = randv(n_pos * row, -2, 2), *vf = randv(n_pos * row, -1, 1), *qf = randv(qn, -1.5f, 1.5f);
+    struct dray_ctx *cs[3] = {cref, cfast, cone};
+    float *res[3];
+    struct att_env e[3];
+    for (int ci = 0; ci < 3; ci++) {
+        att_build(cs[ci], ac, kf, vf, qf, n_tok, &e[ci]);
+        int rc = ops->attention(cs[ci], &e[ci].a);
+        if (rc)
+            fail_msg("attention: %d %s", rc, ops->last_error(cs[ci]));
+        res[ci] = malloc(qn * 4);
+        down(cs[ci], e[ci].out, res[ci], qn * 4);
+    }
+    double *want = malloc(qn * sizeof(double)), vmax;
+    att_naive(cref, ac, &e[0], qf, want, &vmax);
+    double tol = (ac->dtype == DRAY_I8 ? 2e-3 : 1e-4) * vmax;
+    for (size_t i = 0; i < qn; i++)
+        if (!(fabs(res[0][i] - want[i]) <= tol * 0.1))
+            fail_msg("attention ref vs naive: element %zu: %.9g vs %.9g", i, res[0][i], want[i]);
+    near("attention avx2 vs ref", res[1], res[0], qn, tol, 0);
+    near("attention 1 thread vs 2", res[2], res[1], qn, 0, 0);
+    for (int ci = 0; ci < 3; ci++) {
+        att_free(cs[ci], &e[ci]);
+        free(res[ci]);
+    }
+    free(kf), free(vf), free(qf), free(want);
+}
+
+/* prefill (17 new), decode (1 new of 100), chunked prefill (5 new of 40), decode at kv_len 1 */
+#define MIXED {{0, 17, 17, 0}, {17, 1, 100, 0}, {18, 5, 40, 0}, {23, 1, 1, 0}}
+
+static void test_attention_mixed_batch_mqa_i8(void **state)
+{
+    (void)state;
+    dray_test_seed(81);
+    struct att_case c = {DRAY_I8, 4, 1, 64, 0, 8, 4, MIXED};
+    att_case_run(&c);
+}
+
+static void test_attention_gqa_f16_and_odd_head_dim(void **state)
+{
+    (void)state;
+    dray_test_seed(82);
+    struct att_case c = {DRAY_F16, 4, 2, 40, 0, 16, 4, MIXED};
+    att_case_run(&c);
+    struct att_case c2 = {DRAY_I8, 6, 3, 19, 0, 4, 4, MIXED};
+    att_case_run(&c2);
+}
+
+/* Window edges at exact positions: with window 16, the decode query at position
+ * 99 sees 84..99; blocks of 8 wholly below 84 are -1 holes. The chunked prefill
+ * first query (35) sees 20..35. */
+static void test_attention_sliding_window_with_block_holes(void **state)
+{
+    (void)state;
+    dray_test_seed(83);
+    struct att_case c = {DRAY_I8, 4, 1, 64, 16, 8, 4, MIXED};
+    att_case_run(&c);
+    struct att_case c2 = {DRAY_F16, 2, 1, 256, 8, 4, 4, MIXED};
+    att_case_run(&c2);
+    struct att_case c3 = {DRAY_I8, 4, 1, 256, 1, 16, 4, MIXED}; /* window 1: only itself */
+    att_case_run(&c3);
+}
+
+static void test_attention_rejects_bad_sequences_and_reached_holes(void **state)
+{
+    (void)state;
+    dray_test_seed(84);
+    struct att_case ac = {DRAY_I8, 4, 1, 32, 8, 4, 1, {{0, 2, 40, 0}}};
+    float *kf = randv(40 * 32, -1, 1), *vf = randv(40 * 32, -1, 1), *qf = randv(2 * 4 * 32, -1, 1);
+    struct att_env e;
+    att_build(cfast, &ac, kf, vf, qf, 2, &e);
+    assert_int_equal(ops->attention(cfast, &e.a), 0);
+    e.a.window = 0; /* now the mask reaches the -1 blocks */
+    assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
+    assert_non_null(strstr(ops->last_error(cfast), "block"));
+    e.a.window = 8;
+    e.a.n_tok = 1; /* the sequence's queries run past n_tok */
+    assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
+    e.a.n_tok = 2;
+    e.a.max_kv_len = 39;
+    assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
+    e.a.max_kv_len = 40;
+    e.a.n_head = 3; /* not a multiple of n_kv_head... 3 % 1 == 0, so use out = q */
+    e.a.n_head = 4;
+    e.a.out = e.a.q;
+    assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
+    e.a.out = V(e.out);
+    e.a.seqs.buf = NULL;
+    assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
+    att_free(cfast, &e);
+    free(kf), free(vf), free(qf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_plugin_describes_one_unified_device),
+        cmocka_unit_test(test_cpu_memory_roundtrip_copy_fill_and_bounds),
+        cmocka_unit_test(test_matmul_i8_matches_contract_and_reference),
+        cmocka_unit_test(test_matmul_i8_outliers_are_excluded_and_added_in_f32),
+        cmocka_unit_test(test_matmul_f32_checking_path),
+        cmocka_unit_test(test_matmul_rejects_bad_arguments),
+        cmocka_unit_test(test_embed_gathers_scaled_rows_and_rejects_bad_ids),
+        cmocka_unit_test(test_rmsnorm_plain_per_head_and_in_place),
+        cmocka_unit_test(test_rope_matches_the_formula_at_long_positions),
+        cmocka_unit_test(test_gated_act_gelu_and_silu_with_aliasing),
+        cmocka_unit_test(test_add_is_exact_and_allows_exact_aliasing),
+        cmocka_unit_test(test_kv_store_quantizes_per_head_and_skips_padding),
+        cmocka_unit_test(test_attention_mixed_batch_mqa_i8),
+        cmocka_unit_test(test_attention_gqa_f16_and_odd_head_dim),
+        cmocka_unit_test(test_attention_sliding_window_with_block_holes),
+        cmocka_unit_test(test_attention_rejects_bad_sequences_and_reached_holes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
