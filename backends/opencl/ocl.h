@@ -57,6 +57,7 @@ struct dray_ctx {
     cl_kernel k[OCL_K_COUNT];
     struct dray_ocl_caps caps;
     int reference;          /* open option: no integer-dot extension path */
+    int fp64;               /* the program was built with DRAY_OCL_FP64 */
     size_t max_alloc;
 
     /* matmul activation scratch: q int8 [n_tok][k] and sx f32 [n_tok], grown on

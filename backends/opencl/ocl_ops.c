@@ -274,7 +274,7 @@ int dray_ocl_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     CHECK(dray_ocl_check_view(ctx, "rope", "pos", a->pos, (size_t)a->n_tok * 4, 4));
     if (a->n_tok == 0 || a->n_rot == 0 || a->n_head == 0)
         return 0;
-    int fp64 = ctx->caps.fp64 && !getenv("DRAY_OCL_NO_FP64");
+    int fp64 = ctx->fp64;
     if (!fp64)
         CHECK(rope_table(ctx, a));
     cl_mem tab = fp64 ? a->pos.buf->mem : ctx->rope_tab; /* unused with fp64 */

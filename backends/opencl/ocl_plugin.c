@@ -185,10 +185,12 @@ static int build_program(struct dray_ctx *ctx)
                                           (const char **)dray_ocl_sources, NULL, &rc);
     if (rc != CL_SUCCESS)
         return dray_ocl_fail_cl(ctx, rc, "clCreateProgramWithSource");
+    /* DRAY_OCL_NO_FP64 (debug/test knob) takes the path of devices without fp64 */
+    ctx->fp64 = ctx->caps.fp64 && !getenv("DRAY_OCL_NO_FP64");
     char opts[256];
     snprintf(opts, sizeof(opts), "-cl-std=CL1.2%s%s%s",
              ctx->caps.int_dot && !ctx->reference ? " -DDRAY_OCL_INT_DOT=1" : "",
-             ctx->caps.fp64 && !getenv("DRAY_OCL_NO_FP64") ? " -DDRAY_OCL_FP64=1" : "",
+             ctx->fp64 ? " -DDRAY_OCL_FP64=1" : "",
              ctx->caps.cr_divide ? " -cl-fp32-correctly-rounded-divide-sqrt" : "");
     rc = clBuildProgram(ctx->prog, 1, &ctx->dev, opts, NULL, NULL);
     if (rc == CL_SUCCESS)

@@ -1,0 +1,685 @@
+/*
+ * The OpenCL plugin against the CPU plugin's reference kernels: both .so files
+ * are dlopened from $DRAY_PLUGIN_PATH, fed the same random inputs, and every op
+ * is compared within the tolerance backend.h states for it. Exit 77 (skip) when
+ * there is no OpenCL device or no CPU plugin to compare with.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "dray/backend.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- fixture */
+
+struct side {
+    void *so;
+    const struct dray_ops *ops;
+    struct dray_ctx *ctx;
+};
+static struct side ocl, ref;
+static char g_skip[512];
+
+static void host_log(int level, const char *plugin, const char *msg)
+{
+    if (level <= DRAY_LOG_WARN)
+        fprintf(stderr, "[%s] %s\n", plugin, msg);
+}
+static const struct dray_host g_host = {DRAY_ABI_VERSION, malloc, free, host_log};
+
+/* dlopen libdray-<name>.so from the first folder of $DRAY_PLUGIN_PATH that has it. */
+static int load(const char *name, struct side *s)
+{
+    const char *path = getenv("DRAY_PLUGIN_PATH");
+    char dirs[4096], file[4200];
+    snprintf(dirs, sizeof(dirs), "%s", path ? path : "");
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(file, sizeof(file), "%s/libdray-%s.so", d, name);
+        if ((s->so = dlopen(file, RTLD_NOW | RTLD_LOCAL)) != NULL)
+            break;
+    }
+    if (!s->so) {
+        snprintf(g_skip, sizeof(g_skip), "libdray-%s.so not found on DRAY_PLUGIN_PATH", name);
+        return -1;
+    }
+    dray_plugin_negotiate_fn neg = (dray_plugin_negotiate_fn)dlsym(s->so, DRAY_PLUGIN_SYMBOL);
+    uint32_t v = DRAY_ABI_VERSION;
+    char err[256] = "";
+    if (!neg || neg(&v, &g_host, &s->ops, err, sizeof(err)) != 0) {
+        snprintf(g_skip, sizeof(g_skip), "%s: negotiate failed: %s", name, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int open_side(struct side *s, uint32_t reference, struct dray_ctx **out)
+{
+    struct dray_open_options opt = {.size = sizeof(opt), .reference = reference};
+    char err[1024] = "";
+    int rc = s->ops->open(0, &opt, out, err, sizeof(err));
+    if (rc != 0)
+        fprintf(stderr, "open %s: %s\n", s->ops->name, err);
+    return rc;
+}
+
+static int setup_all(void **state)
+{
+    (void)state;
+    uint32_t n = 0;
+    if (load("opencl", &ocl) || load("cpu", &ref))
+        return 0;
+    if (ocl.ops->device_count(&n) != 0 || n == 0) {
+        snprintf(g_skip, sizeof(g_skip), "no OpenCL device (device_count = %u)", n);
+        return 0;
+    }
+    /* a device that exists but cannot be opened is a failure, not a skip */
+    if (open_side(&ocl, 0, &ocl.ctx) || open_side(&ref, 1, &ref.ctx))
+        return -1;
+    return 0;
+}
+
+static int teardown_all(void **state)
+{
+    (void)state;
+    if (ocl.ctx)
+        ocl.ops->close(ocl.ctx);
+    if (ref.ctx)
+        ref.ops->close(ref.ctx);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+/* The same bytes in a buffer on each side. */
+struct pbuf {
+    struct dray_buf *b[2]; /* [0] opencl, [1] reference */
+    size_t n;
+};
+
+static struct side *sides[2] = {&ocl, &ref};
+
+static struct pbuf pb_new(const void *data, size_t n)
+{
+    struct pbuf p = {.n = n};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(sides[i]->ops->alloc(sides[i]->ctx, n, &p.b[i]), 0);
+        if (data && n)
+            assert_int_equal(sides[i]->ops->upload(sides[i]->ctx, (struct dray_view){p.b[i], 0}, data, n), 0);
+    }
+    return p;
+}
+
+static void pb_free(struct pbuf *p)
+{
+    for (int i = 0; i < 2; i++)
+        sides[i]->ops->free(sides[i]->ctx, p->b[i]);
+}
+
+static struct dray_view V(const struct pbuf *p, int side, size_t off)
+{
+    return (struct dray_view){p->b[side], off};
+}
+
+/* Download both sides into fresh host arrays. */
+static void pb_get(const struct pbuf *p, void **o, void **r)
+{
+    *o = malloc(p->n + 1);
+    *r = malloc(p->n + 1);
+    assert_int_equal(ocl.ops->download(ocl.ctx, *o, V(p, 0, 0), p->n), 0);
+    assert_int_equal(ref.ops->download(ref.ctx, *r, V(p, 1, 0), p->n), 0);
+}
+
+static float *randf(size_t n, float lo, float hi)
+{
+    float *x = malloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++)
+        x[i] = dray_test_randf(lo, hi);
+    return x;
+}
+
+static int8_t *randq(size_t n)
+{
+    int8_t *q = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        q[i] = (int8_t)((int)(dray_test_rand() % 255) - 127);
+    return q;
+}
+
+/* Compare n floats: |o - r| <= abs_tol + rel_tol*|r|. Prints the worst element. */
+static void expect_close(const char *what, const float *o, const float *r, size_t n, double abs_tol,
+                         double rel_tol)
+{
+    size_t worst = 0;
+    double worst_ex = -1.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)o[i] - r[i]), lim = abs_tol + rel_tol * fabs(r[i]);
+        if (!(d <= lim) && d - lim > worst_ex) {
+            worst_ex = d - lim;
+            worst = i;
+        }
+    }
+    if (worst_ex >= 0)
+        fail_msg("%s: element %zu: opencl %.9g vs reference %.9g (tolerance abs %g rel %g)", what,
+                 worst, o[worst], r[worst], abs_tol, rel_tol);
+}
+
+static float max_abs(const float *x, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Both sides must agree on the return code; the OpenCL side is timed. */
+#define RUN_BOTH(member, args_for)                                                              \
+    do {                                                                                        \
+        for (int s_ = 0; s_ < 2; s_++) {                                                        \
+            double t0_ = now_ms();                                                              \
+            int rc_ = sides[s_]->ops->member(sides[s_]->ctx, args_for(s_));                     \
+            if (rc_ != 0)                                                                       \
+                fail_msg("%s %s: rc %d: %s", sides[s_]->ops->name, #member, rc_,                \
+                         sides[s_]->ops->last_error(sides[s_]->ctx));                           \
+            assert_int_equal(sides[s_]->ops->synchronize(sides[s_]->ctx), 0);                   \
+            if (s_ == 0 && getenv("DRAY_TEST_TIMES"))                                           \
+                fprintf(stderr, "time %-10s %s: %.3f ms\n", #member, __func__, now_ms() - t0_); \
+        }                                                                                       \
+    } while (0)
+
+#define SKIP_IF_NO_DEVICE()                 \
+    do {                                    \
+        if (!ocl.ctx) {                     \
+            print_message("skip: %s\n", g_skip); \
+            skip();                         \
+        }                                   \
+    } while (0)
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_opencl_props_declare_every_op(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    struct dray_device_props p;
+    assert_int_equal(ocl.ops->device_props(0, &p), 0);
+    assert_true(p.name[0] != '\0');
+    assert_true(p.max_alloc > 0 && p.mem_total >= p.max_alloc);
+    for (int op = 0; op < DRAY_OP_COUNT; op++)
+        assert_true(p.op_dtypes[op] != 0);
+    assert_true(p.op_dtypes[DRAY_OP_MATMUL] & DRAY_DTYPE_BIT(DRAY_I8));
+    assert_true(p.op_dtypes[DRAY_OP_ATTENTION] & DRAY_DTYPE_BIT(DRAY_F16));
+    assert_int_equal(ocl.ops->device_props(1000, &p), DRAY_EINVAL);
+}
+
+static struct dray_embed_args g_emb[2];
+static const struct dray_embed_args *emb_of(int s) { return &g_emb[s]; }
+
+static void embed_case(uint32_t dtype, uint32_t n_rows, uint32_t dim, uint32_t n_tok)
+{
+    size_t es = dtype == DRAY_I8 ? 1 : 4;
+    void *table = dtype == DRAY_I8 ? (void *)randq((size_t)n_rows * dim) : (void *)randf((size_t)n_rows * dim, -2, 2);
+    float *rs = randf(n_rows, 0.001f, 0.1f);
+    int32_t *ids = malloc(n_tok * 4);
+    for (uint32_t t = 0; t < n_tok; t++)
+        ids[t] = (int32_t)(t == 0 ? n_rows - 1 : dray_test_rand() % n_rows);
+    struct pbuf bt = pb_new(table, (size_t)n_rows * dim * es), bs = pb_new(rs, n_rows * 4),
+                bi = pb_new(ids, n_tok * 4), bo = pb_new(NULL, (size_t)n_tok * dim * 4);
+    for (int s = 0; s < 2; s++)
+        g_emb[s] = (struct dray_embed_args){V(&bi, s, 0), V(&bt, s, 0), V(&bs, s, 0), V(&bo, s, 0),
+                                            dtype, n_tok, dim, n_rows, 25.3f};
+    RUN_BOTH(embed, emb_of);
+    float *o, *r;
+    pb_get(&bo, (void **)&o, (void **)&r);
+    expect_close("embed", o, r, (size_t)n_tok * dim, 0, dtype == DRAY_I8 ? 1e-6 : 0);
+
+    /* an id past the table is an error, not a read out of bounds */
+    ids[0] = (int32_t)n_rows;
+    assert_int_equal(ocl.ops->upload(ocl.ctx, V(&bi, 0, 0), ids, 4), 0);
+    assert_int_equal(ocl.ops->embed(ocl.ctx, &g_emb[0]), DRAY_EINVAL);
+    assert_non_null(strstr(ocl.ops->last_error(ocl.ctx), "ids[0]"));
+    free(o), free(r), free(table), free(rs), free(ids);
+    pb_free(&bt), pb_free(&bs), pb_free(&bi), pb_free(&bo);
+}
+
+static void test_opencl_embed_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(1);
+    embed_case(DRAY_I8, 300, 96, 7);
+    embed_case(DRAY_F32, 50, 33, 3);
+}
+
+/* The 168 MB int8 table of a 262144 x 640 vocabulary (Gemma 3 270M) must fit. */
+static void test_opencl_embed_handles_a_168mb_table(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    const uint32_t rows = 262144, dim = 640;
+    size_t n = (size_t)rows * dim;
+    int8_t *t = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        t[i] = (int8_t)((i * 2654435761u) >> 24);
+    float rs[1] = {0.5f};
+    struct dray_buf *bt, *bs, *bi, *bo;
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, n, &bt), 0);
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, (size_t)rows * 4, &bs), 0);
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, 4, &bi), 0);
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, dim * 4, &bo), 0);
+    assert_int_equal(ocl.ops->upload(ocl.ctx, (struct dray_view){bt, 0}, t, n), 0);
+    assert_int_equal(ocl.ops->fill(ocl.ctx, (struct dray_view){bs, 0}, 0x3f000000u, (size_t)rows * 4), 0);
+    int32_t id = (int32_t)rows - 1;
+    assert_int_equal(ocl.ops->upload(ocl.ctx, (struct dray_view){bi, 0}, &id, 4), 0);
+    struct dray_embed_args a = {{bi, 0}, {bt, 0}, {bs, 0}, {bo, 0}, DRAY_I8, 1, dim, rows, 2.0f};
+    assert_int_equal(ocl.ops->embed(ocl.ctx, &a), 0);
+    float out[640];
+    assert_int_equal(ocl.ops->download(ocl.ctx, out, (struct dray_view){bo, 0}, sizeof(out)), 0);
+    for (uint32_t i = 0; i < dim; i++)
+        assert_true(out[i] == (float)t[(size_t)id * dim + i] * (rs[0] * 2.0f));
+    ocl.ops->free(ocl.ctx, bt), ocl.ops->free(ocl.ctx, bs), ocl.ops->free(ocl.ctx, bi), ocl.ops->free(ocl.ctx, bo);
+    free(t);
+}
+
+static struct dray_rmsnorm_args g_rms[2];
+static const struct dray_rmsnorm_args *rms_of(int s) { return &g_rms[s]; }
+
+static void test_opencl_rmsnorm_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(2);
+    /* {n_tok, n_head, n, pad, in_place} */
+    const uint32_t cases[][5] = {{5, 1, 640, 0, 0}, {3, 4, 256, 8, 1}, {1, 1, 7, 3, 0}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        uint32_t n_tok = cases[c][0], n_head = cases[c][1], n = cases[c][2];
+        uint32_t stride = n_head * n + cases[c][3];
+        float *x = randf((size_t)n_tok * stride, -3, 3), *w = randf(n, 0.5f, 1.5f);
+        struct pbuf bx = pb_new(x, (size_t)n_tok * stride * 4), bw = pb_new(w, n * 4),
+                    bo = pb_new(NULL, (size_t)n_tok * stride * 4);
+        const struct pbuf *out = cases[c][4] ? &bx : &bo;
+        for (int s = 0; s < 2; s++)
+            g_rms[s] = (struct dray_rmsnorm_args){V(&bx, s, 0), V(&bw, s, 0), V(out, s, 0), n_tok,
+                                                  n_head, n, stride, stride, 1e-6f};
+        RUN_BOTH(rmsnorm, rms_of);
+        float *o, *r;
+        pb_get(out, (void **)&o, (void **)&r);
+        for (uint32_t t = 0; t < n_tok; t++)
+            expect_close("rmsnorm", o + (size_t)t * stride, r + (size_t)t * stride, (size_t)n_head * n,
+                         1e-7, 1e-5);
+        free(o), free(r), free(x), free(w);
+        pb_free(&bx), pb_free(&bw), pb_free(&bo);
+    }
+}
+
+static struct dray_matmul_args g_mm[2];
+static const struct dray_matmul_args *mm_of(int s) { return &g_mm[s]; }
+
+static void matmul_case(uint32_t wdtype, uint32_t n_tok, uint32_t n_out, uint32_t k,
+                        uint32_t n_outlier, uint32_t accumulate)
+{
+    uint32_t sx = k + 3, so = n_out + 1;
+    float *x = randf((size_t)n_tok * sx, -1, 1);
+    if (n_tok > 1)
+        memset(x + sx, 0, k * sizeof(float)); /* a zero row: q = 0, sx = 0 */
+    size_t es = wdtype == DRAY_I8 ? 1 : 4;
+    void *w = wdtype == DRAY_I8 ? (void *)randq((size_t)n_out * k) : (void *)randf((size_t)n_out * k, -1, 1);
+    float *ws = randf(n_out, 0.001f, 0.02f), *ow = randf((size_t)n_out * (n_outlier + 1), -1, 1);
+    float *o0 = randf((size_t)n_tok * so, -1, 1);
+    int32_t idx[8];
+    for (uint32_t j = 0; j < n_outlier; j++) {
+        idx[j] = (int32_t)(j * (k / (n_outlier + 1)) + 1);
+        for (uint32_t t = 0; t < n_tok; t++)
+            x[(size_t)t * sx + idx[j]] *= 40.0f; /* outliers are large */
+        if (wdtype == DRAY_I8)
+            for (uint32_t o = 0; o < n_out; o++)
+                ((int8_t *)w)[(size_t)o * k + idx[j]] = 0;
+    }
+    struct pbuf bx = pb_new(x, (size_t)n_tok * sx * 4), bw = pb_new(w, (size_t)n_out * k * es),
+                bs = pb_new(ws, n_out * 4), bi = pb_new(idx, sizeof(idx)),
+                bow = pb_new(ow, (size_t)n_out * (n_outlier + 1) * 4),
+                bo = pb_new(o0, (size_t)n_tok * so * 4);
+    for (int s = 0; s < 2; s++)
+        g_mm[s] = (struct dray_matmul_args){
+            .x = V(&bx, s, 0), .w = V(&bw, s, 0), .wscale = V(&bs, s, 0), .out = V(&bo, s, 0),
+            .outlier_idx = V(&bi, s, 0), .outlier_w = V(&bow, s, 0), .n_tok = n_tok,
+            .n_out = n_out, .k = k, .stride_x = sx, .stride_out = so, .n_outlier = n_outlier,
+            .accumulate = accumulate, .wdtype = wdtype};
+    RUN_BOTH(matmul, mm_of);
+    float *o, *r;
+    pb_get(&bo, (void **)&o, (void **)&r);
+    float m = max_abs(r, (size_t)n_tok * so);
+    char what[96];
+    snprintf(what, sizeof(what), "matmul %s n_tok %u n_out %u k %u outliers %u acc %u",
+             wdtype == DRAY_I8 ? "I8" : "F32", n_tok, n_out, k, n_outlier, accumulate);
+    if (wdtype == DRAY_I8)
+        expect_close(what, o, r, (size_t)n_tok * so, 1e-4 * m, 0);
+    else
+        expect_close(what, o, r, (size_t)n_tok * so, 1e-5 * m, 1e-5);
+    free(o), free(r), free(x), free(w), free(ws), free(ow), free(o0);
+    pb_free(&bx), pb_free(&bw), pb_free(&bs), pb_free(&bi), pb_free(&bow), pb_free(&bo);
+}
+
+static void test_opencl_matmul_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(3);
+    matmul_case(DRAY_I8, 1, 640, 640, 0, 0);   /* decode GEMV */
+    matmul_case(DRAY_I8, 9, 100, 259, 0, 1);   /* k % 16 != 0, tokens % 4 != 0, accumulate */
+    matmul_case(DRAY_I8, 6, 64, 512, 3, 0);    /* outlier channels in f32 */
+    matmul_case(DRAY_F32, 5, 70, 300, 0, 1);
+}
+
+static void test_opencl_matmul_rejects_bad_arguments(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    struct dray_buf *b;
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, 1024, &b), 0);
+    struct dray_view v = {b, 0};
+    struct dray_matmul_args a = {v, v, v, v, v, v, 1, 16, 64, 64, 16, 0, 0, DRAY_I8};
+    a.out.offset = 512;
+    a.w.offset = 1024 - 64 * 16 + 1; /* w overruns the buffer */
+    assert_int_equal(ocl.ops->matmul(ocl.ctx, &a), DRAY_EINVAL);
+    assert_non_null(strstr(ocl.ops->last_error(ocl.ctx), "w"));
+    a.w.offset = 0;
+    a.out.offset = 128; /* overlaps x */
+    assert_int_equal(ocl.ops->matmul(ocl.ctx, &a), DRAY_EINVAL);
+    a.wdtype = DRAY_F16;
+    assert_int_equal(ocl.ops->matmul(ocl.ctx, &a), DRAY_ENOTSUP);
+    ocl.ops->free(ocl.ctx, b);
+}
+
+static struct dray_rope_args g_rope[2];
+static const struct dray_rope_args *rope_of(int s) { return &g_rope[s]; }
+
+static void rope_case(void)
+{
+    uint32_t n_tok = 6, n_head = 3, hd = 64, n_rot = 48, stride = n_head * hd + 5;
+    float *x = randf((size_t)n_tok * stride, -2, 2);
+    int32_t pos[6] = {0, 1, 77, 4095, 100000, 131071};
+    struct pbuf bx = pb_new(x, (size_t)n_tok * stride * 4), bp = pb_new(pos, sizeof(pos));
+    for (int s = 0; s < 2; s++)
+        g_rope[s] = (struct dray_rope_args){V(&bx, s, 0), V(&bp, s, 0), n_tok, n_head, hd, n_rot,
+                                            stride, 1000000.0f, 0.125f};
+    RUN_BOTH(rope, rope_of);
+    float *o, *r;
+    pb_get(&bx, (void **)&o, (void **)&r);
+    expect_close("rope", o, r, (size_t)n_tok * stride, 1e-4, 0);
+    free(o), free(r), free(x);
+    pb_free(&bx), pb_free(&bp);
+}
+
+static void test_opencl_rope_matches_reference_at_long_positions(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(4);
+    rope_case();
+}
+
+/* Devices without fp64 take the (hi, lo) frequency path; force it here. */
+static void test_opencl_rope_without_fp64_stays_accurate(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(5);
+    struct dray_ctx *saved = ocl.ctx, *c = NULL;
+    setenv("DRAY_OCL_NO_FP64", "1", 1);
+    int rc = open_side(&ocl, 0, &c);
+    unsetenv("DRAY_OCL_NO_FP64");
+    assert_int_equal(rc, 0);
+    ocl.ctx = c;
+    rope_case();
+    ocl.ctx = saved;
+    ocl.ops->close(c);
+}
+
+/* ---- KV pool and attention ---- */
+
+struct pool {
+    struct pbuf k, v, ks, vs;
+    struct dray_kv_pool p[2];
+};
+
+static void pool_new(struct pool *P, uint32_t dtype, uint32_t n_kv, uint32_t hd, uint32_t bs,
+                     uint32_t n_blocks)
+{
+    uint32_t n_slots = bs * n_blocks;
+    size_t es = dtype == DRAY_I8 ? 1 : 2, rows = (size_t)n_slots * n_kv;
+    /* random garbage in the pool: nothing unwritten may leak into results */
+    int8_t *junk = randq(rows * hd * es);
+    P->k = pb_new(junk, rows * hd * es);
+    P->v = pb_new(junk, rows * hd * es);
+    float *s = randf(rows, 0, 1);
+    P->ks = pb_new(s, rows * 4);
+    P->vs = pb_new(s, rows * 4);
+    for (int i = 0; i < 2; i++)
+        P->p[i] = (struct dray_kv_pool){V(&P->k, i, 0), V(&P->v, i, 0), V(&P->ks, i, 0),
+                                        V(&P->vs, i, 0), dtype, n_kv, hd, bs, n_slots};
+    free(junk), free(s);
+}
+
+static void pool_free(struct pool *P)
+{
+    pb_free(&P->k), pb_free(&P->v), pb_free(&P->ks), pb_free(&P->vs);
+}
+
+static struct dray_kv_store_args g_kvs[2];
+static const struct dray_kv_store_args *kvs_of(int s) { return &g_kvs[s]; }
+
+/* Store n_tok tokens at the given slots on both sides. */
+static void store(struct pool *P, uint32_t n_tok, const int32_t *slots)
+{
+    const struct dray_kv_pool *p = &P->p[0];
+    uint32_t row = p->n_kv_head * p->head_dim, stride = row + 2;
+    float *k = randf((size_t)n_tok * stride, -2, 2), *v = randf((size_t)n_tok * stride, -2, 2);
+    for (uint32_t i = 0; i < p->head_dim; i++)
+        k[i] = 0.0f; /* an all-zero head stores scale 0 */
+    struct pbuf bk = pb_new(k, (size_t)n_tok * stride * 4), bv = pb_new(v, (size_t)n_tok * stride * 4),
+                bsl = pb_new(slots, n_tok * 4);
+    for (int s = 0; s < 2; s++)
+        g_kvs[s] = (struct dray_kv_store_args){V(&bk, s, 0), V(&bv, s, 0), V(&bsl, s, 0),
+                                               &P->p[s], n_tok, stride, stride};
+    RUN_BOTH(kv_store, kvs_of);
+    free(k), free(v);
+    pb_free(&bk), pb_free(&bv), pb_free(&bsl);
+}
+
+static void test_opencl_kv_store_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(6);
+    for (uint32_t dtype = DRAY_F16; dtype <= DRAY_I8; dtype++) {
+        struct pool P;
+        pool_new(&P, dtype, 2, 80, 4, 6);
+        int32_t slots[5] = {3, -1, 17, 0, 22};
+        store(&P, 5, slots);
+        uint8_t *o, *r;
+        pb_get(&P.k, (void **)&o, (void **)&r);
+        size_t n = P.k.n, diff = 0;
+        for (size_t i = 0; i < n; i++)
+            diff += o[i] != r[i];
+        /* f16: exact; int8: exact but for ties (|q| off by one in <= 1e-3) */
+        assert_true(diff <= (dtype == DRAY_I8 ? n / 1000 : 0));
+        free(o), free(r);
+        if (dtype == DRAY_I8) {
+            float *so, *sr;
+            pb_get(&P.ks, (void **)&so, (void **)&sr);
+            expect_close("kv scales", so, sr, P.ks.n / 4, 0, 0);
+            free(so), free(sr);
+        }
+        pool_free(&P);
+    }
+}
+
+static struct dray_attention_args g_att[2];
+static const struct dray_attention_args *att_of(int s) { return &g_att[s]; }
+
+/* A mixed batch: a fresh prefill of 5, a decode at kv_len 23, a prefill chunk of 4
+ * ending at kv_len 14. Blocks of 4, GQA 6 query heads on 2 kv heads. With a
+ * window, blocks wholly before every visible position are -1 in the table. */
+static void attention_case(uint32_t dtype, uint32_t window, uint32_t hd)
+{
+    const uint32_t bs = 4, n_kv = 2, n_head = 6, n_blocks = 20;
+    struct pool P;
+    pool_new(&P, dtype, n_kv, hd, bs, n_blocks);
+    /* sequence s owns blocks given by its table row; kv_len positions each */
+    const int32_t seqs[3][4] = {{0, 5, 5, 0}, {5, 1, 23, 2}, {6, 4, 14, 8}};
+    int32_t bt[12] = {11, 3, /* seq 0: 2 blocks */
+                      0, 7, 12, 4, 9, 15, /* seq 1: 6 blocks */
+                      1, 19, 5, 2}; /* seq 2: 4 blocks */
+    /* store every cached position of every sequence */
+    for (int s = 0; s < 3; s++) {
+        int32_t slots[32];
+        uint32_t kv_len = (uint32_t)seqs[s][2];
+        for (uint32_t p = 0; p < kv_len; p++)
+            slots[p] = bt[seqs[s][3] + p / bs] * (int32_t)bs + (int32_t)(p % bs);
+        store(&P, kv_len, slots);
+    }
+    if (window) /* holes the mask never reaches: seq 1 sees only positions >= 23 - window */
+        for (uint32_t b = 0; (b + 1) * bs <= 23 - window; b++)
+            bt[2 + b] = -1;
+    uint32_t n_tok = 10, sq = n_head * hd + 4, so = n_head * hd;
+    float *q = randf((size_t)n_tok * sq, -1, 1);
+    struct pbuf bq = pb_new(q, (size_t)n_tok * sq * 4), bo = pb_new(NULL, (size_t)n_tok * so * 4),
+                bseq = pb_new(seqs, sizeof(seqs)), bbt = pb_new(bt, sizeof(bt));
+    for (int s = 0; s < 2; s++)
+        g_att[s] = (struct dray_attention_args){V(&bq, s, 0), V(&bo, s, 0), V(&bseq, s, 0),
+                                                V(&bbt, s, 0), &P.p[s], n_tok, 3, n_head, 23,
+                                                sq, so, window, 1.0f / sqrtf((float)hd)};
+    RUN_BOTH(attention, att_of);
+    float *o, *r;
+    pb_get(&bo, (void **)&o, (void **)&r);
+    char what[64];
+    snprintf(what, sizeof(what), "attention %s window %u head_dim %u", dtype == DRAY_I8 ? "I8" : "F16",
+             window, hd);
+    /* values are in [-2, 2]: I8 abs 2e-3 * max|v|, F16 1e-4 * max|v| */
+    expect_close(what, o, r, (size_t)n_tok * so, dtype == DRAY_I8 ? 4e-3 : 2e-4, 0);
+    free(o), free(r), free(q);
+    pb_free(&bq), pb_free(&bo), pb_free(&bseq), pb_free(&bbt);
+    pool_free(&P);
+}
+
+static void test_opencl_attention_matches_reference_on_a_mixed_batch(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(7);
+    attention_case(DRAY_I8, 0, 64);
+    attention_case(DRAY_F16, 0, 64);
+    attention_case(DRAY_I8, 6, 80);
+    attention_case(DRAY_F16, 6, 256);
+}
+
+static struct dray_gated_act_args g_ga[2];
+static const struct dray_gated_act_args *ga_of(int s) { return &g_ga[s]; }
+static struct dray_add_args g_add[2];
+static const struct dray_add_args *add_of(int s) { return &g_add[s]; }
+
+static void test_opencl_eltwise_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(8);
+    uint32_t n_tok = 3, n = 2000, st = 2048;
+    for (uint32_t act = 0; act < 2; act++) {
+        float *g = randf((size_t)n_tok * st, -6, 6), *u = randf((size_t)n_tok * st, -2, 2);
+        struct pbuf bg = pb_new(g, (size_t)n_tok * st * 4), bu = pb_new(u, (size_t)n_tok * st * 4);
+        for (int s = 0; s < 2; s++) /* in place over gate */
+            g_ga[s] = (struct dray_gated_act_args){V(&bg, s, 0), V(&bu, s, 0), V(&bg, s, 0),
+                                                   n_tok, n, st, st, st, act};
+        RUN_BOTH(gated_act, ga_of);
+        float *o, *r;
+        pb_get(&bg, (void **)&o, (void **)&r);
+        expect_close(act ? "silu" : "gelu_tanh", o, r, (size_t)n_tok * st, 1e-6, 1e-5);
+        free(o), free(r), free(g), free(u);
+        pb_free(&bg), pb_free(&bu);
+    }
+    size_t n_add = 100003;
+    float *a = randf(n_add, -5, 5), *b = randf(n_add, -5, 5);
+    struct pbuf ba = pb_new(a, n_add * 4), bb = pb_new(b, n_add * 4);
+    for (int s = 0; s < 2; s++)
+        g_add[s] = (struct dray_add_args){V(&ba, s, 0), V(&bb, s, 0), V(&bb, s, 0), n_add};
+    RUN_BOTH(add, add_of);
+    float *o, *r;
+    pb_get(&bb, (void **)&o, (void **)&r);
+    expect_close("add", o, r, n_add, 0, 0);
+    free(o), free(r), free(a), free(b);
+    pb_free(&ba), pb_free(&bb);
+}
+
+static void test_opencl_copy_and_fill_follow_memmove_and_pattern_rules(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    uint8_t host[256], back[256];
+    for (int i = 0; i < 256; i++)
+        host[i] = (uint8_t)i;
+    struct dray_buf *b;
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, 256, &b), 0);
+    assert_int_equal(ocl.ops->upload(ocl.ctx, (struct dray_view){b, 0}, host, 256), 0);
+    /* overlapping copy forward by 3 bytes: memmove semantics */
+    assert_int_equal(ocl.ops->copy(ocl.ctx, (struct dray_view){b, 3}, (struct dray_view){b, 0}, 100), 0);
+    memmove(host + 3, host, 100);
+    /* fill at an odd offset: the pattern starts at the first filled byte */
+    assert_int_equal(ocl.ops->fill(ocl.ctx, (struct dray_view){b, 129}, 0xa1b2c3d4u, 12), 0);
+    for (int i = 0; i < 12; i++)
+        host[129 + i] = (uint8_t)(0xa1b2c3d4u >> (8 * (i % 4)));
+    assert_int_equal(ocl.ops->fill(ocl.ctx, (struct dray_view){b, 200}, 0x01020304u, 16), 0);
+    for (int i = 0; i < 16; i++)
+        host[200 + i] = (uint8_t)(0x01020304u >> (8 * (i % 4)));
+    assert_int_equal(ocl.ops->download(ocl.ctx, back, (struct dray_view){b, 0}, 256), 0);
+    assert_memory_equal(back, host, 256);
+    /* out of range and odd sizes are refused with a reason */
+    assert_int_equal(ocl.ops->fill(ocl.ctx, (struct dray_view){b, 0}, 0, 6), DRAY_EINVAL);
+    assert_int_equal(ocl.ops->download(ocl.ctx, back, (struct dray_view){b, 200}, 57), DRAY_EINVAL);
+    assert_non_null(strstr(ocl.ops->last_error(ocl.ctx), "overrun"));
+    ocl.ops->free(ocl.ctx, b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_opencl_props_declare_every_op),
+        cmocka_unit_test(test_opencl_embed_matches_reference),
+        cmocka_unit_test(test_opencl_embed_handles_a_168mb_table),
+        cmocka_unit_test(test_opencl_rmsnorm_matches_reference),
+        cmocka_unit_test(test_opencl_matmul_matches_reference),
+        cmocka_unit_test(test_opencl_matmul_rejects_bad_arguments),
+        cmocka_unit_test(test_opencl_rope_matches_reference_at_long_positions),
+        cmocka_unit_test(test_opencl_rope_without_fp64_stays_accurate),
+        cmocka_unit_test(test_opencl_kv_store_matches_reference),
+        cmocka_unit_test(test_opencl_attention_matches_reference_on_a_mixed_batch),
+        cmocka_unit_test(test_opencl_eltwise_matches_reference),
+        cmocka_unit_test(test_opencl_copy_and_fill_follow_memmove_and_pattern_rules),
+    };
+    if (setup_all(NULL) != 0) {
+        fprintf(stderr, "cannot open the OpenCL device or the CPU reference\n");
+        return 1;
+    }
+    if (!ocl.ctx) {
+        printf("skip: %s\n", g_skip);
+        return 77;
+    }
+    int rc = cmocka_run_group_tests(tests, NULL, teardown_all);
+    return rc;
+}
