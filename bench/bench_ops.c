@@ -1,0 +1,439 @@
+/* dray bench ops: speed of the operator table of one plugin (default: cpu) at
+ * the shapes of Gemma 3 270M, next to the machine's limits.
+ *   int8 matmul: GOPS (2 ops per multiply-add) and GB/s of weights streamed, for
+ *   1 token (decode: memory bound) and 64 tokens (prefill: compute bound), on 1
+ *   and 2 threads. Decode cycles through enough copies of the weights (>= 256 MB)
+ *   that they come from memory, as in a real forward pass, not from cache.
+ *   Attention (MQA 4:1, head_dim 256, int8 and f16 KV) and the small ops in us.
+ * Limits printed next to them are the documented roofline of the reference
+ * machine (--bw, --gops to change) and a read bandwidth measured here. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dray/backend.h"
+#include "registry.h"
+
+struct opts {
+    const char *plugin;
+    uint32_t threads;      /* 0: 1 and 2 */
+    int reference;
+    double bw, gops;       /* GB/s for all cores, int8 GOPS per core */
+    FILE *json;
+};
+
+struct bench {
+    const struct dray_ops *ops;
+    struct dray_ctx *ctx;
+    struct opts *o;
+    uint32_t threads;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static struct dray_buf *mkbuf(struct bench *b, size_t n, int kind)
+{
+    struct dray_buf *buf = NULL;
+    if (b->ops->alloc(b->ctx, n, &buf))
+        return NULL;
+    void *host = malloc(n);
+    if (!host) {
+        b->ops->free(b->ctx, buf);
+        return NULL;
+    }
+    for (size_t i = 0; i < n / 4; i++) { /* 0: random int8 bytes, 1: floats in [-1, 1], 2: small ints */
+        uint32_t r = rnd();
+        if (kind == 1) {
+            float f = (float)(r & 0xffff) / 32768.0f - 1.0f;
+            memcpy((char *)host + 4 * i, &f, 4);
+        } else if (kind == 2) {
+            int32_t v = (int32_t)(r % 64);
+            memcpy((char *)host + 4 * i, &v, 4);
+        } else {
+            memcpy((char *)host + 4 * i, &r, 4);
+        }
+    }
+    b->ops->upload(b->ctx, (struct dray_view){buf, 0}, host, n & ~(size_t)3);
+    free(host);
+    return buf;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds per call per thread of the last timeit(): on a machine shared with
+ * other jobs wall time stretches while CPU time stays close to the quiet-machine
+ * wall time (toolchains.md, "benchmark only when ..."). */
+static double last_cpu;
+
+/* Wall seconds per call of fn(arg, i) (i counts calls), measured for >= min_s. */
+static double timeit(int (*fn)(struct bench *, void *, uint32_t), struct bench *b, void *arg, double min_s)
+{
+    if (fn(b, arg, 0))
+        return -1;
+    uint32_t n = 0;
+    double t0 = now_s(), c0 = cpu_s(), t;
+    do {
+        if (fn(b, arg, ++n))
+            return -1;
+        t = now_s() - t0;
+    } while (t < min_s && n < 100000);
+    last_cpu = (cpu_s() - c0) / n / b->threads;
+    return t / n;
+}
+
+static void emit_json(struct bench *b, const char *what, const char *fmt_fields)
+{
+    if (b->o->json)
+        fprintf(b->o->json, "{\"bench\":\"ops\",\"op\":\"%s\",\"plugin\":\"%s\",\"threads\":%u,\"reference\":%d,%s}\n",
+                what, b->o->plugin, b->threads, b->o->reference, fmt_fields);
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+struct mm {
+    struct dray_buf *x, *w, *ws, *out;
+    uint32_t n_tok, n_out, k, copies;
+};
+
+static int mm_call(struct bench *b, void *arg, uint32_t i)
+{
+    struct mm *m = arg;
+    size_t wbytes = (size_t)m->n_out * m->k;
+    struct dray_matmul_args a = {.x = {m->x, 0}, .w = {m->w, (i % m->copies) * wbytes}, .wscale = {m->ws, 0},
+                                 .out = {m->out, 0}, .n_tok = m->n_tok, .n_out = m->n_out, .k = m->k,
+                                 .stride_x = m->k, .stride_out = m->n_out, .wdtype = DRAY_I8};
+    return b->ops->matmul(b->ctx, &a);
+}
+
+static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n_tok)
+{
+    struct mm m = {.n_tok = n_tok, .n_out = n_out, .k = k};
+    size_t wbytes = (size_t)n_out * k;
+    /* decode: stream from memory like a forward pass does; prefill: one copy */
+    m.copies = n_tok == 1 ? (uint32_t)((256u << 20) / wbytes + 1) : 1;
+    if (m.copies > 1024)
+        m.copies = 1024;
+    m.x = mkbuf(b, (size_t)n_tok * k * 4, 1);
+    m.w = mkbuf(b, wbytes * m.copies, 0);
+    m.ws = mkbuf(b, (size_t)n_out * 4, 1);
+    m.out = mkbuf(b, (size_t)n_tok * n_out * 4, 1);
+    if (!m.x || !m.w || !m.ws || !m.out) {
+        printf("  matmul %5u -> %6u  n_tok %2u: out of memory\n", k, n_out, n_tok);
+        goto out;
+    }
+    double t = timeit(mm_call, b, &m, b->o->reference ? 0.05 : 0.3);
+    double gops = 2.0 * n_tok * n_out * k / t / 1e9, gbs = (double)wbytes / t / 1e9;
+    double c = last_cpu, cgops = 2.0 * n_tok * n_out * k / c / 1e9, cgbs = (double)wbytes / c / 1e9;
+    double bw_lim = b->threads >= 2 ? b->o->bw : b->o->bw * 13.0 / 22.0;
+    double op_lim = b->o->gops * b->threads;
+    printf("  matmul %5u -> %6u  n_tok %2u  %9.3f ms %9.3f cpu-ms  %6.1f GOPS (%3.0f%% of %3.0f)  %5.1f GB/s (%3.0f%% of %2.0f)"
+           "  cpu-time rates: %6.1f GOPS %5.1f GB/s\n",
+           k, n_out, n_tok, t * 1e3, c * 1e3, gops, 100 * gops / op_lim, op_lim, gbs, 100 * gbs / bw_lim, bw_lim, cgops, cgbs);
+    char f[320];
+    snprintf(f, sizeof(f), "\"k\":%u,\"n\":%u,\"n_tok\":%u,\"ms\":%.4f,\"cpu_ms\":%.4f,\"gops\":%.2f,\"gbs\":%.2f,"
+             "\"pct_bw\":%.1f,\"pct_ops\":%.1f",
+             k, n_out, n_tok, t * 1e3, c * 1e3, gops, gbs, 100 * gbs / bw_lim, 100 * gops / op_lim);
+    emit_json(b, "matmul_i8", f);
+out:
+    b->ops->free(b->ctx, m.x), b->ops->free(b->ctx, m.w), b->ops->free(b->ctx, m.ws), b->ops->free(b->ctx, m.out);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+struct att {
+    struct dray_buf *k, *v, *ks, *vs, *q, *out, *seqs, *bt;
+    struct dray_kv_pool pool;
+    struct dray_attention_args a;
+};
+
+static int att_call(struct bench *b, void *arg, uint32_t i)
+{
+    (void)i;
+    struct att *at = arg;
+    return b->ops->attention(b->ctx, &at->a);
+}
+
+/* One sequence: n_q new queries at the end of kv_len positions, MQA 4:1, hd 256. */
+static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_q, uint32_t kv_len, uint32_t window)
+{
+    const uint32_t n_head = 4, hd = 256, bs = 16;
+    struct att at;
+    memset(&at, 0, sizeof(at));
+    uint32_t n_blocks = (kv_len + bs - 1) / bs, n_slots = n_blocks * bs;
+    size_t el = dtype == DRAY_I8 ? 1 : 2;
+    at.k = mkbuf(b, (size_t)n_slots * hd * el, dtype == DRAY_I8 ? 0 : 3);
+    at.v = mkbuf(b, (size_t)n_slots * hd * el, dtype == DRAY_I8 ? 0 : 3);
+    at.ks = mkbuf(b, (size_t)n_slots * 4, 1);
+    at.vs = mkbuf(b, (size_t)n_slots * 4, 1);
+    at.q = mkbuf(b, (size_t)n_q * n_head * hd * 4, 1);
+    at.out = mkbuf(b, (size_t)n_q * n_head * hd * 4, 1);
+    at.seqs = mkbuf(b, 16, 2);
+    at.bt = mkbuf(b, (size_t)n_blocks * 4, 2);
+    if (!at.k || !at.v || !at.ks || !at.vs || !at.q || !at.out || !at.seqs || !at.bt)
+        goto out;
+    if (dtype == DRAY_F16) { /* random bits would be NaNs: fill with 0x3c00 (1.0) - ish values */
+        b->ops->fill(b->ctx, (struct dray_view){at.k, 0}, 0x3a003c00u, (size_t)n_slots * hd * 2);
+        b->ops->fill(b->ctx, (struct dray_view){at.v, 0}, 0xb8003400u, (size_t)n_slots * hd * 2);
+    }
+    int32_t seq[4] = {0, (int32_t)n_q, (int32_t)kv_len, 0};
+    b->ops->upload(b->ctx, (struct dray_view){at.seqs, 0}, seq, 16);
+    int32_t *bt = malloc((size_t)n_blocks * 4);
+    for (uint32_t i = 0; i < n_blocks; i++)
+        bt[i] = (int32_t)(n_blocks - 1 - i); /* scattered, not identity */
+    b->ops->upload(b->ctx, (struct dray_view){at.bt, 0}, bt, (size_t)n_blocks * 4);
+    free(bt);
+    at.pool = (struct dray_kv_pool){{at.k, 0}, {at.v, 0}, {at.ks, 0}, {at.vs, 0}, dtype, 1, hd, bs, n_slots};
+    at.a = (struct dray_attention_args){{at.q, 0}, {at.out, 0}, {at.seqs, 0}, {at.bt, 0}, &at.pool, n_q, 1, n_head,
+                                        kv_len, n_head * hd, n_head * hd, window, 0.0625f};
+    double t = timeit(att_call, b, &at, b->o->reference ? 0.05 : 0.2);
+    uint32_t span = window && window < kv_len ? window : kv_len;
+    double gbs = 2.0 * span * hd * el / t / 1e9; /* K and V bytes read (once per kv head) */
+    printf("  attention %s n_q %3u kv_len %5u window %4u  %9.1f us  %6.1f GB/s of KV\n", dtype == DRAY_I8 ? "i8 " : "f16",
+           n_q, kv_len, window, t * 1e6, gbs);
+    char f[200];
+    snprintf(f, sizeof(f), "\"kv\":\"%s\",\"n_q\":%u,\"kv_len\":%u,\"window\":%u,\"us\":%.2f", dtype == DRAY_I8 ? "i8" : "f16",
+             n_q, kv_len, window, t * 1e6);
+    emit_json(b, "attention", f);
+out:
+    b->ops->free(b->ctx, at.k), b->ops->free(b->ctx, at.v), b->ops->free(b->ctx, at.ks), b->ops->free(b->ctx, at.vs);
+    b->ops->free(b->ctx, at.q), b->ops->free(b->ctx, at.out), b->ops->free(b->ctx, at.seqs), b->ops->free(b->ctx, at.bt);
+}
+
+/* ---------------------------------------------------------------- small ops */
+
+struct small {
+    int op;
+    uint32_t n_tok;
+    struct dray_buf *a, *b2, *c, *ids, *pos, *tab, *rs;
+};
+
+static int small_call(struct bench *b, void *arg, uint32_t i)
+{
+    (void)i;
+    struct small *s = arg;
+    uint32_t n = s->n_tok;
+    switch (s->op) {
+    case 0: {
+        struct dray_rmsnorm_args a = {{s->a, 0}, {s->b2, 0}, {s->c, 0}, n, 1, 640, 640, 640, 1e-6f};
+        return b->ops->rmsnorm(b->ctx, &a);
+    }
+    case 1: {
+        struct dray_rope_args a = {{s->a, 0}, {s->pos, 0}, n, 4, 256, 256, 1024, 1e6f, 1.0f};
+        return b->ops->rope(b->ctx, &a);
+    }
+    case 2: {
+        struct dray_gated_act_args a = {{s->a, 0}, {s->b2, 0}, {s->c, 0}, n, 2048, 2048, 2048, 2048, DRAY_ACT_GELU_TANH};
+        return b->ops->gated_act(b->ctx, &a);
+    }
+    case 3: {
+        struct dray_add_args a = {{s->a, 0}, {s->b2, 0}, {s->c, 0}, (uint64_t)n * 640};
+        return b->ops->add(b->ctx, &a);
+    }
+    default: {
+        struct dray_embed_args a = {{s->ids, 0}, {s->tab, 0}, {s->rs, 0}, {s->c, 0}, DRAY_I8, n, 640, 4096, 25.3f};
+        return b->ops->embed(b->ctx, &a);
+    }
+    }
+}
+
+static void bench_small(struct bench *b, uint32_t n_tok)
+{
+    static const char *names[] = {"rmsnorm 640", "rope 4x256", "gated_act gelu 2048", "add 640", "embed i8 640"};
+    struct small s = {.n_tok = n_tok};
+    size_t nb = (size_t)n_tok * 2048 * 4;
+    s.a = mkbuf(b, nb, 1), s.b2 = mkbuf(b, nb, 1), s.c = mkbuf(b, nb, 1);
+    s.ids = mkbuf(b, (size_t)n_tok * 4, 2), s.pos = mkbuf(b, (size_t)n_tok * 4, 2);
+    s.tab = mkbuf(b, 4096u * 640, 0), s.rs = mkbuf(b, 4096u * 4, 1);
+    for (int op = 0; op < 5; op++) {
+        s.op = op;
+        double t = timeit(small_call, b, &s, 0.1);
+        printf("  %-22s n_tok %2u  %9.2f us\n", names[op], n_tok, t * 1e6);
+        char f[160];
+        snprintf(f, sizeof(f), "\"name\":\"%s\",\"n_tok\":%u,\"us\":%.3f", names[op], n_tok, t * 1e6);
+        emit_json(b, "small", f);
+    }
+    b->ops->free(b->ctx, s.a), b->ops->free(b->ctx, s.b2), b->ops->free(b->ctx, s.c), b->ops->free(b->ctx, s.ids);
+    b->ops->free(b->ctx, s.pos), b->ops->free(b->ctx, s.tab), b->ops->free(b->ctx, s.rs);
+}
+
+/* ---------------------------------------------------------------- machine */
+
+struct rd {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+};
+
+static void *read_thread(void *arg)
+{
+    struct rd *r = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= r->n; i += 4) {
+        s0 += r->p[i], s1 += r->p[i + 1], s2 += r->p[i + 2], s3 += r->p[i + 3];
+    }
+    r->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Read bandwidth of plain C code over 512 MB with nt threads, GB/s (best of 3). */
+static double measure_bw(uint32_t nt)
+{
+    size_t bytes = 512u << 20, n = bytes / 8;
+    uint64_t *p = malloc(bytes);
+    if (!p)
+        return 0;
+    memset(p, 1, bytes);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        struct rd r[8];
+        pthread_t th[8];
+        double t0 = now_s();
+        for (uint32_t i = 0; i < nt; i++) {
+            r[i] = (struct rd){p + i * (n / nt), n / nt, 0};
+            pthread_create(&th[i], NULL, read_thread, &r[i]);
+        }
+        for (uint32_t i = 0; i < nt; i++)
+            pthread_join(th[i], NULL);
+        double gbs = bytes / (now_s() - t0) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    free(p);
+    return best;
+}
+
+/* ---------------------------------------------------------------- driver */
+
+static void usage(void)
+{
+    printf("usage: dray bench ops [options]\n"
+           "  --threads N    host threads (default: 1 and 2)\n"
+           "  --reference    run the portable scalar reference kernels\n"
+           "  --plugin NAME  plugin to measure (default cpu)\n"
+           "  --bw GBPS      memory bandwidth of all cores for the roofline (default 22)\n"
+           "  --gops G       int8 GOPS per core for the roofline (default 118)\n"
+           "  --json FILE    append one JSON line per measurement\n");
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){.plugin = "cpu", .bw = 22.0, .gops = 118.0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 1;
+        } else if (!strcmp(a, "--reference")) {
+            o->reference = 1;
+        } else if (v && !strcmp(a, "--threads")) {
+            o->threads = (uint32_t)strtoul(v, NULL, 10), i++;
+        } else if (v && !strcmp(a, "--plugin")) {
+            o->plugin = v, i++;
+        } else if (v && !strcmp(a, "--bw")) {
+            o->bw = strtod(v, NULL), i++;
+        } else if (v && !strcmp(a, "--gops")) {
+            o->gops = strtod(v, NULL), i++;
+        } else if (v && !strcmp(a, "--json")) {
+            o->json = fopen(v, "a"), i++;
+            if (!o->json) {
+                fprintf(stderr, "dray bench ops: cannot open %s\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "dray bench ops: unknown or incomplete option '%s'\n", a);
+            usage();
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static void run_all(struct bench *b)
+{
+    static const uint32_t shapes[][2] = {{640, 1024}, {640, 256}, {1024, 640}, {640, 2048},
+                                         {640, 4096}, {2048, 640}, {640, 262144}};
+    static const uint32_t toks[] = {1, 64};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            if (b->o->reference && toks[t] == 64 && shapes[s][1] == 262144) {
+                printf("  matmul %5u -> %6u  n_tok %2u  skipped with --reference (minutes)\n", shapes[s][0],
+                       shapes[s][1], toks[t]);
+                continue;
+            }
+            bench_matmul(b, shapes[s][0], shapes[s][1], toks[t]);
+        }
+    bench_attention(b, DRAY_I8, 1, 512, 0);
+    bench_attention(b, DRAY_I8, 1, 4096, 0);
+    bench_attention(b, DRAY_F16, 1, 4096, 0);
+    bench_attention(b, DRAY_I8, 1, 4096, 512);
+    bench_attention(b, DRAY_I8, 64, 512, 0);
+    bench_attention(b, DRAY_F16, 64, 512, 0);
+    bench_small(b, 1);
+    bench_small(b, 64);
+}
+
+int dray_bench_ops(int argc, char **argv)
+{
+    struct opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    char err[1024] = "";
+    struct dray_registry *reg = NULL;
+    if (dray_registry_open(NULL, &reg, err, sizeof(err))) {
+        fprintf(stderr, "dray bench ops: %s\n", err);
+        return 1;
+    }
+    const struct dray_plugin *pl = dray_registry_find(reg, o.plugin, err, sizeof(err));
+    if (!pl) {
+        fprintf(stderr, "dray bench ops: %s\n", err);
+        dray_registry_close(reg);
+        return 1;
+    }
+    struct dray_device_props props;
+    if (pl->ops->device_props(0, &props) == 0)
+        printf("device: %s (%s)%s\n", props.name, pl->path, o.reference ? "  [reference kernels]" : "");
+    printf("machine limits (reference machine): %.0f GB/s all cores, %.0f GB/s one core, %.0f int8 GOPS per core\n",
+           o.bw, o.bw * 13.0 / 22.0, o.gops);
+    printf("measured read bandwidth here (plain C): %.1f GB/s 1 thread, %.1f GB/s 2 threads\n", measure_bw(1),
+           measure_bw(2));
+    uint32_t tlist[2] = {1, 2}, nt = 2;
+    if (o.threads)
+        tlist[0] = o.threads, nt = 1;
+    for (uint32_t i = 0; i < nt && !rc; i++) {
+        struct dray_open_options oo = {.size = sizeof(oo), .n_threads = tlist[i], .reference = (uint32_t)o.reference};
+        struct bench b = {pl->ops, NULL, &o, tlist[i]};
+        if (pl->ops->open(0, &oo, &b.ctx, err, sizeof(err))) {
+            fprintf(stderr, "dray bench ops: open: %s\n", err);
+            rc = 1;
+            break;
+        }
+        printf("\n== %u thread%s ==\n", tlist[i], tlist[i] > 1 ? "s" : "");
+        run_all(&b);
+        pl->ops->close(b.ctx);
+    }
+    if (o.json)
+        fclose(o.json);
+    dray_registry_close(reg);
+    return rc;
+}
