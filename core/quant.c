@@ -6,18 +6,14 @@
 
 #include "gguf.h"
 
-static int8_t quant_one(float w, float scale)
+/* Round half to even without libm, so the loop vectorizes with plain SSE2/AVX:
+ * adding and subtracting 1.5 * 2^23 leaves the nearest integer (ties to even, in
+ * the default rounding mode dray never changes) for |v| < 2^22. The clamp guards
+ * w/scale = 127.0000x; NaN weights give 0. */
+static inline float round_even_small(float v)
 {
-    /* rintf rounds half to even in the default FE_TONEAREST mode, which dray never
-     * changes. NaN weights give 0; the clamp guards w/scale = 127.0000x. */
-    float v = rintf(w / scale);
-    if (!(v == v))
-        return 0;
-    if (v > 127.0f)
-        return 127;
-    if (v < -127.0f)
-        return -127;
-    return (int8_t)v;
+    const float magic = 12582912.0f; /* 1.5 * 2^23; dray is never built with -ffast-math */
+    return (v + magic) - magic;
 }
 
 void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale)
@@ -26,10 +22,22 @@ void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t 
         const float *wr = w + r * cols;
         int8_t *qr = q + r * cols;
         float amax = 0.0f;
-        for (uint64_t c = 0; c < cols; c++)
-            amax = fmaxf(amax, fabsf(wr[c])); /* fmaxf ignores NaN */
+        for (uint64_t c = 0; c < cols; c++) {
+            float a = fabsf(wr[c]);
+            amax = a > amax ? a : amax; /* NaN compares false: ignored, as fmaxf would */
+        }
         scale[r] = amax / 127.0f;
-        for (uint64_t c = 0; c < cols; c++)
-            qr[c] = amax > 0.0f ? quant_one(wr[c], scale[r]) : 0;
+        if (!(amax > 0.0f)) {
+            for (uint64_t c = 0; c < cols; c++)
+                qr[c] = 0;
+            continue;
+        }
+        const float s = scale[r];
+        for (uint64_t c = 0; c < cols; c++) {
+            float v = round_even_small(wr[c] / s);
+            v = v > 127.0f ? 127.0f : v;
+            v = v < -127.0f ? -127.0f : v;
+            qr[c] = (int8_t)(v == v ? (int)v : 0);
+        }
     }
 }
