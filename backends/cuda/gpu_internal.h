@@ -1,0 +1,85 @@
+/*
+ * gpu_internal.h — state shared by the GPU plugin's host files. The same C
+ * sources build the CUDA plugin (libdray-cuda.so) and, with -DDRAY_GPU_HIP,
+ * the ROCm plugin (libdray-hip.so); kernels/cuda/gpu_port.h maps the names.
+ */
+#ifndef DRAY_GPU_INTERNAL_H
+#define DRAY_GPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dray/backend.h"
+#include "gpu_kernels.h"
+#include "gpu_port.h"
+
+#if defined(DRAY_GPU_HIP)
+#define GPU_PLUGIN_NAME "hip"
+#else
+#define GPU_PLUGIN_NAME "cuda"
+#endif
+
+#define GPU_GRAPH_CACHE 8 /* captured op sequences kept for replay */
+
+struct dray_buf {
+    void *p;     /* device memory from gpuMalloc (never managed memory) */
+    size_t size; /* bytes asked for */
+};
+
+struct gpu_graph_entry {
+    uint64_t hash;      /* FNV-1a over every captured op's kernel arguments */
+    uint64_t last_use;  /* LRU clock */
+    gpuGraphExec_t exec;
+};
+
+struct dray_ctx {
+    int dev;
+    gpuStream_t stream;   /* the context's queue: every op and transfer */
+    gpuEvent_t done;      /* recorded by synchronize; waited on with blocking sync */
+    uint32_t *flag;       /* device word: gk_flag_bits raised by kernels */
+    void *scratch;        /* device scratch for matmul / attention, grows */
+    size_t scratch_size;
+    uint32_t use_mma;     /* tensor-core int8 path (CUDA, sm_80+, not reference) */
+    uint32_t n_sm;        /* multiprocessors (split-K sizing) */
+    uint32_t reference;   /* simplest kernel paths only (no MMA, no split-K) */
+    /* optional graph capture (DRAY_GPU_GRAPHS=1): ops between two host waits
+     * are captured; an identical sequence replays its cached executable graph */
+    uint32_t graphs, capturing;
+    uint64_t cap_hash, clock;
+    struct gpu_graph_entry cache[GPU_GRAPH_CACHE];
+    char err[512];
+};
+
+extern const struct dray_host *dray_gpu_host;
+
+/* Record a reason on ctx (and return rc). */
+int dray_gpu_fail(struct dray_ctx *ctx, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Map a runtime error to DRAY_EBACKEND with its name and text. */
+int dray_gpu_rt_fail(struct dray_ctx *ctx, int gpu_err, const char *what);
+/* Device address of a view with nbytes in bounds and offset aligned to align. */
+int dray_gpu_view(struct dray_ctx *ctx, const char *what, struct dray_view v, size_t nbytes,
+                  size_t align, void **out);
+/* Bytes a view holds from its offset to the end of its buffer. */
+size_t dray_gpu_view_avail(struct dray_view v);
+/* Grow the scratch buffer to at least nbytes. */
+int dray_gpu_scratch(struct dray_ctx *ctx, size_t nbytes, void **out);
+/* Before queueing an op: start a capture in graph mode and fold the op's
+ * arguments (a fully initialised struct) into the sequence hash. */
+int dray_gpu_op_begin(struct dray_ctx *ctx, const void *args, size_t len);
+/* End a capture, if any, and launch (or replay) its graph. */
+int dray_gpu_flush(struct dray_ctx *ctx);
+/* Wait for the queue and report device-side contract violations. */
+int dray_gpu_wait(struct dray_ctx *ctx);
+
+int dray_gpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a);
+int dray_gpu_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a);
+int dray_gpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a);
+int dray_gpu_rope(struct dray_ctx *ctx, const struct dray_rope_args *a);
+int dray_gpu_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a);
+int dray_gpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a);
+int dray_gpu_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a);
+int dray_gpu_add(struct dray_ctx *ctx, const struct dray_add_args *a);
+int dray_gpu_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, size_t nbytes);
+
+#endif
