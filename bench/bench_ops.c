@@ -21,6 +21,7 @@ struct opts {
     uint32_t threads;      /* 0: 1 and 2 */
     int reference;
     double bw, gops;       /* GB/s for all cores, int8 GOPS per core */
+    const char *only;      /* NULL, "matmul", "attention" or "small" */
     FILE *json;
 };
 
@@ -209,8 +210,8 @@ static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_q, uint3
     double t = timeit(att_call, b, &at, b->o->reference ? 0.05 : 0.2);
     uint32_t span = window && window < kv_len ? window : kv_len;
     double gbs = 2.0 * span * hd * el / t / 1e9; /* K and V bytes read (once per kv head) */
-    printf("  attention %s n_q %3u kv_len %5u window %4u  %9.1f us  %6.1f GB/s of KV\n", dtype == DRAY_I8 ? "i8 " : "f16",
-           n_q, kv_len, window, t * 1e6, gbs);
+    printf("  attention %s n_q %3u kv_len %5u window %4u  %9.1f us %9.1f cpu-us  %6.1f GB/s of KV\n",
+           dtype == DRAY_I8 ? "i8 " : "f16", n_q, kv_len, window, t * 1e6, last_cpu * 1e6, gbs);
     char f[200];
     snprintf(f, sizeof(f), "\"kv\":\"%s\",\"n_q\":%u,\"kv_len\":%u,\"window\":%u,\"us\":%.2f", dtype == DRAY_I8 ? "i8" : "f16",
              n_q, kv_len, window, t * 1e6);
@@ -268,7 +269,7 @@ static void bench_small(struct bench *b, uint32_t n_tok)
     for (int op = 0; op < 5; op++) {
         s.op = op;
         double t = timeit(small_call, b, &s, 0.1);
-        printf("  %-22s n_tok %2u  %9.2f us\n", names[op], n_tok, t * 1e6);
+        printf("  %-22s n_tok %2u  %9.2f us %9.2f cpu-us\n", names[op], n_tok, t * 1e6, last_cpu * 1e6);
         char f[160];
         snprintf(f, sizeof(f), "\"name\":\"%s\",\"n_tok\":%u,\"us\":%.3f", names[op], n_tok, t * 1e6);
         emit_json(b, "small", f);
@@ -329,6 +330,7 @@ static void usage(void)
     printf("usage: dray bench ops [options]\n"
            "  --threads N    host threads (default: 1 and 2)\n"
            "  --reference    run the portable scalar reference kernels\n"
+           "  --only WHAT    matmul, attention or small (default: all)\n"
            "  --plugin NAME  plugin to measure (default cpu)\n"
            "  --bw GBPS      memory bandwidth of all cores for the roofline (default 22)\n"
            "  --gops G       int8 GOPS per core for the roofline (default 118)\n"
@@ -347,6 +349,8 @@ static int parse(int argc, char **argv, struct opts *o)
             o->reference = 1;
         } else if (v && !strcmp(a, "--threads")) {
             o->threads = (uint32_t)strtoul(v, NULL, 10), i++;
+        } else if (v && !strcmp(a, "--only")) {
+            o->only = v, i++;
         } else if (v && !strcmp(a, "--plugin")) {
             o->plugin = v, i++;
         } else if (v && !strcmp(a, "--bw")) {
@@ -373,7 +377,8 @@ static void run_all(struct bench *b)
     static const uint32_t shapes[][2] = {{640, 1024}, {640, 256}, {1024, 640}, {640, 2048},
                                          {640, 4096}, {2048, 640}, {640, 262144}};
     static const uint32_t toks[] = {1, 64};
-    for (size_t t = 0; t < 2; t++)
+    const char *only = b->o->only;
+    for (size_t t = 0; t < 2 && (!only || !strcmp(only, "matmul")); t++)
         for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
             if (b->o->reference && toks[t] == 64 && shapes[s][1] == 262144) {
                 printf("  matmul %5u -> %6u  n_tok %2u  skipped with --reference (minutes)\n", shapes[s][0],
@@ -382,14 +387,18 @@ static void run_all(struct bench *b)
             }
             bench_matmul(b, shapes[s][0], shapes[s][1], toks[t]);
         }
-    bench_attention(b, DRAY_I8, 1, 512, 0);
-    bench_attention(b, DRAY_I8, 1, 4096, 0);
-    bench_attention(b, DRAY_F16, 1, 4096, 0);
-    bench_attention(b, DRAY_I8, 1, 4096, 512);
-    bench_attention(b, DRAY_I8, 64, 512, 0);
-    bench_attention(b, DRAY_F16, 64, 512, 0);
-    bench_small(b, 1);
-    bench_small(b, 64);
+    if (!only || !strcmp(only, "attention")) {
+        bench_attention(b, DRAY_I8, 1, 512, 0);
+        bench_attention(b, DRAY_I8, 1, 4096, 0);
+        bench_attention(b, DRAY_F16, 1, 4096, 0);
+        bench_attention(b, DRAY_I8, 1, 4096, 512);
+        bench_attention(b, DRAY_I8, 64, 512, 0);
+        bench_attention(b, DRAY_F16, 64, 512, 0);
+    }
+    if (!only || !strcmp(only, "small")) {
+        bench_small(b, 1);
+        bench_small(b, 64);
+    }
 }
 
 int dray_bench_ops(int argc, char **argv)

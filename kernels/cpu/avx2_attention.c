@@ -63,6 +63,27 @@ static float dot_f32(const float *a, const float *b, uint32_t n)
 /* y[0..n) = y * c + sum_j p[j] * tile[j] over the nonzero p[j]. */
 static void accum_v(float *y, uint32_t n, float c, const float *p, const float *tile, uint32_t nj)
 {
+    if (n % 64 == 0) {
+        /* 64 dims at a time held in 8 registers across all keys of the tile:
+         * one load per FMA instead of a load, an FMA and a store. */
+        __m256 vc = _mm256_set1_ps(c);
+        for (uint32_t d = 0; d < n; d += 64) {
+            __m256 acc[8];
+            for (int u = 0; u < 8; u++)
+                acc[u] = _mm256_mul_ps(_mm256_loadu_ps(y + d + 8 * u), vc);
+            for (uint32_t j = 0; j < nj; j++) {
+                if (p[j] == 0.0f)
+                    continue;
+                __m256 vp = _mm256_set1_ps(p[j]);
+                const float *v = tile + (size_t)j * n + d;
+                for (int u = 0; u < 8; u++)
+                    acc[u] = _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + 8 * u), acc[u]);
+            }
+            for (int u = 0; u < 8; u++)
+                _mm256_storeu_ps(y + d + 8 * u, acc[u]);
+        }
+        return;
+    }
     if (c != 1.0f) {
         __m256 vc = _mm256_set1_ps(c);
         uint32_t i = 0;
