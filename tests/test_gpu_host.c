@@ -1,0 +1,329 @@
+/*
+ * Host-side tests of the GPU plugins (libdray-cuda.so, libdray-hip.so) that
+ * run on a machine without a GPU: negotiation is quiet and cheap, a missing
+ * driver/device reads as 0 devices with a plain reason, open() fails cleanly
+ * with DRAY_ENODEV, the plugins load side by side with the CPU plugin in one
+ * process, and each exports exactly one dynamic symbol. A plugin that was not
+ * built (no nvcc / hipcc) is skipped; on a machine that has a device the
+ * no-device cases are skipped (tests/test_gpu_device.c covers that case).
+ */
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dray/backend.h"
+
+/* ------------------------------------------------------------- helpers */
+
+static char last_log[512];
+static int n_logs;
+
+static void capture_log(int level, const char *plugin, const char *msg)
+{
+    (void)level;
+    (void)plugin;
+    snprintf(last_log, sizeof(last_log), "%s", msg ? msg : "");
+    n_logs++;
+}
+
+static const struct dray_host test_host = {
+    .version = DRAY_ABI_VERSION, .alloc = malloc, .free = free, .log = capture_log};
+
+static const char *plugin_file(const char *name)
+{
+    static char path[4][1024];
+    static int next;
+    const char *root = getenv("DRAY_BUILD_ROOT");
+    char *p = path[next++ % 4];
+    snprintf(p, sizeof(path[0]), "%s/backends/%s/libdray-%s.so", root ? root : ".", name, name);
+    return p;
+}
+
+struct loaded {
+    void *handle;
+    const struct dray_ops *ops;
+};
+
+/* dlopen + negotiate; skips the calling test when the plugin was not built. */
+static struct loaded load(const char *name)
+{
+    struct loaded l = {NULL, NULL};
+    const char *path = plugin_file(name);
+    if (access(path, R_OK) != 0) {
+        print_message("skip: %s not built (%s)\n", name, path);
+        return l;
+    }
+    l.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!l.handle) {
+        /* a missing runtime library is a clean skip for the registry too */
+        print_message("skip: dlopen %s: %s\n", path, dlerror());
+        return l;
+    }
+    dray_plugin_negotiate_fn neg = (dray_plugin_negotiate_fn)dlsym(l.handle, DRAY_PLUGIN_SYMBOL);
+    assert_non_null(neg);
+    uint32_t v = DRAY_ABI_VERSION;
+    char err[256] = "";
+    n_logs = 0;
+    assert_int_equal(neg(&v, &test_host, &l.ops, err, sizeof(err)), 0);
+    assert_int_equal(n_logs, 0); /* negotiation is silent */
+    assert_int_equal(v, DRAY_ABI_VERSION);
+    assert_non_null(l.ops);
+    assert_string_equal(l.ops->name, name);
+    return l;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* -------------------------------------------------------------- cases */
+
+static void check_negotiates_quickly(const char *name)
+{
+    double t0 = now_s();
+    struct loaded l = load(name);
+    if (!l.handle)
+        skip();
+    assert_true(now_s() - t0 < 2.0); /* touches no device, starts no runtime */
+    assert_int_equal(l.ops->version, DRAY_ABI_VERSION);
+    /* every member of the v1 table except the optional host_ptr is set */
+    assert_non_null(l.ops->describe);
+    assert_non_null(l.ops->device_count);
+    assert_non_null(l.ops->open);
+    assert_non_null(l.ops->alloc);
+    assert_non_null(l.ops->synchronize);
+    assert_non_null(l.ops->embed);
+    assert_non_null(l.ops->rmsnorm);
+    assert_non_null(l.ops->matmul);
+    assert_non_null(l.ops->rope);
+    assert_non_null(l.ops->kv_store);
+    assert_non_null(l.ops->attention);
+    assert_non_null(l.ops->gated_act);
+    assert_non_null(l.ops->add);
+    dlclose(l.handle);
+}
+
+static void test_gpu_cuda_negotiates_quickly_and_silently(void **state)
+{
+    (void)state;
+    check_negotiates_quickly("cuda");
+}
+
+static void test_gpu_hip_negotiates_quickly_and_silently(void **state)
+{
+    (void)state;
+    check_negotiates_quickly("hip");
+}
+
+static void test_gpu_negotiate_refuses_an_older_host(void **state)
+{
+    (void)state;
+    const char *names[] = {"cuda", "hip"};
+    int tried = 0;
+    for (int i = 0; i < 2; i++) {
+        void *h = dlopen(plugin_file(names[i]), RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            continue;
+        dray_plugin_negotiate_fn neg = (dray_plugin_negotiate_fn)dlsym(h, DRAY_PLUGIN_SYMBOL);
+        const struct dray_ops *ops = NULL;
+        uint32_t v = 0; /* below DRAY_ABI_VERSION_MIN */
+        char err[256] = "";
+        assert_int_equal(neg(&v, &test_host, &ops, err, sizeof(err)), DRAY_EINCOMPAT);
+        assert_non_null(strstr(err, "ABI"));
+        v = DRAY_ABI_VERSION + 7; /* a newer host: the plugin answers with its own */
+        assert_int_equal(neg(&v, &test_host, &ops, err, sizeof(err)), 0);
+        assert_int_equal(v, DRAY_ABI_VERSION);
+        dlclose(h);
+        tried++;
+    }
+    if (!tried)
+        skip();
+}
+
+/* No device: 0 devices, rc 0, the reason logged (the registry keeps it). */
+static void check_reports_no_device(const char *name, const char *reason)
+{
+    struct loaded l = load(name);
+    if (!l.handle)
+        skip();
+    uint32_t n = 99;
+    n_logs = 0;
+    last_log[0] = '\0';
+    assert_int_equal(l.ops->device_count(&n), 0);
+    if (n > 0) {
+        print_message("skip: %s has %u devices here\n", name, n);
+        dlclose(l.handle);
+        skip();
+    }
+    assert_int_equal(n, 0);
+    assert_int_equal(n_logs, 1);
+    assert_string_equal(last_log, reason);
+
+    struct dray_device_props props;
+    assert_int_equal(l.ops->device_props(0, &props), DRAY_ENODEV);
+
+    struct dray_ctx *ctx = (struct dray_ctx *)&n; /* must be reset to NULL */
+    struct dray_open_options opt = {.size = sizeof(opt), .reference = 1};
+    char err[256] = "";
+    assert_int_equal(l.ops->open(0, &opt, &ctx, err, sizeof(err)), DRAY_ENODEV);
+    assert_null(ctx);
+    assert_non_null(strstr(err, reason));
+    assert_int_equal(l.ops->open(0, NULL, NULL, err, sizeof(err)), DRAY_EINVAL);
+    assert_int_equal(l.ops->device_count(NULL), DRAY_EINVAL);
+    dlclose(l.handle);
+}
+
+static void test_gpu_cuda_reports_no_driver_plainly(void **state)
+{
+    (void)state;
+    check_reports_no_device("cuda", "no CUDA driver (cudaErrorInsufficientDriver)");
+}
+
+static void test_gpu_hip_reports_no_device_plainly(void **state)
+{
+    (void)state;
+    check_reports_no_device("hip", "no ROCm device (hipErrorNoDevice)");
+}
+
+/* cpu, cuda and hip in one process: each negotiates and keeps its own table
+ * (a clash of any global symbol would bind one plugin's calls to another). */
+static void test_gpu_plugins_load_side_by_side_with_cpu(void **state)
+{
+    (void)state;
+    const char *names[] = {"cpu", "cuda", "hip"};
+    struct loaded l[3];
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        l[i] = load(names[i]);
+        n += l[i].handle != NULL;
+    }
+    if (n < 2)
+        skip();
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (l[i].ops && l[j].ops) {
+                assert_ptr_not_equal(l[i].ops, l[j].ops);
+                assert_ptr_not_equal(l[i].ops->matmul, l[j].ops->matmul);
+                assert_string_not_equal(l[i].ops->name, l[j].ops->name);
+            }
+    /* after all are loaded, each still answers as itself */
+    for (int i = 0; i < 3; i++) {
+        if (!l[i].ops)
+            continue;
+        uint32_t c = 0;
+        assert_int_equal(l[i].ops->device_count(&c), 0);
+        if (i == 0)
+            assert_true(c >= 1); /* the CPU is always there */
+    }
+    for (int i = 2; i >= 0; i--)
+        if (l[i].handle)
+            dlclose(l[i].handle);
+}
+
+/* ------------------------------------------------ exported symbol check */
+
+/* Defined global/weak symbols in the .dynsym of an ELF64 file, as `nm -D
+ * --defined-only` lists them. Returns the count; the first name goes to first. */
+static int dynsym_defined(const char *path, char *first, size_t firstlen)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    const unsigned char *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    assert_true(m != MAP_FAILED);
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)m;
+    assert_memory_equal(eh->e_ident, ELFMAG, SELFMAG);
+    assert_int_equal(eh->e_ident[EI_CLASS], ELFCLASS64);
+    assert_true(eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) <= (uint64_t)st.st_size);
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(m + eh->e_shoff);
+    int count = -1;
+    for (int i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_type != SHT_DYNSYM)
+            continue;
+        assert_true(sh[i].sh_link < eh->e_shnum);
+        const Elf64_Shdr *strs = &sh[sh[i].sh_link];
+        const Elf64_Sym *sym = (const Elf64_Sym *)(m + sh[i].sh_offset);
+        const char *names = (const char *)(m + strs->sh_offset);
+        size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
+        count = 0;
+        for (size_t k = 0; k < n; k++) {
+            int bind = ELF64_ST_BIND(sym[k].st_info);
+            if (sym[k].st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK))
+                continue;
+            if (count++ == 0)
+                snprintf(first, firstlen, "%s", names + sym[k].st_name);
+            else
+                print_message("extra exported symbol: %s\n", names + sym[k].st_name);
+        }
+    }
+    munmap((void *)m, (size_t)st.st_size);
+    close(fd);
+    return count;
+}
+
+static void check_exports_one_symbol(const char *name)
+{
+    const char *path = plugin_file(name);
+    if (access(path, R_OK) != 0)
+        skip();
+    char first[256] = "";
+    assert_int_equal(dynsym_defined(path, first, sizeof(first)), 1);
+    assert_string_equal(first, DRAY_PLUGIN_SYMBOL);
+    /* and the dynamic linker agrees: internal names do not resolve */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        skip();
+    const char *hidden[] = {"dray_gk_matmul", "dray_gk_attention", "dray_gpu_embed", "dray_gpu_host",
+                            "dray_gpu_fail", "dray_gk_matmul_scratch"};
+    for (size_t i = 0; i < sizeof(hidden) / sizeof(hidden[0]); i++) {
+        if (dlsym(h, hidden[i]))
+            fail_msg("%s exports %s", path, hidden[i]);
+    }
+    /* the statically linked CUDA runtime stays inside the CUDA plugin */
+    if (strcmp(name, "cuda") == 0 && (dlsym(h, "cudaMalloc") || dlsym(h, "cudaGetDeviceCount")))
+        fail_msg("%s exports CUDA runtime symbols", path);
+    dlclose(h);
+}
+
+static void test_gpu_cuda_exports_only_negotiate(void **state)
+{
+    (void)state;
+    check_exports_one_symbol("cuda");
+}
+
+static void test_gpu_hip_exports_only_negotiate(void **state)
+{
+    (void)state;
+    check_exports_one_symbol("hip");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_cuda_negotiates_quickly_and_silently),
+        cmocka_unit_test(test_gpu_hip_negotiates_quickly_and_silently),
+        cmocka_unit_test(test_gpu_negotiate_refuses_an_older_host),
+        cmocka_unit_test(test_gpu_cuda_reports_no_driver_plainly),
+        cmocka_unit_test(test_gpu_hip_reports_no_device_plainly),
+        cmocka_unit_test(test_gpu_plugins_load_side_by_side_with_cpu),
+        cmocka_unit_test(test_gpu_cuda_exports_only_negotiate),
+        cmocka_unit_test(test_gpu_hip_exports_only_negotiate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
