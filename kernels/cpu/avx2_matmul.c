@@ -183,6 +183,28 @@ static void mk_2x4(const int8_t *w, uint32_t k, const int8_t *q, size_t qs, int3
                 r[i][t] += tail_dot(w + (size_t)i * k, q + (size_t)t * qs, k32, k);
 }
 
+/* 1 row x 8 tokens: r[token]. 8 accumulators + 5 temporaries fit the 16
+ * registers (a 2x4 tile spills with gcc 12). */
+static void mk_1x8(const int8_t *w, uint32_t k, const int8_t *q, size_t qs, int32_t r[8])
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i a[8];
+    for (int t = 0; t < 8; t++)
+        a[t] = _mm256_setzero_si256();
+    uint32_t k32 = k & ~31u;
+    for (uint32_t c = 0; c < k32; c += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(w + c));
+        __m256i u = _mm256_abs_epi8(v);
+        for (int t = 0; t < 8; t++)
+            a[t] = dot32(a[t], u, v, _mm256_load_si256((const __m256i *)(q + t * qs + c)), ones);
+    }
+    _mm_storeu_si128((__m128i *)r, dray_hsum4_epi32(a[0], a[1], a[2], a[3]));
+    _mm_storeu_si128((__m128i *)(r + 4), dray_hsum4_epi32(a[4], a[5], a[6], a[7]));
+    if (k32 < k)
+        for (int t = 0; t < 8; t++)
+            r[t] += tail_dot(w, q + (size_t)t * qs, k32, k);
+}
+
 DRAY_AI void put(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o, int32_t isum)
 {
     float v = dray_cpu_mm_finish(a, t, o, isum);
@@ -195,6 +217,16 @@ static void matmul_i8_block(const struct dray_cpu_matmul *a, uint32_t o0, uint32
     const int8_t *W = a->w;
     uint32_t k = a->k;
     uint32_t t = 0;
+    /* token groups of 8: 1x8 microkernel over the row block */
+    for (; t + 8 <= a->n_tok; t += 8) {
+        const int8_t *q = a->q + (size_t)t * a->q_stride;
+        for (uint32_t o = o0; o < o1; o++) {
+            int32_t r[8];
+            mk_1x8(W + (size_t)o * k, k, q, a->q_stride, r);
+            for (uint32_t j = 0; j < 8; j++)
+                put(a, t + j, o, r[j]);
+        }
+    }
     /* token groups of 4: 2x4 microkernel over the row block */
     for (; t + 4 <= a->n_tok; t += 4) {
         const int8_t *q = a->q + (size_t)t * a->q_stride;
