@@ -1,0 +1,526 @@
+/* The Vulkan plugin against the CPU plugin's reference kernels: every op on a
+ * few random shapes, under the tolerances of backend.h, with the Khronos
+ * validation layer on (DRAY_VK_VALIDATION=1: any validation message fails the
+ * op that caused it). Both plugins are dlopen'ed from $DRAY_PLUGIN_PATH.
+ * Exits 77 (skipped) when the Vulkan plugin or a Vulkan device is absent.
+ * Each op's Vulkan time (op + synchronize) is printed for the report. */
+#include <dlfcn.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "dray/backend.h"
+#include "testutil.h"
+
+struct side {
+    void *handle;
+    const struct dray_ops *ops;
+    struct dray_ctx *ctx;
+};
+static struct side cpu, vk;
+
+/* A buffer on both sides with the same contents. */
+struct pair {
+    struct dray_buf *c, *v;
+    size_t n;
+};
+
+/* ------------------------------------------------------------ plumbing */
+
+static int load(struct side *s, const char *name, uint32_t reference, char *why, size_t whylen)
+{
+    const char *path = getenv("DRAY_PLUGIN_PATH");
+    char buf[4096], err[512] = "";
+    snprintf(buf, sizeof(buf), "%s", path ? path : "");
+    for (char *dir = strtok(buf, ":"); dir && !s->handle; dir = strtok(NULL, ":")) {
+        char so[4200];
+        snprintf(so, sizeof(so), "%s/libdray-%s.so", dir, name);
+        s->handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!s->handle) {
+        snprintf(why, whylen, "libdray-%s.so not found on DRAY_PLUGIN_PATH", name);
+        return -1;
+    }
+    dray_plugin_negotiate_fn neg = (dray_plugin_negotiate_fn)dlsym(s->handle, DRAY_PLUGIN_SYMBOL);
+    uint32_t v = DRAY_ABI_VERSION, n = 0;
+    if (!neg || neg(&v, NULL, &s->ops, err, sizeof(err)) != 0) {
+        snprintf(why, whylen, "%s: negotiate failed: %s", name, err);
+        return -1;
+    }
+    if (s->ops->device_count(&n) != 0 || n == 0) {
+        snprintf(why, whylen, "%s: no device", name);
+        return -1;
+    }
+    struct dray_open_options o = {.size = sizeof(o), .n_threads = 2, .reference = reference};
+    if (s->ops->open(0, &o, &s->ctx, err, sizeof(err)) != 0) {
+        snprintf(why, whylen, "%s: open failed: %s", name, err);
+        return -1;
+    }
+    return 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void expect_ok(struct side *s, int rc)
+{
+    if (rc != 0)
+        fail_msg("%s: rc %d: %s", s->ops->name, rc, s->ops->last_error(s->ctx));
+}
+
+static struct pair pair_up(const void *data, size_t n)
+{
+    struct pair p = {NULL, NULL, n};
+    expect_ok(&cpu, cpu.ops->alloc(cpu.ctx, n, &p.c));
+    expect_ok(&vk, vk.ops->alloc(vk.ctx, n, &p.v));
+    expect_ok(&cpu, cpu.ops->upload(cpu.ctx, (struct dray_view){p.c, 0}, data, n));
+    expect_ok(&vk, vk.ops->upload(vk.ctx, (struct dray_view){p.v, 0}, data, n));
+    return p;
+}
+
+/* n random floats in [lo, hi) on both sides. */
+static struct pair pair_rand(size_t n, float lo, float hi)
+{
+    float *h = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        h[i] = dray_test_randf(lo, hi);
+    struct pair p = pair_up(h, n * 4);
+    free(h);
+    return p;
+}
+
+static void pair_free(struct pair *p)
+{
+    cpu.ops->free(cpu.ctx, p->c);
+    vk.ops->free(vk.ctx, p->v);
+}
+
+static struct dray_view VC(struct pair p, size_t off)
+{
+    return (struct dray_view){p.c, off};
+}
+static struct dray_view VV(struct pair p, size_t off)
+{
+    return (struct dray_view){p.v, off};
+}
+
+static void pair_down(struct pair p, void **c, void **v)
+{
+    *c = malloc(p.n);
+    *v = malloc(p.n);
+    expect_ok(&cpu, cpu.ops->download(cpu.ctx, *c, VC(p, 0), p.n));
+    expect_ok(&vk, vk.ops->download(vk.ctx, *v, VV(p, 0), p.n));
+}
+
+/* Every float of p within atol + rtol*|ref|; returns max |ref|. */
+static float compare_f32(struct pair p, double atol, double rtol, const char *what)
+{
+    float *c, *v;
+    double worst = 0, amax = 0;
+    size_t wi = 0;
+    pair_down(p, (void **)&c, (void **)&v);
+    for (size_t i = 0; i < p.n / 4; i++) {
+        double d = fabs((double)c[i] - v[i]) - (atol + rtol * fabs(c[i]));
+        amax = fmax(amax, fabs(c[i]));
+        if (d > worst || isnan(v[i]) != isnan(c[i])) {
+            worst = d > worst ? d : 1;
+            wi = i;
+        }
+    }
+    if (worst > 0)
+        fail_msg("%s: element %zu: cpu %.9g vulkan %.9g (atol %g rtol %g)", what, wi, c[wi], v[wi],
+                 atol, rtol);
+    free(c);
+    free(v);
+    return (float)amax;
+}
+
+/* Runs an op on both sides; prints the Vulkan time. */
+#define BOTH(op, what, ca, va)                                                                     \
+    do {                                                                                           \
+        expect_ok(&cpu, cpu.ops->op(cpu.ctx, &(ca)));                                              \
+        expect_ok(&vk, vk.ops->synchronize(vk.ctx));                                               \
+        double t0_ = now_ms();                                                                     \
+        expect_ok(&vk, vk.ops->op(vk.ctx, &(va)));                                                 \
+        expect_ok(&vk, vk.ops->synchronize(vk.ctx));                                               \
+        printf("vulkan %-10s %-40s %9.2f ms\n", #op, what, now_ms() - t0_);                       \
+    } while (0)
+
+/* ------------------------------------------------------------- cases */
+
+static void test_vulkan_add_matches_cpu_and_aliases(void **state)
+{
+    (void)state;
+    size_t n = 100003;
+    struct pair a = pair_rand(n, -10, 10), b = pair_rand(n, -10, 10), o = pair_rand(n, 0, 1);
+    struct dray_add_args ca = {VC(a, 0), VC(b, 0), VC(o, 0), n};
+    struct dray_add_args va = {VV(a, 0), VV(b, 0), VV(o, 0), n};
+    BOTH(add, "n=100003", ca, va);
+    compare_f32(o, 0, 0, "add");
+    ca.out = ca.a, va.out = va.a; /* in place */
+    BOTH(add, "n=100003 out=a", ca, va);
+    compare_f32(a, 0, 0, "add in place");
+    pair_free(&a), pair_free(&b), pair_free(&o);
+}
+
+static void test_vulkan_gated_act_matches_cpu(void **state)
+{
+    (void)state;
+    uint32_t n_tok = 5, n = 1000;
+    struct pair g = pair_rand(n_tok * 1003, -6, 6), u = pair_rand(n_tok * 1010, -3, 3);
+    struct pair o = pair_rand(n_tok * 1001, 0, 1);
+    for (uint32_t act = 0; act < 2; act++) {
+        struct dray_gated_act_args ca = {VC(g, 0), VC(u, 0), VC(o, 0), n_tok, n, 1003, 1010, 1001, act};
+        struct dray_gated_act_args va = {VV(g, 0), VV(u, 0), VV(o, 0), n_tok, n, 1003, 1010, 1001, act};
+        BOTH(gated_act, act ? "silu 5x1000 strided" : "gelu_tanh 5x1000 strided", ca, va);
+        compare_f32(o, 1e-6, 1e-5, "gated_act");
+    }
+    pair_free(&g), pair_free(&u), pair_free(&o);
+}
+
+static void test_vulkan_rmsnorm_matches_cpu_per_head_and_in_place(void **state)
+{
+    (void)state;
+    struct pair x = pair_rand(3 * 300, -4, 4), w = pair_rand(1152, 0.5f, 1.5f);
+    struct pair o = pair_rand(3 * 260, 0, 1);
+    struct dray_rmsnorm_args ca = {VC(x, 0), VC(w, 0), VC(o, 0), 3, 4, 64, 300, 260, 1e-6f};
+    struct dray_rmsnorm_args va = {VV(x, 0), VV(w, 0), VV(o, 0), 3, 4, 64, 300, 260, 1e-6f};
+    BOTH(rmsnorm, "3 tok x 4 heads x 64", ca, va);
+    compare_f32(o, 1e-7, 1e-5, "rmsnorm per head");
+    struct pair y = pair_rand(2 * 1152, -100, 100);
+    struct dray_rmsnorm_args cb = {VC(y, 0), VC(w, 0), VC(y, 0), 2, 1, 1152, 1152, 1152, 1e-6f};
+    struct dray_rmsnorm_args vb = {VV(y, 0), VV(w, 0), VV(y, 0), 2, 1, 1152, 1152, 1152, 1e-6f};
+    BOTH(rmsnorm, "2 x 1152 in place", cb, vb);
+    compare_f32(y, 1e-7, 1e-5, "rmsnorm in place");
+    pair_free(&x), pair_free(&w), pair_free(&o), pair_free(&y);
+}
+
+static void test_vulkan_rope_matches_cpu_at_long_positions(void **state)
+{
+    (void)state;
+    int32_t pos[6] = {0, 1, 131071, 99999, 4097, 77};
+    struct pair p = pair_up(pos, sizeof(pos));
+    struct { uint32_t n_rot; float base, fs; } cfg[2] = {{32, 10000.0f, 1.0f}, {64, 1e6f, 0.125f}};
+    for (int c = 0; c < 2; c++) {
+        struct pair x = pair_rand(6 * 200, -2, 2);
+        struct dray_rope_args ca = {VC(x, 0), VC(p, 0), 6, 3, 64, cfg[c].n_rot, 200, cfg[c].base, cfg[c].fs};
+        struct dray_rope_args va = {VV(x, 0), VV(p, 0), 6, 3, 64, cfg[c].n_rot, 200, cfg[c].base, cfg[c].fs};
+        BOTH(rope, c ? "6 tok x 3 x 64, n_rot 64" : "6 tok x 3 x 64, n_rot 32", ca, va);
+        compare_f32(x, 1e-4, 0, "rope");
+        pair_free(&x);
+    }
+    pair_free(&p);
+}
+
+static void test_vulkan_embed_matches_cpu_i8_and_f32(void **state)
+{
+    (void)state;
+    uint32_t rows = 50, dim = 300;
+    int8_t *t8 = malloc(rows * dim);
+    for (size_t i = 0; i < rows * dim; i++)
+        t8[i] = (int8_t)(dray_test_rand() % 255 - 127);
+    int32_t ids[7] = {3, 49, 0, 3, 17, 48, 1};
+    struct pair tab8 = pair_up(t8, rows * dim), rs = pair_rand(rows, 0.001f, 0.1f);
+    struct pair tabf = pair_rand(rows * dim, -1, 1), id = pair_up(ids, sizeof(ids));
+    struct pair o = pair_rand(7 * dim, 0, 1);
+    struct dray_embed_args ca = {VC(id, 0), VC(tab8, 0), VC(rs, 0), VC(o, 0), DRAY_I8, 7, dim, rows, sqrtf(300)};
+    struct dray_embed_args va = {VV(id, 0), VV(tab8, 0), VV(rs, 0), VV(o, 0), DRAY_I8, 7, dim, rows, sqrtf(300)};
+    BOTH(embed, "i8 7 tok x 300", ca, va);
+    compare_f32(o, 0, 1e-6, "embed i8");
+    ca.table = VC(tabf, 0), va.table = VV(tabf, 0), ca.dtype = va.dtype = DRAY_F32;
+    BOTH(embed, "f32 7 tok x 300", ca, va);
+    compare_f32(o, 0, 0, "embed f32");
+    int32_t bad = 50;
+    expect_ok(&vk, vk.ops->upload(vk.ctx, VV(id, 8), &bad, 4));
+    assert_int_equal(vk.ops->embed(vk.ctx, &va), DRAY_EINVAL);
+    assert_non_null(strstr(vk.ops->last_error(vk.ctx), "ids[2]"));
+    free(t8);
+    pair_free(&tab8), pair_free(&rs), pair_free(&tabf), pair_free(&id), pair_free(&o);
+}
+
+/* One int8 matmul case on both sides; outliers get zero weight columns. */
+static void matmul_case(uint32_t n_tok, uint32_t n_out, uint32_t k, uint32_t n_outlier,
+                        uint32_t accumulate, const char *what)
+{
+    int32_t idx[4] = {1, 7, 50, 99};
+    int8_t *w = malloc((size_t)n_out * k);
+    for (size_t i = 0; i < (size_t)n_out * k; i++)
+        w[i] = (int8_t)(dray_test_rand() % 255 - 127);
+    for (uint32_t o = 0; o < n_out; o++)
+        for (uint32_t j = 0; j < n_outlier; j++)
+            w[(size_t)o * k + idx[j]] = 0;
+    struct pair x = pair_rand((size_t)n_tok * (k + 3), -1, 1), ws = pair_rand(n_out, 0.001f, 0.02f);
+    struct pair wb = pair_up(w, (size_t)n_out * k), oi = pair_up(idx, sizeof(idx));
+    struct pair ow = pair_rand((size_t)n_out * 4, -1, 1), o = pair_rand((size_t)n_tok * (n_out + 1), -1, 1);
+    if (n_outlier) { /* make the outlier channels large, as they are in real models */
+        float big = 40.0f;
+        for (uint32_t t = 0; t < n_tok; t++) {
+            expect_ok(&cpu, cpu.ops->upload(cpu.ctx, VC(x, ((size_t)t * (k + 3) + 7) * 4), &big, 4));
+            expect_ok(&vk, vk.ops->upload(vk.ctx, VV(x, ((size_t)t * (k + 3) + 7) * 4), &big, 4));
+        }
+    }
+    struct dray_matmul_args ca = {VC(x, 0), VC(wb, 0), VC(ws, 0), VC(o, 0), VC(oi, 0), VC(ow, 0),
+                                  n_tok, n_out, k, k + 3, n_out + 1, n_outlier, accumulate, DRAY_I8};
+    struct dray_matmul_args va = {VV(x, 0), VV(wb, 0), VV(ws, 0), VV(o, 0), VV(oi, 0), VV(ow, 0),
+                                  n_tok, n_out, k, k + 3, n_out + 1, n_outlier, accumulate, DRAY_I8};
+    BOTH(matmul, what, ca, va);
+    float *c, *v;
+    pair_down(o, (void **)&c, (void **)&v);
+    float amax = 0;
+    for (size_t i = 0; i < o.n / 4; i++)
+        amax = fmaxf(amax, fabsf(c[i]));
+    free(c), free(v);
+    compare_f32(o, 1e-4 * amax, 0, what);
+    free(w);
+    pair_free(&x), pair_free(&ws), pair_free(&wb), pair_free(&oi), pair_free(&ow), pair_free(&o);
+}
+
+static void test_vulkan_matmul_i8_matches_cpu(void **state)
+{
+    (void)state;
+    matmul_case(1, 37, 130, 0, 0, "i8 1x37x130 (k%4 != 0)");
+    matmul_case(7, 65, 256, 0, 1, "i8 7x65x256 accumulate");
+    matmul_case(5, 33, 640, 3, 0, "i8 5x33x640 3 outliers");
+    matmul_case(64, 640, 640, 0, 0, "i8 64x640x640");
+}
+
+static void test_vulkan_matmul_f32_matches_cpu(void **state)
+{
+    (void)state;
+    uint32_t n_tok = 3, n_out = 70, k = 333;
+    struct pair x = pair_rand((size_t)n_tok * k, -1, 1), w = pair_rand((size_t)n_out * k, -1, 1);
+    struct pair o = pair_rand((size_t)n_tok * n_out, -1, 1);
+    struct dray_matmul_args ca = {.x = VC(x, 0), .w = VC(w, 0), .out = VC(o, 0), .n_tok = n_tok,
+                                  .n_out = n_out, .k = k, .stride_x = k, .stride_out = n_out,
+                                  .wdtype = DRAY_F32};
+    struct dray_matmul_args va = ca;
+    va.x = VV(x, 0), va.w = VV(w, 0), va.out = VV(o, 0);
+    BOTH(matmul, "f32 3x70x333", ca, va);
+    compare_f32(o, 1e-5 * k, 0, "matmul f32"); /* sum |x||w| <= k */
+    pair_free(&x), pair_free(&w), pair_free(&o);
+}
+
+static void test_vulkan_kv_store_matches_cpu_i8_and_f16(void **state)
+{
+    (void)state;
+    uint32_t nkv = 2, hd = 40, n_slots = 32, n_tok = 6;
+    int32_t slots[6] = {5, 31, -1, 0, 17, 6};
+    struct pair sl = pair_up(slots, sizeof(slots));
+    struct pair k = pair_rand(n_tok * 90, -3, 3), v = pair_rand(n_tok * 85, -3, 3);
+    for (uint32_t dt = 0; dt < 2; dt++) {
+        uint32_t dtype = dt ? DRAY_F16 : DRAY_I8;
+        size_t esz = dt ? 2 : 1, pb = (size_t)n_slots * nkv * hd * esz;
+        struct pair pk = pair_rand(pb / 4, -1, 1), pv = pair_rand(pb / 4, -1, 1);
+        struct pair ks = pair_rand(n_slots * nkv, 0, 1), vs = pair_rand(n_slots * nkv, 0, 1);
+        struct dray_kv_pool cp = {VC(pk, 0), VC(pv, 0), VC(ks, 0), VC(vs, 0), dtype, nkv, hd, 4, n_slots};
+        struct dray_kv_pool vp = {VV(pk, 0), VV(pv, 0), VV(ks, 0), VV(vs, 0), dtype, nkv, hd, 4, n_slots};
+        struct dray_kv_store_args ca = {VC(k, 0), VC(v, 0), VC(sl, 0), &cp, n_tok, 90, 85};
+        struct dray_kv_store_args va = {VV(k, 0), VV(v, 0), VV(sl, 0), &vp, n_tok, 90, 85};
+        BOTH(kv_store, dt ? "f16 6 tok x 2 x 40" : "i8 6 tok x 2 x 40", ca, va);
+        struct pair pools[2] = {pk, pv};
+        for (int i = 0; i < 2; i++) {
+            uint8_t *c, *g;
+            pair_down(pools[i], (void **)&c, (void **)&g);
+            size_t diff = 0;
+            for (size_t b = 0; b < pb; b++)
+                diff += c[b] != g[b];
+            /* f16 exact; int8 may differ by one on ties only: none expected here */
+            assert_int_equal(diff, 0);
+            free(c), free(g);
+        }
+        if (!dt) {
+            compare_f32(ks, 0, 1e-6, "k_scale");
+            compare_f32(vs, 0, 1e-6, "v_scale");
+        }
+        pair_free(&pk), pair_free(&pv), pair_free(&ks), pair_free(&vs);
+    }
+    pair_free(&sl), pair_free(&k), pair_free(&v);
+}
+
+/* Random binary16 bits with magnitudes in [2^-5, 2^2). */
+static uint16_t rand_half(void)
+{
+    return (uint16_t)((dray_test_rand() & 0x8000u) | ((10u + dray_test_rand() % 7u) << 10) |
+                      (dray_test_rand() & 0x3ffu));
+}
+
+/* Three sequences (prefill, decode, chunked prefill) plus a padding row, GQA 8/2. */
+static void attention_case(uint32_t dtype, uint32_t window)
+{
+    uint32_t nh = 8, nkv = 2, hd = 64, bs = 4, nblk = 40, n_slots = nblk * bs, n_tok = 10;
+    int32_t seqs[12] = {0, 5, 5, 0, 5, 1, 37, 2, 6, 3, 20, 12};
+    int32_t bt[17];
+    for (int i = 0; i < 17; i++)
+        bt[i] = (i * 7 + 3) % nblk; /* a permutation of physical blocks */
+    if (window) { /* blocks the window never reaches may be holes */
+        for (int b = 0; b < (37 - (int)window) / (int)bs; b++)
+            bt[2 + b] = -1;
+    }
+    size_t esz = dtype == DRAY_I8 ? 1 : 2, pe = (size_t)n_slots * nkv * hd;
+    void *kh = malloc(pe * esz), *vh = malloc(pe * esz);
+    for (size_t i = 0; i < pe; i++) {
+        if (dtype == DRAY_I8) {
+            ((int8_t *)kh)[i] = (int8_t)(dray_test_rand() % 255 - 127);
+            ((int8_t *)vh)[i] = (int8_t)(dray_test_rand() % 255 - 127);
+        } else {
+            ((uint16_t *)kh)[i] = rand_half();
+            ((uint16_t *)vh)[i] = rand_half();
+        }
+    }
+    struct pair pk = pair_up(kh, pe * esz), pv = pair_up(vh, pe * esz);
+    struct pair ks = pair_rand(n_slots * nkv, 0.001f, 0.03f), vs = pair_rand(n_slots * nkv, 0.001f, 0.03f);
+    struct pair sq = pair_up(seqs, sizeof(seqs)), bp = pair_up(bt, sizeof(bt));
+    struct pair q = pair_rand(n_tok * 520, -1, 1), o = pair_rand(n_tok * 530, -1, 1);
+    struct dray_kv_pool cp = {VC(pk, 0), VC(pv, 0), VC(ks, 0), VC(vs, 0), dtype, nkv, hd, bs, n_slots};
+    struct dray_kv_pool vp = {VV(pk, 0), VV(pv, 0), VV(ks, 0), VV(vs, 0), dtype, nkv, hd, bs, n_slots};
+    struct dray_attention_args ca = {VC(q, 0), VC(o, 0), VC(sq, 0), VC(bp, 0), &cp, n_tok, 3, nh, 37,
+                                     520, 530, window, 0.125f};
+    struct dray_attention_args va = {VV(q, 0), VV(o, 0), VV(sq, 0), VV(bp, 0), &vp, n_tok, 3, nh, 37,
+                                     520, 530, window, 0.125f};
+    char what[64];
+    snprintf(what, sizeof(what), "%s 10 tok 8/2 heads x 64 window %u",
+             dtype == DRAY_I8 ? "i8" : "f16", window);
+    BOTH(attention, what, ca, va);
+    /* max|v|: int8 127 * 0.03; f16 below 4 */
+    compare_f32(o, dtype == DRAY_I8 ? 2e-3 * 127 * 0.03 : 1e-4 * 4, 0, what);
+    free(kh), free(vh);
+    pair_free(&pk), pair_free(&pv), pair_free(&ks), pair_free(&vs), pair_free(&sq), pair_free(&bp);
+    pair_free(&q), pair_free(&o);
+}
+
+static void test_vulkan_attention_matches_cpu_mixed_batch_gqa_window(void **state)
+{
+    (void)state;
+    attention_case(DRAY_I8, 0);
+    attention_case(DRAY_F16, 0);
+    attention_case(DRAY_I8, 8);
+    attention_case(DRAY_F16, 8);
+}
+
+/* Gemma 3's int8 embedding/output table [262144][640] is 168 MB, more than
+ * lavapipe's 128 MiB maxStorageBufferRange: embed and the logits matmul must
+ * split it into windows. */
+static void test_vulkan_table_larger_than_a_binding_embeds_and_multiplies(void **state)
+{
+    (void)state;
+    uint32_t rows = 262144, dim = 640, n_tok = 2;
+    size_t nb = (size_t)rows * dim;
+    int8_t *t = malloc(nb);
+    for (size_t i = 0; i < nb; i += 4) {
+        uint32_t r = dray_test_rand();
+        memcpy(t + i, &r, 4);
+        for (int j = 0; j < 4; j++)
+            if (t[i + j] == -128)
+                t[i + j] = -127;
+    }
+    struct pair tab = pair_up(t, nb);
+    free(t);
+    struct pair rs = pair_rand(rows, 0.001f, 0.01f);
+    int32_t ids[4] = {262143, 0, 209715, 131072};
+    struct pair id = pair_up(ids, sizeof(ids)), e = pair_rand(4 * dim, 0, 1);
+    struct dray_embed_args ca = {VC(id, 0), VC(tab, 0), VC(rs, 0), VC(e, 0), DRAY_I8, 4, dim, rows, 25.3f};
+    struct dray_embed_args va = {VV(id, 0), VV(tab, 0), VV(rs, 0), VV(e, 0), DRAY_I8, 4, dim, rows, 25.3f};
+    BOTH(embed, "i8 4 tok from [262144][640]", ca, va);
+    compare_f32(e, 0, 1e-6, "embed big table");
+    struct pair o = pair_rand((size_t)n_tok * rows, 0, 1);
+    struct dray_matmul_args cm = {.x = VC(e, 0), .w = VC(tab, 0), .wscale = VC(rs, 0), .out = VC(o, 0),
+                                  .n_tok = n_tok, .n_out = rows, .k = dim, .stride_x = dim,
+                                  .stride_out = rows, .wdtype = DRAY_I8};
+    struct dray_matmul_args vm = cm;
+    vm.x = VV(e, 0), vm.w = VV(tab, 0), vm.wscale = VV(rs, 0), vm.out = VV(o, 0);
+    BOTH(matmul, "i8 logits 2x262144x640", cm, vm);
+    float *c, *v;
+    pair_down(o, (void **)&c, (void **)&v);
+    float amax = 0;
+    for (size_t i = 0; i < o.n / 4; i++)
+        amax = fmaxf(amax, fabsf(c[i]));
+    free(c), free(v);
+    compare_f32(o, 1e-4 * amax, 0, "logits");
+    pair_free(&tab), pair_free(&rs), pair_free(&id), pair_free(&e), pair_free(&o);
+}
+
+static void test_vulkan_copy_overlapping_and_fill(void **state)
+{
+    (void)state;
+    uint32_t h[1000], want[1000], got[1000];
+    for (int i = 0; i < 1000; i++)
+        h[i] = want[i] = dray_test_rand();
+    struct dray_buf *b;
+    expect_ok(&vk, vk.ops->alloc(vk.ctx, sizeof(h), &b));
+    expect_ok(&vk, vk.ops->upload(vk.ctx, (struct dray_view){b, 0}, h, sizeof(h)));
+    expect_ok(&vk, vk.ops->copy(vk.ctx, (struct dray_view){b, 40}, (struct dray_view){b, 0}, 2000));
+    memmove((uint8_t *)want + 40, want, 2000);
+    expect_ok(&vk, vk.ops->fill(vk.ctx, (struct dray_view){b, 3000}, 0xdeadbeefu, 400));
+    for (int i = 750; i < 850; i++)
+        want[i] = 0xdeadbeefu;
+    expect_ok(&vk, vk.ops->download(vk.ctx, got, (struct dray_view){b, 0}, sizeof(got)));
+    assert_memory_equal(got, want, sizeof(got));
+    vk.ops->free(vk.ctx, b);
+}
+
+static void test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes(void **state)
+{
+    (void)state;
+    struct dray_buf *b;
+    expect_ok(&vk, vk.ops->alloc(vk.ctx, 400, &b));
+    struct dray_view v = {b, 0};
+    struct dray_add_args a = {v, v, v, 101};
+    assert_int_equal(vk.ops->add(vk.ctx, &a), DRAY_EINVAL);
+    assert_non_null(strstr(vk.ops->last_error(vk.ctx), "overrun"));
+    struct dray_matmul_args m = {.x = v, .w = v, .wscale = v, .out = v, .n_tok = 1, .n_out = 1,
+                                 .k = 4, .stride_x = 4, .stride_out = 1, .wdtype = 7};
+    assert_int_equal(vk.ops->matmul(vk.ctx, &m), DRAY_ENOTSUP);
+    char tiny[8];
+    assert_int_equal(vk.ops->download(vk.ctx, tiny, (struct dray_view){b, 396}, 8), DRAY_EINVAL);
+    vk.ops->free(vk.ctx, b);
+    assert_string_equal(vk.ops->last_error(vk.ctx), "");
+}
+
+int main(void)
+{
+    char why[600];
+    setenv("DRAY_VK_VALIDATION", "1", 0);
+    if (load(&vk, "vulkan", 0, why, sizeof(why)) != 0) {
+        printf("SKIP: %s\n", why);
+        return 77;
+    }
+    if (load(&cpu, "cpu", 1, why, sizeof(why)) != 0) {
+        printf("SKIP: %s\n", why);
+        return 77;
+    }
+    struct dray_device_props p;
+    if (vk.ops->device_props(0, &p) == 0)
+        printf("vulkan device: %s / %s, validation %s\n", p.name, p.vendor,
+               getenv("DRAY_VK_VALIDATION"));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vulkan_add_matches_cpu_and_aliases),
+        cmocka_unit_test(test_vulkan_gated_act_matches_cpu),
+        cmocka_unit_test(test_vulkan_rmsnorm_matches_cpu_per_head_and_in_place),
+        cmocka_unit_test(test_vulkan_rope_matches_cpu_at_long_positions),
+        cmocka_unit_test(test_vulkan_embed_matches_cpu_i8_and_f32),
+        cmocka_unit_test(test_vulkan_matmul_i8_matches_cpu),
+        cmocka_unit_test(test_vulkan_matmul_f32_matches_cpu),
+        cmocka_unit_test(test_vulkan_kv_store_matches_cpu_i8_and_f16),
+        cmocka_unit_test(test_vulkan_attention_matches_cpu_mixed_batch_gqa_window),
+        cmocka_unit_test(test_vulkan_table_larger_than_a_binding_embeds_and_multiplies),
+        cmocka_unit_test(test_vulkan_copy_overlapping_and_fill),
+        cmocka_unit_test(test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    vk.ops->close(vk.ctx);
+    cpu.ops->close(cpu.ctx);
+    dlclose(vk.handle);
+    dlclose(cpu.handle);
+    return rc;
+}
