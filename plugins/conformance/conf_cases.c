@@ -1,0 +1,816 @@
+/* One case generator per op (random shapes, or the fixed timing shape when
+ * bench = 1), the launch that fills an op's argument struct with device views,
+ * and the checkers. Shapes deliberately hit odd sizes, padding strides, in-place
+ * aliasing, zero rows, outlier channels, window edges, MQA/GQA, mixed
+ * prefill/decode batches and block tables with holes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf_internal.h"
+
+/* ------------------------------------------------------------ case plumbing */
+
+void *conf_arr_add(struct conf_case *c, size_t nbytes, int out)
+{
+    if (c->n >= CONF_MAX_ARRS)
+        return NULL;
+    struct conf_arr *a = &c->a[c->n];
+    memset(a, 0, sizeof(*a));
+    a->nbytes = nbytes;
+    a->out = out;
+    a->host = calloc(1, nbytes ? nbytes : 4);
+    if (!a->host)
+        return NULL;
+    c->n++;
+    return a->host;
+}
+
+void conf_case_free(struct conf_case *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        free(c->a[i].host);
+        free(c->a[i].got[0]);
+        free(c->a[i].got[1]);
+    }
+    free(c->params);
+    free(c->elem_tol);
+    memset(c, 0, sizeof(*c));
+}
+
+static int set_params(struct conf_case *c, const void *p, size_t n)
+{
+    c->params = malloc(n);
+    if (!c->params)
+        return DRAY_ENOMEM;
+    memcpy(c->params, p, n);
+    return 0;
+}
+
+static void fill_f32(struct conf_rng *r, float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = conf_randf(r, lo, hi);
+}
+
+static void fill_i8(struct conf_rng *r, int8_t *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (int8_t)((int)conf_range(r, 0, 254) - 127);
+}
+
+/* A random f16 with magnitude 2^-6 .. 2^3 (normal numbers only), as bits. */
+static uint16_t rand_f16(struct conf_rng *r)
+{
+    uint32_t sign = conf_rand(r) & 1, exp = conf_range(r, 9, 18), man = conf_rand(r) & 0x3ff;
+    return (uint16_t)(sign << 15 | exp << 10 | man);
+}
+
+/* "odd" sizes: mostly small, sometimes a power of two, sometimes one past it */
+static uint32_t rand_dim(struct conf_rng *r, uint32_t max)
+{
+    switch (conf_range(r, 0, 3)) {
+    case 0: return conf_range(r, 1, max);
+    case 1: { uint32_t p = 1u << conf_range(r, 0, 9); return p <= max ? p : max; }
+    case 2: { uint32_t p = (1u << conf_range(r, 0, 9)) + 1; return p <= max ? p : max; }
+    default: return conf_range(r, 1, max < 64 ? max : 64) | 1;
+    }
+}
+
+#define OOM_IF(p)                  \
+    do {                           \
+        if (!(p))                  \
+            return DRAY_ENOMEM;    \
+    } while (0)
+
+/* ------------------------------------------------------------ embed */
+
+static int launch_embed(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
+                        const void *params)
+{
+    struct dray_embed_args a = *(const struct dray_embed_args *)params;
+    a.ids = v[0];
+    a.table = v[1];
+    a.row_scale = v[2];
+    a.out = v[3];
+    return ops->embed(ctx, &a);
+}
+
+static int make_embed(struct conf_rng *r, struct conf_case *c, int bench, uint32_t dtype)
+{
+    struct dray_embed_args a = {.dtype = dtype};
+    a.n_rows = bench ? 8192 : rand_dim(r, 300);
+    a.dim = bench ? 1152 : rand_dim(r, 700);
+    a.n_tok = bench ? 64 : conf_range(r, 1, 40);
+    a.scale = bench ? 33.9411f : conf_randf(r, 0.5f, 40.0f);
+    int32_t *ids = conf_arr_add(c, a.n_tok * 4, 0);
+    OOM_IF(ids);
+    for (uint32_t t = 0; t < a.n_tok; t++)
+        ids[t] = (int32_t)(t == 0 ? a.n_rows - 1 : t == 1 ? 0 : conf_range(r, 0, a.n_rows - 1));
+    size_t cells = (size_t)a.n_rows * a.dim;
+    void *table = conf_arr_add(c, cells * (dtype == DRAY_I8 ? 1 : 4), 0);
+    float *rs = conf_arr_add(c, a.n_rows * 4, 0);
+    float *out = conf_arr_add(c, (size_t)a.n_tok * a.dim * 4, 1);
+    OOM_IF(table && rs && out);
+    if (dtype == DRAY_I8)
+        fill_i8(r, table, cells);
+    else
+        fill_f32(r, table, cells, -1, 1);
+    fill_f32(r, rs, a.n_rows, 0.0005f, 0.02f);
+    fill_f32(r, out, (size_t)a.n_tok * a.dim, -1, 1);
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u dim=%u n_rows=%u", a.n_tok, a.dim, a.n_rows);
+    c->launch = launch_embed;
+    return set_params(c, &a, sizeof(a));
+}
+
+int conf_make_embed_i8(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_embed(r, c, bench, DRAY_I8);
+}
+
+int conf_make_embed_f32(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_embed(r, c, bench, DRAY_F32);
+}
+
+/* ------------------------------------------------------------ rmsnorm */
+
+struct rmsnorm_p {
+    struct dray_rmsnorm_args a;
+    int out_idx; /* 0 = in place on x, 2 = separate out */
+};
+
+static int launch_rmsnorm(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
+                          const void *params)
+{
+    const struct rmsnorm_p *p = params;
+    struct dray_rmsnorm_args a = p->a;
+    a.x = v[0];
+    a.w = v[1];
+    a.out = v[p->out_idx];
+    return ops->rmsnorm(ctx, &a);
+}
+
+int conf_make_rmsnorm(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    struct rmsnorm_p p = {.out_idx = 2};
+    struct dray_rmsnorm_args *a = &p.a;
+    a->n_tok = bench ? 64 : conf_range(r, 1, 20);
+    a->n_head = bench || conf_range(r, 0, 1) ? 1 : conf_range(r, 1, 8);
+    a->n = bench ? 1152 : rand_dim(r, 1100);
+    a->stride_x = a->n_head * a->n + (bench ? 0 : conf_range(r, 0, 5));
+    a->eps = conf_range(r, 0, 1) ? 1e-6f : 1e-5f;
+    int inplace = !bench && conf_range(r, 0, 2) == 0;
+    a->stride_out = inplace ? a->stride_x : a->n_head * a->n + (bench ? 0 : conf_range(r, 0, 3));
+    size_t nx = (size_t)a->n_tok * a->stride_x;
+    float *x = conf_arr_add(c, nx * 4, inplace);
+    float *w = conf_arr_add(c, a->n * 4, 0);
+    OOM_IF(x && w);
+    for (uint32_t t = 0; t < a->n_tok; t++) {
+        float mag = powf(10.0f, conf_randf(r, -3, 2)); /* rows of very different size */
+        int zero = !bench && conf_range(r, 0, 9) == 0;
+        for (uint32_t i = 0; i < a->stride_x; i++)
+            x[(size_t)t * a->stride_x + i] = zero ? 0.0f : conf_randf(r, -mag, mag);
+    }
+    fill_f32(r, w, a->n, 0.5f, 1.5f);
+    if (!inplace) {
+        float *out = conf_arr_add(c, (size_t)a->n_tok * a->stride_out * 4, 1);
+        OOM_IF(out);
+        fill_f32(r, out, (size_t)a->n_tok * a->stride_out, -1, 1);
+    } else {
+        p.out_idx = 0;
+    }
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u n_head=%u n=%u stride_x=%u%s", a->n_tok,
+             a->n_head, a->n, a->stride_x, inplace ? " in-place" : "");
+    c->launch = launch_rmsnorm;
+    return set_params(c, &p, sizeof(p));
+}
+
+/* ------------------------------------------------------------ matmul */
+
+static int launch_matmul(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
+                         const void *params)
+{
+    struct dray_matmul_args a = *(const struct dray_matmul_args *)params;
+    a.x = v[0];
+    a.w = v[1];
+    a.wscale = v[2];
+    a.out = v[3];
+    a.outlier_idx = v[4];
+    a.outlier_w = v[5];
+    return ops->matmul(ctx, &a);
+}
+
+/* n distinct sorted channels of [0, k) */
+static void pick_channels(struct conf_rng *r, int32_t *idx, uint32_t n, uint32_t k)
+{
+    uint32_t have = 0;
+    while (have < n) {
+        int32_t cnd = (int32_t)conf_range(r, 0, k - 1), pos = 0;
+        int dup = 0;
+        for (uint32_t i = 0; i < have; i++)
+            dup |= idx[i] == cnd;
+        if (dup)
+            continue;
+        while ((uint32_t)pos < have && idx[pos] < cnd)
+            pos++;
+        memmove(&idx[pos + 1], &idx[pos], (have - (uint32_t)pos) * sizeof(*idx));
+        idx[pos] = cnd;
+        have++;
+    }
+}
+
+static int make_matmul(struct conf_rng *r, struct conf_case *c, int bench, uint32_t wdtype)
+{
+    struct dray_matmul_args a = {.wdtype = wdtype};
+    a.n_tok = bench ? 8 : conf_range(r, 1, 24);
+    a.k = bench ? 1152 : conf_range(r, 0, 7) == 0 ? 1152 + conf_range(r, 0, 3) : rand_dim(r, 600);
+    a.n_out = bench ? (wdtype == DRAY_I8 ? 6912 : 1152) : rand_dim(r, 300);
+    a.stride_x = a.k + (bench ? 0 : conf_range(r, 0, 4));
+    a.stride_out = a.n_out + (bench ? 0 : conf_range(r, 0, 4));
+    a.accumulate = !bench && conf_range(r, 0, 2) == 0;
+    if (wdtype == DRAY_I8 && !bench && conf_range(r, 0, 2) == 0)
+        a.n_outlier = conf_range(r, 1, a.k < 8 ? a.k : 8);
+    size_t nx = (size_t)a.n_tok * a.stride_x, nw = (size_t)a.n_out * a.k;
+    size_t no = (size_t)a.n_tok * a.stride_out;
+    float *x = conf_arr_add(c, nx * 4, 0);
+    void *w = conf_arr_add(c, nw * (wdtype == DRAY_I8 ? 1 : 4), 0);
+    float *ws = conf_arr_add(c, a.n_out * 4, 0);
+    float *out = conf_arr_add(c, no * 4, 1);
+    int32_t *oidx = conf_arr_add(c, a.n_outlier * 4, 0);
+    float *ow = conf_arr_add(c, (size_t)a.n_out * a.n_outlier * 4, 0);
+    OOM_IF(x && w && ws && out && oidx && ow);
+    fill_f32(r, x, nx, -2, 2);
+    for (uint32_t t = 0; !bench && t < a.n_tok; t++)
+        if (conf_range(r, 0, 7) == 0) /* a zero row quantizes to q = 0, sx = 0 */
+            memset(x + (size_t)t * a.stride_x, 0, a.k * 4);
+    fill_f32(r, ws, a.n_out, 0.001f, 0.05f);
+    fill_f32(r, out, no, -1, 1);
+    if (wdtype == DRAY_I8)
+        fill_i8(r, w, nw);
+    else
+        fill_f32(r, w, nw, -0.1f, 0.1f);
+    pick_channels(r, oidx, a.n_outlier, a.k);
+    fill_f32(r, ow, (size_t)a.n_out * a.n_outlier, -0.05f, 0.05f);
+    for (uint32_t j = 0; j < a.n_outlier; j++) {
+        for (uint32_t o = 0; o < a.n_out; o++) /* outlier channels hold 0 in w */
+            ((int8_t *)w)[(size_t)o * a.k + (uint32_t)oidx[j]] = 0;
+        for (uint32_t t = 0; t < a.n_tok; t++) /* and are what make them outliers */
+            x[(size_t)t * a.stride_x + (uint32_t)oidx[j]] *= 30.0f;
+    }
+    if (wdtype == DRAY_F32) { /* bound: a fraction of sum|x||w| (+ the value added to) */
+        c->elem_tol = calloc(no, sizeof(float));
+        OOM_IF(c->elem_tol);
+        for (uint32_t t = 0; t < a.n_tok; t++)
+            for (uint32_t o = 0; o < a.n_out; o++) {
+                double s = a.accumulate ? fabs(out[(size_t)t * a.stride_out + o]) : 0.0;
+                for (uint32_t i = 0; i < a.k; i++)
+                    s += fabs(x[(size_t)t * a.stride_x + i] * ((float *)w)[(size_t)o * a.k + i]);
+                c->elem_tol[(size_t)t * a.stride_out + o] = (float)s;
+            }
+    }
+    c->scale_ref = wdtype == DRAY_I8 ? -1.0 : 0.0;
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u k=%u n_out=%u outliers=%u%s", a.n_tok, a.k,
+             a.n_out, a.n_outlier, a.accumulate ? " accumulate" : "");
+    c->launch = launch_matmul;
+    return set_params(c, &a, sizeof(a));
+}
+
+int conf_make_matmul_i8(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_matmul(r, c, bench, DRAY_I8);
+}
+
+int conf_make_matmul_f32(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_matmul(r, c, bench, DRAY_F32);
+}
+
+/* ------------------------------------------------------------ rope */
+
+static int launch_rope(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
+                       const void *params)
+{
+    struct dray_rope_args a = *(const struct dray_rope_args *)params;
+    a.x = v[0];
+    a.pos = v[1];
+    return ops->rope(ctx, &a);
+}
+
+int conf_make_rope(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    struct dray_rope_args a;
+    memset(&a, 0, sizeof(a));
+    a.n_tok = bench ? 64 : conf_range(r, 1, 20);
+    a.n_head = bench ? 4 : conf_range(r, 1, 8);
+    a.head_dim = bench ? 256 : 2 * conf_range(r, 1, 128);
+    a.n_rot = bench || conf_range(r, 0, 2) ? a.head_dim : 2 * conf_range(r, 1, a.head_dim / 2);
+    a.stride = a.n_head * a.head_dim + (bench ? 0 : conf_range(r, 0, 3));
+    a.base = conf_range(r, 0, 1) ? 10000.0f : 1000000.0f;
+    a.freq_scale = bench || conf_range(r, 0, 2) ? 1.0f : 0.125f;
+    size_t nx = (size_t)a.n_tok * a.stride;
+    float *x = conf_arr_add(c, nx * 4, 1);
+    int32_t *pos = conf_arr_add(c, a.n_tok * 4, 0);
+    OOM_IF(x && pos);
+    fill_f32(r, x, nx, -1, 1);
+    for (uint32_t t = 0; t < a.n_tok; t++) /* the contract holds for |p| < 2^17 */
+        pos[t] = (int32_t)(bench ? 1000 + t : conf_range(r, 0, 3) ? conf_range(r, 0, 4095)
+                                                                : conf_range(r, 0, (1u << 17) - 1));
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u n_head=%u head_dim=%u n_rot=%u base=%g fs=%g",
+             a.n_tok, a.n_head, a.head_dim, a.n_rot, (double)a.base, (double)a.freq_scale);
+    c->launch = launch_rope;
+    return set_params(c, &a, sizeof(a));
+}
+
+/* ------------------------------------------------------------ KV pool */
+
+/* Params of kv_store and attention: the launch cannot see the case, so the pool
+ * arrays' indices travel with the arguments. */
+struct kv_p {
+    struct dray_kv_pool pool;
+    union {
+        struct dray_kv_store_args st;
+        struct dray_attention_args at;
+    } u;
+    int idx[4];
+};
+
+/* Pool arrays start at index first: k, v, k_scale, v_scale. For I8 the pool is
+ * random codes with random scales; for F16 random halves. out marks whether the
+ * op writes them (kv_store) or only reads them (attention). */
+static int add_pool(struct conf_rng *r, struct conf_case *c, struct dray_kv_pool *pool, int out,
+                    double *max_v)
+{
+    size_t cells = (size_t)pool->n_slots * pool->n_kv_head * pool->head_dim;
+    size_t rows = (size_t)pool->n_slots * pool->n_kv_head;
+    int i8 = pool->dtype == DRAY_I8;
+    c->idx[0] = c->n;
+    void *k = conf_arr_add(c, cells * (i8 ? 1 : 2), out);
+    c->idx[1] = c->n;
+    void *v = conf_arr_add(c, cells * (i8 ? 1 : 2), out);
+    c->idx[2] = c->n;
+    float *ks = conf_arr_add(c, rows * 4, out && i8);
+    c->idx[3] = c->n;
+    float *vs = conf_arr_add(c, rows * 4, out && i8);
+    OOM_IF(k && v && ks && vs);
+    c->inner = pool->head_dim;
+    *max_v = 0;
+    if (i8) {
+        fill_i8(r, k, cells);
+        fill_i8(r, v, cells);
+        fill_f32(r, ks, rows, 0.5f / 127, 2.0f / 127);
+        fill_f32(r, vs, rows, 0.5f / 127, 2.0f / 127);
+        for (size_t i = 0; i < rows; i++) {
+            if (!out && conf_range(r, 0, 15) == 0)
+                vs[i] = ks[i] = 0.0f; /* an all-zero vector stores scale 0 */
+            for (size_t j = 0; j < pool->head_dim; j++) {
+                double d = fabs(((int8_t *)v)[i * pool->head_dim + j] * (double)vs[i]);
+                *max_v = d > *max_v ? d : *max_v;
+            }
+        }
+    } else {
+        for (size_t i = 0; i < cells; i++) {
+            ((uint16_t *)k)[i] = rand_f16(r);
+            ((uint16_t *)v)[i] = rand_f16(r);
+            double d = fabs(conf_f16_to_f32(((uint16_t *)v)[i]));
+            *max_v = d > *max_v ? d : *max_v;
+        }
+    }
+    return 0;
+}
+
+static struct dray_kv_pool pool_views(const struct kv_p *p, const struct dray_view *v)
+{
+    struct dray_kv_pool pool = p->pool;
+    pool.k = v[p->idx[0]];
+    pool.v = v[p->idx[1]];
+    pool.k_scale = v[p->idx[2]];
+    pool.v_scale = v[p->idx[3]];
+    return pool;
+}
+
+/* ------------------------------------------------------------ kv_store */
+
+static int launch_kv_store(const struct dray_ops *ops, struct dray_ctx *ctx,
+                                const struct dray_view *v, const void *params)
+{
+    const struct kv_p *p = params;
+    struct dray_kv_pool pool = pool_views(p, v);
+    struct dray_kv_store_args a = p->u.st;
+    a.k = v[0];
+    a.v = v[1];
+    a.slots = v[2];
+    a.pool = &pool;
+    return ops->kv_store(ctx, &a);
+}
+
+static int make_kv_store(struct conf_rng *r, struct conf_case *c, int bench, uint32_t dtype)
+{
+    struct kv_p p;
+    memset(&p, 0, sizeof(p));
+    struct dray_kv_pool *pool = &p.pool;
+    struct dray_kv_store_args *a = &p.u.st;
+    pool->dtype = dtype;
+    pool->n_kv_head = bench ? 1 : conf_range(r, 1, 4);
+    pool->head_dim = bench ? 256 : rand_dim(r, 256);
+    pool->block_size = bench ? 16 : 1u << conf_range(r, 0, 5);
+    pool->n_slots = pool->block_size * (bench ? 64 : conf_range(r, 1, 8));
+    a->n_tok = bench ? 64 : conf_range(r, 1, pool->n_slots < 40 ? pool->n_slots : 40);
+    uint32_t row = pool->n_kv_head * pool->head_dim;
+    a->stride_k = row + (bench ? 0 : conf_range(r, 0, 3));
+    a->stride_v = row + (bench ? 0 : conf_range(r, 0, 3));
+    float *k = conf_arr_add(c, (size_t)a->n_tok * a->stride_k * 4, 0);
+    float *v = conf_arr_add(c, (size_t)a->n_tok * a->stride_v * 4, 0);
+    int32_t *slots = conf_arr_add(c, a->n_tok * 4, 0);
+    OOM_IF(k && v && slots);
+    fill_f32(r, k, (size_t)a->n_tok * a->stride_k, -3, 3);
+    fill_f32(r, v, (size_t)a->n_tok * a->stride_v, -3, 3);
+    for (uint32_t t = 0; !bench && t < a->n_tok; t++)
+        if (conf_range(r, 0, 7) == 0) { /* one all-zero head: scale 0 */
+            uint32_t h = conf_range(r, 0, pool->n_kv_head - 1);
+            memset(k + (size_t)t * a->stride_k + h * pool->head_dim, 0, pool->head_dim * 4);
+        }
+    /* distinct slots in random order, some -1 (padding, not stored) */
+    for (uint32_t t = 0; t < a->n_tok; t++)
+        slots[t] = (int32_t)t;
+    for (uint32_t t = a->n_tok; !bench && t < pool->n_slots; t++) {
+        uint32_t j = conf_range(r, 0, t);
+        if (j < a->n_tok)
+            slots[j] = (int32_t)t;
+    }
+    for (uint32_t t = 0; !bench && t < a->n_tok; t++) {
+        uint32_t j = conf_range(r, 0, a->n_tok - 1);
+        int32_t s = slots[t];
+        slots[t] = slots[j];
+        slots[j] = s;
+        if (conf_range(r, 0, 9) == 0)
+            slots[t] = -1;
+    }
+    double max_v;
+    int rc = add_pool(r, c, pool, 1, &max_v);
+    if (rc)
+        return rc;
+    memcpy(p.idx, c->idx, sizeof(p.idx));
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u kv_heads=%u head_dim=%u block=%u slots=%u",
+             a->n_tok, pool->n_kv_head, pool->head_dim, pool->block_size, pool->n_slots);
+    c->launch = launch_kv_store;
+    return set_params(c, &p, sizeof(p));
+}
+
+int conf_make_kv_store_i8(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_kv_store(r, c, bench, DRAY_I8);
+}
+
+int conf_make_kv_store_f16(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_kv_store(r, c, bench, DRAY_F16);
+}
+
+/* ------------------------------------------------------------ attention */
+
+static int launch_attention(const struct dray_ops *ops, struct dray_ctx *ctx,
+                            const struct dray_view *v, const void *params)
+{
+    const struct kv_p *p = params;
+    struct dray_kv_pool pool = pool_views(p, v);
+    struct dray_attention_args a = p->u.at;
+    a.q = v[0];
+    a.out = v[1];
+    a.seqs = v[2];
+    a.block_table = v[3];
+    a.pool = &pool;
+    return ops->attention(ctx, &a);
+}
+
+#define ATT_MAX_SEQ 6
+
+/* Sequences: decode (one query), fresh prefill (kv_len = n_q) and prefill chunks
+ * with history, in one batch. Blocks are shuffled over the pool, a sliding
+ * window leaves holes (-1) in the block table, and gaps separate the tables. */
+static int make_attention(struct conf_rng *r, struct conf_case *c, int bench, uint32_t dtype)
+{
+    static const uint32_t dims[] = {16, 24, 64, 80, 128, 256};
+    struct kv_p p;
+    memset(&p, 0, sizeof(p));
+    struct dray_kv_pool *pool = &p.pool;
+    struct dray_attention_args *a = &p.u.at;
+    uint32_t n_q[ATT_MAX_SEQ], kv_len[ATT_MAX_SEQ];
+    pool->dtype = dtype;
+    pool->n_kv_head = bench ? 1 : conf_range(r, 1, 4);
+    a->n_head = pool->n_kv_head * (bench ? 4 : 1u << conf_range(r, 0, 2));
+    pool->head_dim = bench ? 256 : conf_range(r, 0, 3) ? dims[conf_range(r, 0, 5)] : 2 * conf_range(r, 1, 64);
+    pool->block_size = bench ? 16 : 4u << conf_range(r, 0, 3);
+    a->window = bench || conf_range(r, 0, 1) ? 0 : conf_range(r, 1, 100);
+    a->n_seq = bench ? 5 : conf_range(r, 1, 5);
+    a->n_tok = a->max_kv_len = 0;
+    uint32_t n_blocks = 0;
+    for (uint32_t s = 0; s < a->n_seq; s++) {
+        uint32_t kind = bench ? (s < 4 ? 0 : 1) : conf_range(r, 0, 2);
+        n_q[s] = kind == 0 ? 1 : bench ? 64 : conf_range(r, 1, 40);
+        kv_len[s] = kind == 0 ? (bench ? 1024 : conf_range(r, 1, 300))
+                    : kind == 1 ? n_q[s] : n_q[s] + conf_range(r, 1, 200);
+        a->n_tok += n_q[s];
+        a->max_kv_len = kv_len[s] > a->max_kv_len ? kv_len[s] : a->max_kv_len;
+        n_blocks += (kv_len[s] + pool->block_size - 1) / pool->block_size;
+    }
+    n_blocks += bench ? 0 : conf_range(r, 0, 3); /* blocks nobody uses: garbage */
+    pool->n_slots = n_blocks * pool->block_size;
+    uint32_t row = a->n_head * pool->head_dim;
+    a->stride_q = row + (bench ? 0 : conf_range(r, 0, 3));
+    a->stride_out = row + (bench ? 0 : conf_range(r, 0, 3));
+    a->scale = bench || conf_range(r, 0, 3) ? 1.0f / sqrtf((float)pool->head_dim) : conf_randf(r, 0.02f, 0.5f);
+
+    float *q = conf_arr_add(c, (size_t)a->n_tok * a->stride_q * 4, 0);
+    float *out = conf_arr_add(c, (size_t)a->n_tok * a->stride_out * 4, 1);
+    int32_t *seqs = conf_arr_add(c, a->n_seq * 16, 0);
+    int32_t *bt = conf_arr_add(c, (n_blocks + 3 * a->n_seq) * 4, 0);
+    uint32_t *perm = calloc(n_blocks ? n_blocks : 1, sizeof(*perm));
+    if (!q || !out || !seqs || !bt || !perm) {
+        free(perm);
+        return DRAY_ENOMEM;
+    }
+    fill_f32(r, q, (size_t)a->n_tok * a->stride_q, -1, 1);
+    fill_f32(r, out, (size_t)a->n_tok * a->stride_out, -1, 1);
+    for (uint32_t b = 0; b < n_blocks; b++)
+        perm[b] = b;
+    for (uint32_t b = n_blocks; !bench && b > 1; b--) {
+        uint32_t j = conf_range(r, 0, b - 1), t = perm[b - 1];
+        perm[b - 1] = perm[j];
+        perm[j] = t;
+    }
+    uint32_t next_block = 0, bt_pos = 0, q_start = 0, holes = 0;
+    for (uint32_t s = 0; s < a->n_seq; s++) {
+        uint32_t gap = bench ? 0 : conf_range(r, 0, 2);
+        for (uint32_t g = 0; g < gap; g++)
+            bt[bt_pos++] = -1;
+        uint32_t nb = (kv_len[s] + pool->block_size - 1) / pool->block_size;
+        /* first position any query of this sequence can see */
+        uint32_t lo = kv_len[s] - n_q[s];
+        uint32_t first = a->window && lo + 1 > a->window ? lo + 1 - a->window : 0;
+        int32_t *e = &seqs[4 * s];
+        e[0] = (int32_t)q_start;
+        e[1] = (int32_t)n_q[s];
+        e[2] = (int32_t)kv_len[s];
+        e[3] = (int32_t)bt_pos;
+        for (uint32_t b = 0; b < nb; b++) {
+            int unreachable = (b + 1) * pool->block_size <= first;
+            holes += unreachable;
+            bt[bt_pos++] = unreachable ? -1 : (int32_t)perm[next_block];
+            next_block++;
+        }
+        q_start += n_q[s];
+    }
+    free(perm);
+    double max_v;
+    int rc = add_pool(r, c, pool, 0, &max_v);
+    if (rc)
+        return rc;
+    memcpy(p.idx, c->idx, sizeof(p.idx));
+    c->scale_ref = max_v > 0 ? max_v : 1.0;
+    size_t used = 0;
+    used += (size_t)snprintf(c->shape, sizeof(c->shape),
+                             "heads=%u/%u head_dim=%u block=%u window=%u holes=%u seqs(q/kv)=",
+                             a->n_head, pool->n_kv_head, pool->head_dim, pool->block_size,
+                             a->window, holes);
+    for (uint32_t s = 0; s < a->n_seq && used < sizeof(c->shape); s++)
+        used += (size_t)snprintf(c->shape + used, sizeof(c->shape) - used, "%s%u/%u", s ? "," : "",
+                                 n_q[s], kv_len[s]);
+    c->launch = launch_attention;
+    return set_params(c, &p, sizeof(p));
+}
+
+int conf_make_attention_i8(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_attention(r, c, bench, DRAY_I8);
+}
+
+int conf_make_attention_f16(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_attention(r, c, bench, DRAY_F16);
+}
+
+/* ------------------------------------------------------------ gated_act */
+
+struct gated_p {
+    struct dray_gated_act_args a;
+    int out_idx; /* 0 = out aliases gate, 1 = aliases up, 2 = separate */
+};
+
+static int launch_gated(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
+                        const void *params)
+{
+    const struct gated_p *p = params;
+    struct dray_gated_act_args a = p->a;
+    a.gate = v[0];
+    a.up = v[1];
+    a.out = v[p->out_idx];
+    return ops->gated_act(ctx, &a);
+}
+
+int conf_make_gated_act(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    struct gated_p p;
+    memset(&p, 0, sizeof(p));
+    struct dray_gated_act_args *a = &p.a;
+    a->n_tok = bench ? 64 : conf_range(r, 1, 20);
+    a->n = bench ? 6912 : rand_dim(r, 2000);
+    a->act = bench ? DRAY_ACT_GELU_TANH : conf_range(r, 0, 1);
+    p.out_idx = bench ? 2 : (int)conf_range(r, 0, 2);
+    a->stride_gate = a->n + (bench ? 0 : conf_range(r, 0, 3));
+    a->stride_up = p.out_idx == 0 ? a->stride_gate : a->n + (bench ? 0 : conf_range(r, 0, 3));
+    a->stride_out = p.out_idx == 0 ? a->stride_gate : p.out_idx == 1 ? a->stride_up
+                                                                     : a->n + (bench ? 0 : conf_range(r, 0, 3));
+    size_t ng = (size_t)a->n_tok * a->stride_gate, nu = (size_t)a->n_tok * a->stride_up;
+    float *g = conf_arr_add(c, ng * 4, p.out_idx == 0);
+    float *u = conf_arr_add(c, nu * 4, p.out_idx == 1);
+    OOM_IF(g && u);
+    fill_f32(r, g, ng, -8, 8);
+    fill_f32(r, u, nu, -2, 2);
+    if (p.out_idx == 2) {
+        size_t no = (size_t)a->n_tok * a->stride_out;
+        float *o = conf_arr_add(c, no * 4, 1);
+        OOM_IF(o);
+        fill_f32(r, o, no, -1, 1);
+    }
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u n=%u act=%s out=%s", a->n_tok, a->n,
+             a->act == DRAY_ACT_SILU ? "silu" : "gelu_tanh",
+             p.out_idx == 0 ? "gate" : p.out_idx == 1 ? "up" : "separate");
+    c->launch = launch_gated;
+    return set_params(c, &p, sizeof(p));
+}
+
+/* ------------------------------------------------------------ add */
+
+struct add_p {
+    struct dray_add_args a;
+    int out_idx; /* 0 = aliases a, 1 = aliases b, 2 = separate */
+};
+
+static int launch_add(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
+                      const void *params)
+{
+    const struct add_p *p = params;
+    struct dray_add_args a = p->a;
+    a.a = v[0];
+    a.b = v[1];
+    a.out = v[p->out_idx];
+    return ops->add(ctx, &a);
+}
+
+int conf_make_add(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    struct add_p p;
+    memset(&p, 0, sizeof(p));
+    p.a.n = bench ? 64 * 1152 : rand_dim(r, 5000);
+    p.out_idx = bench ? 2 : (int)conf_range(r, 0, 2);
+    float *x = conf_arr_add(c, p.a.n * 4, p.out_idx == 0);
+    float *y = conf_arr_add(c, p.a.n * 4, p.out_idx == 1);
+    OOM_IF(x && y);
+    fill_f32(r, x, p.a.n, -10, 10);
+    fill_f32(r, y, p.a.n, -10, 10);
+    if (p.out_idx == 2) {
+        float *o = conf_arr_add(c, p.a.n * 4, 1);
+        OOM_IF(o);
+        fill_f32(r, o, p.a.n, -1, 1);
+    }
+    snprintf(c->shape, sizeof(c->shape), "n=%llu out=%s", (unsigned long long)p.a.n,
+             p.out_idx == 0 ? "a" : p.out_idx == 1 ? "b" : "separate");
+    c->launch = launch_add;
+    return set_params(c, &p, sizeof(p));
+}
+
+/* ------------------------------------------------------------ comparison */
+
+float conf_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | man << 13; /* inf, nan */
+    } else if (exp) {
+        bits = sign | (exp + 112) << 23 | man << 13;
+    } else if (man) { /* subnormal: normalise */
+        int e = -1;
+        do {
+            e++;
+            man <<= 1;
+        } while (!(man & 0x400));
+        bits = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
+    } else {
+        bits = sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void note(struct conf_metrics *m, double ref, double sub, int bad, size_t i)
+{
+    double d = fabs(sub - ref);
+    if (isnan(sub) != isnan(ref))
+        d = INFINITY;
+    m->max_abs = d > m->max_abs ? d : m->max_abs;
+    if (ref != 0 && d / fabs(ref) > m->max_rel)
+        m->max_rel = d / fabs(ref);
+    m->err2 += isfinite(d) ? d * d : 0;
+    m->ref2 += ref * ref;
+    if (bad && !m->n_bad++)
+        m->first_bad = i;
+    m->n++;
+}
+
+void conf_compare_f32(const float *ref, const float *sub, size_t n, const float *elem_tol,
+                      double elem_scale, double abs_tol, double rel_tol, struct conf_metrics *m)
+{
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)sub[i] - (double)ref[i]);
+        double lim = abs_tol + rel_tol * fabs((double)ref[i]) + (elem_tol ? elem_scale * elem_tol[i] : 0.0);
+        int bad = !(d <= lim) || isnan(sub[i]) != isnan(ref[i]); /* NaN compares false */
+        if (isnan(sub[i]) && isnan(ref[i]))
+            bad = 0;
+        note(m, ref[i], sub[i], bad, i);
+    }
+}
+
+int conf_check_f32(const struct conf_case *c, const struct conf_tol *tol, struct conf_metrics *m,
+                   char *why, size_t whylen)
+{
+    double scale = c->scale_ref > 0 ? c->scale_ref : 1.0;
+    if (c->scale_ref < 0) { /* relative to the largest reference output */
+        scale = 0;
+        for (int i = 0; i < c->n; i++)
+            for (size_t j = 0; c->a[i].out && j < c->a[i].nbytes / 4; j++) {
+                double v = fabs(((const float *)c->a[i].got[0])[j]);
+                scale = v > scale ? v : scale;
+            }
+    }
+    for (int i = 0; i < c->n; i++) {
+        if (!c->a[i].out)
+            continue;
+        const float *ref = c->a[i].got[0], *sub = c->a[i].got[1];
+        size_t before = m->n_bad, base = m->n;
+        conf_compare_f32(ref, sub, c->a[i].nbytes / 4, c->elem_tol, tol->elem, tol->abs * scale,
+                         tol->rel, m);
+        if (m->n_bad > before && before == 0) {
+            size_t k = m->first_bad;
+            double lim = tol->abs * scale + tol->rel * fabs(ref[k]) +
+                         (c->elem_tol ? tol->elem * c->elem_tol[k] : 0.0);
+            snprintf(why, whylen, "output %d element %zu: reference %.9g, got %.9g (allowed %.3g)", i,
+                     k, (double)ref[k], (double)sub[k], lim);
+            m->first_bad = base + k;
+        }
+    }
+    return m->n_bad ? 1 : 0;
+}
+
+/* int8 codes: equal, or off by one (a rounding tie) in at most tol->abs of them;
+ * scales within tol->rel. Metrics on the dequantized values. */
+int conf_check_kv_i8(const struct conf_case *c, const struct conf_tol *tol, struct conf_metrics *m,
+                     char *why, size_t whylen)
+{
+    size_t off_by_one = 0, total = 0;
+    why[0] = '\0';
+    for (int kv = 0; kv < 2; kv++) {
+        const struct conf_arr *q = &c->a[c->idx[kv]], *s = &c->a[c->idx[kv + 2]];
+        const int8_t *qr = q->got[0], *qs = q->got[1];
+        const float *sr = s->got[0], *ss = s->got[1];
+        for (size_t i = 0; i < q->nbytes; i++) {
+            size_t row = i / c->inner;
+            int dq = abs((int)qs[i] - (int)qr[i]);
+            double ds = fabs((double)ss[row] - (double)sr[row]);
+            int bad = dq > 1 || !(ds <= tol->rel * fabs((double)sr[row]));
+            off_by_one += dq == 1;
+            total++;
+            if (bad && !m->n_bad && !why[0])
+                snprintf(why, whylen, "%s code %zu: reference %d (scale %.9g), got %d (scale %.9g)",
+                         kv ? "v" : "k", i, qr[i], (double)sr[row], qs[i], (double)ss[row]);
+            note(m, qr[i] * (double)sr[row], qs[i] * (double)ss[row], bad, i);
+        }
+    }
+    if (!m->n_bad && (double)off_by_one > tol->abs * (double)total) {
+        snprintf(why, whylen, "%zu of %zu codes off by one: more than the %g allowed for ties",
+                 off_by_one, total, tol->abs);
+        m->n_bad = off_by_one;
+    }
+    return m->n_bad ? 1 : 0;
+}
+
+/* f16 pool: bit-exact (round to nearest even is exact). */
+int conf_check_kv_f16(const struct conf_case *c, const struct conf_tol *tol, struct conf_metrics *m,
+                      char *why, size_t whylen)
+{
+    (void)tol;
+    for (int kv = 0; kv < 2; kv++) {
+        const struct conf_arr *a = &c->a[c->idx[kv]];
+        const uint16_t *r = a->got[0], *s = a->got[1];
+        for (size_t i = 0; i < a->nbytes / 2; i++) {
+            int bad = r[i] != s[i];
+            if (bad && !m->n_bad)
+                snprintf(why, whylen, "%s element %zu: reference 0x%04x, got 0x%04x", kv ? "v" : "k",
+                         i, r[i], s[i]);
+            note(m, conf_f16_to_f32(r[i]), conf_f16_to_f32(s[i]), bad, i);
+        }
+    }
+    return m->n_bad ? 1 : 0;
+}

@@ -1,0 +1,386 @@
+/* The conformance runner: every op of a subject plugin against the CPU plugin's
+ * scalar reference kernels (opened with reference = 1), through the op table only.
+ * For each op and dtype: `reps` random cases (each reproducible from the seed),
+ * a row of max abs / max rel error, NMSE, the tolerance and a verdict, and the
+ * median time of the op on a fixed Gemma-3-1B-like shape on both sides. */
+#include "conformance.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "conf_internal.h"
+#include "dray/dray.h"
+#include "registry.h"
+
+/* ------------------------------------------------------------ random numbers */
+
+uint32_t conf_rand(struct conf_rng *r)
+{
+    /* xorshift64*: fast, and the same sequence on every platform */
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return (uint32_t)((r->s * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+uint32_t conf_range(struct conf_rng *r, uint32_t lo, uint32_t hi)
+{
+    if (hi <= lo)
+        return lo;
+    return lo + (uint32_t)(((uint64_t)conf_rand(r) * ((uint64_t)hi - lo + 1)) >> 32);
+}
+
+float conf_randf(struct conf_rng *r, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(conf_rand(r) >> 8) * (1.0f / 16777216.0f);
+}
+
+/* Seed of case `rep` of variant `v`: each case can be rerun alone. */
+static uint64_t case_seed(uint64_t seed, size_t v, uint32_t rep)
+{
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (v * 100003u + rep + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return z ? z : 1;
+}
+
+/* ------------------------------------------------------------ the op table */
+
+/* Tolerances: as include/dray/backend.h states them in the comment above each
+ * op's argument struct (the "Tolerance:" lines). Mandatory = what the default
+ * configuration (int8 weights, int8 KV) needs; a plugin may leave the others out
+ * of op_dtypes and still pass. */
+static const struct variant {
+    const char *op;
+    enum dray_op id;
+    uint32_t dtype; /* the op's cap dtype (see enum dray_op) */
+    int mandatory;
+    conf_make_fn make;
+    conf_check_fn check;
+    struct conf_tol tol;
+} variants[] = {
+    /* embed: "exact for F32; one f32 multiply order for I8 (rel 1e-6)" */
+    {"embed", DRAY_OP_EMBED, DRAY_I8, 1, conf_make_embed_i8, conf_check_f32, {0, 1e-6, 0, "rel 1e-6"}},
+    {"embed", DRAY_OP_EMBED, DRAY_F32, 0, conf_make_embed_f32, conf_check_f32, {0, 0, 0, "exact"}},
+    /* rmsnorm: "rel 1e-5" */
+    {"rmsnorm", DRAY_OP_RMSNORM, DRAY_F32, 1, conf_make_rmsnorm, conf_check_f32, {0, 1e-5, 0, "rel 1e-5"}},
+    /* matmul I8: "abs 1e-4 * (max|out|)"; F32: "rel 1e-5 of the sum of |x||w|" */
+    {"matmul", DRAY_OP_MATMUL, DRAY_I8, 1, conf_make_matmul_i8, conf_check_f32,
+     {1e-4, 0, 0, "abs 1e-4*max|out|"}},
+    {"matmul", DRAY_OP_MATMUL, DRAY_F32, 0, conf_make_matmul_f32, conf_check_f32,
+     {0, 0, 1e-5, "1e-5*sum|x||w|"}},
+    /* rope: "abs 1e-4 for |p| < 2^17" */
+    {"rope", DRAY_OP_ROPE, DRAY_F32, 1, conf_make_rope, conf_check_f32, {1e-4, 0, 0, "abs 1e-4"}},
+    /* kv_store: "I8 bit-exact ... except ties (|q| off by one in at most 1e-3 of
+     * elements); F16 round-to-nearest-even exact". Scales get one f32 rounding
+     * (rel 1e-6): OpenCL and GPUs need not divide correctly rounded. */
+    {"kv_store", DRAY_OP_KV_STORE, DRAY_I8, 1, conf_make_kv_store_i8, conf_check_kv_i8,
+     {1e-3, 1e-6, 0, "codes exact, 1e-3 ties"}},
+    {"kv_store", DRAY_OP_KV_STORE, DRAY_F16, 0, conf_make_kv_store_f16, conf_check_kv_f16,
+     {0, 0, 0, "bit-exact"}},
+    /* attention: "abs 2e-3 relative to max|v| for I8, 1e-4 for F16" */
+    {"attention", DRAY_OP_ATTENTION, DRAY_I8, 1, conf_make_attention_i8, conf_check_f32,
+     {2e-3, 0, 0, "abs 2e-3*max|v|"}},
+    {"attention", DRAY_OP_ATTENTION, DRAY_F16, 0, conf_make_attention_f16, conf_check_f32,
+     {1e-4, 0, 0, "abs 1e-4*max|v|"}},
+    /* gated_act: "rel 1e-5 + abs 1e-6" */
+    {"gated_act", DRAY_OP_GATED_ACT, DRAY_F32, 1, conf_make_gated_act, conf_check_f32,
+     {1e-6, 1e-5, 0, "rel 1e-5 + abs 1e-6"}},
+    /* add: "Exact" */
+    {"add", DRAY_OP_ADD, DRAY_F32, 1, conf_make_add, conf_check_f32, {0, 0, 0, "exact"}},
+};
+#define N_VARIANTS (sizeof(variants) / sizeof(variants[0]))
+
+static const char *dtype_name(uint32_t t)
+{
+    switch (t) {
+    case DRAY_F32: return "f32";
+    case DRAY_F16: return "f16";
+    case DRAY_I8: return "i8";
+    case DRAY_I32: return "i32";
+    }
+    return "?";
+}
+
+/* ------------------------------------------------------------ running a case */
+
+struct side {
+    const struct dray_ops *ops;
+    struct dray_ctx *ctx;
+};
+
+static const char *side_error(const struct side *s, int rc)
+{
+    const char *e = s->ops->last_error(s->ctx);
+    return e && e[0] ? e : dray_strerror(rc);
+}
+
+/* Upload every array, run the op, download the outputs into got[which]. */
+static int run_side(const struct side *s, struct conf_case *c, int which, char *why, size_t whylen)
+{
+    struct dray_buf *bufs[CONF_MAX_ARRS] = {0};
+    struct dray_view v[CONF_MAX_ARRS];
+    int rc = 0, i;
+    for (i = 0; i < c->n && rc == 0; i++) {
+        size_t n = c->a[i].nbytes;
+        rc = s->ops->alloc(s->ctx, n ? n : 4, &bufs[i]);
+        if (rc) {
+            bufs[i] = NULL;
+            snprintf(why, whylen, "alloc of %zu bytes failed: %s", n, side_error(s, rc));
+            break;
+        }
+        v[i] = (struct dray_view){bufs[i], 0};
+        if (n && (rc = s->ops->upload(s->ctx, v[i], c->a[i].host, n)))
+            snprintf(why, whylen, "upload of %zu bytes failed: %s", n, side_error(s, rc));
+    }
+    if (rc == 0 && (rc = c->launch(s->ops, s->ctx, v, c->params)))
+        snprintf(why, whylen, "the op returned %d (%s): %s", rc, dray_strerror(rc), side_error(s, rc));
+    if (rc == 0 && (rc = s->ops->synchronize(s->ctx)))
+        snprintf(why, whylen, "synchronize failed: %s", side_error(s, rc));
+    for (i = 0; i < c->n && rc == 0; i++) {
+        if (!c->a[i].out)
+            continue;
+        free(c->a[i].got[which]);
+        c->a[i].got[which] = malloc(c->a[i].nbytes ? c->a[i].nbytes : 4);
+        if (!c->a[i].got[which]) {
+            rc = DRAY_ENOMEM;
+            snprintf(why, whylen, "out of host memory");
+        } else if (c->a[i].nbytes &&
+                   (rc = s->ops->download(s->ctx, c->a[i].got[which], v[i], c->a[i].nbytes))) {
+            snprintf(why, whylen, "download failed: %s", side_error(s, rc));
+        }
+    }
+    for (i = 0; i < c->n; i++)
+        if (bufs[i])
+            s->ops->free(s->ctx, bufs[i]);
+    return rc;
+}
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median microseconds of op + synchronize over reps runs (after one warm-up);
+ * inputs are uploaded once. Returns < 0 if the op failed. */
+static double time_side(const struct side *s, struct conf_case *c, uint32_t reps)
+{
+    struct dray_buf *bufs[CONF_MAX_ARRS] = {0};
+    struct dray_view v[CONF_MAX_ARRS];
+    double *t = calloc(reps, sizeof(*t)), med = -1;
+    int rc = t ? 0 : DRAY_ENOMEM, i;
+    for (i = 0; i < c->n && rc == 0; i++) {
+        size_t n = c->a[i].nbytes;
+        if ((rc = s->ops->alloc(s->ctx, n ? n : 4, &bufs[i])))
+            bufs[i] = NULL;
+        v[i] = (struct dray_view){bufs[i], 0};
+        if (rc == 0 && n)
+            rc = s->ops->upload(s->ctx, v[i], c->a[i].host, n);
+    }
+    for (uint32_t k = 0; rc == 0 && k <= reps; k++) {
+        double t0 = now_us();
+        rc = c->launch(s->ops, s->ctx, v, c->params);
+        if (rc == 0)
+            rc = s->ops->synchronize(s->ctx);
+        if (k) /* run 0 warms caches and lazy compilation */
+            t[k - 1] = now_us() - t0;
+    }
+    if (rc == 0) {
+        qsort(t, reps, sizeof(*t), cmp_double);
+        med = t[reps / 2];
+    }
+    for (i = 0; i < c->n; i++)
+        if (bufs[i])
+            s->ops->free(s->ctx, bufs[i]);
+    free(t);
+    return med;
+}
+
+/* ------------------------------------------------------------ one variant */
+
+struct row {
+    uint32_t cases, failed;
+    struct conf_metrics m;
+    double us_sub, us_ref;
+    char why[320];   /* first failure */
+    char shape[200]; /* the timed shape */
+};
+
+static void run_variant(const struct dray_conformance_opts *o, size_t vi, const struct side *ref,
+                        const struct side *sub, struct row *row, FILE *out)
+{
+    const struct variant *v = &variants[vi];
+    uint32_t reps = o->reps ? o->reps : 12;
+    for (uint32_t rep = 0; rep < reps; rep++) {
+        struct conf_rng rng = {case_seed(o->seed ? o->seed : 1, vi, rep)};
+        struct conf_case c;
+        struct conf_metrics m;
+        char why[320] = "";
+        memset(&c, 0, sizeof(c));
+        memset(&m, 0, sizeof(m));
+        int rc = v->make(&rng, &c, 0);
+        if (rc == 0 && (rc = run_side(ref, &c, 0, why, sizeof(why))))
+            snprintf(row->why, sizeof(row->why), "reference failed on %s: %s", c.shape, why);
+        else if (rc == 0 && (rc = run_side(sub, &c, 1, why, sizeof(why))))
+            snprintf(row->why, sizeof(row->why), "%s: %s", c.shape, why);
+        else if (rc == 0 && v->check(&c, &v->tol, &m, why, sizeof(why)))
+            rc = 1;
+        if (rc == DRAY_ENOMEM && !c.n)
+            snprintf(row->why, sizeof(row->why), "out of host memory building a case");
+        if (rc == 1 && !row->failed)
+            snprintf(row->why, sizeof(row->why), "%s: %s", c.shape, why);
+        row->cases++;
+        row->failed += rc != 0;
+        row->m.max_abs = m.max_abs > row->m.max_abs ? m.max_abs : row->m.max_abs;
+        row->m.max_rel = m.max_rel > row->m.max_rel ? m.max_rel : row->m.max_rel;
+        row->m.err2 += m.err2;
+        row->m.ref2 += m.ref2;
+        row->m.n += m.n;
+        if (o->verbose)
+            fprintf(out, "  %s %s case %u: %s: %s (max abs %.3g, max rel %.3g)%s%s\n", v->op,
+                    dtype_name(v->dtype), rep, c.shape, rc ? "FAIL" : "ok", m.max_abs, m.max_rel,
+                    rc ? ": " : "", rc ? (why[0] ? why : row->why) : "");
+        conf_case_free(&c);
+    }
+    row->us_sub = row->us_ref = -1;
+    if (o->no_timing)
+        return;
+    struct conf_rng rng = {case_seed(o->seed ? o->seed : 1, vi, 0xFFFFFFFFu)};
+    struct conf_case c;
+    memset(&c, 0, sizeof(c));
+    if (v->make(&rng, &c, 1) == 0) {
+        uint32_t tr = o->time_reps ? o->time_reps : 9;
+        snprintf(row->shape, sizeof(row->shape), "%s", c.shape);
+        row->us_sub = time_side(sub, &c, tr);
+        row->us_ref = time_side(ref, &c, tr);
+    }
+    conf_case_free(&c);
+}
+
+/* ------------------------------------------------------------ the report */
+
+static void print_time(FILE *out, double us)
+{
+    if (us < 0)
+        fprintf(out, " %10s", "-");
+    else
+        fprintf(out, " %10.1f", us);
+}
+
+static int open_sides(struct dray_registry *reg, const struct dray_conformance_opts *o,
+                      struct dray_device *ref, struct dray_device *sub, FILE *out)
+{
+    char err[1024];
+    struct dray_open_options ropt = {.size = sizeof(ropt), .n_threads = o->n_threads, .reference = 1};
+    struct dray_open_options sopt = {.size = sizeof(sopt), .n_threads = o->n_threads, .reference = 0};
+    int rc = dray_device_open(reg, "cpu", "", &ropt, ref, err, sizeof(err));
+    if (rc) {
+        fprintf(out, "conformance: the reference (the CPU plugin's scalar kernels) is not "
+                     "available: %s\n", err);
+        return rc;
+    }
+    rc = dray_device_open(reg, o->plugin, o->device, &sopt, sub, err, sizeof(err));
+    if (rc) {
+        fprintf(out, "conformance: cannot open the subject: %s\n", err);
+        dray_device_close(ref);
+    }
+    return rc;
+}
+
+int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
+{
+    struct dray_registry *reg = NULL;
+    struct dray_device refd, subd;
+    char err[512];
+    int matched = 0, any_fail = 0;
+    size_t n_pass = 0, n_run = 0, n_total = 0;
+    for (size_t i = 0; i < N_VARIANTS; i++)
+        matched |= !o->op || !o->op[0] || !strcmp(o->op, variants[i].op);
+    if (!o->plugin || !o->plugin[0] || !matched) {
+        fprintf(out, "conformance: %s; ops are embed, rmsnorm, matmul, rope, kv_store, "
+                     "attention, gated_act, add\n",
+                o->plugin && o->plugin[0] ? "unknown op" : "no plugin given");
+        return DRAY_EINVAL;
+    }
+    int rc = dray_registry_open(o->plugin_path, &reg, err, sizeof(err));
+    if (rc) {
+        fprintf(out, "conformance: %s\n", err);
+        return rc;
+    }
+    if ((rc = open_sides(reg, o, &refd, &subd, out))) {
+        dray_registry_close(reg);
+        return rc;
+    }
+    struct side ref = {refd.ops, refd.ctx}, sub = {subd.ops, subd.ctx};
+    fprintf(out, "subject:   %s device %u: %s (%s, ABI %u)\nreference: cpu device %u: %s, "
+                 "scalar reference kernels\nseed %llu, %u cases per op\n\n",
+            subd.plugin->name, subd.index, subd.props.name, subd.plugin->path, subd.plugin->abi,
+            refd.index, refd.props.name, (unsigned long long)(o->seed ? o->seed : 1),
+            o->reps ? o->reps : 12);
+    fprintf(out, "%-10s %-5s %5s %10s %10s %10s  %-24s %-16s %10s %10s\n", "op", "dtype", "cases",
+            "max_abs", "max_rel", "nmse", "tolerance", "verdict", "us(subj)", "us(ref)");
+    struct row *rows = calloc(N_VARIANTS, sizeof(*rows));
+    for (size_t i = 0; rows && i < N_VARIANTS; i++) {
+        const struct variant *v = &variants[i];
+        if (o->op && o->op[0] && strcmp(o->op, v->op))
+            continue;
+        struct row *row = &rows[i];
+        n_total++;
+        uint32_t bit = DRAY_DTYPE_BIT(v->dtype);
+        const char *verdict;
+        int fail = 0;
+        if (!(refd.props.op_dtypes[v->id] & bit)) {
+            verdict = "no reference";
+            fail = 1;
+        } else if (!(subd.props.op_dtypes[v->id] & bit)) {
+            verdict = v->mandatory ? "FAIL unsupported" : "not supported";
+            fail = v->mandatory;
+        } else {
+            run_variant(o, i, &ref, &sub, row, out);
+            verdict = row->failed ? "FAIL" : "pass";
+            fail = row->failed != 0;
+            n_run++;
+        }
+        n_pass += !fail && row->cases;
+        any_fail |= fail;
+        fprintf(out, "%-10s %-5s %5u", v->op, dtype_name(v->dtype), row->cases);
+        if (row->cases)
+            fprintf(out, " %10.3g %10.3g %10.3g", row->m.max_abs, row->m.max_rel,
+                    row->m.ref2 > 0 ? row->m.err2 / row->m.ref2 : 0.0);
+        else
+            fprintf(out, " %10s %10s %10s", "-", "-", "-");
+        fprintf(out, "  %-24s %-16s", v->tol.text, verdict);
+        print_time(out, row->cases ? row->us_sub : -1);
+        print_time(out, row->cases ? row->us_ref : -1);
+        fprintf(out, "\n");
+        if (row->failed)
+            fprintf(out, "    %u of %u cases failed; first: %s\n", row->failed, row->cases, row->why);
+    }
+    if (!o->no_timing) {
+        fprintf(out, "\ntimed shapes (median of %u runs, op + synchronize, microseconds):\n",
+                o->time_reps ? o->time_reps : 9);
+        for (size_t i = 0; rows && i < N_VARIANTS; i++)
+            if (rows[i].shape[0])
+                fprintf(out, "  %-10s %-4s %s\n", variants[i].op, dtype_name(variants[i].dtype),
+                        rows[i].shape);
+    }
+    fprintf(out, "\n%s: %zu of %zu op variants ran, %zu passed\n", any_fail ? "FAIL" : "PASS",
+            n_run, n_total, n_pass);
+    if (!rows)
+        any_fail = 1;
+    free(rows);
+    dray_device_close(&subd);
+    dray_device_close(&refd);
+    dray_registry_close(reg);
+    return any_fail ? 1 : 0;
+}

@@ -1,0 +1,29 @@
+/* The conformance runner: checks every op of a plugin against the CPU plugin's
+ * scalar reference kernels on randomized shapes, through the op table only
+ * (alloc / upload / op / download), and times each op. A vendor's plugin passes
+ * when every mandatory op passes within the tolerance backend.h states for it. */
+#ifndef DRAY_CONFORMANCE_H
+#define DRAY_CONFORMANCE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct dray_conformance_opts {
+    const char *plugin;      /* subject: plugin name ("opencl") or path to a .so */
+    const char *device;      /* subject's device: NULL/"" = first, index, or name part */
+    const char *plugin_path; /* extra ':'-separated plugin folders; NULL = none */
+    const char *op;          /* only this op ("matmul"); NULL/"" = every op */
+    uint64_t seed;           /* random shapes and data; 0 = 1 */
+    uint32_t reps;           /* randomized cases per op and dtype; 0 = 12 */
+    uint32_t time_reps;      /* timed runs per op (median reported); 0 = 9 */
+    uint32_t no_timing;      /* 1: skip timing */
+    uint32_t n_threads;      /* host threads for CPU plugins; 0 = all */
+    int verbose;             /* 1: a line per case */
+};
+
+/* Run the suite and print the per-op table to out. Returns 0 when every
+ * mandatory op passed, 1 when anything failed, or a negative DRAY_E* code when
+ * the run could not start (plugin or reference missing; reason printed to out). */
+int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out);
+
+#endif
