@@ -6,9 +6,9 @@
  *
  * Loop order (weights are row-major [n_out][k], fixed by the ABI, no repacking):
  * output rows in blocks small enough to stay in L1/L2; inside a block, tokens in
- * groups of 4 with a 2-row x 4-token microkernel, so every weight vector loaded
- * feeds 4 tokens; left-over tokens (decode: all of them) use a 4-row x 1-token
- * kernel that streams 4 weight rows at once. */
+ * groups of 8 with a 1-row x 8-token microkernel (then a group of 4 with 2x4),
+ * so every weight vector loaded feeds 8 tokens; left-over tokens (decode: all of
+ * them) use a 4-row x 1-token kernel that streams 4 weight rows at once. */
 #include <math.h>
 #include <string.h>
 
