@@ -458,12 +458,28 @@ struct occ {
     uint32_t rank, pos;
 };
 
-static int cmp_occ(const void *a, const void *b)
+/* Order occurrences by (rank, pos). They arrive in position order, so a stable
+ * counting sort on rank does it in O(n + n_spec); a comparison sort was half of
+ * the tokenizing time on whitespace-heavy text. */
+static int sort_occ(const struct dray_tokenizer *t, struct occ **v, size_t n)
 {
-    const struct occ *x = a, *y = b;
-    if (x->rank != y->rank)
-        return x->rank < y->rank ? -1 : 1;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
+    uint32_t *start = calloc((size_t)t->n_spec + 1, sizeof(*start));
+    struct occ *out = malloc(sizeof(*out) * n);
+    if (!start || !out) {
+        free(start);
+        free(out);
+        return DRAY_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        start[(*v)[i].rank + 1]++;
+    for (uint32_t r = 0; r < t->n_spec; r++)
+        start[r + 1] += start[r];
+    for (size_t i = 0; i < n; i++)
+        out[start[(*v)[i].rank]++] = (*v)[i];
+    free(start);
+    free(*v);
+    *v = out;
+    return 0;
 }
 
 static bool spec_allowed(const struct dray_tokenizer *t, int32_t id, bool parse_special)
@@ -510,13 +526,15 @@ static int find_occurrences(const struct dray_tokenizer *t, const char *s, uint3
 static int partition(const struct dray_tokenizer *t, const char *s, uint32_t n, bool parse_special,
                      int32_t *mark)
 {
-    struct occ *occ;
+    struct occ *occ = NULL;
     size_t n_occ;
     int rc = find_occurrences(t, s, n, parse_special, &occ, &n_occ);
-    if (rc)
+    if (!rc && n_occ)
+        rc = sort_occ(t, &occ, n_occ);
+    if (rc) {
+        free(occ);
         return rc;
-    if (n_occ)
-        qsort(occ, n_occ, sizeof(*occ), cmp_occ);
+    }
     for (size_t k = 0; k < n_occ; k++) {
         int32_t id = t->spec[occ[k].rank];
         uint32_t p = occ[k].pos, len = t->off[id + 1] - t->off[id], i;
