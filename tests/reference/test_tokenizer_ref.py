@@ -2,7 +2,7 @@
 """Independent check of dray's tokenizer against Hugging Face's.
 
     test_tokenizer_ref.py --dray build/tools/dray --model gemma-3-270m-q4_k_m.gguf
-        [--corpus tests/reference/tokenizer_corpus.txt] [--cache FILE] [-v]
+        [--corpus tests/reference/tokenizer_corpus.txt] [--cache FILE] [--random N] [-v]
 
 The reference is the tokenizer `transformers` builds from the same GGUF file
 (AutoTokenizer.from_pretrained(dir, gguf_file=name)). That call needs torch only
@@ -196,6 +196,37 @@ def speed(dray, model, texts):
     return p.stderr.decode().strip(), n_ids, len(big.encode())
 
 
+def random_texts(texts, n, seed):
+    """n extra texts: random slices of corpus lines glued together, with random
+    code points (any plane, no surrogates/NUL) and space/newline runs mixed in.
+    Deterministic for a seed, so a failure reproduces."""
+    import random
+
+    rng = random.Random(seed)
+    pool = [t for t in texts if t]
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            r = rng.random()
+            if r < 0.6:
+                t = rng.choice(pool)
+                a = rng.randrange(len(t))
+                parts.append(t[a:a + rng.randint(1, 40)])
+            elif r < 0.8:
+                parts.append(rng.choice([" ", "\n", "\t"]) * rng.randint(1, 31))
+            else:
+                cps = []
+                while len(cps) < rng.randint(1, 8):
+                    c = rng.choice([rng.randint(1, 0x7F), rng.randint(0x80, 0x7FF),
+                                    rng.randint(0x800, 0xFFFF), rng.randint(0x10000, 0x10FFFF)])
+                    if not 0xD800 <= c <= 0xDFFF:
+                        cps.append(chr(c))
+                parts.append("".join(cps))
+        out.append("".join(parts))
+    return out
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -203,10 +234,14 @@ def main():
     ap.add_argument("--model", required=True, help="GGUF file")
     ap.add_argument("--corpus", default=os.path.join(here, "tokenizer_corpus.txt"))
     ap.add_argument("--cache", help="tokenizer.json cache of the reference (built if absent)")
+    ap.add_argument("--random", type=int, default=300, help="extra random texts (default 300)")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
 
     texts = read_corpus(a.corpus)
+    n_corpus = len(texts)
+    texts += random_texts(texts, a.random, a.seed)
     t0 = time.time()
     ref = Reference(a.model, a.cache)
     print(f"reference: {ref.how} ({time.time() - t0:.1f} s)")
@@ -266,7 +301,7 @@ def main():
 
     timing, n_ids, n_bytes = speed(a.dray, a.model, texts)
     print(f"speed: {n_bytes} bytes -> {n_ids} tokens; dray: {timing}")
-    print(f"corpus lines: {len(texts)}; checks: {checks}; matches: {matches}; "
+    print(f"corpus lines: {n_corpus} + {len(texts) - n_corpus} random; checks: {checks}; matches: {matches}; "
           f"known differences: {known}; failures: {fails}")
     return 1 if fails else 0
 
