@@ -176,6 +176,21 @@ static void vk_query(VkPhysicalDevice pd, struct vk_caps *c)
     c->dp4a = c->i8 && v13 && c->f13.shaderIntegerDotProduct;
 }
 
+/* PCI vendor ids (and Khronos ids for non-PCI vendors) to names. */
+static const char *vk_vendor_name(uint32_t id)
+{
+    switch (id) {
+    case 0x10de: return "NVIDIA";
+    case 0x1002: return "AMD";
+    case 0x8086: return "Intel";
+    case 0x13b5: return "ARM";
+    case 0x5143: return "Qualcomm";
+    case 0x106b: return "Apple";
+    case 0x10005: return "Mesa";
+    default: return "unknown vendor";
+    }
+}
+
 static void vk_fill_props(VkPhysicalDevice pd, const struct vk_caps *c,
                           struct dray_device_props *p)
 {
@@ -185,8 +200,8 @@ static void vk_fill_props(VkPhysicalDevice pd, const struct vk_caps *c,
 
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "%.127s", c->p.properties.deviceName);
-    snprintf(p->vendor, sizeof(p->vendor), "%.40s (vendor 0x%04x)", c->p12.driverName,
-             c->p.properties.vendorID);
+    snprintf(p->vendor, sizeof(p->vendor), "%s, driver %.40s",
+             vk_vendor_name(c->p.properties.vendorID), c->p12.driverName);
     vkGetPhysicalDeviceMemoryProperties(pd, &mp);
     for (uint32_t h = 0; h < mp.memoryHeapCount; h++)
         if (mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
