@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -248,9 +249,15 @@ static int parse_array(struct cursor *c, struct dray_gguf_kv *kv)
         return dray_fail(c->err, c->errlen, DRAY_ENOMEM, "%s: no memory for %" PRIu64
                          " strings of '%.*s'", c->name, kv->arr_n, (int)kv->key.len, kv->key.ptr);
     kv->strs = strs; /* owned; freed by gguf_free */
-    for (uint64_t i = 0; i < kv->arr_n; i++)
-        if ((rc = rd_str(c, &strs[i], "string array element")))
+    for (uint64_t i = 0; i < kv->arr_n; i++) {
+        if ((rc = rd_str(c, &strs[i], "string array element"))) {
+            size_t l = c->err ? strlen(c->err) : 0; /* say which array and element */
+            if (c->err && l + 1 < c->errlen)
+                snprintf(c->err + l, c->errlen - l, " (element %" PRIu64 " of '%.*s')", i,
+                         (int)kv->key.len, kv->key.ptr);
             return rc;
+        }
+    }
     return 0;
 }
 

@@ -232,7 +232,8 @@ static void test_gguf_rejects_string_past_eof(void **state)
     bb_str(&b, "one");
     bb_u64(&b, 50);
     bb_put(&b, "two", 3);
-    expect_reject(&b, DRAY_EFORMAT, "offset 60: string array element has length 50", NULL);
+    expect_reject(&b, DRAY_EFORMAT, "offset 60: string array element has length 50",
+                  "(element 1 of 'k')");
 }
 
 static void test_gguf_rejects_empty_and_duplicate_keys(void **state)
