@@ -382,6 +382,8 @@ void dray_vk_close(struct dray_ctx *ctx)
     if (!ctx)
         return;
     if (ctx->dev) {
+        dray_vk_log(DRAY_LOG_DEBUG, "descriptor set cache: %llu hits, %llu misses",
+                    (unsigned long long)ctx->dcache_hits, (unsigned long long)ctx->dcache_misses);
         vkDeviceWaitIdle(ctx->dev);
         dray_vk_mem_release(ctx);
         dray_vk_exec_release(ctx);

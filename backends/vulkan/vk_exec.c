@@ -5,7 +5,7 @@
  * The buffer is submitted, and its fence waited on, only when the host needs
  * results (download, synchronize, free) or a per-submit resource runs out
  * (descriptor sets, staging bytes). Pipelines are built on first use and kept;
- * descriptor sets come from a pool that is reset after each submit. */
+ * descriptor sets come from the cache in vk_dset.c. */
 #include <string.h>
 
 #include "vk_internal.h"
@@ -133,11 +133,14 @@ int dray_vk_exec_init(struct dray_ctx *ctx)
         rc = vk_make_layouts(ctx);
     if (!rc)
         rc = vk_make_staging(ctx);
+    if (!rc)
+        rc = dray_vk_dset_init(ctx);
     return rc;
 }
 
 void dray_vk_exec_release(struct dray_ctx *ctx)
 {
+    dray_vk_dset_release(ctx);
     for (int k = 0; k < VK_K_COUNT; k++)
         if (ctx->pipe[k])
             vkDestroyPipeline(ctx->dev, ctx->pipe[k], NULL);
@@ -254,6 +257,7 @@ int dray_vk_flush(struct dray_ctx *ctx)
     ctx->sets_used = 0;
     ctx->sused = 0;
     ctx->n_recorded = 0;
+    ctx->epoch++;
     return rc;
 }
 
@@ -315,7 +319,6 @@ int dray_vk_dispatch(struct dray_ctx *ctx, enum vk_kernel k, const struct vk_bin
                      uint32_t gz)
 {
     VkDescriptorBufferInfo di[VK_MAX_BIND];
-    VkWriteDescriptorSet w[VK_MAX_BIND];
     uint32_t push[VK_PUSH_BYTES / 4] = {0};
     VkDescriptorSet set;
     int rc;
@@ -332,13 +335,6 @@ int dray_vk_dispatch(struct dray_ctx *ctx, enum vk_kernel k, const struct vk_bin
         rc = vk_window(ctx, &binds[i], &di[i], &push[i]);
         if (rc)
             return rc;
-        w[i] = (VkWriteDescriptorSet){
-            .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-            .dstBinding = i,
-            .descriptorCount = 1,
-            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &di[i],
-        };
     }
     memcpy(push + VK_MAX_BIND, args, args_size);
     rc = vk_pipeline(ctx, k);
@@ -348,20 +344,9 @@ int dray_vk_dispatch(struct dray_ctx *ctx, enum vk_kernel k, const struct vk_bin
         rc = dray_vk_begin(ctx);
     if (rc)
         return rc;
-    VkDescriptorSetAllocateInfo ai = {
-        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-        .descriptorPool = ctx->dpool,
-        .descriptorSetCount = 1,
-        .pSetLayouts = &ctx->dsl[n_bind],
-    };
-    rc = dray_vk_check(ctx, vkAllocateDescriptorSets(ctx->dev, &ai, &set),
-                       "vkAllocateDescriptorSets");
+    rc = dray_vk_dset_get(ctx, n_bind, di, &set);
     if (rc)
         return rc;
-    ctx->sets_used++;
-    for (uint32_t i = 0; i < n_bind; i++)
-        w[i].dstSet = set;
-    vkUpdateDescriptorSets(ctx->dev, n_bind, w, 0, NULL);
     vkCmdBindPipeline(ctx->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, ctx->pipe[k]);
     vkCmdBindDescriptorSets(ctx->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, ctx->plo[n_bind], 0, 1, &set,
                             0, NULL);

@@ -14,6 +14,7 @@
 #define VK_PUSH_ARGS 96       /* bytes left for kernel args */
 #define VK_MAX_GROUPS 65535u  /* per grid dimension, the Vulkan minimum */
 #define VK_SETS_PER_POOL 512  /* descriptor sets per submit before a flush */
+#define VK_DSET_CACHE 1024   /* cached descriptor sets */
 #define VK_STAGING_BYTES (16u << 20)
 #define VK_CHUNK_BYTES (64u << 20) /* sub-allocation granule; bigger buffers get their own */
 #define VK_ROPE_SLOTS 8       /* cached frequency tables */
@@ -90,8 +91,12 @@ struct dray_ctx {
     bool recording;
     uint32_t n_recorded; /* commands since the last submit */
 
-    VkDescriptorPool dpool;
+    VkDescriptorPool dpool; /* per-submit sets, reset by dray_vk_flush */
     uint32_t sets_used;
+    VkDescriptorPool dcache_pool; /* cached sets (vk_dset.c) */
+    struct vk_dset *dcache;
+    uint64_t epoch; /* submits so far */
+    uint64_t dcache_hits, dcache_misses;
     VkDescriptorSetLayout dsl[VK_MAX_BIND + 1]; /* by binding count */
     VkPipelineLayout plo[VK_MAX_BIND + 1];
     VkPipeline pipe[VK_K_COUNT];
@@ -153,6 +158,13 @@ int dray_vk_dispatch(struct dray_ctx *ctx, enum vk_kernel k, const struct vk_bin
 uint32_t dray_vk_tok_chunk(struct dray_ctx *ctx, size_t stride_bytes, size_t row_bytes);
 bool dray_vk_overlap(struct dray_view a, size_t na, struct dray_view b, size_t nb);
 struct vk_bind dray_vk_bind(struct dray_view v, size_t first, size_t len, uint32_t esize);
+
+/* vk_dset.c */
+int dray_vk_dset_init(struct dray_ctx *ctx);
+void dray_vk_dset_release(struct dray_ctx *ctx);
+void dray_vk_dset_forget(struct dray_ctx *ctx, VkBuffer b);
+int dray_vk_dset_get(struct dray_ctx *ctx, uint32_t n, const VkDescriptorBufferInfo *di,
+                     VkDescriptorSet *out);
 
 /* vk_ops.c, vk_attn.c */
 int dray_vk_embed(struct dray_ctx *ctx, const struct dray_embed_args *a);

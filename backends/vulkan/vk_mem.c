@@ -195,6 +195,7 @@ void dray_vk_buf_free(struct dray_ctx *ctx, struct dray_buf *b)
         return;
     /* queued commands may still name b: let them finish first */
     dray_vk_flush(ctx);
+    dray_vk_dset_forget(ctx, b->buf);
     vkGetBufferMemoryRequirements(ctx->dev, b->buf, &req);
     vkDestroyBuffer(ctx->dev, b->buf, NULL);
     if (b->chunk) {

@@ -7,6 +7,7 @@
 #include "vk_internal.h"
 
 #define F32 4u
+#define VK_MATMUL_TT 4u /* tokens per group in matmul.comp (TT) */
 
 static uint32_t vk_div_up(uint64_t a, uint64_t b)
 {
@@ -370,7 +371,7 @@ static int vk_matmul_chunk(struct dray_ctx *ctx, const struct dray_matmul_args *
                                 (size_t)n * a->n_outlier * F32, F32)
                  : dray_vk_bind(dummy, 0, 4, 4)};
         rc = dray_vk_dispatch(ctx, dp4a ? VK_K_MATMUL_DP4A : VK_K_MATMUL_I8, b, 8, &mp, sizeof(mp),
-                              n, vk_div_up(c, 4), 1);
+                              n, vk_div_up(c, VK_MATMUL_TT), 1);
     }
     return rc;
 }
