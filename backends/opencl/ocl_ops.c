@@ -352,6 +352,11 @@ int dray_ocl_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a)
     DRAY_OCL_ARG(&k, p->n_kv_head);
     DRAY_OCL_ARG(&k, p->head_dim);
     DRAY_OCL_ARG(&k, p->n_slots);
+    if (i8) { /* one work-item per row, see kv.cl */
+        DRAY_OCL_ARG(&k, a->n_tok);
+        size_t g[2] = {(size_t)p->n_kv_head * 2, a->n_tok}, l[2] = {1, 1};
+        return dray_ocl_launch(ctx, "kv_store", &k, 2, g, l);
+    }
     size_t g[3] = {DRAY_OCL_WG, p->n_kv_head, a->n_tok}, l[3] = {DRAY_OCL_WG, 1, 1};
     return dray_ocl_launch(ctx, "kv_store", &k, 3, g, l);
 }

@@ -30,23 +30,3 @@ inline char dray_q8(float x, float scale)
         return 0;
     return (char)clamp(rint(x / scale), -127.0f, 127.0f);
 }
-
-/* Max of |x| over n floats, reduced over the work-group into *part (DRAY_WG floats
- * of local memory). Every work-item gets the result. */
-inline float dray_wg_absmax(__global const float *x, uint n, __local float *part)
-{
-    uint lid = get_local_id(0);
-    float m = 0.0f;
-    for (uint i = lid; i < n; i += DRAY_WG)
-        m = fmax(m, fabs(x[i]));
-    part[lid] = m;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint s = DRAY_WG / 2; s > 0; s >>= 1) {
-        if (lid < s)
-            part[lid] = fmax(part[lid], part[lid + s]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float r = part[0];
-    barrier(CLK_LOCAL_MEM_FENCE); /* part may be reused by the caller */
-    return r;
-}
