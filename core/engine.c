@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "chat.h"
 #include "dray/dray.h"
@@ -102,9 +103,17 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     if (!e)
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
     e->cfg = *cfg;
-    if (!e->cfg.model[0])
-        return free(e), dray_fail(err, errlen, DRAY_EINVAL,
-                                  "no model: pass -m FILE or set 'model' in the config");
+    if (!e->cfg.model[0]) {
+        const char *env = getenv("DRAY_MODEL");
+        snprintf(e->cfg.model, sizeof(e->cfg.model), "%s", env && env[0] ? env : DRAY_DEFAULT_MODEL);
+        if (access(e->cfg.model, R_OK)) {
+            dray_fail(err, errlen, DRAY_ENOTFOUND,
+                      "no model given and the default %s is not there: run ci/setup.sh, or pass "
+                      "-m FILE (or 'model:' in the config, or DRAY_MODEL)", e->cfg.model);
+            free(e);
+            return DRAY_ENOTFOUND;
+        }
+    }
     int rc = dray_registry_open(cfg->plugin_path[0] ? cfg->plugin_path : NULL, &e->reg, err, errlen);
     if (!rc)
         rc = dray_device_open_config(e->reg, cfg, &e->dev, err, errlen);

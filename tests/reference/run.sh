@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs a reference check (Python, in the project's .venv, against the real model).
+# Arguments: SCRIPT [ARGS...]; an argument @MODEL@ becomes the model's path.
 # Exit 77 (skip) with a reason when the venv or the model is not set up.
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 py="$root/.venv/bin/python"
@@ -7,4 +8,7 @@ model="${DRAY_MODEL:-$root/.models/gemma-3-270m-q4_k_m.gguf}"
 [ -x "$py" ] || { echo "skip: no .venv (run ci/setup.sh)"; exit 77; }
 [ -s "$model" ] || { echo "skip: no model at $model (run ci/setup.sh)"; exit 77; }
 script="$1"; shift
-exec "$py" "$root/tests/reference/$script" --model "$model" "$@"
+args=()
+for a in "$@"; do [ "$a" = "@MODEL@" ] && args+=("$model") || args+=("$a"); done
+export PYTHONUNBUFFERED=1
+exec "$py" "$root/tests/reference/$script" "${args[@]}"
