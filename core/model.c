@@ -43,16 +43,36 @@ int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct d
 /* Rows are converted in slabs so a 262144-row embedding never needs a full f32 copy. */
 #define SLAB_ROWS 2048u
 
+/* Zero the outlier columns of f32 rows [n][k], saving them into ow (row-major
+ * [n_out][n_outlier], rows row0..row0+n). */
+static void split_outliers(float *f32, uint64_t n, uint64_t k, const int32_t *outliers,
+                           uint32_t n_outlier, float *ow, uint64_t row0)
+{
+    for (uint64_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < n_outlier; j++) {
+            ow[(row0 + i) * n_outlier + j] = f32[i * k + (uint32_t)outliers[j]];
+            f32[i * k + (uint32_t)outliers[j]] = 0.0f;
+        }
+}
+
+struct prep {
+    float *f32;        /* [SLAB_ROWS][k] */
+    int8_t *q;         /* [SLAB_ROWS][k] (I8) */
+    float *sc;         /* [SLAB_ROWS] */
+    float *ow;         /* [n_out][n_outlier] or NULL */
+    const int32_t *outliers;
+    uint32_t n_outlier;
+};
+
 static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t dtype,
-                       struct dray_weight *w, uint32_t row0, float *f32, int8_t *q, float *sc,
-                       char *err, size_t errlen)
+                       struct dray_weight *w, uint32_t row0, struct prep *p, char *err, size_t errlen)
 {
     const struct dray_ops *ops = dev->ops;
     uint64_t k = t->ne[0], rows = t->ne[1];
     for (uint64_t r = 0; r < rows; r += SLAB_ROWS) {
         uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS;
         for (uint64_t i = 0; i < n; i++) {
-            int rc = dray_gguf_tensor_row_f32(t, r + i, f32 + i * k);
+            int rc = dray_gguf_tensor_row_f32(t, r + i, p->f32 + i * k);
             if (rc)
                 return dray_fail(err, errlen, rc, "tensor %s: type %s (%u) cannot be dequantized",
                                  t->name, dray_ggml_type_name(t->type) ? dray_ggml_type_name(t->type) : "unknown",
@@ -61,12 +81,14 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
         uint64_t row = row0 + r;
         int rc;
         if (dtype == DRAY_I8) {
-            dray_quantize_rows_i8(f32, n, k, q, sc);
-            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * k}, q, n * k);
+            if (p->n_outlier)
+                split_outliers(p->f32, n, k, p->outliers, p->n_outlier, p->ow, row);
+            dray_quantize_rows_i8(p->f32, n, k, p->q, p->sc);
+            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * k}, p->q, n * k);
             if (!rc)
-                rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * 4}, sc, n * 4);
+                rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * 4}, p->sc, n * 4);
         } else {
-            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * k * 4}, f32, n * k * 4);
+            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * k * 4}, p->f32, n * k * 4);
         }
         if (rc)
             return dray_fail(err, errlen, rc, "uploading %s: %s", t->name,
@@ -75,11 +97,28 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
     return 0;
 }
 
-int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
-                        uint32_t n_parts, uint32_t dtype, struct dray_weight *out, char *err,
+static int alloc_weight(struct dray_device *dev, struct dray_weight *w, const char *name, char *err,
                         size_t errlen)
 {
     const struct dray_ops *ops = dev->ops;
+    size_t bytes = (size_t)w->n_out * w->k * (w->dtype == DRAY_I8 ? 1 : 4);
+    int rc = ops->alloc(dev->ctx, bytes, &w->w);
+    if (!rc && w->dtype == DRAY_I8)
+        rc = ops->alloc(dev->ctx, (size_t)w->n_out * 4, &w->scale);
+    if (!rc && w->n_outlier)
+        rc = ops->alloc(dev->ctx, (size_t)w->n_outlier * 4, &w->outlier_idx);
+    if (!rc && w->n_outlier)
+        rc = ops->alloc(dev->ctx, (size_t)w->n_out * w->n_outlier * 4, &w->outlier_w);
+    if (rc)
+        return dray_fail(err, errlen, rc, "device memory for %s (%zu bytes): %s", name, bytes,
+                         ops->last_error(dev->ctx));
+    return 0;
+}
+
+int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
+                        uint32_t n_parts, uint32_t dtype, const int32_t *outliers,
+                        uint32_t n_outlier, struct dray_weight *out, char *err, size_t errlen)
+{
     uint64_t k = parts[0]->ne[0], n_out = 0;
     memset(out, 0, sizeof(*out));
     for (uint32_t i = 0; i < n_parts; i++) {
@@ -96,35 +135,67 @@ int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *
     out->n_out = (uint32_t)n_out;
     out->k = (uint32_t)k;
     out->dtype = dtype;
-    size_t esz = dtype == DRAY_I8 ? 1 : 4;
-    float *f32 = malloc(SLAB_ROWS * k * sizeof(float));
-    int8_t *q = dtype == DRAY_I8 ? malloc(SLAB_ROWS * k) : NULL;
-    float *sc = malloc(SLAB_ROWS * sizeof(float));
+    out->n_outlier = dtype == DRAY_I8 && outliers ? n_outlier : 0;
+    struct prep p = {
+        .f32 = malloc(SLAB_ROWS * k * sizeof(float)),
+        .q = dtype == DRAY_I8 ? malloc(SLAB_ROWS * k) : NULL,
+        .sc = malloc(SLAB_ROWS * sizeof(float)),
+        .ow = out->n_outlier ? malloc(n_out * out->n_outlier * sizeof(float)) : NULL,
+        .outliers = outliers,
+        .n_outlier = out->n_outlier,
+    };
     int rc = DRAY_ENOMEM;
-    if (!f32 || !sc || (dtype == DRAY_I8 && !q)) {
+    if (!p.f32 || !p.sc || (dtype == DRAY_I8 && !p.q) || (out->n_outlier && !p.ow)) {
         dray_fail(err, errlen, rc, "out of host memory preparing %s", parts[0]->name);
         goto out;
     }
-    rc = ops->alloc(dev->ctx, n_out * k * esz, &out->w);
-    if (!rc && dtype == DRAY_I8)
-        rc = ops->alloc(dev->ctx, n_out * 4, &out->scale);
-    if (rc) {
-        dray_fail(err, errlen, rc, "device memory for %s (%llu bytes): %s", parts[0]->name,
-                  (unsigned long long)(n_out * k * esz), ops->last_error(dev->ctx));
-        goto out;
-    }
+    for (uint32_t j = 0; j < out->n_outlier; j++)
+        if (outliers[j] < 0 || (uint64_t)outliers[j] >= k || (j && outliers[j] <= outliers[j - 1])) {
+            rc = dray_fail(err, errlen, DRAY_EINVAL, "%s: outlier channels must increase within 0..%llu",
+                           parts[0]->name, (unsigned long long)k - 1);
+            goto out;
+        }
+    rc = alloc_weight(dev, out, parts[0]->name, err, errlen);
     uint32_t row0 = 0;
     for (uint32_t i = 0; i < n_parts && !rc; i++) {
-        rc = upload_part(dev, parts[i], dtype, out, row0, f32, q, sc, err, errlen);
+        rc = upload_part(dev, parts[i], dtype, out, row0, &p, err, errlen);
         row0 += (uint32_t)parts[i]->ne[1];
     }
+    if (!rc && out->n_outlier) {
+        rc = dev->ops->upload(dev->ctx, (struct dray_view){out->outlier_idx, 0}, outliers, out->n_outlier * 4ull);
+        if (!rc)
+            rc = dev->ops->upload(dev->ctx, (struct dray_view){out->outlier_w, 0}, p.ow,
+                                  n_out * out->n_outlier * 4);
+        if (rc)
+            dray_fail(err, errlen, rc, "uploading outliers of %s: %s", parts[0]->name,
+                      dev->ops->last_error(dev->ctx));
+    }
 out:
-    free(f32);
-    free(q);
-    free(sc);
+    free(p.f32);
+    free(p.q);
+    free(p.sc);
+    free(p.ow);
     if (rc)
         dray_weight_release(dev, out);
     return rc;
+}
+
+void dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out)
+{
+    /* n is small (tens): repeated selection over a taken-mask is plenty */
+    uint8_t *taken = calloc(k, 1);
+    uint32_t m = 0;
+    for (; taken && m < n && m < k; m++) {
+        uint32_t best = UINT32_MAX;
+        for (uint32_t c = 0; c < k; c++)
+            if (!taken[c] && (best == UINT32_MAX || score[c] > score[best]))
+                best = c;
+        taken[best] = 1;
+    }
+    for (uint32_t c = 0, j = 0; taken && c < k; c++)
+        if (taken[c])
+            out[j++] = (int32_t)c;
+    free(taken);
 }
 
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w)
@@ -133,7 +204,12 @@ void dray_weight_release(struct dray_device *dev, struct dray_weight *w)
         dev->ops->free(dev->ctx, w->w);
     if (w->scale)
         dev->ops->free(dev->ctx, w->scale);
-    w->w = w->scale = NULL;
+    if (w->outlier_idx)
+        dev->ops->free(dev->ctx, w->outlier_idx);
+    if (w->outlier_w)
+        dev->ops->free(dev->ctx, w->outlier_w);
+    w->w = w->scale = w->outlier_idx = w->outlier_w = NULL;
+    w->n_outlier = 0;
 }
 
 int dray_vector_prepare(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t n,

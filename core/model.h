@@ -32,6 +32,7 @@ struct dray_model_info {
 
 struct dray_model_opts {
     enum dray_precision precision;
+    uint32_t outlier_channels; /* per matmul input, chosen by dray_arch.calibrate; 0 = off */
     uint32_t max_batch;        /* most tokens in one forward step (sizes the activations) */
     uint32_t max_logits;       /* most rows of logits in one step */
     bool progress;             /* print weight preparation progress to stderr */
@@ -58,6 +59,11 @@ struct dray_arch {
                    size_t errlen);
     void (*free)(struct dray_model *m);
     const struct dray_model_info *(*info)(const struct dray_model *m);
+    /* (optional) Run ids (one sequence, a fresh kv sequence) while recording the
+     * largest |activation| of every matmul input channel, then re-prepare the int8
+     * weights keeping the n_outlier loudest input channels of each matmul in f32. */
+    int (*calibrate)(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
+                     uint32_t n_outlier, char *err, size_t errlen);
 };
 
 /* Picks the architecture from the file; "architecture X is not supported
@@ -75,10 +81,18 @@ struct dray_weight {
     struct dray_buf *w;        /* I8 [n_out][k] or F32 [n_out][k] */
     struct dray_buf *scale;    /* F32 [n_out] (I8 only) */
     uint32_t n_out, k, dtype;  /* dtype: DRAY_I8 or DRAY_F32 */
+    /* Mixed precision (I8 only): input channels kept out of the int8 path, whose
+     * weight columns are zero in w and live in f32 here (backend.h, matmul). */
+    struct dray_buf *outlier_idx; /* I32 [n_outlier], increasing */
+    struct dray_buf *outlier_w;   /* F32 [n_out][n_outlier] */
+    uint32_t n_outlier;
 };
+/* outliers: n_outlier increasing input channels to keep in f32 (I8 only), or NULL. */
 int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
-                        uint32_t n_parts, uint32_t dtype, struct dray_weight *out, char *err,
-                        size_t errlen);
+                        uint32_t n_parts, uint32_t dtype, const int32_t *outliers,
+                        uint32_t n_outlier, struct dray_weight *out, char *err, size_t errlen);
+/* The n largest of score[0..k) as increasing channel indices (n <= k). */
+void dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out);
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w);
 /* A 1-D f32 tensor (norm weights) uploaded as F32. */
 int dray_vector_prepare(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t n,

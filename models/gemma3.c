@@ -68,6 +68,11 @@ struct dray_model {
     struct acts a;
     int32_t *meta_host;               /* [2][max_batch] staging for ids and positions */
     struct layer *layer;              /* [n_layer] */
+    struct dray_gguf *g;              /* the file, for re-preparing weights after calibration */
+    /* while calibrating: largest |x| per input channel of each layer matmul,
+     * [n_layer][MM_COUNT][calib_k], and a host copy of one matmul input */
+    float *calib, *calib_host;
+    uint32_t calib_k;
 };
 
 /* ------------------------------------------------------------ hyper-parameters */
@@ -159,7 +164,8 @@ static int load_vector(struct dray_model *m, struct dray_gguf *g, int il, const 
 /* Stack named weights of layer il along the output dimension into one matmul. */
 static int load_matrix(struct dray_model *m, struct dray_gguf *g, int il, const char *const *names,
                        const uint32_t *rows, uint32_t n, uint32_t k, struct dray_weight *w,
-                       uint32_t dtype, char *err, size_t errlen)
+                       uint32_t dtype, const int32_t *outliers, uint32_t n_outlier, char *err,
+                       size_t errlen)
 {
     const struct dray_gguf_tensor *parts[4];
     for (uint32_t i = 0; i < n; i++) {
@@ -170,11 +176,15 @@ static int load_matrix(struct dray_model *m, struct dray_gguf *g, int il, const 
         if (rc)
             return rc;
     }
-    return dray_weight_prepare(m->dev, parts, n, dtype, w, err, errlen);
+    return dray_weight_prepare(m->dev, parts, n, dtype, outliers, n_outlier, w, err, errlen);
 }
 
-static int load_layer(struct dray_model *m, struct dray_gguf *g, uint32_t il, uint32_t dtype,
-                      char *err, size_t errlen)
+/* The four matmuls of a layer, in the order calibration records their inputs. */
+enum { MM_QKV, MM_O, MM_GU, MM_DOWN, MM_COUNT };
+
+static int load_layer_matrix(struct dray_model *m, struct dray_gguf *g, uint32_t il, int which,
+                             uint32_t dtype, const int32_t *outliers, uint32_t n_outlier, char *err,
+                             size_t errlen)
 {
     const struct dray_model_info *in = &m->info;
     struct layer *L = &m->layer[il];
@@ -183,16 +193,37 @@ static int load_layer(struct dray_model *m, struct dray_gguf *g, uint32_t il, ui
     static const char *const o[] = {"attn_output"}, *const down[] = {"ffn_down"};
     const uint32_t qkv_rows[] = {m->q_dim, m->kv_dim, m->kv_dim};
     const uint32_t gu_rows[] = {in->n_ff, in->n_ff};
+    switch (which) {
+    case MM_QKV:
+        return load_matrix(m, g, (int)il, qkv, qkv_rows, 3, in->n_embd, &L->wqkv, dtype, outliers, n_outlier, err, errlen);
+    case MM_O:
+        return load_matrix(m, g, (int)il, o, &in->n_embd, 1, m->q_dim, &L->wo, dtype, outliers, n_outlier, err, errlen);
+    case MM_GU:
+        return load_matrix(m, g, (int)il, gate_up, gu_rows, 2, in->n_embd, &L->wgu, dtype, outliers, n_outlier, err, errlen);
+    default:
+        return load_matrix(m, g, (int)il, down, &in->n_embd, 1, in->n_ff, &L->wdown, dtype, outliers, n_outlier, err, errlen);
+    }
+}
+
+static struct dray_weight *layer_matrix(struct layer *L, int which)
+{
+    struct dray_weight *w[MM_COUNT] = {&L->wqkv, &L->wo, &L->wgu, &L->wdown};
+    return w[which];
+}
+
+static int load_layer(struct dray_model *m, struct dray_gguf *g, uint32_t il, uint32_t dtype,
+                      char *err, size_t errlen)
+{
+    const struct dray_model_info *in = &m->info;
+    struct layer *L = &m->layer[il];
     int rc = load_vector(m, g, (int)il, "attn_norm", in->n_embd, &L->attn_norm, err, errlen);
     if (!rc) rc = load_vector(m, g, (int)il, "attn_q_norm", in->head_dim, &L->q_norm, err, errlen);
     if (!rc) rc = load_vector(m, g, (int)il, "attn_k_norm", in->head_dim, &L->k_norm, err, errlen);
     if (!rc) rc = load_vector(m, g, (int)il, "post_attention_norm", in->n_embd, &L->post_attn_norm, err, errlen);
     if (!rc) rc = load_vector(m, g, (int)il, "ffn_norm", in->n_embd, &L->ffn_norm, err, errlen);
     if (!rc) rc = load_vector(m, g, (int)il, "post_ffw_norm", in->n_embd, &L->post_ffw_norm, err, errlen);
-    if (!rc) rc = load_matrix(m, g, (int)il, qkv, qkv_rows, 3, in->n_embd, &L->wqkv, dtype, err, errlen);
-    if (!rc) rc = load_matrix(m, g, (int)il, o, &in->n_embd, 1, m->q_dim, &L->wo, dtype, err, errlen);
-    if (!rc) rc = load_matrix(m, g, (int)il, gate_up, gu_rows, 2, in->n_embd, &L->wgu, dtype, err, errlen);
-    if (!rc) rc = load_matrix(m, g, (int)il, down, &in->n_embd, 1, in->n_ff, &L->wdown, dtype, err, errlen);
+    for (int w = 0; w < MM_COUNT && !rc; w++)
+        rc = load_layer_matrix(m, g, il, w, dtype, NULL, 0, err, errlen);
     return rc;
 }
 
@@ -250,7 +281,25 @@ static void gemma3_free(struct dray_model *m)
 
 static uint64_t weight_bytes(const struct dray_weight *w)
 {
-    return (uint64_t)w->n_out * w->k * (w->dtype == DRAY_I8 ? 1 : 4) + (w->scale ? w->n_out * 4ull : 0);
+    return (uint64_t)w->n_out * w->k * (w->dtype == DRAY_I8 ? 1 : 4) + (w->scale ? w->n_out * 4ull : 0) +
+           (uint64_t)w->n_outlier * (w->n_out + 1) * 4;
+}
+
+/* Parameter count and device bytes of the prepared weights. */
+static void account(struct dray_model *m)
+{
+    struct dray_model_info *in = &m->info;
+    in->weight_bytes = weight_bytes(&m->embd) + in->n_embd * 4ull;
+    in->n_params = (uint64_t)in->n_vocab * in->n_embd + in->n_embd;
+    for (uint32_t il = 0; il < in->n_layer; il++) {
+        for (int w = 0; w < MM_COUNT; w++) {
+            const struct dray_weight *mw = layer_matrix(&m->layer[il], w);
+            in->weight_bytes += weight_bytes(mw);
+            in->n_params += (uint64_t)mw->n_out * mw->k;
+        }
+        in->n_params += 4ull * in->n_embd + 2ull * in->head_dim;
+        in->weight_bytes += (4ull * in->n_embd + 2ull * in->head_dim) * 4;
+    }
 }
 
 static int gemma3_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
@@ -262,6 +311,7 @@ static int gemma3_load(struct dray_gguf *g, struct dray_device *dev, const struc
     if (!m)
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
     m->dev = dev;
+    m->g = g;
     m->info.arch = "gemma3";
     int rc = read_hparams(m, g, &rope_base, err, errlen);
     if (rc)
@@ -296,7 +346,9 @@ static int gemma3_load(struct dray_gguf *g, struct dray_device *dev, const struc
         rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
         goto fail;
     }
-    rc = dray_weight_prepare(dev, &te, 1, dtype, &m->embd, err, errlen);
+    /* the output head shares this table with the embedding gather, so it keeps
+     * all its channels in int8 (an outlier column would have to be zero here) */
+    rc = dray_weight_prepare(dev, &te, 1, dtype, NULL, 0, &m->embd, err, errlen);
     if (!rc)
         rc = load_vector(m, g, -1, "output_norm", in->n_embd, &m->output_norm, err, errlen);
     for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
@@ -313,18 +365,7 @@ static int gemma3_load(struct dray_gguf *g, struct dray_device *dev, const struc
         rc = alloc_acts(m, err, errlen);
     if (rc)
         goto fail;
-    in->weight_bytes = weight_bytes(&m->embd) + in->n_embd * 4ull;
-    in->n_params = (uint64_t)in->n_vocab * in->n_embd + in->n_embd;
-    for (uint32_t il = 0; il < in->n_layer; il++) {
-        struct layer *L = &m->layer[il];
-        const struct dray_weight *w[] = {&L->wqkv, &L->wo, &L->wgu, &L->wdown};
-        for (int i = 0; i < 4; i++) {
-            in->weight_bytes += weight_bytes(w[i]);
-            in->n_params += (uint64_t)w[i]->n_out * w[i]->k;
-        }
-        in->n_params += 4ull * in->n_embd + 2ull * in->head_dim;
-        in->weight_bytes += (4ull * in->n_embd + 2ull * in->head_dim) * 4;
-    }
+    account(m);
     *out = m;
     return 0;
 fail:
@@ -344,10 +385,28 @@ static int matmul(struct dray_model *m, struct dray_view x, uint32_t stride_x,
 {
     struct dray_matmul_args a = {
         .x = x, .w = {w->w, 0}, .wscale = {w->scale, 0}, .out = out,
+        .outlier_idx = {w->outlier_idx, 0}, .outlier_w = {w->outlier_w, 0}, .n_outlier = w->n_outlier,
         .n_tok = n_tok, .n_out = w->n_out, .k = w->k,
         .stride_x = stride_x, .stride_out = stride_out, .wdtype = w->dtype,
     };
     return m->dev->ops->matmul(m->dev->ctx, &a);
+}
+
+/* While calibrating, remember the largest |x| of every input channel of a layer
+ * matmul (x: [T] rows of stride floats, k used). Costs nothing otherwise. */
+static int observe(struct dray_model *m, uint32_t il, int which, struct dray_buf *x, uint32_t stride,
+                   uint32_t k, uint32_t T)
+{
+    if (!m->calib)
+        return 0;
+    int rc = m->dev->ops->download(m->dev->ctx, m->calib_host, (struct dray_view){x, 0}, (size_t)T * stride * 4);
+    float *amax = m->calib + ((size_t)il * MM_COUNT + (size_t)which) * m->calib_k;
+    for (uint32_t t = 0; !rc && t < T; t++)
+        for (uint32_t c = 0; c < k; c++) {
+            float a = fabsf(m->calib_host[(size_t)t * stride + c]);
+            amax[c] = a > amax[c] ? a : amax[c];
+        }
+    return rc;
 }
 
 static int rmsnorm(struct dray_model *m, struct dray_view x, uint32_t stride_x, struct dray_buf *w,
@@ -389,7 +448,8 @@ static int attention_block(struct dray_model *m, struct dray_kv *kv, uint32_t il
     /* h = rmsnorm(x, attn_norm); qkv = Wqkv h */
     if ((rc = rmsnorm(m, at(m->a.x, 0), in->n_embd, L->attn_norm, at(m->a.h, 0), in->n_embd, T, 1, in->n_embd)))
         return rc;
-    if ((rc = matmul(m, at(m->a.h, 0), in->n_embd, &L->wqkv, q, m->qkv_dim, T)))
+    if ((rc = observe(m, il, MM_QKV, m->a.h, in->n_embd, in->n_embd, T)) ||
+        (rc = matmul(m, at(m->a.h, 0), in->n_embd, &L->wqkv, q, m->qkv_dim, T)))
         return rc;
     /* per-head norms of q and k, in place */
     if ((rc = rmsnorm(m, q, m->qkv_dim, L->q_norm, q, m->qkv_dim, T, in->n_head, in->head_dim)))
@@ -415,7 +475,8 @@ static int attention_block(struct dray_model *m, struct dray_kv *kv, uint32_t il
     if ((rc = ops->attention(ctx, &at_args)))
         return rc;
     /* x = x + rmsnorm(Wo att, post_attention_norm) */
-    if ((rc = matmul(m, at(m->a.att, 0), m->q_dim, &L->wo, at(m->a.o, 0), in->n_embd, T)))
+    if ((rc = observe(m, il, MM_O, m->a.att, m->q_dim, m->q_dim, T)) ||
+        (rc = matmul(m, at(m->a.att, 0), m->q_dim, &L->wo, at(m->a.o, 0), in->n_embd, T)))
         return rc;
     if ((rc = rmsnorm(m, at(m->a.o, 0), in->n_embd, L->post_attn_norm, at(m->a.o, 0), in->n_embd, T, 1, in->n_embd)))
         return rc;
@@ -430,7 +491,8 @@ static int ffn_block(struct dray_model *m, uint32_t il, uint32_t T)
     /* h = rmsnorm(x, ffn_norm); gu = [Wgate; Wup] h */
     if ((rc = rmsnorm(m, at(m->a.x, 0), in->n_embd, L->ffn_norm, at(m->a.h, 0), in->n_embd, T, 1, in->n_embd)))
         return rc;
-    if ((rc = matmul(m, at(m->a.h, 0), in->n_embd, &L->wgu, at(m->a.gu, 0), 2 * in->n_ff, T)))
+    if ((rc = observe(m, il, MM_GU, m->a.h, in->n_embd, in->n_embd, T)) ||
+        (rc = matmul(m, at(m->a.h, 0), in->n_embd, &L->wgu, at(m->a.gu, 0), 2 * in->n_ff, T)))
         return rc;
     /* mid = gelu_tanh(gate) * up */
     struct dray_gated_act_args g = {
@@ -441,7 +503,8 @@ static int ffn_block(struct dray_model *m, uint32_t il, uint32_t T)
     if ((rc = m->dev->ops->gated_act(m->dev->ctx, &g)))
         return rc;
     /* x = x + rmsnorm(Wdown mid, post_ffw_norm) */
-    if ((rc = matmul(m, at(m->a.mid, 0), in->n_ff, &L->wdown, at(m->a.o, 0), in->n_embd, T)))
+    if ((rc = observe(m, il, MM_DOWN, m->a.mid, in->n_ff, in->n_ff, T)) ||
+        (rc = matmul(m, at(m->a.mid, 0), in->n_ff, &L->wdown, at(m->a.o, 0), in->n_embd, T)))
         return rc;
     if ((rc = rmsnorm(m, at(m->a.o, 0), in->n_embd, L->post_ffw_norm, at(m->a.o, 0), in->n_embd, T, 1, in->n_embd)))
         return rc;
@@ -511,6 +574,61 @@ static int gemma3_forward(struct dray_model *m, struct dray_kv *kv, const struct
     return 0;
 }
 
+/* Mixed precision without scheduling overhead: a few input channels of each
+ * matmul carry activations far larger than the rest (Gemma's norm weights and
+ * massive activations), and one of them sets the per-token int8 scale of all the
+ * others. Calibration finds those channels once, on a short text; the matmul op
+ * then keeps them in f32 inside the same kernel, so there is no second op. */
+static int gemma3_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
+                            uint32_t n_outlier, char *err, size_t errlen)
+{
+    const struct dray_model_info *in = &m->info;
+    if (n_outlier == 0 || m->layer[0].wqkv.dtype != DRAY_I8)
+        return 0;
+    if (n == 0 || n > m->max_batch)
+        return dray_fail(err, errlen, DRAY_EINVAL, "calibration: %u tokens (1..%u)", n, m->max_batch);
+    m->calib_k = in->n_embd > m->q_dim ? in->n_embd : m->q_dim;
+    m->calib_k = in->n_ff > m->calib_k ? in->n_ff : m->calib_k;
+    m->calib = calloc((size_t)in->n_layer * MM_COUNT * m->calib_k, sizeof(float));
+    m->calib_host = malloc((size_t)n * m->calib_k * sizeof(float));
+    int32_t *pos = malloc(n * sizeof(int32_t)), *pick = malloc(m->calib_k * sizeof(int32_t));
+    uint32_t seq = 0;
+    int rc = m->calib && m->calib_host && pos && pick ? dray_kv_seq_new(kv, &seq) : DRAY_ENOMEM;
+    if (rc) {
+        dray_fail(err, errlen, rc, "calibration: out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        pos[i] = (int32_t)i;
+    rc = dray_kv_step_begin(kv, 1, &seq, &n, err, errlen);
+    if (!rc) {
+        struct dray_batch b = {.n_tok = n, .ids = ids, .pos = pos};
+        rc = gemma3_forward(m, kv, &b, err, errlen);
+        if (rc)
+            dray_kv_step_abort(kv);
+        else
+            dray_kv_step_end(kv);
+    }
+    dray_kv_seq_free(kv, seq);
+    const uint32_t ks[MM_COUNT] = {in->n_embd, m->q_dim, in->n_embd, in->n_ff};
+    for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
+        for (int w = 0; !rc && w < MM_COUNT; w++) {
+            uint32_t k = ks[w], no = n_outlier < k / 8 ? n_outlier : k / 8;
+            dray_pick_outliers(m->calib + ((size_t)il * MM_COUNT + (size_t)w) * m->calib_k, k, no, pick);
+            dray_weight_release(m->dev, layer_matrix(&m->layer[il], w));
+            rc = load_layer_matrix(m, m->g, il, w, DRAY_I8, pick, no, err, errlen);
+        }
+    }
+    account(m);
+out:
+    free(m->calib);
+    free(m->calib_host);
+    m->calib = m->calib_host = NULL;
+    free(pos);
+    free(pick);
+    return rc;
+}
+
 static const struct dray_model_info *gemma3_info(const struct dray_model *m)
 {
     return &m->info;
@@ -522,4 +640,5 @@ const struct dray_arch dray_arch_gemma3 = {
     .forward = gemma3_forward,
     .free = gemma3_free,
     .info = gemma3_info,
+    .calibrate = gemma3_calibrate,
 };
