@@ -1,6 +1,6 @@
 #version 450
 // RMSNorm of one row (token t = group y, head h = group x) of n floats:
-// y = x / sqrt(mean(x^2) + eps) * w. Each of the 256 invocations sums a strided
+// y = x * (1 / sqrt(mean(x^2) + eps)) * w. Each of the 256 invocations sums a strided
 // share, then a tree reduction in shared memory (pairwise partial sums).
 // out may alias x exactly: every element is re-read by the invocation that writes it.
 layout(local_size_x = 256) in;
@@ -33,9 +33,10 @@ void main()
             red[lid] += red[lid + k];
         barrier();
     }
-    precise float r = sqrt(red[0] / float(pc.n) + pc.eps);
+    // same order as the CPU reference: inv = 1/sqrt(mean + eps), y = x * inv * w
+    precise float inv = 1.0 / sqrt(red[0] / float(pc.n) + pc.eps);
     for (uint i = lid; i < pc.n; i += 256u) {
-        precise float y = x[xb + i] / r * w[pc.boff[1] + i];
+        precise float y = x[xb + i] * inv * w[pc.boff[1] + i];
         o[ob + i] = y;
     }
 }
