@@ -96,8 +96,11 @@ static int calibrate(struct dray_engine *e, char *err, size_t errlen)
     int rc = dray_tokenize(e->tok, calibration_text, sizeof(calibration_text) - 1, true, true, &ids, &n);
     if (rc)
         return dray_fail(err, errlen, rc, "calibration text: %s", dray_strerror(rc));
+    /* one step is plenty: the loud channels show up within a few tokens */
     if (n > e->chunk)
-        n = e->chunk; /* a chunk is plenty: the loud channels show up within a few tokens */
+        n = e->chunk;
+    if (n > e->info.context)
+        n = e->info.context;
     rc = e->arch->calibrate(e->model, e->kv, ids, (uint32_t)n, n_outlier, err, errlen);
     free(ids);
     if (!rc)
