@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -487,6 +489,29 @@ static void test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes(void **
     assert_string_equal(vk.ops->last_error(vk.ctx), "");
 }
 
+/* Without a Vulkan driver the plugin lists no device (and does not fail). Run in
+ * a child so that the loader's view of the ICDs in this process is untouched. */
+static void test_vulkan_without_driver_counts_zero_devices(void **state)
+{
+    (void)state;
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("VK_ICD_FILENAMES", "/nonexistent/icd.json", 1);
+        setenv("VK_DRIVER_FILES", "/nonexistent/icd.json", 1);
+        uint32_t n = 99;
+        int rc = vk.ops->device_count(&n);
+        struct dray_device_props p;
+        int rp = vk.ops->device_props(0, &p);
+        _exit(rc == 0 && n == 0 && rp == DRAY_ENODEV ? 0 : 1);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     char why[600];
@@ -516,6 +541,7 @@ int main(void)
         cmocka_unit_test(test_vulkan_table_larger_than_a_binding_embeds_and_multiplies),
         cmocka_unit_test(test_vulkan_copy_overlapping_and_fill),
         cmocka_unit_test(test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes),
+        cmocka_unit_test(test_vulkan_without_driver_counts_zero_devices),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     vk.ops->close(vk.ctx);

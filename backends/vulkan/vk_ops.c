@@ -302,9 +302,8 @@ static int vk_matmul_check(struct dray_ctx *ctx, const struct dray_matmul_args *
                             a->wdtype);
     if (i8 && !ctx->has_i8)
         return dray_vk_fail(ctx, DRAY_ENOTSUP, "matmul: device lacks 8-bit storage");
-    if (a->k == 0 || a->k > 65536 || a->n_out == 0)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "matmul: k = %u (1..65536), n_out = %u", a->k,
-                            a->n_out);
+    if (a->k == 0 || a->k > 65536)
+        return dray_vk_fail(ctx, DRAY_EINVAL, "matmul: k = %u (want 1..65536)", a->k);
     if (a->stride_x < a->k || a->stride_out < a->n_out)
         return dray_vk_fail(ctx, DRAY_EINVAL, "matmul: stride_x %u < k or stride_out %u < n_out",
                             a->stride_x, a->stride_out);
@@ -412,7 +411,7 @@ static int vk_matmul_f32(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 int dray_vk_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
     int rc = vk_matmul_check(ctx, a);
-    if (rc || a->n_tok == 0)
+    if (rc || a->n_tok == 0 || a->n_out == 0)
         return rc;
     if (a->wdtype == DRAY_F32)
         return vk_matmul_f32(ctx, a);
