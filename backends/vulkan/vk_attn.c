@@ -1,7 +1,6 @@
 /* Host side of the paged KV store and paged attention (kernels in
  * kernels/vulkan/kv_store.comp and attention.comp). The whole K or V pool is
  * one binding, so a pool must fit maxStorageBufferRange (else DRAY_ENOTSUP). */
-#include <string.h>
 
 #include "vk_internal.h"
 

@@ -338,7 +338,7 @@ int dray_vk_dispatch(struct dray_ctx *ctx, enum vk_kernel k, const struct vk_bin
     }
     memcpy(push + VK_MAX_BIND, args, args_size);
     rc = vk_pipeline(ctx, k);
-    if (!rc && ctx->sets_used >= VK_SETS_PER_POOL)
+    if (!rc && (ctx->sets_used >= VK_SETS_PER_POOL || ctx->n_recorded >= VK_MAX_RECORDED))
         rc = dray_vk_flush(ctx);
     if (!rc)
         rc = dray_vk_begin(ctx);

@@ -14,6 +14,7 @@
 #define VK_PUSH_ARGS 96       /* bytes left for kernel args */
 #define VK_MAX_GROUPS 65535u  /* per grid dimension, the Vulkan minimum */
 #define VK_SETS_PER_POOL 512  /* descriptor sets per submit before a flush */
+#define VK_MAX_RECORDED 4096  /* commands per submit: bounds an unsynchronized queue */
 #define VK_DSET_CACHE 1024   /* cached descriptor sets */
 #define VK_STAGING_BYTES (16u << 20)
 #define VK_CHUNK_BYTES (64u << 20) /* sub-allocation granule; bigger buffers get their own */
