@@ -8,6 +8,7 @@
 
 #define F32 4u
 #define VK_MATMUL_TT 4u /* tokens per group in matmul.comp (TT) */
+#define VK_MATMUL_RG 4u /* output rows per group in matmul.comp (RG) */
 
 static uint32_t vk_div_up(uint64_t a, uint64_t b)
 {
@@ -352,10 +353,11 @@ static int vk_matmul_chunk(struct dray_ctx *ctx, const struct dray_matmul_args *
     uint32_t nr = (uint32_t)((ctx->max_range - ctx->off_align) / a->k);
     nr = nr < VK_MAX_GROUPS ? nr : VK_MAX_GROUPS;
     struct {
-        uint32_t k, kq, n_tok, stride_o, stride_x, n_outlier, accumulate;
-    } mp = {a->k, kq, c, a->stride_out, a->stride_x, a->n_outlier, a->accumulate};
+        uint32_t k, kq, n_tok, stride_o, stride_x, n_outlier, accumulate, n_rows;
+    } mp = {a->k, kq, c, a->stride_out, a->stride_x, a->n_outlier, a->accumulate, 0};
     for (uint32_t r = 0; !rc && r < a->n_out; r += nr) {
         uint32_t n = a->n_out - r < nr ? a->n_out - r : nr;
+        mp.n_rows = n;
         struct vk_bind b[8] = {
             dray_vk_bind(scr, 0, qbytes, esz),
             dray_vk_bind(sxv, 0, (size_t)c * F32, F32),
@@ -370,7 +372,7 @@ static int vk_matmul_chunk(struct dray_ctx *ctx, const struct dray_matmul_args *
                                 (size_t)n * a->n_outlier * F32, F32)
                  : dray_vk_bind(dummy, 0, 4, 4)};
         rc = dray_vk_dispatch(ctx, dp4a ? VK_K_MATMUL_DP4A : VK_K_MATMUL_I8, b, 8, &mp, sizeof(mp),
-                              n, vk_div_up(c, VK_MATMUL_TT), 1);
+                              vk_div_up(n, VK_MATMUL_RG), vk_div_up(c, VK_MATMUL_TT), 1);
     }
     return rc;
 }
