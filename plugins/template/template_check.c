@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "template.h"
 
@@ -102,6 +103,8 @@ uint16_t dray_tpl_f32_to_f16(float f)
     float a = fabsf(f);
     if (isnan(f))
         return sign | 0x7e00u;
+    if (isinf(f))
+        return sign | 0x7c00u;
     if (a == 0.0f)
         return sign;
     int e2;
@@ -119,12 +122,17 @@ uint16_t dray_tpl_f32_to_f16(float f)
 
 float dray_tpl_f16_to_f32(uint16_t h)
 {
-    float sign = (h & 0x8000u) ? -1.0f : 1.0f;
-    int exp = (h >> 10) & 0x1f;
-    int man = h & 0x3ff;
-    if (exp == 0x1f)
-        return man ? NAN : sign * INFINITY;
-    if (exp == 0)
-        return sign * ldexpf((float)man, -24);
-    return sign * ldexpf((float)(man + 1024), exp - 25);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t bits;
+    float f;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in f32 */
+        f = (float)man * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    if (exp == 0x1f) /* infinity or NaN (payload kept) */
+        bits = sign | 0x7f800000u | man << 13;
+    else /* normal: rebias the exponent from 15 to 127, widen the mantissa */
+        bits = sign | (exp + 112u) << 23 | man << 13;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
 }
