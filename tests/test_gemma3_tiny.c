@@ -180,12 +180,15 @@ static const char *write_model(const struct tiny_gemma *t, const char *name)
     return path;
 }
 
+static const char *backend = "cpu";
+
 static struct dray_engine *open_engine(const char *path, const char *precision, const char *kv,
                                        uint32_t context, char *err, size_t errlen, int *rc)
 {
     struct dray_config c;
     struct dray_engine *e = NULL;
     dray_config_defaults(&c);
+    snprintf(c.backend, sizeof(c.backend), "%s", backend);
     snprintf(c.model, sizeof(c.model), "%s", path);
     assert_int_equal(dray_config_set(&c, "precision", precision, err, errlen), 0);
     assert_int_equal(dray_config_set(&c, "kv_dtype", kv, err, errlen), 0);
@@ -479,6 +482,55 @@ static void test_engine_refuses_prompt_longer_than_context(void **state)
     dray_engine_close(e);
 }
 
+/* Every other plugin that has a device here runs the same model to the same
+ * logits as the CPU plugin (int8 weights, int8 KV: integer sums are exact, the f32
+ * scale products and softmax sums may round differently). */
+static void test_gemma3_same_logits_on_every_plugin(void **state)
+{
+    (void)state;
+    static const char *const plugins[] = {"opencl", "vulkan", "cuda", "hip"};
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    const char *path = write_model(&t, "tiny_plugins.gguf");
+    char err[1024];
+    int rc;
+    const uint32_t n = 24;
+    int32_t *ids = prompt(n);
+    backend = "cpu";
+    struct dray_engine *e = open_engine(path, "int8", "int8", 64, err, sizeof(err), &rc);
+    if (rc)
+        fail_msg("engine: %s", err);
+    float *want = dray_logits(e, ids, n);
+    dray_engine_close(e);
+    int ran = 0;
+    for (size_t i = 0; i < sizeof(plugins) / sizeof(plugins[0]); i++) {
+        backend = plugins[i];
+        e = open_engine(path, "int8", "int8", 64, err, sizeof(err), &rc);
+        if (!e) {
+            printf("# %s: not run here: %s\n", plugins[i], err);
+            continue;
+        }
+        float *got = dray_logits(e, ids, n);
+        double d = 0, m = 0;
+        for (size_t j = 0; j < (size_t)n * TINY_GEMMA_VOCAB; j++) {
+            d = fmax(d, fabs(got[j] - want[j]));
+            m = fmax(m, fabs(want[j]));
+        }
+        printf("# %s: max |dlogit| %.2e of max |logit| %.2f over %u positions\n", plugins[i], d, m, n);
+        assert_true(d <= 1e-2 * m);
+        for (uint32_t p = 0; p < n; p++)
+            assert_int_equal(argmax_f(got + p * TINY_GEMMA_VOCAB, TINY_GEMMA_VOCAB),
+                             argmax_f(want + p * TINY_GEMMA_VOCAB, TINY_GEMMA_VOCAB));
+        free(got);
+        dray_engine_close(e);
+        ran++;
+    }
+    backend = "cpu";
+    printf("# %d other plugin(s) compared\n", ran);
+    free(want);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_gemma3_rejects_other_architecture),
         cmocka_unit_test(test_gemma3_names_the_missing_tensor),
         cmocka_unit_test(test_engine_refuses_prompt_longer_than_context),
+        cmocka_unit_test(test_gemma3_same_logits_on_every_plugin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
