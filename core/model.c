@@ -180,6 +180,44 @@ out:
     return rc;
 }
 
+int dray_weight_set_outliers(struct dray_device *dev, const struct dray_gguf_tensor *t,
+                             const int32_t *outliers, uint32_t n_outlier, struct dray_weight *w,
+                             char *err, size_t errlen)
+{
+    const struct dray_ops *ops = dev->ops;
+    uint64_t k = t->ne[0], rows = t->ne[1];
+    if (w->dtype != DRAY_I8 || w->n_outlier || rows != w->n_out || k != w->k || !n_outlier || n_outlier > k)
+        return dray_fail(err, errlen, DRAY_EINVAL, "%s: cannot add %u outlier channels here", t->name, n_outlier);
+    float *row = malloc(k * sizeof(float)), *ow = malloc(rows * n_outlier * sizeof(float));
+    int rc = row && ow ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
+    for (uint64_t r = 0; !rc && r < rows; r++) {
+        rc = dray_gguf_tensor_row_f32(t, r, row);
+        for (uint32_t j = 0; !rc && j < n_outlier; j++)
+            ow[r * n_outlier + j] = row[(uint32_t)outliers[j]];
+    }
+    w->n_outlier = n_outlier;
+    if (!rc)
+        rc = ops->alloc(dev->ctx, (size_t)n_outlier * 4, &w->outlier_idx);
+    if (!rc)
+        rc = ops->alloc(dev->ctx, rows * n_outlier * 4, &w->outlier_w);
+    if (!rc)
+        rc = ops->upload(dev->ctx, (struct dray_view){w->outlier_idx, 0}, outliers, (size_t)n_outlier * 4);
+    if (!rc)
+        rc = ops->upload(dev->ctx, (struct dray_view){w->outlier_w, 0}, ow, rows * n_outlier * 4);
+    if (rc) {
+        dray_fail(err, errlen, rc, "outlier channels of %s: %s", t->name, ops->last_error(dev->ctx));
+        if (w->outlier_idx)
+            ops->free(dev->ctx, w->outlier_idx);
+        if (w->outlier_w)
+            ops->free(dev->ctx, w->outlier_w);
+        w->outlier_idx = w->outlier_w = NULL;
+        w->n_outlier = 0;
+    }
+    free(row);
+    free(ow);
+    return rc;
+}
+
 void dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out)
 {
     /* n is small (tens): repeated selection over a taken-mask is plenty */

@@ -91,6 +91,12 @@ struct dray_weight {
 int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
                         uint32_t n_parts, uint32_t dtype, const int32_t *outliers,
                         uint32_t n_outlier, struct dray_weight *out, char *err, size_t errlen);
+/* Give an already prepared int8 weight (one tensor) outlier channels without
+ * touching its int8 table: the int8 path ignores w at outlier channels, so a table
+ * shared with the embedding gather keeps its values. */
+int dray_weight_set_outliers(struct dray_device *dev, const struct dray_gguf_tensor *t,
+                             const int32_t *outliers, uint32_t n_outlier, struct dray_weight *w,
+                             char *err, size_t errlen);
 /* The n largest of score[0..k) as increasing channel indices (n <= k). */
 void dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out);
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w);

@@ -346,8 +346,8 @@ static int gemma3_load(struct dray_gguf *g, struct dray_device *dev, const struc
         rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
         goto fail;
     }
-    /* the output head shares this table with the embedding gather, so it keeps
-     * all its channels in int8 (an outlier column would have to be zero here) */
+    /* the output head shares this table with the embedding gather: calibration
+     * gives it outlier channels without changing the table (dray_weight_set_outliers) */
     rc = dray_weight_prepare(dev, &te, 1, dtype, NULL, 0, &m->embd, err, errlen);
     if (!rc)
         rc = load_vector(m, g, -1, "output_norm", in->n_embd, &m->output_norm, err, errlen);
@@ -526,6 +526,8 @@ static int output_logits(struct dray_model *m, const struct dray_batch *b)
         if (!rc)
             rc = rmsnorm(m, at(m->a.xl, 0), in->n_embd, m->output_norm, at(m->a.xl, 0), in->n_embd, n, 1, in->n_embd);
         if (!rc)
+            rc = observe(m, in->n_layer, 0, m->a.xl, in->n_embd, in->n_embd, n); /* the head's slot */
+        if (!rc)
             rc = matmul(m, at(m->a.xl, 0), in->n_embd, &m->embd, at(m->a.logits, 0), in->n_vocab, n);
         if (!rc)
             rc = ops->download(ctx, b->logits + (size_t)r0 * in->n_vocab, at(m->a.logits, 0),
@@ -589,11 +591,15 @@ static int gemma3_calibrate(struct dray_model *m, struct dray_kv *kv, const int3
         return dray_fail(err, errlen, DRAY_EINVAL, "calibration: %u tokens (1..%u)", n, m->max_batch);
     m->calib_k = in->n_embd > m->q_dim ? in->n_embd : m->q_dim;
     m->calib_k = in->n_ff > m->calib_k ? in->n_ff : m->calib_k;
-    m->calib = calloc((size_t)in->n_layer * MM_COUNT * m->calib_k, sizeof(float));
+    /* slots: [n_layer][MM_COUNT] layer matmuls, then one for the output head */
+    m->calib = calloc(((size_t)in->n_layer * MM_COUNT + 1) * m->calib_k, sizeof(float));
     m->calib_host = malloc((size_t)n * m->calib_k * sizeof(float));
     int32_t *pos = malloc(n * sizeof(int32_t)), *pick = malloc(m->calib_k * sizeof(int32_t));
+    /* the head sees the last rows only: their logits are computed and dropped */
+    uint32_t n_head_rows = n < 16 ? n : 16, rows[16];
+    float *logits = malloc((size_t)n_head_rows * in->n_vocab * sizeof(float));
     uint32_t seq = 0;
-    int rc = m->calib && m->calib_host && pos && pick ? dray_kv_seq_new(kv, &seq) : DRAY_ENOMEM;
+    int rc = m->calib && m->calib_host && pos && pick && logits ? dray_kv_seq_new(kv, &seq) : DRAY_ENOMEM;
     if (rc) {
         dray_fail(err, errlen, rc, "calibration: out of memory");
         goto out;
@@ -602,7 +608,10 @@ static int gemma3_calibrate(struct dray_model *m, struct dray_kv *kv, const int3
         pos[i] = (int32_t)i;
     rc = dray_kv_step_begin(kv, 1, &seq, &n, err, errlen);
     if (!rc) {
-        struct dray_batch b = {.n_tok = n, .ids = ids, .pos = pos};
+        for (uint32_t i = 0; i < n_head_rows; i++)
+            rows[i] = n - n_head_rows + i;
+        struct dray_batch b = {.n_tok = n, .ids = ids, .pos = pos, .n_logits = n_head_rows,
+                               .logit_rows = rows, .logits = logits};
         rc = gemma3_forward(m, kv, &b, err, errlen);
         if (rc)
             dray_kv_step_abort(kv);
@@ -619,8 +628,15 @@ static int gemma3_calibrate(struct dray_model *m, struct dray_kv *kv, const int3
             rc = load_layer_matrix(m, m->g, il, w, DRAY_I8, pick, no, err, errlen);
         }
     }
+    if (!rc) {
+        const struct dray_gguf_tensor *te = dray_gguf_find_tensor(m->g, "token_embd.weight");
+        uint32_t no = n_outlier < in->n_embd / 8 ? n_outlier : in->n_embd / 8;
+        dray_pick_outliers(m->calib + (size_t)in->n_layer * MM_COUNT * m->calib_k, in->n_embd, no, pick);
+        rc = te ? dray_weight_set_outliers(m->dev, te, pick, no, &m->embd, err, errlen) : DRAY_ENOTFOUND;
+    }
     account(m);
 out:
+    free(logits);
     free(m->calib);
     free(m->calib_host);
     m->calib = m->calib_host = NULL;

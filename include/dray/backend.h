@@ -186,8 +186,9 @@ struct dray_rmsnorm_args {
  *   Then out = (sum_k q[t][k]*w[o][k]) * sx[t] * wscale[o] with an exact int32 sum.
  * Outlier channels (n_outlier > 0, else ignored): outlier_idx I32 [n_outlier],
  *   strictly increasing input channels; outlier_w F32 [n_out][n_outlier]. Those
- *   channels take no part in the int8 path (w must hold 0 there and they are
- *   excluded from sx) and are added in f32:
+ *   channels take no part in the int8 path (they are excluded from sx and get
+ *   q = 0, so whatever w holds there is ignored: a table shared with the embedding
+ *   keeps its values) and are added in f32:
  *   out[t][o] += sum_j x[t][idx[j]] * outlier_w[o][j].
  * If accumulate is 1, the result is added to out instead of overwriting it.
  * out must not overlap x. k <= 65536 so the int32 sum cannot overflow.

@@ -173,6 +173,9 @@ def forward(m, ids, all_logits=True):
             base, fs, window = m.base_global, m.freq_scale_global, 0
         q = rope_neox(q, pos, m.n_rot, base, fs) * m.q_scale
         k = rope_neox(k, pos, m.n_rot, base, fs)
+        if getattr(m, "kv_f16", False):  # K/V as an f16 cache stores them (llama.cpp's default)
+            k = k.astype(np.float16).astype(np.float32)
+            v = v.astype(np.float16).astype(np.float32)
         a = attention(q, k, v, window).reshape(T, m.n_head * m.v_dim)
         o = rmsnorm(a @ L["attn_output"].T, L["post_attention_norm"], m.eps)
         x = x + o
