@@ -150,24 +150,24 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
             return DRAY_ENOTFOUND;
         }
     }
-    int rc = dray_registry_open(cfg->plugin_path[0] ? cfg->plugin_path : NULL, &e->reg, err, errlen);
+    int rc = dray_registry_open(e->cfg.plugin_path[0] ? e->cfg.plugin_path : NULL, &e->reg, err, errlen);
     if (!rc)
         rc = dray_device_open_config(e->reg, cfg, &e->dev, err, errlen);
     e->dev_open = rc == 0;
     if (!rc)
-        rc = dray_gguf_open(cfg->model, &e->gguf, err, errlen);
+        rc = dray_gguf_open(e->cfg.model, &e->gguf, err, errlen);
     if (!rc)
         rc = dray_tokenizer_load(e->gguf, &e->tok, err, errlen);
     if (rc)
         goto fail;
     e->chat_template = dray_chat_template_for(e->gguf);
-    e->chunk = cfg->chunk ? cfg->chunk : 512;
-    struct dray_model_opts mo = {.precision = cfg->precision, .max_batch = e->chunk, .progress = true};
+    e->chunk = e->cfg.chunk ? e->cfg.chunk : 512;
+    struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true};
     rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
     if (rc)
         goto fail;
     fill_info(e);
-    e->info.context = cfg->context ? cfg->context : e->info.n_ctx_train;
+    e->info.context = e->cfg.context ? e->cfg.context : e->info.n_ctx_train;
     if (e->info.context > e->info.n_ctx_train)
         dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
                   e->info.n_ctx_train);
