@@ -218,22 +218,24 @@ int dray_weight_set_outliers(struct dray_device *dev, const struct dray_gguf_ten
     return rc;
 }
 
-void dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out)
+int dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out)
 {
     /* n is small (tens): repeated selection over a taken-mask is plenty */
     uint8_t *taken = calloc(k, 1);
-    uint32_t m = 0;
-    for (; taken && m < n && m < k; m++) {
+    if (!taken)
+        return DRAY_ENOMEM;
+    for (uint32_t m = 0; m < n && m < k; m++) {
         uint32_t best = UINT32_MAX;
         for (uint32_t c = 0; c < k; c++)
             if (!taken[c] && (best == UINT32_MAX || score[c] > score[best]))
                 best = c;
         taken[best] = 1;
     }
-    for (uint32_t c = 0, j = 0; taken && c < k; c++)
+    for (uint32_t c = 0, j = 0; c < k; c++)
         if (taken[c])
             out[j++] = (int32_t)c;
     free(taken);
+    return 0;
 }
 
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w)

@@ -97,8 +97,8 @@ int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *
 int dray_weight_set_outliers(struct dray_device *dev, const struct dray_gguf_tensor *t,
                              const int32_t *outliers, uint32_t n_outlier, struct dray_weight *w,
                              char *err, size_t errlen);
-/* The n largest of score[0..k) as increasing channel indices (n <= k). */
-void dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out);
+/* The n largest of score[0..k) as increasing channel indices (n <= k); 0 or DRAY_ENOMEM. */
+int dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out);
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w);
 /* A 1-D f32 tensor (norm weights) uploaded as F32. */
 int dray_vector_prepare(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t n,

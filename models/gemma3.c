@@ -623,7 +623,11 @@ static int gemma3_calibrate(struct dray_model *m, struct dray_kv *kv, const int3
     for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
         for (int w = 0; !rc && w < MM_COUNT; w++) {
             uint32_t k = ks[w], no = n_outlier < k / 8 ? n_outlier : k / 8;
-            dray_pick_outliers(m->calib + ((size_t)il * MM_COUNT + (size_t)w) * m->calib_k, k, no, pick);
+            rc = dray_pick_outliers(m->calib + ((size_t)il * MM_COUNT + (size_t)w) * m->calib_k, k, no, pick);
+            if (rc) {
+                dray_fail(err, errlen, rc, "calibration: out of memory");
+                break;
+            }
             dray_weight_release(m->dev, layer_matrix(&m->layer[il], w));
             rc = load_layer_matrix(m, m->g, il, w, DRAY_I8, pick, no, err, errlen);
         }
@@ -631,8 +635,9 @@ static int gemma3_calibrate(struct dray_model *m, struct dray_kv *kv, const int3
     if (!rc) {
         const struct dray_gguf_tensor *te = dray_gguf_find_tensor(m->g, "token_embd.weight");
         uint32_t no = n_outlier < in->n_embd / 8 ? n_outlier : in->n_embd / 8;
-        dray_pick_outliers(m->calib + (size_t)in->n_layer * MM_COUNT * m->calib_k, in->n_embd, no, pick);
-        rc = te ? dray_weight_set_outliers(m->dev, te, pick, no, &m->embd, err, errlen) : DRAY_ENOTFOUND;
+        rc = dray_pick_outliers(m->calib + (size_t)in->n_layer * MM_COUNT * m->calib_k, in->n_embd, no, pick);
+        if (!rc)
+            rc = te ? dray_weight_set_outliers(m->dev, te, pick, no, &m->embd, err, errlen) : DRAY_ENOTFOUND;
     }
     account(m);
 out:
