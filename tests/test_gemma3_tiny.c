@@ -182,6 +182,8 @@ static const char *write_model(const struct tiny_gemma *t, const char *name)
 
 static const char *backend = "cpu";
 
+static uint32_t outliers = 16; /* the config default */
+
 static struct dray_engine *open_engine(const char *path, const char *precision, const char *kv,
                                        uint32_t context, char *err, size_t errlen, int *rc)
 {
@@ -193,6 +195,7 @@ static struct dray_engine *open_engine(const char *path, const char *precision, 
     assert_int_equal(dray_config_set(&c, "precision", precision, err, errlen), 0);
     assert_int_equal(dray_config_set(&c, "kv_dtype", kv, err, errlen), 0);
     c.context = context;
+    c.outlier_channels = outliers;
     c.max_seqs = 4;
     c.chunk = 16; /* several prefill steps per prompt */
     c.kv_block = 4;
@@ -482,6 +485,51 @@ static void test_engine_refuses_prompt_longer_than_context(void **state)
     dray_engine_close(e);
 }
 
+static double rel_error(const float *got, const double *want, uint32_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < (size_t)n * TINY_GEMMA_VOCAB; i++) {
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    return sqrt(num / den);
+}
+
+/* Three input channels 100x louder than the rest set every token's int8 scale;
+ * calibration finds them and the matmul keeps them in f32, which must bring the
+ * int8 path much closer to the exact model. */
+static void test_gemma3_outlier_channels_rescue_int8(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    t.loud = 100.0f;
+    const char *path = write_model(&t, "tiny_loud.gguf");
+    char err[1024];
+    int rc;
+    const uint32_t n = 24;
+    int32_t *ids = prompt(n);
+    struct ref r = {.t = t};
+    assert_int_equal(dray_gguf_open(path, &r.g, err, sizeof(err)), 0);
+    double *want = ref_forward(&r, ids, n), e[2];
+    for (int i = 0; i < 2; i++) {
+        outliers = i ? 4 : 0;
+        struct dray_engine *eng = open_engine(path, "int8", "f16", 64, err, sizeof(err), &rc);
+        if (rc)
+            fail_msg("engine: %s", err);
+        float *got = dray_logits(eng, ids, n);
+        e[i] = rel_error(got, want, n);
+        free(got);
+        dray_engine_close(eng);
+    }
+    outliers = 16;
+    printf("# relative logit error: %.4f without outlier channels, %.4f with 4\n", e[0], e[1]);
+    assert_true(e[1] < 0.5 * e[0]);
+    dray_gguf_close(r.g);
+    free(want);
+    free(ids);
+}
+
 /* Every other plugin that has a device here runs the same model to the same
  * logits as the CPU plugin (int8 weights, int8 KV: integer sums are exact, the f32
  * scale products and softmax sums may round differently). */
@@ -542,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_gemma3_rejects_other_architecture),
         cmocka_unit_test(test_gemma3_names_the_missing_tensor),
         cmocka_unit_test(test_engine_refuses_prompt_longer_than_context),
+        cmocka_unit_test(test_gemma3_outlier_channels_rescue_int8),
         cmocka_unit_test(test_gemma3_same_logits_on_every_plugin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

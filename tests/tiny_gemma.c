@@ -95,6 +95,9 @@ static int add_tensor(struct dray_gguf_writer *w, const struct tiny_gemma *t, co
     float *x = malloc(n * sizeof(float));
     for (uint64_t i = 0; i < n; i++)
         x[i] = offset + dray_test_randf(lo, hi);
+    if (t->loud > 0 && (strstr(name, ".attn_norm.") || strstr(name, ".ffn_norm.")))
+        for (uint64_t c = 3; c < n; c += c == 3 ? 14 : 23) /* 3, 17, 40 */
+            x[c] *= t->loud;
     int rc;
     if (ne1 > 1 && t->weight_type == DRAY_GGML_Q8_0 && ne0 % 32 == 0) {
         void *q = to_q8_0(x, n);

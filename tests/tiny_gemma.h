@@ -12,6 +12,8 @@ struct tiny_gemma {
     uint64_t seed;
     const char *arch;          /* "gemma3" unless a test wants another */
     const char *omit_tensor;   /* leave this tensor out (error-path tests) */
+    float loud;                /* > 0: the attention and FFN input norms scale channels
+                                * 3, 17 and 40 by this, making them activation outliers */
 };
 
 /* Sensible small defaults: 7 layers (so both a global layer and a local one after it
