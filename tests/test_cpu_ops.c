@@ -20,10 +20,31 @@
 static void *handle;
 static const struct dray_ops *ops;
 static struct dray_ctx *cref;  /* reference kernels, 2 threads */
-static struct dray_ctx *cfast; /* AVX2 kernels (if the CPU has them), 2 threads */
-static struct dray_ctx *cone;  /* AVX2 kernels, 1 thread */
+static struct dray_ctx *cfast; /* AVX2 kernels (DRAY_CPU_ISA=avx2; the reference if the CPU lacks AVX2), 2 threads */
+static struct dray_ctx *cone;  /* the same, 1 thread */
+static struct dray_ctx *cvnni, *cvnni1; /* AVX-VNNI matmul, 2 and 1 threads; NULL if the CPU lacks it */
+static int have_avx2;          /* cfast really runs the AVX2 kernels */
 
 /* ------------------------------------------------------------ plumbing */
+
+/* Open a context with DRAY_CPU_ISA=isa; *got (if given) says whether the
+ * device name then carries tag, i.e. whether that kernel set is in use. */
+static int open_isa(const char *isa, uint32_t n_threads, struct dray_ctx **c, const char *tag, int *got)
+{
+    char err[256] = "";
+    struct dray_open_options o = {.size = sizeof(o), .n_threads = n_threads};
+    struct dray_device_props p;
+    setenv("DRAY_CPU_ISA", isa, 1);
+    int rc = ops->device_props(0, &p);
+    if (!rc)
+        rc = ops->open(0, &o, c, err, sizeof(err));
+    unsetenv("DRAY_CPU_ISA");
+    if (rc)
+        fprintf(stderr, "open with DRAY_CPU_ISA=%s: %d %s\n", isa, rc, err);
+    if (got)
+        *got = !rc && strstr(p.name, tag) != NULL;
+    return rc;
+}
 
 static int setup(void **state)
 {
@@ -48,11 +69,20 @@ static int setup(void **state)
     struct dray_open_options o = {.size = sizeof(o), .n_threads = 2, .reference = 1};
     if (ops->open(0, &o, &cref, err, sizeof(err)))
         return -1;
-    o.reference = 0;
-    if (ops->open(0, &o, &cfast, err, sizeof(err)))
+    /* The device name says which kernel set DRAY_CPU_ISA got on this CPU. */
+    if (open_isa("avx2", 2, &cfast, "(avx2+fma)", &have_avx2) || open_isa("avx2", 1, &cone, NULL, NULL))
         return -1;
-    o.n_threads = 1;
-    return ops->open(0, &o, &cone, err, sizeof(err)) ? -1 : 0;
+    int have_vnni = 0;
+    if (open_isa("avxvnni", 2, &cvnni, "(avx-vnni)", &have_vnni) || open_isa("avxvnni", 1, &cvnni1, NULL, NULL))
+        return -1;
+    if (!have_vnni) {
+        ops->close(cvnni), ops->close(cvnni1);
+        cvnni = cvnni1 = NULL;
+    }
+    printf("# cpu kernel paths checked: reference yes, avx2 %s, avx-vnni matmul %s\n",
+           have_avx2 ? "yes" : "SKIPPED (CPU or build lacks AVX2+FMA+F16C)",
+           have_vnni ? "yes" : "SKIPPED (CPU or build lacks AVX-VNNI)");
+    return 0;
 }
 
 static int teardown(void **state)
@@ -61,6 +91,8 @@ static int teardown(void **state)
     ops->close(cref);
     ops->close(cfast);
     ops->close(cone);
+    if (cvnni)
+        ops->close(cvnni), ops->close(cvnni1);
     dlclose(handle);
     return 0;
 }
@@ -318,6 +350,15 @@ static void mm_case_run(const struct mm_case *c)
     near("matmul avx2 vs ref", f, r, d.nout, tol, 0);
     /* the split over threads changes nothing: each output has one owner */
     assert_memory_equal(f, o, d.nout * 4);
+    if (cvnni) {
+        /* the same integer sums and the same finish as AVX2, so the same bits */
+        float *v = mm_run(cvnni, c, &d), *v1 = mm_run(cvnni1, c, &d);
+        if (have_avx2)
+            assert_memory_equal(v, f, d.nout * 4);
+        near("matmul avx-vnni vs ref", v, r, d.nout, tol, 0);
+        assert_memory_equal(v, v1, d.nout * 4);
+        free(v), free(v1);
+    }
     free(r), free(f), free(o);
     mm_free(&d);
 }
@@ -327,7 +368,7 @@ static void test_matmul_i8_matches_contract_and_reference(void **state)
     (void)state;
     dray_test_seed(11);
     static const uint32_t toks[] = {1, 3, 17, 64};
-    static const uint32_t ks[] = {640, 100, 33, 1000, 7};
+    static const uint32_t ks[] = {640, 95, 33, 1019, 7}; /* tails past the last 32: 31, 1, 27, 7 */
     static const uint32_t outs[] = {256, 37, 5, 2};
     for (size_t a = 0; a < 4; a++)
         for (size_t b = 0; b < 5; b++) {
@@ -344,6 +385,65 @@ static void test_matmul_i8_outliers_are_excluded_and_added_in_f32(void **state)
     mm_case_run(&c1);
     struct mm_case c2 = {64, 64, 256, 0, 0, 8, 1, DRAY_I8};
     mm_case_run(&c2);
+}
+
+/* Extreme int8 values (w = -128 and 127, every q = +-127, k up to 65536): the
+ * sums must stay exact on every path (AVX2's int16 pairs, VNNI's biased u8). */
+static void test_matmul_i8_extreme_values_are_exact_on_every_path(void **state)
+{
+    (void)state;
+    static const uint32_t ks[] = {65536, 4099};
+    for (size_t kc = 0; kc < 2; kc++) {
+        struct mm_case c = {7, 6, ks[kc], 0, 0, 0, 0, DRAY_I8};
+        struct mm_data d;
+        dray_test_seed(14);
+        mm_make(&c, &d);
+        for (size_t i = 0; i < d.nx; i++)
+            d.x[i] = (i / 3) % 2 ? -1.0f : 1.0f; /* q = +-127 */
+        for (size_t i = 0; i < (size_t)c.n_out * c.k; i++)
+            d.w[i] = (int8_t)((i % 5 == 0) ? 127 : -128); /* row sums far from 0 */
+        float *r = mm_run(cref, &c, &d);
+        mm_check_ref(&c, &d, r);
+        struct dray_ctx *cs[4] = {cfast, cone, cvnni, cvnni1};
+        for (int i = 0; i < 4; i++) {
+            if (!cs[i])
+                continue;
+            float *f = mm_run(cs[i], &c, &d);
+            /* no outliers, no accumulate: isum * sx * ws, the same float ops everywhere */
+            assert_memory_equal(f, r, d.nout * 4);
+            free(f);
+        }
+        free(r);
+        mm_free(&d);
+    }
+}
+
+static void test_cpu_isa_override_names_the_kernels_and_rejects_unknown(void **state)
+{
+    (void)state;
+    struct dray_device_props p;
+    struct dray_ctx *c = NULL;
+    char err[256] = "";
+    struct dray_open_options o = {.size = sizeof(o), .n_threads = 1};
+    setenv("DRAY_CPU_ISA", "reference", 1);
+    assert_int_equal(ops->device_props(0, &p), 0);
+    assert_non_null(strstr(p.name, "(scalar)"));
+    assert_true(p.flags & DRAY_DEV_REFERENCE);
+    setenv("DRAY_CPU_ISA", "avx2", 1);
+    assert_int_equal(ops->device_props(0, &p), 0);
+    assert_non_null(strstr(p.name, have_avx2 ? "(avx2+fma)" : "(scalar)"));
+    setenv("DRAY_CPU_ISA", "avx512", 1);
+    int rc = ops->open(0, &o, &c, err, sizeof(err));
+    unsetenv("DRAY_CPU_ISA");
+    assert_int_equal(rc, DRAY_EINVAL);
+    assert_null(c);
+    assert_non_null(strstr(err, "DRAY_CPU_ISA=avx512"));
+    /* the default is the best set the CPU has */
+    assert_int_equal(ops->device_props(0, &p), 0);
+    if (cvnni)
+        assert_non_null(strstr(p.name, "(avx-vnni)"));
+    else if (have_avx2)
+        assert_non_null(strstr(p.name, "(avx2+fma)"));
 }
 
 static void test_matmul_f32_checking_path(void **state)
@@ -894,6 +994,8 @@ int main(void)
         cmocka_unit_test(test_cpu_memory_roundtrip_copy_fill_and_bounds),
         cmocka_unit_test(test_matmul_i8_matches_contract_and_reference),
         cmocka_unit_test(test_matmul_i8_outliers_are_excluded_and_added_in_f32),
+        cmocka_unit_test(test_matmul_i8_extreme_values_are_exact_on_every_path),
+        cmocka_unit_test(test_cpu_isa_override_names_the_kernels_and_rejects_unknown),
         cmocka_unit_test(test_matmul_f32_checking_path),
         cmocka_unit_test(test_matmul_rejects_bad_arguments),
         cmocka_unit_test(test_embed_gathers_scaled_rows_and_rejects_bad_ids),

@@ -25,6 +25,50 @@ int dray_cpu_have_avx2(void)
 #endif
 }
 
+int dray_cpu_have_avxvnni(void)
+{
+#if defined(DRAY_CPU_AVXVNNI) && (defined(__x86_64__) || defined(__i386__))
+    /* clang 14 has no "avxvnni" name for __builtin_cpu_supports: CPUID.(7,1):EAX
+     * bit 4. It is a VEX (ymm) extension, so the OS support AVX2 needs suffices. */
+    unsigned eax = 0, ebx, ecx, edx;
+    if (!dray_cpu_have_avx2() || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx))
+        return 0;
+    return (eax >> 4) & 1;
+#else
+    return 0;
+#endif
+}
+
+int dray_cpu_pick_isa(int want_reference, char *err, size_t errlen)
+{
+    int best = DRAY_CPU_ISA_REFERENCE;
+    if (dray_cpu_have_avx2())
+        best = dray_cpu_have_avxvnni() ? DRAY_CPU_ISA_AVXVNNI : DRAY_CPU_ISA_AVX2;
+    if (want_reference || dray_cpu_env_reference())
+        return DRAY_CPU_ISA_REFERENCE;
+    const char *e = getenv("DRAY_CPU_ISA");
+    if (!e || !e[0])
+        return best;
+    int want;
+    if (!strcmp(e, "reference") || !strcmp(e, "scalar"))
+        want = DRAY_CPU_ISA_REFERENCE;
+    else if (!strcmp(e, "avx2"))
+        want = DRAY_CPU_ISA_AVX2;
+    else if (!strcmp(e, "avxvnni") || !strcmp(e, "avx-vnni"))
+        want = DRAY_CPU_ISA_AVXVNNI;
+    else {
+        if (err)
+            snprintf(err, errlen, "cpu: DRAY_CPU_ISA=%s (want reference, avx2 or avxvnni)", e);
+        return DRAY_EINVAL;
+    }
+    return want < best ? want : best;
+}
+
+const char *dray_cpu_isa_name(int isa)
+{
+    return isa == DRAY_CPU_ISA_AVXVNNI ? "avx-vnni" : isa == DRAY_CPU_ISA_AVX2 ? "avx2+fma" : "scalar";
+}
+
 int dray_cpu_env_reference(void)
 {
     const char *e = getenv("DRAY_CPU_REFERENCE");
@@ -62,10 +106,14 @@ int dray_cpu_device_props(uint32_t index, struct dray_device_props *props)
     if (!props || index != 0)
         return DRAY_EINVAL;
     memset(props, 0, sizeof(*props));
-    int ref = dray_cpu_env_reference() || !dray_cpu_have_avx2();
+    int isa = dray_cpu_pick_isa(0, NULL, 0);
+    if (isa < 0) /* bad DRAY_CPU_ISA: open() reports it; describe the default here */
+        isa = dray_cpu_have_avx2() ? (dray_cpu_have_avxvnni() ? DRAY_CPU_ISA_AVXVNNI : DRAY_CPU_ISA_AVX2)
+                                   : DRAY_CPU_ISA_REFERENCE;
+    int ref = isa == DRAY_CPU_ISA_REFERENCE;
     char model[100];
     cpuinfo_field("model name", model, sizeof(model), "CPU");
-    snprintf(props->name, sizeof(props->name), "%s (%s)", model, ref ? "scalar" : "avx2+fma");
+    snprintf(props->name, sizeof(props->name), "%s (%s)", model, dray_cpu_isa_name(isa));
     cpuinfo_field("vendor_id", props->vendor, sizeof(props->vendor), "unknown");
 
     struct sysinfo si;

@@ -33,6 +33,7 @@ struct dray_ctx {
     struct dray_cpu_pool *pool;
     uint32_t n_threads;
     int reference;                 /* 1: scalar reference kernels */
+    int isa;                       /* enum dray_cpu_isa the kernels were picked for */
     struct dray_cpu_kernels k;
     char err[512];                 /* last_error(); "" after a successful call */
     /* Scratch grown on demand, kept between calls (ops run one at a time on a ctx). */
@@ -40,9 +41,21 @@ struct dray_ctx {
     size_t scratch_size;
 };
 
+/* Kernel sets, in order: each one needs the CPU features of the one before. */
+enum dray_cpu_isa { DRAY_CPU_ISA_REFERENCE, DRAY_CPU_ISA_AVX2, DRAY_CPU_ISA_AVXVNNI };
+
 /* The device, for props and open (cpu_device.c). */
 DRAY_CPU_HIDDEN int dray_cpu_have_avx2(void);
+DRAY_CPU_HIDDEN int dray_cpu_have_avxvnni(void);
 DRAY_CPU_HIDDEN int dray_cpu_env_reference(void);
+/* The kernel set to use: the best this build and CPU have, lowered by
+ * want_reference, DRAY_CPU_REFERENCE=1 or DRAY_CPU_ISA=reference|avx2|avxvnni
+ * (asking for more than the CPU has gives the best it has). Returns the
+ * enum dray_cpu_isa value, or DRAY_EINVAL with a reason in err for an unknown
+ * DRAY_CPU_ISA. */
+DRAY_CPU_HIDDEN int dray_cpu_pick_isa(int want_reference, char *err, size_t errlen);
+/* "scalar", "avx2+fma", "avx-vnni" (shown in the device name). */
+DRAY_CPU_HIDDEN const char *dray_cpu_isa_name(int isa);
 DRAY_CPU_HIDDEN int dray_cpu_device_props(uint32_t index, struct dray_device_props *props);
 
 /* Record a reason on ctx and return rc. */

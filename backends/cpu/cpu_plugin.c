@@ -27,7 +27,7 @@ static void pick_kernels(struct dray_ctx *ctx)
     };
     ctx->k = ref;
 #ifdef DRAY_CPU_AVX2
-    if (ctx->reference)
+    if (ctx->isa == DRAY_CPU_ISA_REFERENCE)
         return;
     ctx->k.embed = dray_cpu_avx2_embed;
     ctx->k.rmsnorm = dray_cpu_avx2_rmsnorm;
@@ -36,6 +36,12 @@ static void pick_kernels(struct dray_ctx *ctx)
     ctx->k.rope = dray_cpu_avx2_rope;
     ctx->k.attention = dray_cpu_avx2_attention;
     ctx->k.gated_act = dray_cpu_avx2_gated_act;
+#endif
+#ifdef DRAY_CPU_AVXVNNI
+    if (ctx->isa == DRAY_CPU_ISA_AVXVNNI) {
+        ctx->k.quantize = dray_cpu_avxvnni_quantize; /* a pair: q is stored biased */
+        ctx->k.matmul = dray_cpu_avxvnni_matmul;
+    }
 #endif
 }
 
@@ -67,11 +73,13 @@ static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct 
     if (n > 256)
         n = 256;
     ctx->n_threads = n;
-    ctx->reference = (OPT_HAS(opt, reference) && opt->reference) || dray_cpu_env_reference() ||
-                     !dray_cpu_have_avx2();
-#ifndef DRAY_CPU_AVX2
-    ctx->reference = 1; /* built without the AVX2 kernels */
-#endif
+    int isa = dray_cpu_pick_isa(OPT_HAS(opt, reference) && opt->reference, err, errlen);
+    if (isa < 0) {
+        free(ctx);
+        return isa;
+    }
+    ctx->isa = isa; /* REFERENCE when built without the AVX2 kernels (have_avx2() is 0) */
+    ctx->reference = isa == DRAY_CPU_ISA_REFERENCE;
     pick_kernels(ctx);
     int rc = dray_cpu_pool_create(n, &ctx->pool);
     if (rc) {
@@ -197,7 +205,7 @@ static void *cpu_host_ptr(struct dray_ctx *ctx, struct dray_buf *buf)
 static const struct dray_ops cpu_ops = {
     .version = 1,
     .name = "cpu",
-    .describe = "host CPU: portable scalar reference kernels and AVX2+FMA kernels (picked at run time)",
+    .describe = "host CPU: portable scalar reference kernels, AVX2+FMA and AVX-VNNI kernels (picked at run time; DRAY_CPU_ISA)",
     .device_count = cpu_device_count,
     .device_props = dray_cpu_device_props,
     .open = cpu_open,

@@ -71,6 +71,10 @@ void dray_cpu_avx2_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32
 /* Step 2: output channels [o0, o1) for every token. */
 void dray_cpu_ref_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 void dray_cpu_avx2_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+/* AVX-VNNI pair (avxvnni_matmul.c): its quantize stores q + 128 as u8 (the AVX2
+ * quantize, then every byte xor 0x80), which only its matmul reads. */
+void dray_cpu_avxvnni_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
+void dray_cpu_avxvnni_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* The shared last step of one I8 output: scale, outliers, accumulate. */
 static inline float dray_cpu_mm_finish(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o,
                                        int32_t isum)
