@@ -146,13 +146,16 @@ static uint32_t count_items(const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_h
     return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
+/* Query blocks last to first: under the causal mask a later block sees more
+ * keys, so the threads take the big items first and end on small ones (a
+ * single-sequence prefill otherwise finishes on its most expensive item). */
 static void fill_items(uint32_t (*item)[4], const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head)
 {
     uint32_t n = 0;
     for (uint32_t s = 0; s < n_seq; s++)
-        for (uint32_t r = 0; r < (uint32_t)seqs[4 * s + 1]; r += DRAY_CPU_ATT_QBLOCK)
+        for (uint32_t nb = ((uint32_t)seqs[4 * s + 1] + DRAY_CPU_ATT_QBLOCK - 1) / DRAY_CPU_ATT_QBLOCK; nb-- > 0;)
             for (uint32_t g = 0; g < n_kv_head; g++) {
-                uint32_t r1 = r + DRAY_CPU_ATT_QBLOCK;
+                uint32_t r = nb * DRAY_CPU_ATT_QBLOCK, r1 = r + DRAY_CPU_ATT_QBLOCK;
                 if (r1 > (uint32_t)seqs[4 * s + 1])
                     r1 = (uint32_t)seqs[4 * s + 1];
                 item[n][0] = s;

@@ -2,6 +2,7 @@
  * backend.h (views are bounds-checked against their buffers), resolve views to
  * pointers, then split the work over the pool. */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cpu_internal.h"
@@ -104,6 +105,11 @@ int dray_cpu_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a)
 struct matmul_job {
     struct dray_ctx *ctx;
     struct dray_cpu_matmul k;
+    /* The output split into tiles of row_blk rows x tok_blk tokens, handed out
+     * one at a time (tokens outer, so consecutive tiles share activations): a
+     * thread the VM descheduled for a while just takes fewer of them. */
+    uint32_t row_blk, tok_blk, n_rt, n_tile;
+    atomic_uint next;
 };
 
 static void quantize_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
@@ -113,11 +119,54 @@ static void quantize_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
     j->ctx->k.quantize(&j->k, i0, i1);
 }
 
-static void matmul_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
+/* Tile i of the job: the kernel sees only its tokens (pointers moved to the
+ * first one), so the split cannot change any result: integer sums are exact
+ * whatever microkernel a token lands in, and f32 rows keep their grouping
+ * (row_blk is a multiple of 16). */
+static void matmul_tile(struct matmul_job *j, uint32_t i)
 {
-    (void)ith;
+    const struct dray_cpu_matmul *a = &j->k;
+    uint32_t o0 = (i % j->n_rt) * j->row_blk, t0 = (i / j->n_rt) * j->tok_blk;
+    uint32_t o1 = o0 + j->row_blk < a->n_out ? o0 + j->row_blk : a->n_out;
+    uint32_t t1 = t0 + j->tok_blk < a->n_tok ? t0 + j->tok_blk : a->n_tok;
+    struct dray_cpu_matmul sub = *a;
+    sub.n_tok = t1 - t0;
+    sub.x = a->x + (size_t)t0 * a->stride_x;
+    sub.out = a->out + (size_t)t0 * a->stride_out;
+    if (a->is_i8) {
+        sub.q = a->q + (size_t)t0 * a->q_stride;
+        sub.sx = a->sx + t0;
+    }
+    j->ctx->k.matmul(&sub, o0, o1);
+}
+
+static void matmul_task(void *arg, uint32_t ith, uint32_t nth)
+{
+    (void)ith, (void)nth;
     struct matmul_job *j = arg;
-    j->ctx->k.matmul(&j->k, i0, i1);
+    for (uint32_t i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tile;)
+        matmul_tile(j, i);
+}
+
+/* Tiles: rows in multiples of 16 (the kernels' row blocks stay whole), about 8
+ * per thread; when that leaves too few (few rows, many tokens: the K/V
+ * projections in prefill) the tokens are cut too, in multiples of 24 (whole
+ * 8-, 4- and 3-token microkernel groups). */
+static void matmul_split(struct matmul_job *j, uint32_t nth)
+{
+    const struct dray_cpu_matmul *a = &j->k;
+    uint32_t want = 8 * nth;
+    uint32_t rb = (a->n_out + want - 1) / want;
+    j->row_blk = rb < 16 ? 16 : (rb + 15) & ~15u;
+    j->n_rt = (a->n_out + j->row_blk - 1) / j->row_blk;
+    j->tok_blk = a->n_tok;
+    if (j->n_rt < want && a->n_tok >= 48) {
+        uint32_t per = want / j->n_rt + 1;           /* token tiles wanted */
+        uint32_t tb = (a->n_tok + per - 1) / per;
+        tb = (tb + 23) / 24 * 24;
+        j->tok_blk = tb < a->n_tok ? tb : a->n_tok;
+    }
+    j->n_tile = j->n_rt * ((a->n_tok + j->tok_blk - 1) / j->tok_blk);
 }
 
 static int matmul_outliers(struct dray_ctx *ctx, const struct dray_matmul_args *a, struct dray_cpu_matmul *k)
@@ -162,7 +211,7 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
     CHECK(dray_cpu_view(ctx, "matmul out", a->out, no, 4, &out));
     if (dray_cpu_overlap(a->out, no, a->x, nx))
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: out overlaps x");
-    struct matmul_job j = {ctx, {0}};
+    struct matmul_job j = {.ctx = ctx};
     struct dray_cpu_matmul *k = &j.k;
     *k = (struct dray_cpu_matmul){.x = x, .w = w, .wscale = ws, .out = out, .n_tok = a->n_tok,
                                   .n_out = a->n_out, .k = a->k, .stride_x = a->stride_x,
@@ -182,8 +231,16 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         k->sx = (float *)(s + ((qbytes + 63) & ~(size_t)63));
         dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->k, quantize_body, &j);
     }
-    /* Output rows in multiples of 16 per thread keep the microkernels' row blocks whole. */
-    dray_cpu_parallel(ctx, a->n_out, 16, work, matmul_body, &j);
+    if (ctx->n_threads == 1 || work < 20000.0) {
+        ctx->k.matmul(k, 0, a->n_out);
+        return 0;
+    }
+    matmul_split(&j, ctx->n_threads);
+    atomic_init(&j.next, 0);
+    if (j.n_tile == 1)
+        ctx->k.matmul(k, 0, a->n_out);
+    else
+        dray_cpu_pool_run(ctx->pool, matmul_task, &j);
     return 0;
 }
 
