@@ -1,6 +1,7 @@
 /* Architecture dispatch and weight preparation shared by every model file. */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,15 @@ int dray_weight_set_outliers(struct dray_device *dev, const struct dray_gguf_ten
     return rc;
 }
 
+/* Scores are compared in buckets of ~1.1% (1/64 of an octave), ties going to the
+ * lower channel: every plugin computes the calibration activations in its own
+ * summation order, and channels that differ by less than that must not be picked
+ * differently on different devices. */
+static int score_bucket(float s)
+{
+    return s > 0 ? (int)floorf(log2f(s) * 64.0f) : INT32_MIN;
+}
+
 int dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out)
 {
     /* n is small (tens): repeated selection over a taken-mask is plenty */
@@ -227,7 +237,7 @@ int dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out)
     for (uint32_t m = 0; m < n && m < k; m++) {
         uint32_t best = UINT32_MAX;
         for (uint32_t c = 0; c < k; c++)
-            if (!taken[c] && (best == UINT32_MAX || score[c] > score[best]))
+            if (!taken[c] && (best == UINT32_MAX || score_bucket(score[c]) > score_bucket(score[best])))
                 best = c;
         taken[best] = 1;
     }

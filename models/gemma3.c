@@ -628,6 +628,13 @@ static int gemma3_calibrate(struct dray_model *m, struct dray_kv *kv, const int3
                 dray_fail(err, errlen, rc, "calibration: out of memory");
                 break;
             }
+            if (dray_log_get_level() >= DRAY_LOG_DEBUG) {
+                char list[512];
+                size_t len = 0;
+                for (uint32_t j = 0; j < no && len < sizeof(list) - 8; j++)
+                    len += (size_t)snprintf(list + len, sizeof(list) - len, " %d", pick[j]);
+                dray_debug("layer %u matmul %d outlier channels:%s", il, w, list);
+            }
             dray_weight_release(m->dev, layer_matrix(&m->layer[il], w));
             rc = load_layer_matrix(m, m->g, il, w, DRAY_I8, pick, no, err, errlen);
         }
