@@ -80,10 +80,24 @@ static inline float dray_cpu_mm_finish(const struct dray_cpu_matmul *a, uint32_t
                                        int32_t isum)
 {
     float v = (float)isum * a->sx[t] * a->wscale[o];
+    if (!a->n_outlier)
+        return v;
+    /* four partial sums: a single chain of dependent adds made this the slowest
+     * part of a prefill matmul with 16 outlier channels */
     const float *xr = a->x + (size_t)t * a->stride_x;
-    for (uint32_t j = 0; j < a->n_outlier; j++)
-        v += xr[a->outlier_idx[j]] * a->outlier_w[(size_t)o * a->n_outlier + j];
-    return v;
+    const float *ow = a->outlier_w + (size_t)o * a->n_outlier;
+    const int32_t *idx = a->outlier_idx;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    uint32_t j = 0;
+    for (; j + 4 <= a->n_outlier; j += 4) {
+        s0 += xr[idx[j]] * ow[j];
+        s1 += xr[idx[j + 1]] * ow[j + 1];
+        s2 += xr[idx[j + 2]] * ow[j + 2];
+        s3 += xr[idx[j + 3]] * ow[j + 3];
+    }
+    for (; j < a->n_outlier; j++)
+        s0 += xr[idx[j]] * ow[j];
+    return v + ((s0 + s1) + (s2 + s3));
 }
 
 /* ---------------------------------------------------------------- rope */
