@@ -24,11 +24,20 @@ static void usage(void)
 struct out {
     int32_t *ids;
     size_t n, cap;
+    const char *echo; /* the prompt, shown once the prefill has succeeded */
 };
+
+static void echo_prompt(struct out *o)
+{
+    if (o->echo)
+        fputs(o->echo, stdout);
+    o->echo = NULL;
+}
 
 static int on_token(void *user, const char *text, size_t len, int32_t id)
 {
     struct out *o = user;
+    echo_prompt(o);
     if (len)
         fwrite(text, 1, len, stdout);
     fflush(stdout);
@@ -162,12 +171,12 @@ int dray_cmd_run(int argc, char **argv)
     dray_gen_params_from_config(&cfg, &p);
     p.stop = stops;
     p.n_stop = n_stop;
-    if (prompt && !prompt_ids)
-        fputs(prompt, stdout);
+    o.echo = prompt_ids ? NULL : prompt;
     if (dray_session_generate(s, ids, n, &p, on_token, &o, &st, err, sizeof(err))) {
-        fprintf(stderr, "\ndray: %s\n", err);
+        fprintf(stderr, "dray: %s\n", err);
         goto out;
     }
+    echo_prompt(&o);
     printf("\n");
     if (print_ids) {
         for (size_t i = 0; i < o.n; i++)
