@@ -3,7 +3,18 @@
  * times the query heads that share one kv head, so every K/V row is read from
  * the cache and dequantized once per item and reused by all its query vectors
  * (MQA/GQA). Keys go in tiles of 32 positions: scores for all query vectors,
- * one rescale of the running sums per tile, then the V accumulation. */
+ * one rescale of the running sums per tile, then the V accumulation.
+ *
+ * Both products are register blocked over two query vectors at a time:
+ *   scores  2 vectors x 4 keys, 8 independent accumulators along head_dim,
+ *           reduced with hadd at the end (no dependent FMA chain, no per-key
+ *           horizontal sum);
+ *   P.V     2 vectors x 32 dims held in 8 registers across all keys of the tile.
+ * The int8 K scale is not applied to the tile but to the scores (with the
+ * softmax scale), one multiply per key instead of one per element.
+ * Probabilities below e^-60 of the running maximum are flushed to 0: their
+ * contribution is far below any tolerance, and products of ~1e-38 weights
+ * would be denormals, which cost a microcode assist per FMA. */
 #include <math.h>
 #include <string.h>
 
@@ -11,26 +22,44 @@
 #include "cpu_kernels.h"
 
 #define TILE 32u
+#define FLUSH (-60.0f) /* log of the smallest probability kept, relative to the max */
 
-/* Dequantize K or V of kv head g for positions j0 .. j0+n-1 into tile[n][hd]. */
+/* Cache row (slot * n_kv_head + g) of position pos. */
+static size_t row_of(const struct dray_cpu_kv *p, const int32_t *bt, uint32_t g, uint32_t pos)
+{
+    return ((size_t)bt[pos / p->block_size] * p->block_size + pos % p->block_size) * p->n_kv_head + g;
+}
+
+/* K scales of positions j0 .. j0+n-1 (1 for f16, 0 past n). */
+static void load_kscales(const struct dray_cpu_kv *p, const int32_t *bt, uint32_t g, uint32_t j0, uint32_t n,
+                         float *ksc)
+{
+    for (uint32_t jj = 0; jj < TILE; jj++)
+        ksc[jj] = jj >= n ? 0.0f : p->is_i8 ? p->k_scale[row_of(p, bt, g, j0 + jj)] : 1.0f;
+}
+
+/* K or V of kv head g for positions j0 .. j0+n-1 into tile[TILE][hd] as
+ * floats: int8 K without its scale (applied to the scores), int8 V with it.
+ * Rows n .. TILE-1 are zeroed so every dot product stays finite. */
 static void load_tile(const struct dray_cpu_kv *p, const int32_t *bt, int is_v, uint32_t g, uint32_t j0,
                       uint32_t n, float *tile)
 {
     uint32_t hd = p->head_dim;
     const void *base = is_v ? p->v : p->k;
-    const float *scales = is_v ? p->v_scale : p->k_scale;
     for (uint32_t jj = 0; jj < n; jj++) {
-        uint32_t pos = j0 + jj;
-        size_t row = ((size_t)bt[pos / p->block_size] * p->block_size + pos % p->block_size) * p->n_kv_head + g;
+        size_t row = row_of(p, bt, g, j0 + jj);
         float *dst = tile + (size_t)jj * hd;
         uint32_t i = 0;
         if (p->is_i8) {
             const int8_t *q = (const int8_t *)base + row * hd;
-            float s = scales[row];
+            float s = is_v ? p->v_scale[row] : 1.0f;
             __m256 vs = _mm256_set1_ps(s);
-            for (; i + 8 <= hd; i += 8) {
-                __m256i qi = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
-                _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(qi), vs));
+            for (; i + 16 <= hd; i += 16) {
+                __m128i b = _mm_loadu_si128((const __m128i *)(q + i));
+                __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+                __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+                _mm256_storeu_ps(dst + i, _mm256_mul_ps(lo, vs));
+                _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(hi, vs));
             }
             for (; i < hd; i++)
                 dst[i] = (float)q[i] * s;
@@ -42,66 +71,129 @@ static void load_tile(const struct dray_cpu_kv *p, const int32_t *bt, int is_v, 
                 dst[i] = dray_cpu_f16_to_f32(h[i]);
         }
     }
+    if (n < TILE)
+        memset(tile + (size_t)n * hd, 0, (size_t)(TILE - n) * hd * sizeof(float));
 }
 
-static float dot_f32(const float *a, const float *b, uint32_t n)
+/* {a, b, c, d}: the sums of the lanes of each. */
+DRAY_AI __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d)
 {
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-    uint32_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float r = dray_hsum_ps(_mm256_add_ps(s0, s1));
-    for (; i < n; i++)
-        r += a[i] * b[i];
-    return r;
+    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-/* y[0..n) = y * c + sum_j p[j] * tile[j] over the nonzero p[j]. */
-static void accum_v(float *y, uint32_t n, float c, const float *p, const float *tile, uint32_t nj)
+/* Dot products of q0 (and q1 when two) with the 4 rows k[0..3] (stride hd):
+ * o0[0..3], o1[0..3]. */
+DRAY_AI void qk_block(const float *q0, const float *q1, int two, const float *k, uint32_t hd, float *o0,
+                      float *o1)
 {
-    if (n % 64 == 0) {
-        /* 64 dims at a time held in 8 registers across all keys of the tile:
-         * one load per FMA instead of a load, an FMA and a store. */
-        __m256 vc = _mm256_set1_ps(c);
-        for (uint32_t d = 0; d < n; d += 64) {
-            __m256 acc[8];
-            for (int u = 0; u < 8; u++)
-                acc[u] = _mm256_mul_ps(_mm256_loadu_ps(y + d + 8 * u), vc);
-            for (uint32_t j = 0; j < nj; j++) {
-                if (p[j] == 0.0f)
-                    continue;
-                __m256 vp = _mm256_set1_ps(p[j]);
-                const float *v = tile + (size_t)j * n + d;
-                for (int u = 0; u < 8; u++)
-                    acc[u] = _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + 8 * u), acc[u]);
-            }
-            for (int u = 0; u < 8; u++)
-                _mm256_storeu_ps(y + d + 8 * u, acc[u]);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    const float *k0 = k, *k1 = k + hd, *k2 = k + 2 * (size_t)hd, *k3 = k + 3 * (size_t)hd;
+    uint32_t d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        __m256 x = _mm256_loadu_ps(q0 + d);
+        __m256 v0 = _mm256_loadu_ps(k0 + d), v1 = _mm256_loadu_ps(k1 + d);
+        __m256 v2 = _mm256_loadu_ps(k2 + d), v3 = _mm256_loadu_ps(k3 + d);
+        a0 = _mm256_fmadd_ps(x, v0, a0);
+        a1 = _mm256_fmadd_ps(x, v1, a1);
+        a2 = _mm256_fmadd_ps(x, v2, a2);
+        a3 = _mm256_fmadd_ps(x, v3, a3);
+        if (two) {
+            __m256 y = _mm256_loadu_ps(q1 + d);
+            b0 = _mm256_fmadd_ps(y, v0, b0);
+            b1 = _mm256_fmadd_ps(y, v1, b1);
+            b2 = _mm256_fmadd_ps(y, v2, b2);
+            b3 = _mm256_fmadd_ps(y, v3, b3);
         }
-        return;
     }
-    if (c != 1.0f) {
-        __m256 vc = _mm256_set1_ps(c);
-        uint32_t i = 0;
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vc));
-        for (; i < n; i++)
-            y[i] *= c;
+    __m128 s0 = hsum4(a0, a1, a2, a3);
+    __m128 s1 = two ? hsum4(b0, b1, b2, b3) : _mm_setzero_ps();
+    if (d < hd) { /* head_dim not a multiple of 8 */
+        float t0[4] = {0}, t1[4] = {0};
+        for (; d < hd; d++)
+            for (int c = 0; c < 4; c++) {
+                t0[c] += q0[d] * k[(size_t)c * hd + d];
+                if (two)
+                    t1[c] += q1[d] * k[(size_t)c * hd + d];
+            }
+        s0 = _mm_add_ps(s0, _mm_loadu_ps(t0));
+        s1 = _mm_add_ps(s1, _mm_loadu_ps(t1));
     }
-    for (uint32_t j = 0; j < nj; j++) {
-        if (p[j] == 0.0f)
-            continue;
-        const float *v = tile + (size_t)j * n;
-        __m256 vp = _mm256_set1_ps(p[j]);
-        uint32_t i = 0;
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), _mm256_loadu_ps(y + i)));
-        for (; i < n; i++)
-            y[i] += p[j] * v[i];
+    _mm_storeu_ps(o0, s0);
+    if (two)
+        _mm_storeu_ps(o1, s1);
+}
+
+/* y0 = y0*c0 + sum_j p0[j] tile[j] (and y1 likewise when two) for j < nj. */
+DRAY_AI void pv_block(float *y0, float *y1, int two, float c0, float c1, const float *p0, const float *p1,
+                      const float *tile, uint32_t nj, uint32_t hd)
+{
+    uint32_t d = 0;
+    __m256 vc0 = _mm256_set1_ps(c0), vc1 = _mm256_set1_ps(c1);
+    for (; d + 32 <= hd; d += 32) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(y0 + d), vc0);
+        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(y0 + d + 8), vc0);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(y0 + d + 16), vc0);
+        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(y0 + d + 24), vc0);
+        __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        if (two) {
+            b0 = _mm256_mul_ps(_mm256_loadu_ps(y1 + d), vc1);
+            b1 = _mm256_mul_ps(_mm256_loadu_ps(y1 + d + 8), vc1);
+            b2 = _mm256_mul_ps(_mm256_loadu_ps(y1 + d + 16), vc1);
+            b3 = _mm256_mul_ps(_mm256_loadu_ps(y1 + d + 24), vc1);
+        }
+        const float *v = tile + d;
+        for (uint32_t j = 0; j < nj; j++, v += hd) {
+            __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+            __m256 v2 = _mm256_loadu_ps(v + 16), v3 = _mm256_loadu_ps(v + 24);
+            __m256 x = _mm256_broadcast_ss(p0 + j);
+            a0 = _mm256_fmadd_ps(x, v0, a0);
+            a1 = _mm256_fmadd_ps(x, v1, a1);
+            a2 = _mm256_fmadd_ps(x, v2, a2);
+            a3 = _mm256_fmadd_ps(x, v3, a3);
+            if (two) {
+                __m256 z = _mm256_broadcast_ss(p1 + j);
+                b0 = _mm256_fmadd_ps(z, v0, b0);
+                b1 = _mm256_fmadd_ps(z, v1, b1);
+                b2 = _mm256_fmadd_ps(z, v2, b2);
+                b3 = _mm256_fmadd_ps(z, v3, b3);
+            }
+        }
+        _mm256_storeu_ps(y0 + d, a0);
+        _mm256_storeu_ps(y0 + d + 8, a1);
+        _mm256_storeu_ps(y0 + d + 16, a2);
+        _mm256_storeu_ps(y0 + d + 24, a3);
+        if (two) {
+            _mm256_storeu_ps(y1 + d, b0);
+            _mm256_storeu_ps(y1 + d + 8, b1);
+            _mm256_storeu_ps(y1 + d + 16, b2);
+            _mm256_storeu_ps(y1 + d + 24, b3);
+        }
+    }
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(y0 + d), vc0);
+        __m256 b = two ? _mm256_mul_ps(_mm256_loadu_ps(y1 + d), vc1) : a;
+        for (uint32_t j = 0; j < nj; j++) {
+            __m256 v = _mm256_loadu_ps(tile + (size_t)j * hd + d);
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), v, a);
+            if (two)
+                b = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + j), v, b);
+        }
+        _mm256_storeu_ps(y0 + d, a);
+        if (two)
+            _mm256_storeu_ps(y1 + d, b);
+    }
+    for (; d < hd; d++) {
+        float a = y0[d] * c0, b = two ? y1[d] * c1 : 0.0f;
+        for (uint32_t j = 0; j < nj; j++) {
+            a += p0[j] * tile[(size_t)j * hd + d];
+            if (two)
+                b += p1[j] * tile[(size_t)j * hd + d];
+        }
+        y0[d] = a;
+        if (two)
+            y1[d] = b;
     }
 }
 
@@ -110,7 +202,7 @@ struct item_state {
     uint32_t group;      /* heads per kv head */
     uint32_t r0;         /* first query row of the item, relative to the sequence */
     uint32_t first_pos;  /* position of query row 0 of the sequence */
-    float *acc, *m, *l, *tile, *sc;
+    float *acc, *m, *l, *tile, *sc, *ksc;
 };
 
 static float *align8(float *p)
@@ -118,43 +210,63 @@ static float *align8(float *p)
     return (float *)(((uintptr_t)p + 31) & ~(uintptr_t)31);
 }
 
-/* Scores of every query vector against keys j0 .. j0+nj-1 (tile holds K), the
- * online-softmax update, with masked keys at probability 0. Returns whether
- * any vector saw a visible key (so V must be accumulated). Fills st->sc with
- * probabilities and cs[r] with each vector's rescale factor. */
-static int score_tile(const struct dray_cpu_attention *a, struct item_state *st, const float *const *qv,
-                      uint32_t j0, uint32_t nj, float *cs)
+/* Raw scores of every query vector against the K tile into st->sc[r][TILE]. */
+static void scores(const struct item_state *st, const float *const *qv, uint32_t hd)
 {
-    uint32_t hd = a->pool->head_dim;
+    uint32_t r = 0;
+    for (; r + 2 <= st->rows; r += 2)
+        for (uint32_t j = 0; j < TILE; j += 4)
+            qk_block(qv[r], qv[r + 1], 1, st->tile + (size_t)j * hd, hd, st->sc + (size_t)r * TILE + j,
+                     st->sc + (size_t)(r + 1) * TILE + j);
+    if (r < st->rows)
+        for (uint32_t j = 0; j < TILE; j += 4)
+            qk_block(qv[r], qv[r], 0, st->tile + (size_t)j * hd, hd, st->sc + (size_t)r * TILE + j, NULL);
+}
+
+/* The online-softmax update for keys j0 .. j0+TILE-1 from the raw scores:
+ * masked keys (outside [lo, pos], which also covers the zeroed rows past the
+ * tile's end) get probability exactly 0. Leaves in st->sc the probabilities
+ * and in cs[r] each vector's rescale factor. Returns whether
+ * any vector saw a visible key (so V must be accumulated). */
+static int softmax_tile(const struct dray_cpu_attention *a, struct item_state *st, uint32_t j0, float *cs)
+{
     int any = 0;
+    __m256i jv[TILE / 8];
+    __m256 ks[TILE / 8];
+    for (uint32_t c = 0; c < TILE / 8; c++) {
+        jv[c] = _mm256_add_epi32(_mm256_set1_epi32((int32_t)(j0 + 8 * c)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        ks[c] = _mm256_mul_ps(_mm256_loadu_ps(st->ksc + 8 * c), _mm256_set1_ps(a->scale));
+    }
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (uint32_t r = 0; r < st->rows; r++) {
         uint32_t pos = st->first_pos + st->r0 + r / st->group;
         uint32_t lo = (a->window > 0 && pos + 1 > a->window) ? pos + 1 - a->window : 0;
+        __m256i vlo = _mm256_set1_epi32((int32_t)lo), vpos = _mm256_set1_epi32((int32_t)pos);
         float *s = st->sc + (size_t)r * TILE;
-        float mx = -INFINITY;
-        for (uint32_t j = 0; j < TILE; j++) {
-            uint32_t p = j0 + j;
-            if (j < nj && p >= lo && p <= pos) {
-                s[j] = dot_f32(qv[r], st->tile + (size_t)j * hd, hd) * a->scale;
-                mx = s[j] > mx ? s[j] : mx;
-            } else {
-                s[j] = -INFINITY;
-            }
+        __m256 sv[TILE / 8];
+        __m256 mxv = ninf;
+        for (uint32_t c = 0; c < TILE / 8; c++) {
+            __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(vlo, jv[c]), _mm256_cmpgt_epi32(jv[c], vpos));
+            __m256 bad = _mm256_castsi256_ps(out);
+            sv[c] = _mm256_blendv_ps(_mm256_mul_ps(_mm256_loadu_ps(s + 8 * c), ks[c]), ninf, bad);
+            mxv = _mm256_max_ps(mxv, sv[c]);
         }
+        float mx = dray_hmax_ps(mxv);
         float mnew = mx > st->m[r] ? mx : st->m[r];
         if (mnew == -INFINITY) { /* nothing visible yet: leave the sums alone */
             cs[r] = 1.0f;
-            for (uint32_t j = 0; j < TILE; j++)
-                s[j] = 0.0f;
+            memset(s, 0, TILE * sizeof(float));
             continue;
         }
-        cs[r] = st->m[r] == -INFINITY ? 0.0f : expf(st->m[r] - mnew);
+        /* m is -inf before the first visible key: no running sums to keep */
+        cs[r] = st->m[r] - mnew < FLUSH ? 0.0f : expf(st->m[r] - mnew);
         st->m[r] = mnew;
         __m256 vm = _mm256_set1_ps(mnew), sum = _mm256_setzero_ps();
-        for (uint32_t j = 0; j < TILE; j += 8) {
-            __m256 e = dray_exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)); /* -inf -> 0 */
-            _mm256_storeu_ps(s + j, e);
+        for (uint32_t c = 0; c < TILE / 8; c++) {
+            __m256 x = _mm256_sub_ps(sv[c], vm); /* masked keys: -inf */
+            __m256 e = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(FLUSH), _CMP_GE_OQ), dray_exp_ps(x));
             sum = _mm256_add_ps(sum, e);
+            _mm256_storeu_ps(s + 8 * c, e);
         }
         st->l[r] = st->l[r] * cs[r] + dray_hsum_ps(sum);
         any |= mx != -INFINITY;
@@ -176,6 +288,7 @@ static void do_item(const struct dray_cpu_attention *a, const uint32_t it[4], vo
     st.l = align8(st.m + st.rows);
     st.tile = align8(st.l + st.rows);
     st.sc = align8(st.tile + (size_t)TILE * hd);
+    st.ksc = align8(st.sc + (size_t)st.rows * TILE);
     memset(st.acc, 0, (size_t)st.rows * hd * sizeof(float));
     const float *qv[DRAY_CPU_ATT_QBLOCK * 64];
     float cs[DRAY_CPU_ATT_QBLOCK * 64];
@@ -189,12 +302,19 @@ static void do_item(const struct dray_cpu_attention *a, const uint32_t it[4], vo
     uint32_t j_lo = (a->window > 0 && pos_lo + 1 > a->window) ? pos_lo + 1 - a->window : 0;
     for (uint32_t j0 = j_lo; j0 <= pos_hi; j0 += TILE) {
         uint32_t nj = pos_hi + 1 - j0 < TILE ? pos_hi + 1 - j0 : TILE;
+        load_kscales(p, bt, g, j0, nj, st.ksc);
         load_tile(p, bt, 0, g, j0, nj, st.tile);
-        if (!score_tile(a, &st, qv, j0, nj, cs))
+        scores(&st, qv, hd);
+        if (!softmax_tile(a, &st, j0, cs))
             continue;
         load_tile(p, bt, 1, g, j0, nj, st.tile);
-        for (uint32_t r = 0; r < st.rows; r++)
-            accum_v(st.acc + (size_t)r * hd, hd, cs[r], st.sc + (size_t)r * TILE, st.tile, nj);
+        uint32_t r = 0;
+        for (; r + 2 <= st.rows; r += 2)
+            pv_block(st.acc + (size_t)r * hd, st.acc + (size_t)(r + 1) * hd, 1, cs[r], cs[r + 1],
+                     st.sc + (size_t)r * TILE, st.sc + (size_t)(r + 1) * TILE, st.tile, nj, hd);
+        if (r < st.rows)
+            pv_block(st.acc + (size_t)r * hd, NULL, 0, cs[r], 1.0f, st.sc + (size_t)r * TILE, NULL, st.tile, nj,
+                     hd);
     }
     for (uint32_t r = 0; r < st.rows; r++) {
         size_t t = (size_t)q_start + it[1] + r / group;

@@ -10,8 +10,9 @@ size_t dray_cpu_attention_scratch(uint32_t max_kv_len, uint32_t head_dim, uint32
 {
     size_t ref = ((size_t)max_kv_len + 2u * head_dim) * sizeof(float);
     /* AVX2: per row an accumulator [head_dim], a max and a sum; a K/V tile of
-     * 32 positions x head_dim floats; scores [max_rows][32]. */
-    size_t avx = ((size_t)max_rows * (head_dim + 2u) + 32u * head_dim + (size_t)max_rows * 32u + 64u) *
+     * 32 positions x head_dim floats; scores [max_rows][32]; K scales [32];
+     * up to 8 floats of alignment before each of the 6 areas. */
+    size_t avx = ((size_t)max_rows * (head_dim + 2u) + 32u * head_dim + (size_t)max_rows * 32u + 64u + 64u) *
                  sizeof(float);
     return (ref > avx ? ref : avx) + 64;
 }
