@@ -362,7 +362,8 @@ static int scan_dir(struct dray_registry *reg, const char *dir)
         if (!(names[n] = strdup(e->d_name))) { rc = DRAY_ENOMEM; goto out; }
         n++;
     }
-    qsort(names, n, sizeof(*names), cmp_str);
+    if (n)
+        qsort(names, n, sizeof(*names), cmp_str); /* names is NULL when the folder has none */
     for (size_t i = 0; i < n && rc == 0; i++) {
         char path[PATH_MAX];
         const struct dray_plugin *p;
@@ -417,8 +418,11 @@ void dray_registry_close(struct dray_registry *reg)
 {
     if (!reg)
         return;
+    /* DRAY_NO_DLCLOSE=1 keeps loaded plugins (and the vendor runtimes they pulled
+     * in) mapped, so a leak checker can still name the library a leak is in */
+    const char *keep = getenv("DRAY_NO_DLCLOSE");
     for (size_t i = 0; i < reg->n_plugins; i++) {
-        if (reg->plugins[i]->handle)
+        if (reg->plugins[i]->handle && !(keep && keep[0] == '1'))
             dlclose(reg->plugins[i]->handle);
         free(reg->plugins[i]);
     }
