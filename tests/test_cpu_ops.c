@@ -886,7 +886,8 @@ static void att_naive(struct dray_ctx *c, const struct att_case *ac, const struc
     free(kr), free(vr), free(ks), free(vs);
 }
 
-static void att_case_run(struct att_case *ac)
+/* Queries uniform in [-q_amp, q_amp]. */
+static void att_case_run_amp(struct att_case *ac, float q_amp)
 {
     uint32_t n_tok = 0, n_pos = 0;
     for (uint32_t s = 0; s < ac->n_seq; s++) {
@@ -894,7 +895,7 @@ static void att_case_run(struct att_case *ac)
         n_pos += (uint32_t)ac->seqs[s][2];
     }
     size_t row = (size_t)ac->n_kv * ac->hd, qn = (size_t)n_tok * ac->n_head * ac->hd;
-    float *kf = randv(n_pos * row, -2, 2), *vf = randv(n_pos * row, -1, 1), *qf = randv(qn, -1.5f, 1.5f);
+    float *kf = randv(n_pos * row, -2, 2), *vf = randv(n_pos * row, -1, 1), *qf = randv(qn, -q_amp, q_amp);
     struct dray_ctx *cs[3] = {cref, cfast, cone};
     float *res[3];
     struct att_env e[3];
@@ -919,6 +920,11 @@ static void att_case_run(struct att_case *ac)
         free(res[ci]);
     }
     free(kf), free(vf), free(qf), free(want);
+}
+
+static void att_case_run(struct att_case *ac)
+{
+    att_case_run_amp(ac, 1.5f);
 }
 
 /* prefill (17 new), decode (1 new of 100), chunked prefill (5 new of 40), decode at kv_len 1 */
@@ -955,6 +961,21 @@ static void test_attention_sliding_window_with_block_holes(void **state)
     att_case_run(&c2);
     struct att_case c3 = {DRAY_I8, 4, 1, 256, 1, 16, 4, MIXED}; /* window 1: only itself */
     att_case_run(&c3);
+}
+
+/* 3 query heads per kv head: an odd number of query vectors per block; with
+ * loud queries most probabilities are below 1e-30 of the largest (exp underflow
+ * and denormal territory) and the result still matches the reference. */
+static void test_attention_odd_vector_count_and_peaked_softmax(void **state)
+{
+    (void)state;
+    dray_test_seed(85);
+    struct att_case c = {DRAY_I8, 3, 1, 64, 0, 8, 4, MIXED};
+    att_case_run(&c);
+    struct att_case c2 = {DRAY_I8, 3, 1, 64, 24, 8, 4, MIXED};
+    att_case_run_amp(&c2, 40.0f);
+    struct att_case c3 = {DRAY_F16, 1, 1, 48, 0, 8, 4, MIXED};
+    att_case_run_amp(&c3, 40.0f);
 }
 
 static void test_attention_rejects_bad_sequences_and_reached_holes(void **state)
@@ -1007,6 +1028,7 @@ int main(void)
         cmocka_unit_test(test_attention_mixed_batch_mqa_i8),
         cmocka_unit_test(test_attention_gqa_f16_and_odd_head_dim),
         cmocka_unit_test(test_attention_sliding_window_with_block_holes),
+        cmocka_unit_test(test_attention_odd_vector_count_and_peaked_softmax),
         cmocka_unit_test(test_attention_rejects_bad_sequences_and_reached_holes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
