@@ -99,7 +99,7 @@ void dray_config_defaults(struct dray_config *cfg)
     snprintf(cfg->backend, sizeof(cfg->backend), "cpu");
     cfg->precision = DRAY_PRECISION_INT8;
     cfg->kv_dtype = DRAY_I8;
-    cfg->outlier_channels = 16; /* per matmul input, found by calibration at load */
+    cfg->outlier_channels = 32; /* per matmul input (16 for the output head), found at load */
     cfg->host_cache = 1ull << 30;
     cfg->kv_block = 16;
     cfg->prefix_cache = true;

@@ -163,6 +163,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     e->chat_template = dray_chat_template_for(e->gguf);
     e->chunk = e->cfg.chunk ? e->cfg.chunk : 512;
     struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true};
+    if (e->cfg.precision == DRAY_PRECISION_INT8)
+        mo.outlier_channels = e->cfg.outlier_channels; /* then calibrate() must follow */
     rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
     if (rc)
         goto fail;
