@@ -136,6 +136,8 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
     if (a->is_i8) {
         sub.q = a->q + (size_t)t0 * a->q_stride;
         sub.sx = a->sx + t0;
+        if (a->xo)
+            sub.xo = a->xo + (size_t)t0 * a->xo_stride;
     }
     j->ctx->k.matmul(&sub, o0, o1);
 }
@@ -224,11 +226,15 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
     if (i8) {
         k->q_stride = ((size_t)a->k + 63) & ~(size_t)63;
         size_t qbytes = k->q_stride * a->n_tok;
-        char *s = dray_cpu_scratch(ctx, qbytes + (size_t)a->n_tok * 4 + 64);
+        k->xo_stride = k->n_outlier ? (k->n_outlier + 7u) & ~7u : 0;
+        size_t sxbytes = ((size_t)a->n_tok * 4 + 63) & ~(size_t)63;
+        size_t xobytes = (size_t)a->n_tok * k->xo_stride * 4;
+        char *s = dray_cpu_scratch(ctx, qbytes + sxbytes + xobytes + 64);
         if (!s)
             return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %zu bytes of activations", qbytes);
         k->q = (int8_t *)s;
         k->sx = (float *)(s + ((qbytes + 63) & ~(size_t)63));
+        k->xo = k->xo_stride ? (float *)((char *)k->sx + sxbytes) : NULL;
         dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->k, quantize_body, &j);
     }
     if (ctx->n_threads == 1 || work < 20000.0) {

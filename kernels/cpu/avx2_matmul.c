@@ -78,6 +78,11 @@ void dray_cpu_avx2_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32
         }
         float sx = amax / 127.0f;
         a->sx[t] = sx;
+        if (a->xo) {
+            float *xo = a->xo + (size_t)t * a->xo_stride;
+            for (uint32_t j = 0; j < a->xo_stride; j++)
+                xo[j] = j < a->n_outlier ? x[a->outlier_idx[j]] : 0.0f;
+        }
         memset(q, 0, a->q_stride);
         if (sx == 0.0f)
             continue;
@@ -207,7 +212,7 @@ static void mk_1x8(const int8_t *w, uint32_t k, const int8_t *q, size_t qs, int3
 
 DRAY_AI void put(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o, int32_t isum)
 {
-    float v = dray_cpu_mm_finish(a, t, o, isum);
+    float v = dray_avx2_mm_finish(a, t, o, isum);
     float *y = a->out + (size_t)t * a->stride_out + o;
     *y = a->accumulate ? *y + v : v;
 }

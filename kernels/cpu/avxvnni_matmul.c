@@ -11,7 +11,7 @@
  * alongside in the one-token kernel). Every step is an integer sum, exact mod
  * 2^32, and the true value fits in int32 (|sum| <= 65536 * 127 * 128 < 2^31),
  * so the result equals the AVX2 and reference sums bit for bit; the finish
- * (scales, outlier channels, accumulate) is the shared dray_cpu_mm_finish.
+ * (scales, outlier channels, accumulate) is the shared dray_avx2_mm_finish.
  *
  * Weights stay row-major [n_out][k] (ABI; no repacking) and are the memory
  * operand of vpdpbusd, so a tile keeps only accumulators and one activation
@@ -186,7 +186,7 @@ static int32_t mk_1x1(const int8_t *w, uint32_t k, const int8_t *q)
 
 DRAY_AI void put(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o, int32_t isum)
 {
-    float v = dray_cpu_mm_finish(a, t, o, isum);
+    float v = dray_avx2_mm_finish(a, t, o, isum);
     float *y = a->out + (size_t)t * a->stride_out + o;
     *y = a->accumulate ? *y + v : v;
 }

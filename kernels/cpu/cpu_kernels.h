@@ -64,6 +64,11 @@ struct dray_cpu_matmul {
     int8_t *q;
     float *sx;
     size_t q_stride;
+    /* Fast paths only: the outlier channels of each token gathered by the quantize
+     * step, xo [n_tok] rows of xo_stride floats (n_outlier used, then zeros), so
+     * the epilogue reads them contiguously; NULL when n_outlier is 0. */
+    float *xo;
+    uint32_t xo_stride;
 };
 /* Step 1 (I8 only): quantize tokens [t0, t1) of x into a->q / a->sx. */
 void dray_cpu_ref_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
@@ -99,6 +104,34 @@ static inline float dray_cpu_mm_finish(const struct dray_cpu_matmul *a, uint32_t
         s0 += xr[idx[j]] * ow[j];
     return v + ((s0 + s1) + (s2 + s3));
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+/* The AVX2 and AVX-VNNI kernels' epilogue (one function, so their results stay
+ * identical): the outlier channels' f32 dot product runs 8 lanes at a time over
+ * the row the quantize step gathered (a->xo), instead of a scalar chain with a
+ * scattered load per channel, which dominated prefill with 32 outlier channels. */
+static inline float dray_avx2_mm_finish(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o,
+                                        int32_t isum)
+{
+    float v = (float)isum * a->sx[t] * a->wscale[o];
+    if (!a->n_outlier)
+        return v;
+    const float *xo = a->xo + (size_t)t * a->xo_stride;
+    const float *ow = a->outlier_w + (size_t)o * a->n_outlier;
+    __m256 acc = _mm256_setzero_ps();
+    uint32_t j = 0;
+    for (; j + 8 <= a->n_outlier; j += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(ow + j), _mm256_loadu_ps(xo + j), acc);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    float s = _mm_cvtss_f32(s4);
+    for (; j < a->n_outlier; j++)
+        s += ow[j] * xo[j];
+    return v + s;
+}
+#endif
 
 /* ---------------------------------------------------------------- rope */
 
