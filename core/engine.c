@@ -178,6 +178,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         rc = calibrate(e, err, errlen);
     if (rc)
         goto fail;
+    /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */
+    e->info.weight_bytes = e->arch->info(e->model)->weight_bytes;
     e->logits = malloc((size_t)e->info.n_vocab * sizeof(float));
     if (!e->logits) {
         rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
