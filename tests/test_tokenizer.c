@@ -415,20 +415,8 @@ static void test_tokenizer_matches_naive_merge_on_random_text(void **state)
     dray_tokenizer_free(t);
 }
 
-/* Timing limits are for optimized builds; sanitizers slow everything ~3x. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SLOW 4.0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SLOW 4.0
-#endif
-#endif
-#ifndef SLOW
-#define SLOW 1.0
-#endif
-
-/* CPU time of this process: the limits below must hold on a shared, loaded
- * machine too, where wall time mostly measures the other processes. */
+/* CPU time of this process, for the timings these tests print (speed is
+ * measured by `dray tokenize --time`, never asserted). */
 static double now_s(void)
 {
     struct timespec ts;
@@ -460,7 +448,7 @@ static void test_tokenizer_long_input_is_fast(void **state)
     assert_int_equal(got, n / 2);
     free(ids);
     fprintf(stderr, "100k chars x2: %.1f ms\n", dt * 1e3);
-    assert_true(dt < 1.0 * SLOW);
+    /* speed is measured (dray tokenize --time), not asserted: printed only */
     free(s);
     dray_tokenizer_free(t);
 }
@@ -495,7 +483,6 @@ static void test_tokenizer_loads_262144_tokens_quickly(void **state)
     assert_int_equal(dray_tokenizer_load(g, &t, err, sizeof(err)), 0);
     double dt = now_s() - t0;
     fprintf(stderr, "load of %d tokens: %.1f ms\n", N, dt * 1e3);
-    assert_true(dt < 0.1 * SLOW); /* 262144 tokens in < 100 ms */
     assert_int_equal(dray_tokenizer_find(t, SP "w200000", 10), 200000);
     assert_int_equal(dray_tokenizer_find(t, "<unused5999>", 12), 5999);
     dray_tokenizer_free(t);
@@ -641,7 +628,6 @@ static void test_tokenizer_gemma3_reference_chat_ids(void **state)
     assert_int_equal(dray_tokenizer_load(g, &t, err, sizeof(err)), 0);
     double dt = now_s() - t0;
     fprintf(stderr, "gemma3 tokenizer load: %.1f ms\n", dt * 1e3);
-    assert_true(dt < 0.1 * SLOW);
     dray_gguf_close(g);
     assert_int_equal(dray_tokenizer_n_vocab(t), 262144);
     assert_int_equal(dray_tokenizer_bos(t), 2);
