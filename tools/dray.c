@@ -26,8 +26,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dray <command> [options]   (dray <command> -h for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (commands[i].fn)
-            fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
 }
 
 int main(int argc, char **argv)
@@ -41,7 +40,7 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (commands[i].fn && !strcmp(argv[1], commands[i].name))
+        if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "dray: unknown command '%s'\n", argv[1]);
     usage(stderr);
