@@ -30,6 +30,8 @@ const char *dray_strerror(int rc)
     case DRAY_ERANGE: return "out of range";
     case DRAY_EBACKEND: return "device runtime failure";
     case DRAY_ENOTFOUND: return "not found";
+    case DRAY_EBUSY: return "busy";
+    case DRAY_ECANCELED: return "cancelled";
     }
     return "unknown error";
 }

@@ -18,6 +18,12 @@
 extern "C" {
 #endif
 
+/* Engine-level codes beyond backend.h's (plugins never return these). */
+enum dray_engine_status {
+    DRAY_EBUSY = -20,     /* the request queue is full: try again later */
+    DRAY_ECANCELED = -21, /* cancelled, or the scheduler is shutting down */
+};
+
 const char *dray_strerror(int rc);
 const char *dray_version(void);
 
@@ -167,6 +173,105 @@ int dray_sessions_decode(struct dray_session *const *ss, uint32_t n, const int32
 int dray_chat_turn(struct dray_session *s, const char *system, const char *user_text,
                    const struct dray_gen_params *p, dray_emit_fn emit, void *user,
                    struct dray_gen_stats *st, char *err, size_t errlen);
+
+
+/* ------------------------------------------------------------------ chat */
+
+/* One chat message. role: "system", "user" or "assistant". */
+struct dray_chat_message {
+    const char *role;
+    const char *content;      /* UTF-8, NUL-terminated */
+};
+
+/* Name of the chat template this engine uses ("gemma", "chatml"), or NULL when
+ * the model has none dray implements (config key chat_template chooses one). */
+const char *dray_engine_chat_template(const struct dray_engine *e);
+
+/* Render msgs with the engine's chat template and tokenize the result. The
+ * template's own markers become control tokens; message contents are always
+ * tokenized as plain text, so a user who types "<end_of_turn>" gets those
+ * characters, not a forged turn. add_generation_prompt appends the header of the
+ * assistant's turn. *ids is malloc'd. */
+int dray_engine_chat_tokenize(const struct dray_engine *e, const struct dray_chat_message *msgs,
+                              size_t n, bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+                              char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ scheduler */
+
+/* The scheduler serves many requests over one engine. One loop thread owns the
+ * engine's device; each step builds one batch from the decode token of every
+ * running sequence plus prefill chunks of admitted ones, up to `chunk` tokens and
+ * `max_seqs` sequences (config), so decoding never stalls behind a long prompt.
+ * A request is admitted when the KV pool has blocks for it; when the pool runs
+ * out mid-generation the newest sequence is preempted (its blocks freed, its
+ * tokens recomputed later) so every request completes. All functions below are
+ * thread-safe; a request's output is read with dray_request_poll from any one
+ * thread at a time. While a scheduler runs, do not use the engine's sessions. */
+struct dray_sched;
+struct dray_request;
+
+struct dray_request_params {
+    const int32_t *ids;       /* prompt tokens (copied); 1..context */
+    size_t n_ids;
+    struct dray_gen_params gen; /* sampling, max_tokens, stop strings (copied) */
+    const char *cache_salt;   /* tenant key for the prefix cache; NULL = shared */
+};
+
+/* What a request has produced since the last poll. Pointers stay valid until
+ * the next poll or dray_request_free. */
+struct dray_request_output {
+    const char *text;         /* new UTF-8 text (stop strings removed) */
+    size_t len;
+    const int32_t *ids;       /* new token ids */
+    size_t n_ids;
+    bool done;                /* no more output will come */
+    int rc;                   /* when done: 0, or the DRAY_E* that ended it */
+    const char *error;        /* when rc != 0: one line naming the problem */
+    const char *finish_reason; /* when done: "stop" (eog or stop string), "length"
+                                * (max_tokens or context full), "cancelled", "error" */
+    uint32_t n_prompt;        /* prompt tokens */
+    uint32_t n_cached;        /* of them, served from cached KV (not recomputed) */
+    uint32_t n_generated;     /* completion tokens so far */
+    uint32_t n_preempted;     /* times this request was preempted */
+    double queue_s;           /* submit -> admitted */
+    double ttft_s;            /* submit -> first token (0 until then) */
+    double total_s;           /* submit -> done (0 until then) */
+};
+
+struct dray_sched_stats {
+    uint32_t waiting;         /* requests queued, not yet admitted */
+    uint32_t running;         /* sequences admitted (prefilling or decoding) */
+    uint32_t max_seqs, max_waiting;
+    uint64_t kv_blocks_used, kv_blocks_total; /* over all layer groups */
+    uint64_t steps, preemptions;
+    uint64_t prompt_tokens, prompt_tokens_cached, completion_tokens;
+    uint64_t requests_done, requests_failed, requests_cancelled;
+};
+
+/* max_waiting: requests queued beyond the running ones before submit says
+ * DRAY_EBUSY; 0 = 256. */
+int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_sched **out,
+                      char *err, size_t errlen);
+/* Cancels what is still queued or running (each ends with finish_reason
+ * "cancelled"), stops the loop thread and frees the scheduler. Requests not yet
+ * freed stay readable until dray_request_free. */
+void dray_sched_destroy(struct dray_sched *s);
+/* Queue a request. DRAY_EINVAL (empty prompt, id outside the vocabulary, bad
+ * sampling parameters), DRAY_ERANGE (prompt does not fit the context), DRAY_EBUSY
+ * (queue full: try later), DRAY_ECANCELED (scheduler shutting down). */
+int dray_sched_submit(struct dray_sched *s, const struct dray_request_params *p,
+                      struct dray_request **out, char *err, size_t errlen);
+/* Wait up to timeout_ms (-1 = forever, 0 = don't wait) for new output or the
+ * end. Returns 1 when out holds something new or the end, 0 on timeout. */
+int dray_request_poll(struct dray_request *r, struct dray_request_output *out, int timeout_ms);
+/* Ask the scheduler to stop the request at its next step (client went away);
+ * its blocks are freed there. Its output ends with finish_reason "cancelled". */
+void dray_request_cancel(struct dray_request *r);
+/* Cancel if still running, and release the request (after the last poll). */
+void dray_request_free(struct dray_request *r);
+void dray_sched_get_stats(struct dray_sched *s, struct dray_sched_stats *st);
+/* Stop admitting new requests (submit gets DRAY_ECANCELED); running ones go on. */
+void dray_sched_drain(struct dray_sched *s);
 
 #ifdef __cplusplus
 }
