@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calibrate.h"
 #include "chat.h"
 #include "dray/dray.h"
 #include "error.h"
@@ -71,42 +72,6 @@ static int open_kv(struct dray_engine *e, char *err, size_t errlen)
     e->info.kv_bytes_per_seq_fixed = p->window_bytes_per_seq;
     e->info.max_seqs = d.max_seqs;
     return 0;
-}
-
-/* A little of everything a chat model sees: prose, code, numbers, dialogue. The
- * outlier channels it reveals are properties of the weights, not of this text. */
-static const char calibration_text[] =
-    "The history of science is the study of how people came to understand the natural world. "
-    "In 1687, Isaac Newton published the laws of motion; two centuries later, Maxwell unified "
-    "electricity and magnetism. Today, a single laptop performs 10^11 operations per second.\n\n"
-    "def mean(xs):\n    return sum(xs) / len(xs) if xs else 0.0\n\n"
-    "Q: What is the capital of Japan?\nA: Tokyo, a city of about 14 million people.\n"
-    "<start_of_turn>user\nCan you summarize this in one sentence?<end_of_turn>\n"
-    "<start_of_turn>model\nScience grew from careful observation into a shared method.\n"
-    "Les mathématiques sont le langage de la nature. 数学は自然の言語である。";
-
-static int calibrate(struct dray_engine *e, char *err, size_t errlen)
-{
-    uint32_t n_outlier = e->cfg.outlier_channels;
-    if (!n_outlier || e->cfg.precision != DRAY_PRECISION_INT8 || !e->arch->calibrate)
-        return 0;
-    double t0 = now_s();
-    int32_t *ids = NULL;
-    size_t n = 0;
-    int rc = dray_tokenize(e->tok, calibration_text, sizeof(calibration_text) - 1, true, true, &ids, &n);
-    if (rc)
-        return dray_fail(err, errlen, rc, "calibration text: %s", dray_strerror(rc));
-    /* one step is plenty: the loud channels show up within a few tokens */
-    if (n > e->chunk)
-        n = e->chunk;
-    if (n > e->info.context)
-        n = e->info.context;
-    rc = e->arch->calibrate(e->model, e->kv, ids, (uint32_t)n, n_outlier, err, errlen);
-    free(ids);
-    if (!rc)
-        dray_info("calibrated %u outlier channels per matmul on %zu tokens in %.2f s", n_outlier, n,
-                  now_s() - t0);
-    return rc;
 }
 
 static void fill_info(struct dray_engine *e)
@@ -174,8 +139,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
                   e->info.n_ctx_train);
     rc = open_kv(e, err, errlen);
-    if (!rc)
-        rc = calibrate(e, err, errlen);
+    if (!rc && e->cfg.precision == DRAY_PRECISION_INT8)
+        rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, e->cfg.outlier_channels, err, errlen);
     if (rc)
         goto fail;
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */
