@@ -10,6 +10,7 @@
 
 #include "calibrate.h"
 #include "chat.h"
+#include "chat_tokenize.h"
 #include "dray/dray.h"
 #include "engine_internal.h"
 #include "emitter.h"
@@ -101,9 +102,10 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         rc = dray_gguf_open(e->cfg.model, &e->gguf, err, errlen);
     if (!rc)
         rc = dray_tokenizer_load(e->gguf, &e->tok, err, errlen);
+    if (!rc)
+        rc = dray_chat_template_pick(e->gguf, e->cfg.chat_template, &e->chat, err, errlen);
     if (rc)
         goto fail;
-    e->chat_template = dray_chat_template_for(e->gguf);
     e->chunk = e->cfg.chunk ? e->cfg.chunk : 512;
     struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true};
     if (e->cfg.precision == DRAY_PRECISION_INT8)
@@ -146,6 +148,7 @@ void dray_engine_close(struct dray_engine *e)
     if (e->model)
         e->arch->free(e->model);
     dray_tokenizer_free(e->tok);
+    dray_chat_template_free(&e->chat);
     if (e->gguf)
         dray_gguf_close(e->gguf);
     if (e->dev_open)
@@ -435,36 +438,42 @@ int dray_chat_turn(struct dray_session *s, const char *system, const char *user_
                    const struct dray_gen_params *p, dray_emit_fn emit, void *user,
                    struct dray_gen_stats *st, char *err, size_t errlen)
 {
-    const char *tmpl = s->e->chat_template;
     struct dray_chat_msg msgs[2];
-    size_t n_msgs = 0;
-    char *text = NULL;
-    int rc;
-    if (!tmpl)
-        return dray_fail(err, errlen, DRAY_ENOTSUP, "%s has no chat template dray knows",
-                         s->e->cfg.model);
-    if (!s->chatted && s->n_hist == 0) {
-        if (system && system[0])
-            msgs[n_msgs++] = (struct dray_chat_msg){"system", system};
-        msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
-        rc = dray_chat_render(tmpl, msgs, n_msgs, true, &text, err, errlen);
-    } else {
-        /* the reply ended at <end_of_turn>, which was sampled but not fed to the KV */
-        msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
-        rc = dray_chat_render_turn(tmpl, msgs, n_msgs, false, true, &text, err, errlen);
-    }
-    if (rc)
-        return rc;
+    size_t n_msgs = 0, n = 0;
     int32_t *ids = NULL;
-    size_t n = 0;
-    /* the template writes <bos> itself on the first turn */
-    rc = dray_engine_tokenize(s->e, text, false, true, &ids, &n, err, errlen);
-    free(text);
+    /* later turns continue the KV: the reply ended at the end-of-turn marker,
+     * which was sampled but not fed */
+    bool cont = s->chatted || s->n_hist > 0;
+    if (!cont && system && system[0])
+        msgs[n_msgs++] = (struct dray_chat_msg){"system", system};
+    msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
+    int rc = dray_chat_tokenize(s->e->tok, &s->e->chat, msgs, n_msgs, cont, false, true, &ids, &n,
+                                err, errlen);
     if (!rc) {
         rc = dray_session_generate(s, ids, n, p, emit, user, st, err, errlen);
         if (!rc)
             s->chatted = true;
     }
     free(ids);
+    return rc;
+}
+
+const char *dray_engine_chat_template(const struct dray_engine *e)
+{
+    return e->chat.name;
+}
+
+int dray_engine_chat_tokenize(const struct dray_engine *e, const struct dray_chat_message *msgs,
+                              size_t n, bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+                              char *err, size_t errlen)
+{
+    struct dray_chat_msg *m = malloc((n ? n : 1) * sizeof(*m));
+    if (!m)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        m[i] = (struct dray_chat_msg){msgs[i].role, msgs[i].content};
+    int rc = dray_chat_tokenize(e->tok, &e->chat, m, n, false, false, add_generation_prompt, ids,
+                                n_ids, err, errlen);
+    free(m);
     return rc;
 }
