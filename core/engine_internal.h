@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat.h"
 #include "dray/dray.h"
 #include "registry.h"
 
@@ -30,7 +31,7 @@ struct dray_engine {
     struct dray_engine_info info;
     uint32_t chunk;     /* most tokens in one forward step */
     float *logits;      /* host [n_vocab] for the one row a session samples from */
-    const char *chat_template; /* NULL when the model has none dray knows */
+    struct dray_chat_template chat; /* style NONE when the model has none dray knows */
 };
 
 struct dray_session {

@@ -118,7 +118,7 @@ static void test_config_loads_sections(void **state)
     (void)state;
     struct dray_config c;
     char err[512];
-    int rc = load_text("model:\n  path: g.gguf\n  context: 4096\n"
+    int rc = load_text("model:\n  path: g.gguf\n  context: 4096\n  chat_template: chatml\n"
                        "backend:\n  plugin: vulkan\n  device: \"1\"\n  reference_kernels: true\n"
                        "precision:\n  weights: int8\n  outlier_channels: 8\n"
                        "memory:\n  kv_budget: 512MiB\n  host_cache: 2GiB\n  kv_block: 32\n"
@@ -130,6 +130,7 @@ static void test_config_loads_sections(void **state)
         fail_msg("%s", err);
     assert_string_equal(c.model, "g.gguf");
     assert_int_equal(c.context, 4096);
+    assert_string_equal(c.chat_template, "chatml");
     assert_string_equal(c.backend, "vulkan");
     assert_string_equal(c.device, "1");
     assert_true(c.reference_kernels);
@@ -330,7 +331,7 @@ static void test_config_print_reads_back_identically(void **state)
         {"device", "3"}, {"threads", "7"}, {"reference_kernels", "true"}, {"precision", "f32"},
         {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
         {"top_p", "0.9"}, {"min_p", "0.123456"}, {"seed", "42"}, {"log_level", "info"},
-        {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"},
+        {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"}, {"chat_template", "gemma"},
     };
     for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
         if (dray_config_set(&c, sets[i][0], sets[i][1], err, sizeof(err)))

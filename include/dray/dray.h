@@ -39,6 +39,7 @@ struct dray_config {
     /* model */
     char model[1024];         /* GGUF path; "" = the model the README's set-up installs */
     uint32_t context;         /* max tokens per sequence; 0 = the model's training context */
+    char chat_template[32];   /* "gemma", "chatml"; "" = recognised from the model */
 
     /* backend */
     char backend[64];         /* plugin name ("cpu", "opencl", ...) or a path to a .so */
