@@ -255,6 +255,9 @@ struct dray_sched_stats {
     uint64_t steps, preemptions;
     uint64_t prompt_tokens, prompt_tokens_cached, completion_tokens;
     uint64_t requests_done, requests_failed, requests_cancelled;
+    /* prefix cache (all 0 when prefix_cache is off) */
+    uint64_t cache_lookups, cache_lookup_tokens, cache_hit_tokens;
+    uint64_t cache_entries, cache_checkpoints, cache_blocks, cache_evictions;
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says
