@@ -10,6 +10,8 @@
 
 #include "chat.h"
 #include "dray/dray.h"
+#include "engine_internal.h"
+#include "emitter.h"
 #include "error.h"
 #include "gguf.h"
 #include "kv.h"
@@ -19,31 +21,7 @@
 #include "sampler.h"
 #include "tokenizer.h"
 
-struct dray_engine {
-    struct dray_config cfg;
-    struct dray_registry *reg;
-    struct dray_device dev;
-    bool dev_open;
-    struct dray_gguf *gguf;
-    struct dray_tokenizer *tok;
-    const struct dray_arch *arch;
-    struct dray_model *model;
-    struct dray_kv *kv;
-    struct dray_engine_info info;
-    uint32_t chunk;     /* most tokens in one forward step */
-    float *logits;      /* host [n_vocab] for the one row a session samples from */
-    const char *chat_template; /* NULL when the model has none dray knows */
-};
-
-struct dray_session {
-    struct dray_engine *e;
-    uint32_t seq;
-    int32_t *hist;      /* tokens in the KV, in order */
-    size_t n_hist, cap_hist;
-    bool chatted;       /* a chat turn has been rendered into this session */
-};
-
-static double now_s(void)
+double dray_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -90,7 +68,7 @@ static int calibrate(struct dray_engine *e, char *err, size_t errlen)
     uint32_t n_outlier = e->cfg.outlier_channels;
     if (!n_outlier || e->cfg.precision != DRAY_PRECISION_INT8 || !e->arch->calibrate)
         return 0;
-    double t0 = now_s();
+    double t0 = dray_now_s();
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = dray_tokenize(e->tok, calibration_text, sizeof(calibration_text) - 1, true, true, &ids, &n);
@@ -105,7 +83,7 @@ static int calibrate(struct dray_engine *e, char *err, size_t errlen)
     free(ids);
     if (!rc)
         dray_info("calibrated %u outlier channels per matmul on %zu tokens in %.2f s", n_outlier, n,
-                  now_s() - t0);
+                  dray_now_s() - t0);
     return rc;
 }
 
@@ -133,7 +111,7 @@ static void fill_info(struct dray_engine *e)
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen)
 {
-    double t0 = now_s();
+    double t0 = dray_now_s();
     struct dray_engine *e = calloc(1, sizeof(*e));
     *out = NULL;
     if (!e)
@@ -185,7 +163,7 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
         goto fail;
     }
-    e->info.load_s = now_s() - t0;
+    e->info.load_s = dray_now_s() - t0;
     *out = e;
     return 0;
 fail:
@@ -293,7 +271,7 @@ static int prefill(struct dray_session *s, const int32_t *ids, size_t n, char *e
 
 /* One forward step over several sessions: session i appends n[i] tokens (ids are
  * concatenated in session order). The logits of the listed batch rows go to logits. */
-static int step_many(struct dray_session *const *ss, uint32_t n_seq, const uint32_t *n,
+int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint32_t *n,
                      const int32_t *ids, const uint32_t *logit_rows, uint32_t n_logits,
                      float *logits, char *err, size_t errlen)
 {
@@ -329,7 +307,7 @@ static int step_many(struct dray_session *const *ss, uint32_t n_seq, const uint3
 static int step(struct dray_session *s, const int32_t *ids, uint32_t n, const uint32_t *logit_rows,
                 uint32_t n_logits, float *logits, char *err, size_t errlen)
 {
-    return step_many(&s, 1, &n, ids, logit_rows, n_logits, logits, err, errlen);
+    return dray_engine_step(&s, 1, &n, ids, logit_rows, n_logits, logits, err, errlen);
 }
 
 int dray_sessions_decode(struct dray_session *const *ss, uint32_t n_seq, const int32_t *ids,
@@ -345,7 +323,7 @@ int dray_sessions_decode(struct dray_session *const *ss, uint32_t n_seq, const i
         ones[i] = 1;
         rows[i] = i;
     }
-    return step_many(ss, n_seq, ones, ids, rows, logits ? n_seq : 0, logits, err, errlen);
+    return dray_engine_step(ss, n_seq, ones, ids, rows, logits ? n_seq : 0, logits, err, errlen);
 }
 
 int dray_session_prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen)
@@ -402,42 +380,7 @@ int dray_session_dump_logits(struct dray_session *s, const int32_t *ids, size_t 
     return rc;
 }
 
-/* Emit text for a token, holding back what could be the start of a stop string. */
-struct emitter {
-    dray_emit_fn fn;
-    void *user;
-    struct dray_detok detok;
-    struct dray_stop stop;
-    char *piece;
-    size_t piece_cap;
-};
-
-static int emit_token(struct emitter *em, const struct dray_tokenizer *tok, int32_t id, bool *stopped)
-{
-    size_t n = dray_detok_push(&em->detok, tok, id, em->piece, em->piece_cap);
-    const char *ready = "";
-    size_t ready_len = 0;
-    int r = dray_stop_feed(&em->stop, em->piece, n, &ready, &ready_len);
-    *stopped = r == 1;
-    return em->fn ? em->fn(em->user, ready, ready_len, id) : 0;
-}
-
-static void emit_flush(struct emitter *em)
-{
-    char tail[8];
-    size_t n = dray_detok_flush(&em->detok, tail, sizeof(tail));
-    const char *ready = "";
-    size_t ready_len = 0;
-    if (dray_stop_feed(&em->stop, tail, n, &ready, &ready_len) == 0 && em->fn && ready_len)
-        em->fn(em->user, ready, ready_len, -1);
-    ready_len = 0;
-    if (em->stop.matched < 0)
-        dray_stop_flush(&em->stop, &ready, &ready_len);
-    if (em->fn && ready_len)
-        em->fn(em->user, ready, ready_len, -1);
-}
-
-static int decode(struct dray_session *s, const struct dray_gen_params *p, struct emitter *em,
+static int decode(struct dray_session *s, const struct dray_gen_params *p, struct dray_emitter *em,
                   struct dray_gen_stats *st, char *err, size_t errlen)
 {
     struct dray_engine *e = s->e;
@@ -449,7 +392,7 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
     int rc = dray_sampler_create(&sp, &smp, err, errlen);
     if (rc)
         return rc;
-    double t0 = now_s();
+    double t0 = dray_now_s();
     st->stop_reason = "max tokens";
     for (uint32_t i = 0; i < p->max_tokens; i++) {
         int32_t id = dray_sampler_sample(smp, e->logits, e->info.n_vocab, s->hist, s->n_hist);
@@ -463,7 +406,7 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
         }
         st->n_generated++;
         bool stopped;
-        if (emit_token(em, e->tok, id, &stopped)) {
+        if (dray_emitter_token(em, id, &stopped)) {
             st->stop_reason = "caller";
             rc = step(s, &id, 1, NULL, 0, NULL, err, errlen);
             break;
@@ -484,10 +427,10 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
         if (rc)
             break;
     }
-    st->decode_s = now_s() - t0;
+    st->decode_s = dray_now_s() - t0;
     dray_sampler_free(smp);
     if (!rc)
-        emit_flush(em);
+        dray_emitter_flush(em);
     return rc;
 }
 
@@ -508,24 +451,18 @@ int dray_session_generate(struct dray_session *s, const int32_t *ids, size_t n,
         if (ids[i] < 0 || (uint32_t)ids[i] >= e->info.n_vocab)
             return dray_fail(err, errlen, DRAY_EINVAL, "token id %d at %zu is outside the vocabulary (0..%u)",
                              ids[i], i, e->info.n_vocab - 1);
-    double t0 = now_s();
+    double t0 = dray_now_s();
     rc = prefill(s, ids, n, err, errlen);
-    st->prefill_s = now_s() - t0;
+    st->prefill_s = dray_now_s() - t0;
     st->n_prefilled = (uint32_t)n;
     if (rc)
         return rc;
-    struct emitter em = {.fn = emit, .user = user};
-    dray_detok_init(&em.detok);
-    em.piece_cap = dray_tokenizer_max_piece(e->tok) + 8;
-    em.piece = malloc(em.piece_cap);
-    rc = dray_stop_init(&em.stop, p->stop, p->n_stop, err, errlen);
-    if (!em.piece || rc) {
-        free(em.piece);
-        return rc ? rc : dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
-    }
+    struct dray_emitter em;
+    rc = dray_emitter_init(&em, e->tok, p->stop, p->n_stop, emit, user, err, errlen);
+    if (rc)
+        return rc;
     rc = decode(s, p, &em, st, err, errlen);
-    dray_stop_free(&em.stop);
-    free(em.piece);
+    dray_emitter_free(&em);
     return rc;
 }
 

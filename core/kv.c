@@ -423,6 +423,8 @@ uint32_t dray_kv_capacity(const struct dray_kv *kv, uint32_t seq_len)
     return dray_kv_plan_capacity(&kv->plan, &kv->d, seq_len);
 }
 
+uint32_t dray_kv_block_size(const struct dray_kv *kv) { return kv->d.block_size; }
+
 uint32_t dray_kv_group_free_blocks(const struct dray_kv *kv, uint32_t g)
 {
     return g < kv->plan.n_group ? kv->group[g].n_free : 0;

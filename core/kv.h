@@ -130,6 +130,8 @@ uint32_t dray_kv_seq_len(const struct dray_kv *kv, uint32_t seq_id); /* 0 for un
  * already recycled a block the next query (at new_len) would need. */
 int dray_kv_seq_truncate(struct dray_kv *kv, uint32_t seq_id, uint32_t new_len);
 
+/* Tokens per block (the same in every group). */
+uint32_t dray_kv_block_size(const struct dray_kv *kv);
 /* Blocks free now in group g (for tests and the scheduler). */
 uint32_t dray_kv_group_free_blocks(const struct dray_kv *kv, uint32_t g);
 /* Blocks sequence seq holds in group g. */

@@ -1,0 +1,56 @@
+/* The engine's private state, shared by the files that make up the engine
+ * (engine.c: wiring and sessions; scheduler.c: many requests over one engine).
+ * Core only: nothing outside core/ includes this. */
+#ifndef DRAY_CORE_ENGINE_INTERNAL_H
+#define DRAY_CORE_ENGINE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dray/dray.h"
+#include "registry.h"
+
+struct dray_gguf;
+struct dray_tokenizer;
+struct dray_arch;
+struct dray_model;
+struct dray_kv;
+
+struct dray_engine {
+    struct dray_config cfg;
+    struct dray_registry *reg;
+    struct dray_device dev;
+    bool dev_open;
+    struct dray_gguf *gguf;
+    struct dray_tokenizer *tok;
+    const struct dray_arch *arch;
+    struct dray_model *model;
+    struct dray_kv *kv;
+    struct dray_engine_info info;
+    uint32_t chunk;     /* most tokens in one forward step */
+    float *logits;      /* host [n_vocab] for the one row a session samples from */
+    const char *chat_template; /* NULL when the model has none dray knows */
+};
+
+struct dray_session {
+    struct dray_engine *e;
+    uint32_t seq;
+    int32_t *hist;      /* tokens in the KV, in order */
+    size_t n_hist, cap_hist;
+    bool chatted;       /* a chat turn has been rendered into this session */
+};
+
+/* Seconds on the monotonic clock. */
+double dray_now_s(void);
+
+/* One forward step over several sessions: session i appends n[i] tokens (ids are
+ * concatenated in session order); the logits of the listed batch rows go to
+ * logits [n_logits][n_vocab]. On success every session's history grows by its
+ * tokens; on failure nothing changes (DRAY_ENOMEM from the KV manager means the
+ * pool ran out of blocks: preempt a sequence and retry). */
+int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint32_t *n,
+                     const int32_t *ids, const uint32_t *logit_rows, uint32_t n_logits,
+                     float *logits, char *err, size_t errlen);
+
+#endif

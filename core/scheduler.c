@@ -1,0 +1,637 @@
+/* Scheduler: continuous batching of many requests over one engine (dray.h).
+ *
+ * One loop thread owns the engine's device and KV. Every step it
+ *   1. ends requests that were cancelled (their blocks go back at once),
+ *   2. admits waiting requests, oldest first, while a sequence slot is free and
+ *      the KV pool has the blocks their tokens need (plus one block of growth for
+ *      every running sequence),
+ *   3. builds one batch of at most `chunk` tokens: first the one pending token of
+ *      every decoding sequence, then prefill chunks of the others in admission
+ *      order, so a long prompt never stalls anyone's decoding,
+ *   4. runs one forward pass; if the pool ran out of blocks it preempts the
+ *      newest sequence (frees its KV, puts it back at the head of the queue: its
+ *      tokens so far are recomputed when it is readmitted) and tries again,
+ *   5. samples the next token of every sequence whose pending tokens were all
+ *      fed, and streams its text.
+ *
+ * A request's tokens: toks[0..n_toks) = prompt + tokens generated so far. Those
+ * that are in the KV are its session's history; the rest (the whole prompt after
+ * admission or preemption, or just the last sampled token) are pending. Because a
+ * preempted request recomputes exactly toks, its later tokens are the ones it
+ * would have produced without the preemption.
+ *
+ * Locking: one mutex guards the queues, every request's shared fields and the
+ * stats. The loop drops it only around the forward pass, which touches nothing a
+ * client can see.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dray/dray.h"
+#include "emitter.h"
+#include "engine_internal.h"
+#include "error.h"
+#include "kv.h"
+#include "log.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE };
+
+/* Output produced by the loop and not yet handed to the client. */
+struct outbuf {
+    char *text;
+    size_t len, cap;
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+};
+
+struct dray_request {
+    struct dray_sched *s;
+    struct dray_request *prev, *next; /* in s->waiting or s->running */
+    enum req_state state;
+
+    /* loop thread only */
+    int32_t *toks;
+    size_t n_toks, cap_toks, n_prompt;
+    uint32_t max_tokens;             /* 0 = until the context is full */
+    struct dray_session *sess;       /* NULL while waiting */
+    struct dray_sampler *smp;
+    struct dray_emitter em;
+    uint64_t admit_seq;              /* admission order: the newest is preempted first */
+
+    /* shared, under s->mu */
+    pthread_cond_t cv;
+    struct outbuf pend, given;
+    bool done, cancel, client_gone;
+    int rc;
+    char error[256];
+    const char *finish;
+    uint32_t n_generated, n_cached, n_preempted;
+    double t_submit, t_admit, t_first, t_done;
+};
+
+struct req_list {
+    struct dray_request *head, *tail;
+    uint32_t n;
+};
+
+struct dray_sched {
+    struct dray_engine *e;
+    pthread_mutex_t mu;
+    pthread_cond_t work;             /* the loop sleeps here when idle */
+    pthread_t thread;
+    struct req_list waiting, running;
+    bool stopping, draining, destroyed;
+    uint32_t n_live;                 /* requests not yet freed by their clients */
+    uint32_t max_waiting, max_seqs, chunk;
+    uint64_t admit_counter;
+    struct dray_sched_stats st;
+
+    /* one step's batch (loop thread only) */
+    struct dray_session **b_sess;    /* [max_seqs] */
+    struct dray_request **b_req;     /* [max_seqs] */
+    uint32_t *b_n;                   /* [max_seqs] tokens each */
+    int32_t *b_ids;                  /* [chunk] */
+    uint32_t *b_rows, *b_row_req;    /* [max_seqs] logit rows and whose they are */
+    float *logits;                   /* [max_seqs][n_vocab] */
+};
+
+/* ------------------------------------------------------------ lists */
+
+static void list_push(struct req_list *l, struct dray_request *r, bool front)
+{
+    r->prev = front ? NULL : l->tail;
+    r->next = front ? l->head : NULL;
+    if (front ? !l->head : !l->tail)
+        l->head = l->tail = r;
+    else if (front)
+        l->head = l->head->prev = r;
+    else
+        l->tail = l->tail->next = r;
+    l->n++;
+}
+
+static void list_remove(struct req_list *l, struct dray_request *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        l->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        l->tail = r->prev;
+    r->prev = r->next = NULL;
+    l->n--;
+}
+
+/* ------------------------------------------------------------ output */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elt)
+{
+    if (need <= *cap)
+        return true;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(*p, c * elt);
+    if (!n)
+        return false;
+    *p = n;
+    *cap = c;
+    return true;
+}
+
+/* dray_emit_fn of every request: runs on the loop thread with s->mu held. */
+static int on_emit(void *user, const char *text, size_t len, int32_t id)
+{
+    struct dray_request *r = user;
+    struct outbuf *o = &r->pend;
+    if (!grow((void **)&o->text, &o->cap, o->len + len + 1, 1) ||
+        (id >= 0 && !grow((void **)&o->ids, &o->cap_ids, o->n_ids + 1, sizeof(int32_t))))
+        return DRAY_ENOMEM;
+    memcpy(o->text + o->len, text, len);
+    o->len += len;
+    o->text[o->len] = 0;
+    if (id >= 0)
+        o->ids[o->n_ids++] = id;
+    return 0;
+}
+
+static void outbuf_free(struct outbuf *o)
+{
+    free(o->text);
+    free(o->ids);
+}
+
+static void request_destroy(struct dray_request *r)
+{
+    dray_emitter_free(&r->em);
+    dray_sampler_free(r->smp);
+    outbuf_free(&r->pend);
+    outbuf_free(&r->given);
+    pthread_cond_destroy(&r->cv);
+    free(r->toks);
+    free(r);
+}
+
+static void sched_free(struct dray_sched *s)
+{
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->work);
+    free(s->b_sess);
+    free(s->b_req);
+    free(s->b_n);
+    free(s->b_ids);
+    free(s->b_rows);
+    free(s->b_row_req);
+    free(s->logits);
+    free(s);
+}
+
+/* ------------------------------------------------------------ the loop */
+
+/* End r (mu held): free its KV, record why, wake its client. A request whose
+ * client already let go is freed here. */
+static void finish(struct dray_sched *s, struct dray_request *r, const char *why, int rc,
+                   const char *error)
+{
+    if (r->state == REQ_DONE)
+        return;
+    list_remove(r->state == REQ_WAITING ? &s->waiting : &s->running, r);
+    if (rc == 0)
+        dray_emitter_flush(&r->em);
+    dray_session_free(r->sess);
+    r->sess = NULL;
+    r->state = REQ_DONE;
+    r->done = true;
+    r->finish = why;
+    r->rc = rc;
+    if (error)
+        snprintf(r->error, sizeof(r->error), "%s", error);
+    r->t_done = dray_now_s();
+    s->st.completion_tokens += r->n_generated;
+    if (rc == DRAY_ECANCELED)
+        s->st.requests_cancelled++;
+    else if (rc)
+        s->st.requests_failed++;
+    else
+        s->st.requests_done++;
+    pthread_cond_broadcast(&r->cv);
+    if (r->client_gone)
+        request_destroy(r);
+}
+
+static void reap_cancelled(struct dray_sched *s)
+{
+    struct req_list *lists[2] = {&s->waiting, &s->running};
+    for (int l = 0; l < 2; l++)
+        for (struct dray_request *r = lists[l]->head, *next; r; r = next) {
+            next = r->next;
+            if (r->cancel || s->stopping)
+                finish(s, r, "cancelled", DRAY_ECANCELED, "cancelled");
+        }
+}
+
+/* Would r's tokens fit in the free blocks, leaving one block of growth for every
+ * running sequence? A lone sequence always fits: the KV plan guarantees one
+ * sequence of the full context. */
+static bool blocks_fit(struct dray_sched *s, const struct dray_request *r)
+{
+    if (s->running.n == 0)
+        return true;
+    struct dray_kv *kv = s->e->kv;
+    const struct dray_kv_plan *p = dray_kv_get_plan(kv);
+    uint32_t bs = dray_kv_block_size(kv);
+    uint64_t need_tokens = r->n_toks + 1;
+    for (uint32_t g = 0; g < p->n_group; g++) {
+        uint64_t need = (need_tokens + bs - 1) / bs;
+        if (p->group[g].window && need > p->group[g].seq_blocks_max)
+            need = p->group[g].seq_blocks_max;
+        if (dray_kv_group_free_blocks(kv, g) < need + s->running.n)
+            return false;
+    }
+    return true;
+}
+
+static void admit(struct dray_sched *s)
+{
+    char err[256];
+    while (s->waiting.head && s->running.n < s->max_seqs) {
+        struct dray_request *r = s->waiting.head;
+        if (!blocks_fit(s, r) || dray_session_new(s->e, &r->sess, err, sizeof(err)))
+            return;
+        list_remove(&s->waiting, r);
+        list_push(&s->running, r, false);
+        r->state = REQ_RUNNING;
+        r->admit_seq = ++s->admit_counter;
+        if (!r->t_admit)
+            r->t_admit = dray_now_s();
+    }
+}
+
+/* Fill the batch arrays; returns the number of sequences in it. */
+static uint32_t build_batch(struct dray_sched *s, uint32_t *n_tok, uint32_t *n_rows)
+{
+    uint32_t nb = 0, T = 0, nr = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (struct dray_request *r = s->running.head; r && T < s->chunk; r = r->next) {
+            size_t have = dray_session_len(r->sess), pending = r->n_toks - have;
+            if ((pass == 0) != (pending == 1))
+                continue; /* pass 0: decoders; pass 1: prefills */
+            uint32_t take = (uint32_t)(pending < s->chunk - T ? pending : s->chunk - T);
+            memcpy(s->b_ids + T, r->toks + have, take * sizeof(int32_t));
+            if (take == pending) {
+                s->b_rows[nr] = T + take - 1;
+                s->b_row_req[nr++] = nb;
+            }
+            s->b_sess[nb] = r->sess;
+            s->b_req[nb] = r;
+            s->b_n[nb++] = take;
+            T += take;
+        }
+    *n_tok = T;
+    *n_rows = nr;
+    return nb;
+}
+
+/* The pool ran out: the newest running sequence gives its blocks back and waits
+ * at the head of the queue to be recomputed. */
+static void preempt_newest(struct dray_sched *s)
+{
+    struct dray_request *victim = s->running.head;
+    for (struct dray_request *r = s->running.head; r; r = r->next)
+        if (r->admit_seq > victim->admit_seq)
+            victim = r;
+    dray_session_free(victim->sess);
+    victim->sess = NULL;
+    list_remove(&s->running, victim);
+    list_push(&s->waiting, victim, true);
+    victim->state = REQ_WAITING;
+    victim->n_preempted++;
+    s->st.preemptions++;
+    dray_debug("scheduler: preempted a request of %zu tokens (KV pool full)", victim->n_toks);
+}
+
+/* Sample r's next token from its logits row (mu held). */
+static void advance(struct dray_sched *s, struct dray_request *r, const float *row)
+{
+    const struct dray_engine *e = s->e;
+    if (!r->t_first)
+        r->t_first = dray_now_s();
+    int32_t id = dray_sampler_sample(r->smp, row, e->info.n_vocab, r->toks, r->n_toks);
+    if (id < 0) {
+        finish(s, r, "error", id, "sampling failed");
+        return;
+    }
+    if (dray_tokenizer_is_eog(e->tok, id)) {
+        finish(s, r, "stop", 0, NULL);
+        return;
+    }
+    r->n_generated++;
+    bool stopped = false;
+    if (dray_emitter_token(&r->em, id, &stopped)) {
+        finish(s, r, "error", DRAY_ENOMEM, "out of memory for the output");
+        return;
+    }
+    pthread_cond_broadcast(&r->cv);
+    if (stopped)
+        finish(s, r, "stop", 0, NULL);
+    else if ((r->max_tokens && r->n_generated >= r->max_tokens) || r->n_toks + 1 > e->info.context)
+        finish(s, r, "length", 0, NULL);
+    else if (!grow((void **)&r->toks, &r->cap_toks, r->n_toks + 1, sizeof(int32_t)))
+        finish(s, r, "error", DRAY_ENOMEM, "out of memory");
+    else
+        r->toks[r->n_toks++] = id;
+}
+
+static void note_kv_usage(struct dray_sched *s)
+{
+    const struct dray_kv_plan *p = dray_kv_get_plan(s->e->kv);
+    uint64_t total = 0, free_blocks = 0;
+    for (uint32_t g = 0; g < p->n_group; g++) {
+        total += p->group[g].n_blocks;
+        free_blocks += dray_kv_group_free_blocks(s->e->kv, g);
+    }
+    s->st.kv_blocks_total = total;
+    s->st.kv_blocks_used = total - free_blocks;
+}
+
+/* One step (mu held on entry and exit, dropped around the forward pass). */
+static void step(struct dray_sched *s)
+{
+    char err[512];
+    uint32_t T, n_rows, nb = build_batch(s, &T, &n_rows);
+    pthread_mutex_unlock(&s->mu);
+    int rc = dray_engine_step(s->b_sess, nb, s->b_n, s->b_ids, s->b_rows, n_rows, s->logits, err,
+                              sizeof(err));
+    pthread_mutex_lock(&s->mu);
+    s->st.steps++;
+    if (rc == DRAY_ENOMEM && s->running.n > 1) {
+        preempt_newest(s);
+    } else if (rc) {
+        dray_error("scheduler: step of %u tokens failed: %s", T, err);
+        for (uint32_t i = 0; i < nb; i++)
+            finish(s, s->b_req[i], "error", rc, err);
+    } else {
+        for (uint32_t i = 0; i < n_rows; i++)
+            advance(s, s->b_req[s->b_row_req[i]], s->logits + (size_t)i * s->e->info.n_vocab);
+    }
+    note_kv_usage(s);
+}
+
+static void *loop(void *arg)
+{
+    struct dray_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        reap_cancelled(s);
+        note_kv_usage(s);
+        if (s->stopping)
+            break;
+        admit(s);
+        if (!s->running.n) {
+            pthread_cond_wait(&s->work, &s->mu);
+            continue;
+        }
+        step(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ API */
+
+int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_sched **out,
+                      char *err, size_t errlen)
+{
+    struct dray_sched *s = calloc(1, sizeof(*s));
+    *out = NULL;
+    if (!s)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    s->e = e;
+    s->max_seqs = e->info.max_seqs;
+    s->chunk = e->chunk;
+    s->max_waiting = max_waiting ? max_waiting : 256;
+    s->st.max_seqs = s->max_seqs;
+    s->st.max_waiting = s->max_waiting;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    s->b_sess = calloc(s->max_seqs, sizeof(*s->b_sess));
+    s->b_req = calloc(s->max_seqs, sizeof(*s->b_req));
+    s->b_n = calloc(s->max_seqs, sizeof(*s->b_n));
+    s->b_rows = calloc(s->max_seqs, sizeof(*s->b_rows));
+    s->b_row_req = calloc(s->max_seqs, sizeof(*s->b_row_req));
+    s->b_ids = calloc(s->chunk, sizeof(*s->b_ids));
+    s->logits = malloc((size_t)s->max_seqs * e->info.n_vocab * sizeof(float));
+    if (!s->b_sess || !s->b_req || !s->b_n || !s->b_rows || !s->b_row_req || !s->b_ids || !s->logits) {
+        sched_free(s);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: out of memory for %u sequences",
+                         e->info.max_seqs);
+    }
+    note_kv_usage(s);
+    if (pthread_create(&s->thread, NULL, loop, s)) {
+        sched_free(s);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: cannot start its thread");
+    }
+    *out = s;
+    return 0;
+}
+
+void dray_sched_destroy(struct dray_sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_lock(&s->mu);
+    s->destroyed = true;
+    bool last = s->n_live == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        sched_free(s);
+}
+
+void dray_sched_drain(struct dray_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int check_request(const struct dray_engine *e, const struct dray_request_params *p,
+                         char *err, size_t errlen)
+{
+    if (!p->ids || p->n_ids == 0)
+        return dray_fail(err, errlen, DRAY_EINVAL, "empty prompt");
+    if (p->n_ids >= e->info.context)
+        return dray_fail(err, errlen, DRAY_ERANGE,
+                         "the prompt is %zu tokens but the context is %u tokens, which leaves no "
+                         "room for a reply: shorten the prompt or raise 'context'",
+                         p->n_ids, e->info.context);
+    for (size_t i = 0; i < p->n_ids; i++)
+        if (p->ids[i] < 0 || (uint32_t)p->ids[i] >= e->info.n_vocab)
+            return dray_fail(err, errlen, DRAY_EINVAL,
+                             "token id %d at %zu is outside the vocabulary (0..%u)", p->ids[i], i,
+                             e->info.n_vocab - 1);
+    return 0;
+}
+
+static int request_new(struct dray_sched *s, const struct dray_request_params *p,
+                       struct dray_request **out, char *err, size_t errlen)
+{
+    const struct dray_gen_params *g = &p->gen;
+    struct dray_sampler_params sp = {
+        .temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p, .min_p = g->min_p,
+        .repeat_penalty = g->repeat_penalty, .repeat_last_n = g->repeat_last_n, .seed = g->seed,
+    };
+    struct dray_request *r = calloc(1, sizeof(*r));
+    if (!r)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    r->s = s;
+    pthread_cond_init(&r->cv, NULL);
+    int rc = dray_emitter_init(&r->em, s->e->tok, g->stop, g->n_stop, on_emit, r, err, errlen);
+    if (rc) {
+        r->em.piece = NULL;
+        goto fail;
+    }
+    rc = dray_sampler_create(&sp, &r->smp, err, errlen);
+    if (rc)
+        goto fail;
+    if (!grow((void **)&r->toks, &r->cap_toks, p->n_ids + 1, sizeof(int32_t))) {
+        rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for %zu tokens", p->n_ids);
+        goto fail;
+    }
+    memcpy(r->toks, p->ids, p->n_ids * sizeof(int32_t));
+    r->n_toks = r->n_prompt = p->n_ids;
+    r->max_tokens = g->max_tokens;
+    *out = r;
+    return 0;
+fail:
+    request_destroy(r);
+    return rc;
+}
+
+int dray_sched_submit(struct dray_sched *s, const struct dray_request_params *p,
+                      struct dray_request **out, char *err, size_t errlen)
+{
+    struct dray_request *r = NULL;
+    *out = NULL;
+    int rc = check_request(s->e, p, err, errlen);
+    if (!rc)
+        rc = request_new(s, p, &r, err, errlen);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->draining)
+        rc = dray_fail(err, errlen, DRAY_ECANCELED, "the server is shutting down");
+    else if (s->waiting.n >= s->max_waiting)
+        rc = dray_fail(err, errlen, DRAY_EBUSY, "%u requests are already waiting: try again later",
+                       s->waiting.n);
+    if (!rc) {
+        r->t_submit = dray_now_s();
+        r->state = REQ_WAITING;
+        list_push(&s->waiting, r, false);
+        s->n_live++;
+        s->st.prompt_tokens += r->n_prompt;
+        pthread_cond_signal(&s->work);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc)
+        request_destroy(r);
+    else
+        *out = r;
+    return rc;
+}
+
+static void fill_output(struct dray_request *r, struct dray_request_output *o)
+{
+    struct outbuf t = r->given;
+    r->given = r->pend;
+    r->pend = t;
+    r->pend.len = r->pend.n_ids = 0;
+    *o = (struct dray_request_output){
+        .text = r->given.text ? r->given.text : "", .len = r->given.len, .ids = r->given.ids,
+        .n_ids = r->given.n_ids, .done = r->done, .rc = r->rc, .finish_reason = r->finish,
+        .error = r->rc ? r->error : NULL, .n_prompt = (uint32_t)r->n_prompt,
+        .n_cached = r->n_cached, .n_generated = r->n_generated, .n_preempted = r->n_preempted,
+        .queue_s = r->t_admit ? r->t_admit - r->t_submit : 0,
+        .ttft_s = r->t_first ? r->t_first - r->t_submit : 0,
+        .total_s = r->t_done ? r->t_done - r->t_submit : 0,
+    };
+}
+
+int dray_request_poll(struct dray_request *r, struct dray_request_output *out, int timeout_ms)
+{
+    struct dray_sched *s = r->s;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_ms > 0) {
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    int got = 1;
+    while (!r->done && !r->pend.len && !r->pend.n_ids) {
+        if (timeout_ms == 0 ||
+            (timeout_ms > 0 && pthread_cond_timedwait(&r->cv, &s->mu, &until) == ETIMEDOUT)) {
+            got = r->done || r->pend.len || r->pend.n_ids;
+            break;
+        }
+        if (timeout_ms < 0)
+            pthread_cond_wait(&r->cv, &s->mu);
+    }
+    if (got)
+        fill_output(r, out);
+    pthread_mutex_unlock(&s->mu);
+    return got;
+}
+
+void dray_request_cancel(struct dray_request *r)
+{
+    struct dray_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    r->cancel = true;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dray_request_free(struct dray_request *r)
+{
+    if (!r)
+        return;
+    struct dray_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    bool now = r->state == REQ_DONE;
+    if (!now) {
+        r->cancel = r->client_gone = true; /* the loop frees it when it ends */
+        pthread_cond_signal(&s->work);
+    }
+    bool last = --s->n_live == 0 && s->destroyed;
+    pthread_mutex_unlock(&s->mu);
+    if (now)
+        request_destroy(r);
+    if (last)
+        sched_free(s);
+}
+
+void dray_sched_get_stats(struct dray_sched *s, struct dray_sched_stats *st)
+{
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    st->waiting = s->waiting.n;
+    st->running = s->running.n;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,341 @@
+/* The scheduler (dray.h): many requests over one engine, continuously batched,
+ * on tiny random-weight Gemma models through the CPU plugin. The specification
+ * these tests pin down: a request's greedy tokens do not depend on what else runs
+ * beside it, on chunked prefill, or on being preempted; cancelled and finished
+ * requests give every KV block back; bad requests are refused with a reason. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dray/dray.h"
+#include "testutil.h"
+#include "tiny_gemma.h"
+
+#define N_REQ 6
+
+static struct dray_engine *open_tiny(uint32_t max_seqs, uint32_t chunk, uint64_t kv_budget)
+{
+    static int n_model;
+    char name[64], err[1024];
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    snprintf(name, sizeof(name), "tiny_sched_%d.gguf", n_model++);
+    const char *path = dray_test_path(name);
+    assert_int_equal(tiny_gemma_write(&t, path), 0);
+    struct dray_config c;
+    dray_config_defaults(&c);
+    snprintf(c.model, sizeof(c.model), "%s", path);
+    snprintf(c.backend, sizeof(c.backend), "cpu");
+    c.context = 96;
+    c.max_seqs = max_seqs;
+    c.chunk = chunk;
+    c.kv_block = 4;
+    c.threads = 2;
+    c.kv_budget = kv_budget;
+    struct dray_engine *e = NULL;
+    if (dray_engine_open(&c, &e, err, sizeof(err)))
+        fail_msg("engine: %s", err);
+    return e;
+}
+
+/* Request k: a prompt of its own length and content. */
+static size_t prompt_for(int k, int32_t *ids)
+{
+    size_t n = 5 + (size_t)k * 7;
+    ids[0] = 2; /* <bos> */
+    for (size_t i = 1; i < n; i++)
+        ids[i] = (int32_t)(6 + (i * 31 + (size_t)k * 57) % (TINY_GEMMA_VOCAB - 6));
+    return n;
+}
+
+struct collected {
+    int32_t ids[128];
+    size_t n;
+};
+
+static int collect(void *user, const char *text, size_t len, int32_t id)
+{
+    (void)text;
+    (void)len;
+    struct collected *c = user;
+    if (id >= 0 && c->n < 128)
+        c->ids[c->n++] = id;
+    return 0;
+}
+
+static void greedy(struct dray_gen_params *g, uint32_t max_tokens)
+{
+    memset(g, 0, sizeof(*g));
+    g->repeat_penalty = 1;
+    g->top_p = 1;
+    g->max_tokens = max_tokens;
+}
+
+/* The same request run alone through a session: the tokens to expect. */
+static void run_alone(struct dray_engine *e, const int32_t *ids, size_t n, uint32_t max_tokens,
+                      struct collected *out)
+{
+    char err[512];
+    struct dray_session *s;
+    struct dray_gen_params g;
+    struct dray_gen_stats st;
+    greedy(&g, max_tokens);
+    out->n = 0;
+    assert_int_equal(dray_session_new(e, &s, err, sizeof(err)), 0);
+    if (dray_session_generate(s, ids, n, &g, collect, out, &st, err, sizeof(err)))
+        fail_msg("generate: %s", err);
+    dray_session_free(s);
+}
+
+/* Poll r to the end; returns the final output (ids gathered into got). */
+static struct dray_request_output drain_request(struct dray_request *r, struct collected *got)
+{
+    struct dray_request_output o;
+    got->n = 0;
+    do {
+        assert_int_equal(dray_request_poll(r, &o, -1), 1);
+        for (size_t i = 0; i < o.n_ids && got->n < 128; i++)
+            got->ids[got->n++] = o.ids[i];
+    } while (!o.done);
+    return o;
+}
+
+static void submit_all(struct dray_sched *s, struct dray_request **r, uint32_t max_tokens)
+{
+    char err[512];
+    for (int k = 0; k < N_REQ; k++) {
+        int32_t ids[64];
+        struct dray_request_params p = {.ids = ids, .n_ids = prompt_for(k, ids)};
+        greedy(&p.gen, max_tokens);
+        if (dray_sched_submit(s, &p, &r[k], err, sizeof(err)))
+            fail_msg("submit %d: %s", k, err);
+    }
+}
+
+/* Solo runs first (sessions and a scheduler never share the engine at once). */
+static void solo_runs(struct dray_engine *e, uint32_t max_tokens, struct collected *alone)
+{
+    for (int k = 0; k < N_REQ; k++) {
+        int32_t ids[64];
+        size_t n = prompt_for(k, ids);
+        run_alone(e, ids, n, max_tokens, &alone[k]);
+    }
+}
+
+static void expect_same_as_alone(struct dray_request **r, const struct collected *alone,
+                                 uint32_t max_tokens)
+{
+    struct collected got;
+    for (int k = 0; k < N_REQ; k++) {
+        int32_t ids[64];
+        struct dray_request_output o = drain_request(r[k], &got);
+        assert_int_equal(o.rc, 0);
+        assert_string_equal(o.finish_reason, "length");
+        assert_int_equal(o.n_generated, max_tokens);
+        assert_int_equal(o.n_prompt, prompt_for(k, ids));
+        assert_true(o.ttft_s > 0 && o.total_s >= o.ttft_s);
+        assert_int_equal(got.n, alone[k].n);
+        assert_memory_equal(got.ids, alone[k].ids, got.n * sizeof(int32_t));
+        dray_request_free(r[k]);
+    }
+}
+
+static void expect_idle(struct dray_sched *s, uint64_t done)
+{
+    struct dray_sched_stats st;
+    dray_sched_get_stats(s, &st);
+    assert_int_equal(st.requests_done, done);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.waiting, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+}
+
+/* Six requests of different lengths over four sequence slots and 16-token steps:
+ * prefill chunks interleave with other sequences' decoding, and the last two wait
+ * for a free slot. Each still gets exactly the tokens it gets alone, the decode
+ * steps are shared, and every block comes back. */
+static void test_batched_requests_match_running_alone(void **state)
+{
+    (void)state;
+    struct dray_engine *e = open_tiny(4, 16, 0);
+    char err[512];
+    struct dray_sched *s;
+    struct dray_request *r[N_REQ];
+    struct collected alone[N_REQ];
+    solo_runs(e, 20, alone);
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    submit_all(s, r, 20);
+    expect_same_as_alone(r, alone, 20);
+    struct dray_sched_stats st;
+    dray_sched_get_stats(s, &st);
+    assert_true(st.steps < (uint64_t)N_REQ * 20);
+    assert_int_equal(st.completion_tokens, N_REQ * 20);
+    expect_idle(s, N_REQ);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+/* A KV pool far too small for six growing sequences: the newest is preempted
+ * (blocks freed, recomputed later) and every request still completes with the
+ * tokens it gets alone. */
+static void test_preempted_requests_complete_with_the_same_tokens(void **state)
+{
+    (void)state;
+    struct dray_engine *probe = open_tiny(4, 16, 0);
+    const struct dray_engine_info *in = dray_engine_get_info(probe);
+    /* room for the window layers of 4 sequences and ~1.3 contexts of global KV */
+    uint64_t budget = 4 * in->kv_bytes_per_seq_fixed + in->kv_bytes_per_token * 128;
+    dray_engine_close(probe);
+    struct dray_engine *e = open_tiny(4, 16, budget);
+    char err[512];
+    struct dray_sched *s;
+    struct dray_request *r[N_REQ];
+    struct collected alone[N_REQ];
+    solo_runs(e, 40, alone);
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    submit_all(s, r, 40);
+    expect_same_as_alone(r, alone, 40);
+    struct dray_sched_stats st;
+    dray_sched_get_stats(s, &st);
+    assert_true(st.preemptions > 0);
+    expect_idle(s, N_REQ);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+/* A cancelled request ends with "cancelled" and gives its blocks back; the
+ * others are not disturbed. A request freed while running is cancelled too. */
+static void test_cancel_frees_the_request_blocks(void **state)
+{
+    (void)state;
+    struct dray_engine *e = open_tiny(4, 16, 0);
+    char err[512];
+    struct dray_sched *s;
+    struct dray_request *r[N_REQ];
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    submit_all(s, r, 80);
+    dray_request_cancel(r[0]);
+    dray_request_free(r[1]);
+    struct collected got;
+    struct dray_request_output o = drain_request(r[0], &got);
+    assert_string_equal(o.finish_reason, "cancelled");
+    assert_int_equal(o.rc, DRAY_ECANCELED);
+    dray_request_free(r[0]);
+    for (int k = 2; k < N_REQ; k++) {
+        o = drain_request(r[k], &got);
+        assert_int_equal(o.rc, 0);
+        dray_request_free(r[k]);
+    }
+    struct dray_sched_stats st;
+    dray_sched_get_stats(s, &st);
+    assert_int_equal(st.requests_cancelled, 2);
+    assert_int_equal(st.kv_blocks_used, 0);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+/* Stop strings end a request with "stop" and are not part of its text. */
+static void test_stop_string_ends_the_request(void **state)
+{
+    (void)state;
+    struct dray_engine *e = open_tiny(4, 16, 0);
+    char err[512];
+    int32_t ids[64];
+    size_t n = prompt_for(2, ids);
+    /* find what the model says, then stop at a piece of it */
+    struct dray_sched *s;
+    struct dray_request *r;
+    struct dray_request_params p = {.ids = ids, .n_ids = n};
+    greedy(&p.gen, 30);
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    assert_int_equal(dray_sched_submit(s, &p, &r, err, sizeof(err)), 0);
+    char full[4096] = "";
+    struct dray_request_output o;
+    do {
+        assert_int_equal(dray_request_poll(r, &o, -1), 1);
+        strncat(full, o.text, sizeof(full) - strlen(full) - 1);
+    } while (!o.done);
+    dray_request_free(r);
+    size_t len = strlen(full);
+    if (len < 4)
+        skip(); /* the tiny model said too little to cut */
+    char stop[3] = {full[len / 2], full[len / 2 + 1], 0};
+    const char *stops[1] = {stop};
+    p.gen.stop = stops;
+    p.gen.n_stop = 1;
+    assert_int_equal(dray_sched_submit(s, &p, &r, err, sizeof(err)), 0);
+    char cut[4096] = "";
+    do {
+        assert_int_equal(dray_request_poll(r, &o, -1), 1);
+        strncat(cut, o.text, sizeof(cut) - strlen(cut) - 1);
+    } while (!o.done);
+    assert_string_equal(o.finish_reason, "stop");
+    assert_null(strstr(cut, stop));
+    assert_memory_equal(cut, full, strlen(cut));
+    assert_true(strlen(cut) <= len / 2);
+    dray_request_free(r);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+/* Bad requests are refused at submit with a reason; a draining scheduler takes
+ * no new work; destroying a busy scheduler ends its requests as cancelled. */
+static void test_bad_requests_and_shutdown(void **state)
+{
+    (void)state;
+    struct dray_engine *e = open_tiny(2, 16, 0);
+    char err[512];
+    struct dray_sched *s;
+    struct dray_request *r = NULL, *busy[2];
+    int32_t ids[128] = {2};
+    struct dray_request_params p = {.ids = ids, .n_ids = 0};
+    greedy(&p.gen, 8);
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    assert_int_equal(dray_sched_submit(s, &p, &r, err, sizeof(err)), DRAY_EINVAL);
+    assert_non_null(strstr(err, "empty"));
+    p.n_ids = 96; /* the whole context: no room for a reply */
+    for (int i = 1; i < 96; i++)
+        ids[i] = 7;
+    assert_int_equal(dray_sched_submit(s, &p, &r, err, sizeof(err)), DRAY_ERANGE);
+    assert_non_null(strstr(err, "context"));
+    p.n_ids = 3;
+    ids[1] = TINY_GEMMA_VOCAB;
+    assert_int_equal(dray_sched_submit(s, &p, &r, err, sizeof(err)), DRAY_EINVAL);
+    assert_non_null(strstr(err, "vocabulary"));
+    ids[1] = 7;
+    p.gen.temperature = -1;
+    assert_int_equal(dray_sched_submit(s, &p, &r, err, sizeof(err)), DRAY_EINVAL);
+    p.gen.temperature = 0;
+    p.gen.max_tokens = 0; /* until the context is full */
+    assert_int_equal(dray_sched_submit(s, &p, &busy[0], err, sizeof(err)), 0);
+    assert_int_equal(dray_sched_submit(s, &p, &busy[1], err, sizeof(err)), 0);
+    dray_sched_drain(s);
+    assert_int_equal(dray_sched_submit(s, &p, &r, err, sizeof(err)), DRAY_ECANCELED);
+    dray_sched_destroy(s);
+    for (int k = 0; k < 2; k++) {
+        struct collected got;
+        struct dray_request_output o = drain_request(busy[k], &got);
+        assert_true(o.done);
+        /* either it filled the context before the shutdown, or it was cancelled */
+        assert_true(!strcmp(o.finish_reason, "cancelled") || !strcmp(o.finish_reason, "length"));
+        dray_request_free(busy[k]);
+    }
+    dray_engine_close(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batched_requests_match_running_alone),
+        cmocka_unit_test(test_preempted_requests_complete_with_the_same_tokens),
+        cmocka_unit_test(test_cancel_frees_the_request_blocks),
+        cmocka_unit_test(test_stop_string_ends_the_request),
+        cmocka_unit_test(test_bad_requests_and_shutdown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
