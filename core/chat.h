@@ -1,25 +1,38 @@
-/* Chat templates, rendered in C (no Jinja). Supported: "gemma" (Gemma 3 -it;
- * shared/reference/gemma3-gguf.md §6.5), which is what its GGUF
- * tokenizer.chat_template computes:
+/* Chat templates, rendered in C (no Jinja) as a list of SEGMENTS, so that the
+ * template's own control tokens and the messages' text never mix: a marker
+ * segment is exactly one control token, written by the template; every other
+ * segment is plain text (template formatting such as "user\n", or a message's
+ * content) and is tokenized with special-token parsing OFF. A user who types
+ * "<end_of_turn>" or "<|im_start|>" gets those characters, not a forged turn.
  *
- *   <bos>                                       (always, as text)
+ * Templates:
+ *
+ * "gemma" (Gemma 3 -it; shared/reference/gemma3-gguf.md §6.5), what its GGUF
+ * tokenizer.chat_template computes:
+ *   <bos>                                       (marker)
  *   <start_of_turn>user\n{system}\n\n{user}<end_of_turn>\n
  *   <start_of_turn>model\n{assistant}<end_of_turn>\n
  *   ...
  *   <start_of_turn>model\n                     (add_generation_prompt)
+ *   - a first "system" message is folded into the first user turn: its content
+ *     (NOT trimmed) + "\n\n" goes right after that turn's header;
+ *   - every other content is trimmed as Jinja's |trim (Python str.strip()) does;
+ *   - "assistant" (or "model") is written "model".
  *
- * - a first message with role "system" is folded into the first user turn: its
- *   content (NOT trimmed) + "\n\n" goes right after that turn's header;
- * - every other content is trimmed as Jinja's |trim (Python str.strip()) does;
- * - after the optional system message, roles must alternate user, assistant,
- *   user, ...; "assistant" (or "model") is written "model";
- * - anything else (an empty list, a system message alone or not first, an unknown
- *   role, two user turns in a row) is DRAY_EINVAL with a reason naming the
- *   message index. (The Jinja template would silently drop a lone system prompt;
- *   dray refuses instead of losing it.)
+ * "chatml" (SmolLM2, Qwen, ...; shared/reference/smollm2-gguf.md):
+ *   <|im_start|>system\n{system}<|im_end|>\n   (the model's default system prompt
+ *                                                when the first message is not a
+ *                                                system message and it has one)
+ *   <|im_start|>user\n{user}<|im_end|>\n
+ *   <|im_start|>assistant\n{assistant}<|im_end|>\n
+ *   ...
+ *   <|im_start|>assistant\n                    (add_generation_prompt)
+ *   - contents are written as given (ChatML templates do not trim).
  *
- * Tokenize the rendered text with parse_special = true and add_bos = false: the
- * text already starts with "<bos>". */
+ * Both: after an optional first system message, roles alternate user, assistant,
+ * user, ...; anything else (no messages, a lone system message, an unknown role,
+ * two user turns in a row, a missing content) is DRAY_EINVAL with a reason naming
+ * the message index. */
 #ifndef DRAY_CORE_CHAT_H
 #define DRAY_CORE_CHAT_H
 
@@ -33,38 +46,76 @@ struct dray_chat_msg {
     const char *content; /* UTF-8, NUL-terminated */
 };
 
-/* Template name for a model: "gemma" when tokenizer.chat_template is a Gemma turn
- * template (contains "<start_of_turn>") or, without a template (base models),
- * when general.architecture starts with "gemma"; NULL when unknown. */
-const char *dray_chat_template_for(const struct dray_gguf *g);
+enum dray_chat_style { DRAY_CHAT_NONE, DRAY_CHAT_GEMMA, DRAY_CHAT_CHATML };
 
-/* Render a whole conversation. template_name: "gemma"/"gemma3", or NULL for the
- * default ("gemma"); others are DRAY_ENOTSUP. *out is malloc'd, NUL-terminated. */
-int dray_chat_render(const char *template_name, const struct dray_chat_msg *msgs, size_t n,
-                     bool add_generation_prompt, char **out, char *err, size_t errlen);
+/* The template a model uses. style NONE: the model has none dray implements, and
+ * `why` says so (used for the error at first use). */
+struct dray_chat_template {
+    enum dray_chat_style style;
+    const char *name;     /* "gemma", "chatml"; NULL for NONE */
+    char *default_system; /* ChatML: the model template's default system prompt, or NULL */
+    char why[320];
+};
 
-/* Incremental render for a conversation that continues in the same KV cache.
- *
- * Contract. The sequence in the KV holds the tokens of
- *     dray_chat_render(history, add_generation_prompt = true)
- * followed by the reply R the model generated, which ended when it sampled
- * <end_of_turn>. eot_in_kv says whether that <end_of_turn> token was also fed
- * into the KV (engines usually stop without feeding the final token: false).
- * msgs[0..n) are the NEW messages only: they start with a user message and
- * alternate. The output is
- *     (eot_in_kv ? "" : "<end_of_turn>") + "\n" + the turns of msgs
- *     + ("<start_of_turn>model\n" if add_generation_prompt)
+/* Names dray implements, for error messages: "gemma, chatml". */
+#define DRAY_CHAT_TEMPLATE_NAMES "gemma, chatml"
+
+/* A template by name ("gemma" or "gemma3", "chatml"), without default system
+ * prompt. DRAY_ENOTSUP naming the supported ones for anything else. */
+int dray_chat_template_named(const char *name, struct dray_chat_template *t, char *err,
+                             size_t errlen);
+
+/* The template for model g: the configured name when non-empty (an unknown name
+ * is DRAY_ENOTSUP; a ChatML choice still takes the default system prompt from the
+ * model's template when it has one), else recognised from tokenizer.chat_template
+ * ("<start_of_turn>" -> gemma, "<|im_start|>" -> chatml), else "gemma" for a
+ * general.architecture starting with "gemma" (base models ship none), else NONE
+ * with the reason in t->why. t is always initialised; free it with
+ * dray_chat_template_free. */
+int dray_chat_template_pick(const struct dray_gguf *g, const char *configured,
+                            struct dray_chat_template *t, char *err, size_t errlen);
+void dray_chat_template_free(struct dray_chat_template *t);
+
+/* One rendered piece. marker: s[0..n) is the text of one control token written by
+ * the template (look it up, never re-tokenize it). Otherwise plain text. */
+struct dray_chat_seg {
+    const char *s; /* points into the template's strings or a message's content */
+    size_t n;
+    bool marker;
+};
+
+struct dray_chat_segs {
+    struct dray_chat_seg *v;
+    size_t n, cap;
+    int rc; /* sticky DRAY_ENOMEM */
+};
+
+void dray_chat_segs_free(struct dray_chat_segs *s);
+
+/* Render a conversation into segments (valid while msgs and t live).
+ * continuation: msgs are the NEW messages of a conversation that continues in the
+ * same KV cache, see below; otherwise msgs is the whole conversation. */
+int dray_chat_render_segs(const struct dray_chat_template *t, const struct dray_chat_msg *msgs,
+                          size_t n, bool continuation, bool eot_in_kv, bool add_generation_prompt,
+                          struct dray_chat_segs *out, char *err, size_t errlen);
+
+/* Continuation contract. The sequence in the KV holds render(history, add_gen)
+ * followed by the reply R the model generated, which ended when it sampled the
+ * end-of-turn marker (<end_of_turn> / <|im_end|>). eot_in_kv says whether that
+ * marker was also fed into the KV (engines usually stop without feeding it:
+ * false). msgs[0..n) start with a user message and alternate; no system message.
+ * The output is
+ *     (eot_in_kv ? "" : END) + "\n" + the turns of msgs + (generation prompt)
  * so that, with A = {"assistant", R},
- *     render(history) + R + [<end_of_turn>] + render_turn(msgs)
- *         == render(history + A + msgs)
- * exactly when R is already trimmed (the full render trims it; a reply with
- * leading/trailing whitespace differs only there, in the model's own tokens).
- * Tokenize the output with parse_special = true and add_bos = false; because it
- * starts at a special token (or "\n" right after one), its tokens are the same as
- * the corresponding tokens of the full render. No system message here: a system
- * prompt belongs to the first render. */
-int dray_chat_render_turn(const char *template_name, const struct dray_chat_msg *msgs, size_t n,
-                          bool eot_in_kv, bool add_generation_prompt, char **out, char *err,
-                          size_t errlen);
+ *     render(history) + R + [END] + continuation(msgs) == render(history + A + msgs)
+ * exactly (for gemma, when R is already trimmed: the full render trims it). */
+
+/* The segments concatenated into one malloc'd NUL-terminated string (for tests,
+ * logs, and a tokenizer's view of the whole text). t NULL = gemma. */
+int dray_chat_render(const struct dray_chat_template *t, const struct dray_chat_msg *msgs, size_t n,
+                     bool add_generation_prompt, char **out, char *err, size_t errlen);
+int dray_chat_render_turn(const struct dray_chat_template *t, const struct dray_chat_msg *msgs,
+                          size_t n, bool eot_in_kv, bool add_generation_prompt, char **out,
+                          char *err, size_t errlen);
 
 #endif

@@ -58,6 +58,7 @@ static const struct key keys[] = {
     {"log_level", NULL, NULL, T_ENUM, F(log_level), 0, 0, log_level_names, 0},
     {"model", "model", "path", T_STR, F(model), 0, 0, NULL, 0},
     {"context", "model", "context", T_U32, F(context), 0, 1 << 24, NULL, 0},
+    {"chat_template", "model", "chat_template", T_STR, F(chat_template), 0, 0, NULL, 0},
     {"backend", "backend", "plugin", T_STR, F(backend), 0, 0, NULL, 1},
     {"fallback", "backend", "fallback", T_STR, F(fallback), 0, 0, NULL, 0},
     {"device", "backend", "device", T_STR, F(device), 0, 0, NULL, 0},

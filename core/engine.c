@@ -8,7 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calibrate.h"
 #include "chat.h"
+#include "chat_tokenize.h"
 #include "dray/dray.h"
 #include "engine_internal.h"
 #include "emitter.h"
@@ -49,42 +51,6 @@ static int open_kv(struct dray_engine *e, char *err, size_t errlen)
     e->info.kv_bytes_per_seq_fixed = p->window_bytes_per_seq;
     e->info.max_seqs = d.max_seqs;
     return 0;
-}
-
-/* A little of everything a chat model sees: prose, code, numbers, dialogue. The
- * outlier channels it reveals are properties of the weights, not of this text. */
-static const char calibration_text[] =
-    "The history of science is the study of how people came to understand the natural world. "
-    "In 1687, Isaac Newton published the laws of motion; two centuries later, Maxwell unified "
-    "electricity and magnetism. Today, a single laptop performs 10^11 operations per second.\n\n"
-    "def mean(xs):\n    return sum(xs) / len(xs) if xs else 0.0\n\n"
-    "Q: What is the capital of Japan?\nA: Tokyo, a city of about 14 million people.\n"
-    "<start_of_turn>user\nCan you summarize this in one sentence?<end_of_turn>\n"
-    "<start_of_turn>model\nScience grew from careful observation into a shared method.\n"
-    "Les mathématiques sont le langage de la nature. 数学は自然の言語である。";
-
-static int calibrate(struct dray_engine *e, char *err, size_t errlen)
-{
-    uint32_t n_outlier = e->cfg.outlier_channels;
-    if (!n_outlier || e->cfg.precision != DRAY_PRECISION_INT8 || !e->arch->calibrate)
-        return 0;
-    double t0 = dray_now_s();
-    int32_t *ids = NULL;
-    size_t n = 0;
-    int rc = dray_tokenize(e->tok, calibration_text, sizeof(calibration_text) - 1, true, true, &ids, &n);
-    if (rc)
-        return dray_fail(err, errlen, rc, "calibration text: %s", dray_strerror(rc));
-    /* one step is plenty: the loud channels show up within a few tokens */
-    if (n > e->chunk)
-        n = e->chunk;
-    if (n > e->info.context)
-        n = e->info.context;
-    rc = e->arch->calibrate(e->model, e->kv, ids, (uint32_t)n, n_outlier, err, errlen);
-    free(ids);
-    if (!rc)
-        dray_info("calibrated %u outlier channels per matmul on %zu tokens in %.2f s", n_outlier, n,
-                  dray_now_s() - t0);
-    return rc;
 }
 
 static void fill_info(struct dray_engine *e)
@@ -136,13 +102,14 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         rc = dray_gguf_open(e->cfg.model, &e->gguf, err, errlen);
     if (!rc)
         rc = dray_tokenizer_load(e->gguf, &e->tok, err, errlen);
+    if (!rc)
+        rc = dray_chat_template_pick(e->gguf, e->cfg.chat_template, &e->chat, err, errlen);
     if (rc)
         goto fail;
-    e->chat_template = dray_chat_template_for(e->gguf);
     e->chunk = e->cfg.chunk ? e->cfg.chunk : 512;
     struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true};
     if (e->cfg.precision == DRAY_PRECISION_INT8)
-        mo.outlier_channels = e->cfg.outlier_channels; /* then calibrate() must follow */
+        mo.outlier_channels = e->cfg.outlier_channels; /* then dray_calibrate() must follow */
     rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
     if (rc)
         goto fail;
@@ -152,8 +119,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
                   e->info.n_ctx_train);
     rc = open_kv(e, err, errlen);
-    if (!rc)
-        rc = calibrate(e, err, errlen);
+    if (!rc && e->cfg.precision == DRAY_PRECISION_INT8)
+        rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, e->cfg.outlier_channels, err, errlen);
     if (rc)
         goto fail;
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */
@@ -181,6 +148,7 @@ void dray_engine_close(struct dray_engine *e)
     if (e->model)
         e->arch->free(e->model);
     dray_tokenizer_free(e->tok);
+    dray_chat_template_free(&e->chat);
     if (e->gguf)
         dray_gguf_close(e->gguf);
     if (e->dev_open)
@@ -264,6 +232,11 @@ static int hist_push(struct dray_session *s, const int32_t *ids, size_t n)
     memcpy(s->hist + s->n_hist, ids, n * sizeof(*ids));
     s->n_hist += n;
     return 0;
+}
+
+int dray_session_adopt(struct dray_session *s, const int32_t *ids, size_t n)
+{
+    return hist_push(s, ids, n);
 }
 
 static int check_fits(struct dray_session *s, size_t n, char *err, size_t errlen);
@@ -470,36 +443,42 @@ int dray_chat_turn(struct dray_session *s, const char *system, const char *user_
                    const struct dray_gen_params *p, dray_emit_fn emit, void *user,
                    struct dray_gen_stats *st, char *err, size_t errlen)
 {
-    const char *tmpl = s->e->chat_template;
     struct dray_chat_msg msgs[2];
-    size_t n_msgs = 0;
-    char *text = NULL;
-    int rc;
-    if (!tmpl)
-        return dray_fail(err, errlen, DRAY_ENOTSUP, "%s has no chat template dray knows",
-                         s->e->cfg.model);
-    if (!s->chatted && s->n_hist == 0) {
-        if (system && system[0])
-            msgs[n_msgs++] = (struct dray_chat_msg){"system", system};
-        msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
-        rc = dray_chat_render(tmpl, msgs, n_msgs, true, &text, err, errlen);
-    } else {
-        /* the reply ended at <end_of_turn>, which was sampled but not fed to the KV */
-        msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
-        rc = dray_chat_render_turn(tmpl, msgs, n_msgs, false, true, &text, err, errlen);
-    }
-    if (rc)
-        return rc;
+    size_t n_msgs = 0, n = 0;
     int32_t *ids = NULL;
-    size_t n = 0;
-    /* the template writes <bos> itself on the first turn */
-    rc = dray_engine_tokenize(s->e, text, false, true, &ids, &n, err, errlen);
-    free(text);
+    /* later turns continue the KV: the reply ended at the end-of-turn marker,
+     * which was sampled but not fed */
+    bool cont = s->chatted || s->n_hist > 0;
+    if (!cont && system && system[0])
+        msgs[n_msgs++] = (struct dray_chat_msg){"system", system};
+    msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
+    int rc = dray_chat_tokenize(s->e->tok, &s->e->chat, msgs, n_msgs, cont, false, true, &ids, &n,
+                                err, errlen);
     if (!rc) {
         rc = dray_session_generate(s, ids, n, p, emit, user, st, err, errlen);
         if (!rc)
             s->chatted = true;
     }
     free(ids);
+    return rc;
+}
+
+const char *dray_engine_chat_template(const struct dray_engine *e)
+{
+    return e->chat.name;
+}
+
+int dray_engine_chat_tokenize(const struct dray_engine *e, const struct dray_chat_message *msgs,
+                              size_t n, bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+                              char *err, size_t errlen)
+{
+    struct dray_chat_msg *m = malloc((n ? n : 1) * sizeof(*m));
+    if (!m)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        m[i] = (struct dray_chat_msg){msgs[i].role, msgs[i].content};
+    int rc = dray_chat_tokenize(e->tok, &e->chat, m, n, false, false, add_generation_prompt, ids,
+                                n_ids, err, errlen);
+    free(m);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat.h"
 #include "dray/dray.h"
 #include "registry.h"
 
@@ -30,7 +31,7 @@ struct dray_engine {
     struct dray_engine_info info;
     uint32_t chunk;     /* most tokens in one forward step */
     float *logits;      /* host [n_vocab] for the one row a session samples from */
-    const char *chat_template; /* NULL when the model has none dray knows */
+    struct dray_chat_template chat; /* style NONE when the model has none dray knows */
 };
 
 struct dray_session {
@@ -52,5 +53,9 @@ double dray_now_s(void);
 int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint32_t *n,
                      const int32_t *ids, const uint32_t *logit_rows, uint32_t n_logits,
                      float *logits, char *err, size_t errlen);
+
+/* The session's KV already holds ids (attached from the prefix cache): record
+ * them as its history. 0 or DRAY_ENOMEM. */
+int dray_session_adopt(struct dray_session *s, const int32_t *ids, size_t n);
 
 #endif

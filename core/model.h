@@ -59,9 +59,11 @@ struct dray_arch {
                    size_t errlen);
     void (*free)(struct dray_model *m);
     const struct dray_model_info *(*info)(const struct dray_model *m);
-    /* (optional) Run ids (one sequence, a fresh kv sequence) while recording the
-     * largest |activation| of every matmul input channel, then re-prepare the int8
-     * weights keeping the n_outlier loudest input channels of each matmul in f32. */
+    /* (optional) Run ids as one new sequence of kv in one step (n may exceed
+     * max_batch: the model sizes that step itself; kv is the caller's, sized for
+     * n tokens, see calibrate.h) while recording the largest |activation| of every
+     * matmul input channel, then re-prepare the int8 weights keeping the n_outlier
+     * loudest input channels of each matmul in f32. */
     int (*calibrate)(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
                      uint32_t n_outlier, char *err, size_t errlen);
 };

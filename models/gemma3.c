@@ -227,11 +227,25 @@ static int load_layer(struct dray_model *m, struct dray_gguf *g, uint32_t il, ui
     return rc;
 }
 
+static void free_acts(struct dray_model *m)
+{
+    struct dray_device *dev = m->dev;
+    struct dray_buf **bufs = (struct dray_buf **)&m->a;
+    for (size_t i = 0; i < sizeof(m->a) / sizeof(*bufs); i++)
+        if (bufs[i])
+            dev->ops->free(dev->ctx, bufs[i]);
+    memset(&m->a, 0, sizeof(m->a));
+    free(m->meta_host);
+    m->meta_host = NULL;
+}
+
+/* Activations for steps of up to m->max_batch tokens (any held before are freed). */
 static int alloc_acts(struct dray_model *m, char *err, size_t errlen)
 {
     const struct dray_model_info *in = &m->info;
     const struct dray_ops *ops = m->dev->ops;
     size_t T = m->max_batch;
+    free_acts(m);
     struct { struct dray_buf **buf; size_t bytes; } want[] = {
         {&m->a.x, T * in->n_embd * 4},     {&m->a.h, T * in->n_embd * 4},
         {&m->a.qkv, T * m->qkv_dim * 4},   {&m->a.att, T * m->q_dim * 4},
@@ -255,10 +269,7 @@ static void gemma3_free(struct dray_model *m)
     if (!m)
         return;
     struct dray_device *dev = m->dev;
-    struct dray_buf **bufs = (struct dray_buf **)&m->a;
-    for (size_t i = 0; i < sizeof(m->a) / sizeof(*bufs); i++)
-        if (bufs[i])
-            dev->ops->free(dev->ctx, bufs[i]);
+    free_acts(m);
     for (uint32_t il = 0; m->layer && il < m->info.n_layer; il++) {
         struct layer *L = &m->layer[il];
         struct dray_buf *v[] = {L->attn_norm, L->q_norm, L->k_norm, L->post_attn_norm,
@@ -275,7 +286,6 @@ static void gemma3_free(struct dray_model *m)
     if (m->output_norm)
         dev->ops->free(dev->ctx, m->output_norm);
     free(m->layer);
-    free(m->meta_host);
     free(m);
 }
 
@@ -582,6 +592,95 @@ static int gemma3_forward(struct dray_model *m, struct dray_kv *kv, const struct
     return 0;
 }
 
+/* The calibration forward pass: ids as one sequence (a fresh one in kv) in one
+ * step, recording per-channel |x| maxima into m->calib. The activations are
+ * resized to n tokens for the step when the model was prepared for fewer (a small
+ * --chunk must not cut the text), then back to max_batch. */
+static int calib_forward(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
+                         char *err, size_t errlen)
+{
+    const struct dray_model_info *in = &m->info;
+    /* the head sees the last rows only: their logits are computed and dropped */
+    uint32_t n_head_rows = n < 16 ? n : 16, rows[16], seq = 0, max_batch = m->max_batch;
+    float *logits = malloc((size_t)n_head_rows * in->n_vocab * sizeof(float));
+    int32_t *pos = malloc(n * sizeof(int32_t));
+    int rc = logits && pos ? dray_kv_seq_new(kv, &seq) : DRAY_ENOMEM;
+    if (rc) {
+        dray_fail(err, errlen, rc, "calibration: out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        pos[i] = (int32_t)i;
+    for (uint32_t i = 0; i < n_head_rows; i++)
+        rows[i] = n - n_head_rows + i;
+    if (n > max_batch) {
+        m->max_batch = n;
+        rc = alloc_acts(m, err, errlen);
+    }
+    if (!rc)
+        rc = dray_kv_step_begin(kv, 1, &seq, &n, err, errlen);
+    if (!rc) {
+        struct dray_batch b = {.n_tok = n, .ids = ids, .pos = pos, .n_logits = n_head_rows,
+                               .logit_rows = rows, .logits = logits};
+        rc = gemma3_forward(m, kv, &b, err, errlen);
+        if (rc)
+            dray_kv_step_abort(kv);
+        else
+            dray_kv_step_end(kv);
+    }
+    dray_kv_seq_free(kv, seq);
+    if (m->max_batch != max_batch) {
+        m->max_batch = max_batch;
+        int rc2 = alloc_acts(m, rc ? NULL : err, rc ? 0 : errlen);
+        rc = rc ? rc : rc2;
+    }
+out:
+    free(pos);
+    free(logits);
+    return rc;
+}
+
+static void log_outliers(uint32_t il, int which, const int32_t *pick, uint32_t no)
+{
+    if (dray_log_get_level() < DRAY_LOG_DEBUG)
+        return;
+    char list[512];
+    size_t len = 0;
+    for (uint32_t j = 0; j < no && len < sizeof(list) - 8; j++)
+        len += (size_t)snprintf(list + len, sizeof(list) - len, " %d", pick[j]);
+    dray_debug("layer %u matmul %d outlier channels:%s", il, which, list);
+}
+
+/* Pick each matmul's loudest input channels from m->calib and re-prepare the
+ * layer matmuls in int8 with them; give the head half as many. pick: [calib_k]. */
+static int calib_apply(struct dray_model *m, uint32_t n_outlier, int32_t *pick, char *err, size_t errlen)
+{
+    const struct dray_model_info *in = &m->info;
+    const uint32_t ks[MM_COUNT] = {in->n_embd, m->q_dim, in->n_embd, in->n_ff};
+    int rc = 0;
+    for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
+        for (int w = 0; !rc && w < MM_COUNT; w++) {
+            uint32_t k = ks[w], no = n_outlier < k / 8 ? n_outlier : k / 8;
+            rc = dray_pick_outliers(m->calib + ((size_t)il * MM_COUNT + (size_t)w) * m->calib_k, k, no, pick);
+            if (rc)
+                return dray_fail(err, errlen, rc, "calibration: out of memory");
+            log_outliers(il, w, pick, no);
+            dray_weight_release(m->dev, layer_matrix(&m->layer[il], w));
+            rc = load_layer_matrix(m, m->g, il, w, DRAY_I8, pick, no, err, errlen);
+        }
+    }
+    if (rc)
+        return rc;
+    const struct dray_gguf_tensor *te = dray_gguf_find_tensor(m->g, "token_embd.weight");
+    /* half as many for the head: its f32 columns are read for all n_vocab
+     * outputs on every step (32 channels would add 12% to a decode step) */
+    uint32_t no = n_outlier / 2 < in->n_embd / 8 ? n_outlier / 2 : in->n_embd / 8;
+    rc = dray_pick_outliers(m->calib + (size_t)in->n_layer * MM_COUNT * m->calib_k, in->n_embd, no, pick);
+    if (rc)
+        return dray_fail(err, errlen, rc, "calibration: out of memory");
+    return te ? dray_weight_set_outliers(m->dev, te, pick, no, &m->embd, err, errlen) : DRAY_ENOTFOUND;
+}
+
 /* Mixed precision without scheduling overhead: a few input channels of each
  * matmul carry activations far larger than the rest (Gemma's norm weights and
  * massive activations), and one of them sets the per-token int8 scale of all the
@@ -593,74 +692,23 @@ static int gemma3_calibrate(struct dray_model *m, struct dray_kv *kv, const int3
     const struct dray_model_info *in = &m->info;
     if (n_outlier == 0 || m->embd.dtype != DRAY_I8)
         return 0;
-    if (n == 0 || n > m->max_batch)
-        return dray_fail(err, errlen, DRAY_EINVAL, "calibration: %u tokens (1..%u)", n, m->max_batch);
+    if (n == 0)
+        return dray_fail(err, errlen, DRAY_EINVAL, "calibration: no tokens");
     m->calib_k = in->n_embd > m->q_dim ? in->n_embd : m->q_dim;
     m->calib_k = in->n_ff > m->calib_k ? in->n_ff : m->calib_k;
     /* slots: [n_layer][MM_COUNT] layer matmuls, then one for the output head */
     m->calib = calloc(((size_t)in->n_layer * MM_COUNT + 1) * m->calib_k, sizeof(float));
     m->calib_host = malloc((size_t)n * m->calib_k * sizeof(float));
-    int32_t *pos = malloc(n * sizeof(int32_t)), *pick = malloc(m->calib_k * sizeof(int32_t));
-    /* the head sees the last rows only: their logits are computed and dropped */
-    uint32_t n_head_rows = n < 16 ? n : 16, rows[16];
-    float *logits = malloc((size_t)n_head_rows * in->n_vocab * sizeof(float));
-    uint32_t seq = 0;
-    int rc = m->calib && m->calib_host && pos && pick && logits ? dray_kv_seq_new(kv, &seq) : DRAY_ENOMEM;
-    if (rc) {
-        dray_fail(err, errlen, rc, "calibration: out of memory");
-        goto out;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        pos[i] = (int32_t)i;
-    rc = dray_kv_step_begin(kv, 1, &seq, &n, err, errlen);
-    if (!rc) {
-        for (uint32_t i = 0; i < n_head_rows; i++)
-            rows[i] = n - n_head_rows + i;
-        struct dray_batch b = {.n_tok = n, .ids = ids, .pos = pos, .n_logits = n_head_rows,
-                               .logit_rows = rows, .logits = logits};
-        rc = gemma3_forward(m, kv, &b, err, errlen);
-        if (rc)
-            dray_kv_step_abort(kv);
-        else
-            dray_kv_step_end(kv);
-    }
-    dray_kv_seq_free(kv, seq);
-    const uint32_t ks[MM_COUNT] = {in->n_embd, m->q_dim, in->n_embd, in->n_ff};
-    for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
-        for (int w = 0; !rc && w < MM_COUNT; w++) {
-            uint32_t k = ks[w], no = n_outlier < k / 8 ? n_outlier : k / 8;
-            rc = dray_pick_outliers(m->calib + ((size_t)il * MM_COUNT + (size_t)w) * m->calib_k, k, no, pick);
-            if (rc) {
-                dray_fail(err, errlen, rc, "calibration: out of memory");
-                break;
-            }
-            if (dray_log_get_level() >= DRAY_LOG_DEBUG) {
-                char list[512];
-                size_t len = 0;
-                for (uint32_t j = 0; j < no && len < sizeof(list) - 8; j++)
-                    len += (size_t)snprintf(list + len, sizeof(list) - len, " %d", pick[j]);
-                dray_debug("layer %u matmul %d outlier channels:%s", il, w, list);
-            }
-            dray_weight_release(m->dev, layer_matrix(&m->layer[il], w));
-            rc = load_layer_matrix(m, m->g, il, w, DRAY_I8, pick, no, err, errlen);
-        }
-    }
-    if (!rc) {
-        const struct dray_gguf_tensor *te = dray_gguf_find_tensor(m->g, "token_embd.weight");
-        /* half as many for the head: its f32 columns are read for all n_vocab
-         * outputs on every step (32 channels would add 12% to a decode step) */
-        uint32_t no = n_outlier / 2 < in->n_embd / 8 ? n_outlier / 2 : in->n_embd / 8;
-        rc = dray_pick_outliers(m->calib + (size_t)in->n_layer * MM_COUNT * m->calib_k, in->n_embd, no, pick);
-        if (!rc)
-            rc = te ? dray_weight_set_outliers(m->dev, te, pick, no, &m->embd, err, errlen) : DRAY_ENOTFOUND;
-    }
+    int32_t *pick = malloc(m->calib_k * sizeof(int32_t));
+    int rc = m->calib && m->calib_host && pick ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "calibration: out of memory");
+    if (!rc)
+        rc = calib_forward(m, kv, ids, n, err, errlen);
+    if (!rc)
+        rc = calib_apply(m, n_outlier, pick, err, errlen);
     account(m);
-out:
-    free(logits);
     free(m->calib);
     free(m->calib_host);
     m->calib = m->calib_host = NULL;
-    free(pos);
     free(pick);
     return rc;
 }

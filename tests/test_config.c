@@ -125,7 +125,7 @@ static void test_config_loads_sections(void **state)
     (void)state;
     struct dray_config c;
     char err[512];
-    int rc = load_text("model:\n  path: g.gguf\n  context: 4096\n"
+    int rc = load_text("model:\n  path: g.gguf\n  context: 4096\n  chat_template: chatml\n"
                        "backend:\n  plugin: vulkan\n  device: \"1\"\n  reference_kernels: true\n"
                        "precision:\n  weights: int8\n  outlier_channels: 8\n"
                        "memory:\n  kv_budget: 512MiB\n  host_cache: 2GiB\n  kv_block: 32\n"
@@ -137,6 +137,7 @@ static void test_config_loads_sections(void **state)
         fail_msg("%s", err);
     assert_string_equal(c.model, "g.gguf");
     assert_int_equal(c.context, 4096);
+    assert_string_equal(c.chat_template, "chatml");
     assert_string_equal(c.backend, "vulkan");
     assert_string_equal(c.device, "1");
     assert_true(c.reference_kernels);
@@ -381,7 +382,7 @@ static void test_config_print_reads_back_identically(void **state)
         {"device", "3"}, {"threads", "7"}, {"reference_kernels", "true"}, {"precision", "f32"},
         {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
         {"top_p", "0.9"}, {"min_p", "0.123456"}, {"seed", "42"}, {"log_level", "info"},
-        {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"},
+        {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"}, {"chat_template", "gemma"},
         {"max_body", "2MiB"}, {"max_queue", "5"}, {"max_messages", "9"}, {"max_prompt_tokens", "77"},
         {"max_completion_tokens", "33"}, {"shutdown_grace", "4"},
     };

@@ -183,6 +183,7 @@ static const char *write_model(const struct tiny_gemma *t, const char *name)
 static const char *backend = "cpu";
 
 static uint32_t outliers = 16; /* the config default */
+static uint32_t chunk = 16;    /* several prefill steps per prompt */
 
 static struct dray_engine *open_engine(const char *path, const char *precision, const char *kv,
                                        uint32_t context, char *err, size_t errlen, int *rc)
@@ -197,7 +198,7 @@ static struct dray_engine *open_engine(const char *path, const char *precision, 
     c.context = context;
     c.outlier_channels = outliers;
     c.max_seqs = 4;
-    c.chunk = 16; /* several prefill steps per prompt */
+    c.chunk = chunk;
     c.kv_block = 4;
     c.threads = 2;
     *rc = dray_engine_open(&c, &e, err, errlen);
@@ -530,6 +531,51 @@ static void test_gemma3_outlier_channels_rescue_int8(void **state)
     free(ids);
 }
 
+/* Calibration is part of loading the model, not of the run: the int8 weights and
+ * so the logits are the same whatever the context length and the prefill chunk
+ * (a chunk of 1 or a context of 32 once cut the calibration text to that many
+ * tokens and picked other outlier channels). */
+static void test_gemma3_calibration_ignores_context_and_chunk(void **state)
+{
+    (void)state;
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    t.loud = 100.0f;
+    const char *path = write_model(&t, "tiny_calib.gguf");
+    static const uint32_t ctx[] = {4096, 32, 128, 4096, 4096, 4096};
+    static const uint32_t chunks[] = {512, 512, 512, 1, 3, 16};
+    const uint32_t n = 24;
+    int32_t *ids = prompt(n);
+    float *want = NULL;
+    char err[1024];
+    int rc;
+    outliers = 8;
+    for (size_t i = 0; i < sizeof(ctx) / sizeof(ctx[0]); i++) {
+        chunk = chunks[i];
+        struct dray_engine *e = open_engine(path, "int8", "f16", ctx[i], err, sizeof(err), &rc);
+        if (rc)
+            fail_msg("engine (context %u, chunk %u): %s", ctx[i], chunks[i], err);
+        float *got = dray_logits(e, ids, n);
+        dray_engine_close(e);
+        if (!want) {
+            want = got;
+            continue;
+        }
+        double d = 0, m = 0;
+        for (size_t j = 0; j < (size_t)n * TINY_GEMMA_VOCAB; j++) {
+            d = fmax(d, fabs(got[j] - want[j]));
+            m = fmax(m, fabs(want[j]));
+        }
+        printf("# context %u, chunk %u: max |dlogit| %.2e of %.2f\n", ctx[i], chunks[i], d, m);
+        assert_true(d <= 1e-5 * m);
+        free(got);
+    }
+    chunk = 16;
+    outliers = 16;
+    free(want);
+    free(ids);
+}
+
 /* Every other plugin that has a device here runs the same model to the same
  * logits as the CPU plugin (int8 weights, int8 KV: integer sums are exact, the f32
  * scale products and softmax sums may round differently). */
@@ -591,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_gemma3_names_the_missing_tensor),
         cmocka_unit_test(test_engine_refuses_prompt_longer_than_context),
         cmocka_unit_test(test_gemma3_outlier_channels_rescue_int8),
+        cmocka_unit_test(test_gemma3_calibration_ignores_context_and_chunk),
         cmocka_unit_test(test_gemma3_same_logits_on_every_plugin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

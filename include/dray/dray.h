@@ -39,6 +39,7 @@ struct dray_config {
     /* model */
     char model[1024];         /* GGUF path; "" = the model the README's set-up installs */
     uint32_t context;         /* max tokens per sequence; 0 = the model's training context */
+    char chat_template[32];   /* "gemma", "chatml"; "" = recognised from the model */
 
     /* backend */
     char backend[64];         /* plugin name ("cpu", "opencl", ...) or a path to a .so */
@@ -253,6 +254,9 @@ struct dray_sched_stats {
     uint64_t steps, preemptions;
     uint64_t prompt_tokens, prompt_tokens_cached, completion_tokens;
     uint64_t requests_done, requests_failed, requests_cancelled;
+    /* prefix cache (all 0 when prefix_cache is off) */
+    uint64_t cache_lookups, cache_lookup_tokens, cache_hit_tokens;
+    uint64_t cache_entries, cache_checkpoints, cache_blocks, cache_evictions;
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says

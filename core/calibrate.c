@@ -1,0 +1,76 @@
+/* Calibration of the int8 outlier channels (calibrate.h): the text, its own KV,
+ * and the call into the model's hook. */
+#include <stdlib.h>
+#include <time.h>
+
+#include "calibrate.h"
+#include "error.h"
+#include "kv.h"
+#include "log.h"
+
+/* A little of everything a chat model sees: prose, code, numbers, dialogue. The
+ * outlier channels it reveals are properties of the weights, not of this text.
+ * Changing it changes every int8 model's weights: re-measure accuracy after. */
+static const char calibration_text[] =
+    "The history of science is the study of how people came to understand the natural world. "
+    "In 1687, Isaac Newton published the laws of motion; two centuries later, Maxwell unified "
+    "electricity and magnetism. Today, a single laptop performs 10^11 operations per second.\n\n"
+    "def mean(xs):\n    return sum(xs) / len(xs) if xs else 0.0\n\n"
+    "Q: What is the capital of Japan?\nA: Tokyo, a city of about 14 million people.\n"
+    "<start_of_turn>user\nCan you summarize this in one sentence?<end_of_turn>\n"
+    "<start_of_turn>model\nScience grew from careful observation into a shared method.\n"
+    "Les mathématiques sont le langage de la nature. 数学は自然の言語である。";
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A KV for one sequence of exactly n tokens taken in one step. f16 whatever the
+ * engine's kv_dtype: the activations calibration sees are the model's, as close
+ * to exact as the cache allows, and the same for every configuration. */
+static int calib_kv(struct dray_device *dev, const struct dray_model_info *mi, uint32_t n,
+                    struct dray_kv **kv, char *err, size_t errlen)
+{
+    struct dray_kv_desc d = {
+        .n_layer = mi->n_layer, .window = mi->window, .share_with = mi->share_kv,
+        .n_kv_head = mi->n_kv_head, .head_dim = mi->head_dim, .dtype = DRAY_F16,
+        .block_size = 16, .max_seqs = 1, .max_ctx = n, .max_chunk = n,
+    };
+    char why[256];
+    int rc = dray_kv_create(dev->ops, dev->ctx, &d, kv, why, sizeof(why));
+    if (rc)
+        dray_fail(err, errlen, rc, "calibration KV for %u tokens: %s", n, why);
+    return rc;
+}
+
+int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struct dray_device *dev,
+                   const struct dray_tokenizer *tok, uint32_t n_outlier, char *err, size_t errlen)
+{
+    if (!n_outlier || !arch->calibrate)
+        return 0;
+    double t0 = now_s();
+    int32_t *ids = NULL;
+    size_t n = 0;
+    struct dray_kv *kv = NULL;
+    int rc = dray_tokenize(tok, calibration_text, sizeof(calibration_text) - 1, true, true, &ids, &n);
+    if (rc) {
+        dray_fail(err, errlen, rc, "calibration text: %s", dray_strerror(rc));
+        goto out;
+    }
+    if (n > DRAY_CALIB_MAX_TOKENS)
+        n = DRAY_CALIB_MAX_TOKENS;
+    rc = calib_kv(dev, arch->info(model), (uint32_t)n, &kv, err, errlen);
+    if (!rc)
+        rc = arch->calibrate(model, kv, ids, (uint32_t)n, n_outlier, err, errlen);
+    if (!rc)
+        dray_info("calibrated %u outlier channels per matmul on %zu tokens in %.2f s", n_outlier, n,
+                  now_s() - t0);
+out:
+    if (kv)
+        dray_kv_free(kv);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,24 @@
+/* Outlier-channel calibration of an int8 model: a fixed text, run once at load in
+ * a KV cache of its own, so the channels chosen (and so every int8 weight) depend
+ * only on the model file and the outlier count, never on run-time settings such
+ * as the context length or the prefill chunk. */
+#ifndef DRAY_CORE_CALIBRATE_H
+#define DRAY_CORE_CALIBRATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "tokenizer.h"
+
+/* Most tokens of the calibration text that are used: the whole text fits in this
+ * for every tokenizer dray supports; a longer tokenization is cut here (fixed). */
+#define DRAY_CALIB_MAX_TOKENS 512u
+
+/* Tokenize the calibration text with tok (BOS first), run it through arch's
+ * calibrate hook in one step over a fresh f16 KV sized for exactly that text, and
+ * free the KV. A model without the hook, or n_outlier 0, is left as it is. */
+int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struct dray_device *dev,
+                   const struct dray_tokenizer *tok, uint32_t n_outlier, char *err, size_t errlen);
+
+#endif

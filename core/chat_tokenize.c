@@ -1,0 +1,114 @@
+/* Chat segments to token ids (see chat_tokenize.h). */
+#include "chat_tokenize.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "dray/dray.h"
+#include "tokenizer.h"
+
+struct idv {
+    int32_t *v;
+    size_t n, cap;
+};
+
+static int push(struct idv *o, const int32_t *ids, size_t n)
+{
+    if (o->n + n > o->cap) {
+        size_t cap = (o->n + n) * 2 + 16;
+        int32_t *v = realloc(o->v, cap * sizeof(*v));
+        if (!v)
+            return DRAY_ENOMEM;
+        o->v = v;
+        o->cap = cap;
+    }
+    memcpy(o->v + o->n, ids, n * sizeof(*ids));
+    o->n += n;
+    return 0;
+}
+
+/* Tokenize segments [from, to), all plain text, as one string. */
+static int text_run(const struct dray_tokenizer *tok, const struct dray_chat_segs *s, size_t from,
+                    size_t to, struct idv *o, char *err, size_t errlen)
+{
+    size_t len = 0, at = 0;
+    for (size_t i = from; i < to; i++)
+        len += s->v[i].n;
+    if (len == 0)
+        return 0;
+    char *buf = malloc(len);
+    if (!buf)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "chat: out of memory");
+    for (size_t i = from; i < to; i++) {
+        memcpy(buf + at, s->v[i].s, s->v[i].n);
+        at += s->v[i].n;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    /* parse_special = false: control-token texts in here are just text */
+    int rc = dray_tokenize(tok, buf, len, false, false, &ids, &n);
+    free(buf);
+    if (!rc)
+        rc = push(o, ids, n);
+    free(ids);
+    if (rc)
+        return dray_fail(err, errlen, rc, "chat: tokenizing a message: %s", dray_strerror(rc));
+    return 0;
+}
+
+static int marker_id(const struct dray_tokenizer *tok, const struct dray_chat_seg *m, struct idv *o,
+                     char *err, size_t errlen)
+{
+    int32_t id = dray_tokenizer_find(tok, m->s, m->n);
+    if (id < 0)
+        return dray_fail(err, errlen, DRAY_ENOTFOUND,
+                         "chat: the template's token \"%.*s\" is not in this model's vocabulary "
+                         "(wrong chat_template for this model?)",
+                         (int)(m->n > 64 ? 64 : m->n), m->s);
+    if (push(o, &id, 1))
+        return dray_fail(err, errlen, DRAY_ENOMEM, "chat: out of memory");
+    return 0;
+}
+
+int dray_chat_tokenize_segs(const struct dray_tokenizer *tok, const struct dray_chat_segs *s,
+                            int32_t **ids, size_t *n_ids, char *err, size_t errlen)
+{
+    struct idv o = {0};
+    size_t run = 0; /* first plain segment not yet tokenized */
+    int rc = 0;
+    for (size_t i = 0; i <= s->n && !rc; i++) {
+        if (i < s->n && !s->v[i].marker)
+            continue;
+        rc = text_run(tok, s, run, i, &o, err, errlen);
+        if (!rc && i < s->n)
+            rc = marker_id(tok, &s->v[i], &o, err, errlen);
+        run = i + 1;
+    }
+    if (!rc && !o.v && push(&o, &(int32_t){0}, 1) == 0)
+        o.n = 0; /* non-NULL even when empty */
+    if (!rc && !o.v)
+        rc = dray_fail(err, errlen, DRAY_ENOMEM, "chat: out of memory");
+    if (rc) {
+        free(o.v);
+        return rc;
+    }
+    *ids = o.v;
+    *n_ids = o.n;
+    return 0;
+}
+
+int dray_chat_tokenize(const struct dray_tokenizer *tok, const struct dray_chat_template *t,
+                       const struct dray_chat_msg *msgs, size_t n, bool continuation,
+                       bool eot_in_kv, bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+                       char *err, size_t errlen)
+{
+    struct dray_chat_segs s;
+    int rc = dray_chat_render_segs(t, msgs, n, continuation, eot_in_kv, add_generation_prompt, &s,
+                                   err, errlen);
+    if (rc)
+        return rc;
+    rc = dray_chat_tokenize_segs(tok, &s, ids, n_ids, err, errlen);
+    dray_chat_segs_free(&s);
+    return rc;
+}

@@ -1,0 +1,28 @@
+/* A rendered chat (chat.h segments) to token ids. Markers are looked up as one
+ * control token each; each run of plain-text segments between markers is
+ * tokenized as ONE piece of text with special-token parsing off, so message
+ * content can never become a control token, and text that spans template
+ * formatting and content (e.g. "user\n" + "Hello") tokenizes exactly as it would
+ * inside the whole rendered string. */
+#ifndef DRAY_CORE_CHAT_TOKENIZE_H
+#define DRAY_CORE_CHAT_TOKENIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chat.h"
+
+struct dray_tokenizer;
+
+/* *ids is malloc'd (non-NULL on success). DRAY_ENOTFOUND names a marker that is
+ * not in the vocabulary (a template that does not fit the model). */
+int dray_chat_tokenize_segs(const struct dray_tokenizer *tok, const struct dray_chat_segs *s,
+                            int32_t **ids, size_t *n_ids, char *err, size_t errlen);
+
+/* Render (dray_chat_render_segs) and tokenize in one call. */
+int dray_chat_tokenize(const struct dray_tokenizer *tok, const struct dray_chat_template *t,
+                       const struct dray_chat_msg *msgs, size_t n, bool continuation,
+                       bool eot_in_kv, bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+                       char *err, size_t errlen);
+
+#endif
