@@ -207,10 +207,14 @@ static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection 
     c->t0 = dray_srv_now();
     snprintf(c->method, sizeof(c->method), "%s", method);
     snprintf(c->path, sizeof(c->path), "%s", url);
-    /* a declared length over the limit is refused before the body is read */
+    /* A body over the limit is read and dropped, then refused with 413: most
+     * clients (Python's among them) only read the answer once they have sent
+     * everything. A declared length far over the limit is refused at once; the
+     * connection then closes, since its body is never read. */
     const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > s->cfg->max_body)
-        c->too_big = true;
+    uint64_t declared = cl ? strtoull(cl, NULL, 10) : 0;
+    c->too_big = declared > s->cfg->max_body;
+    c->refuse_now = declared / 64 > s->cfg->max_body;
     return c;
 }
 
@@ -224,7 +228,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c = *con_cls = call_new(cls, mc, url, method);
         if (!c)
             return MHD_NO;
-        return c->too_big ? route(c) : MHD_YES;
+        return c->refuse_now ? route(c) : MHD_YES;
     }
     if (*upload_size) {
         if (!c->too_big && c->body.len + *upload_size <= c->srv->cfg->max_body)

@@ -47,6 +47,7 @@ struct dray_srv_call {
     struct dray_srv_buf body;
     const char *allow;             /* for a 405: the method the path takes */
     bool too_big;                  /* body over max_body: dropped as it arrives */
+    bool refuse_now;               /* body far over max_body: answer before reading it */
     bool logged;                   /* a stream writes its own log line when it ends */
     int status;
     uint32_t n_prompt, n_cached, n_completion;
