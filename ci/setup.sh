@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  build-essential meson ninja-build pkg-config clang libcmocka-dev libyaml-dev libpcre2-dev
+  build-essential meson ninja-build pkg-config clang libcmocka-dev libyaml-dev libxxhash-dev libpcre2-dev
   python3 python3-venv
   opencl-c-headers opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   libvulkan-dev mesa-vulkan-drivers glslc glslang-tools spirv-tools vulkan-validationlayers vulkan-tools

@@ -359,11 +359,30 @@ static int parse_dims(struct cursor *c, struct dray_gguf_tensor *t)
     return 0;
 }
 
-/* Byte size from type and dims; unknown types get nbytes 0 (not checkable). */
+/* "ne[0] x ne[1] x ..." of t's first n_dims dimensions, for error messages. */
+static const char *dims_str(const struct dray_gguf_tensor *t, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (uint32_t d = 0; d < t->n_dims && d < GGUF_MAX_DIMS && o < len; d++) {
+        int w = snprintf(buf + o, len - o, "%s%" PRIu64, d ? " x " : "", t->ne[d]);
+        if (w < 0)
+            break;
+        o += (size_t)w;
+    }
+    return buf;
+}
+
+/* Byte size from type and dims, overflow-checked: blocks per row times block bytes
+ * times the other dimensions must fit in 64 bits (parse_dims already bounded the
+ * element count by 2^63, but a 4-byte F32 element can still push the bytes past
+ * 2^64, and a wrapped size would pass the end-of-file check below).
+ * Unknown types get nbytes 0 (not checkable; they are refused when used). */
 static int tensor_size(struct cursor *c, uint64_t at, struct dray_gguf_tensor *t)
 {
     uint32_t be = dray_ggml_block_elems(t->type), bb = dray_ggml_block_bytes(t->type);
     uint64_t n;
+    char dims[128];
     t->nbytes = 0;
     if (!be)
         return 0;
@@ -372,12 +391,15 @@ static int tensor_size(struct cursor *c, uint64_t at, struct dray_gguf_tensor *t
                          "%s: offset %" PRIu64 ": tensor '%s' of type %s has ne[0] = %" PRIu64
                          ", expected a multiple of the block size %" PRIu32,
                          c->name, at, t->name, dray_ggml_type_name(t->type), t->ne[0], be);
-    n = t->ne[0] / be * bb;
-    for (int d = 1; d < 4; d++)
-        if (__builtin_mul_overflow(n, t->ne[d], &n))
-            return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
-                             "%s: offset %" PRIu64 ": byte size of tensor '%s' overflows",
-                             c->name, at, t->name);
+    bool over = __builtin_mul_overflow(t->ne[0] / be, (uint64_t)bb, &n);
+    for (int d = 1; d < 4 && !over; d++)
+        over = __builtin_mul_overflow(n, t->ne[d], &n);
+    if (over)
+        return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
+                         "%s: offset %" PRIu64 ": tensor '%s' of type %s with dimensions [%s] "
+                         "needs more than 2^64 bytes, expected a size that fits in the file",
+                         c->name, at, t->name, dray_ggml_type_name(t->type),
+                         dims_str(t, dims, sizeof(dims)));
     t->nbytes = n;
     return 0;
 }

@@ -422,7 +422,15 @@ static void test_gguf_rejects_bad_dims(void **state)
     uint64_t wide[2] = {1ull << 31, 1ull << 31};
     b = (struct bb){0};
     bb_one_tensor(&b, "t", 2, wide, DRAY_GGML_F32, 0, 0);
-    expect_reject(&b, DRAY_EFORMAT, "byte size of tensor 't' overflows", NULL);
+    expect_reject(&b, DRAY_EFORMAT, "tensor 't' of type F32 with dimensions [2147483648 x "
+                  "2147483648]", "more than 2^64 bytes");
+
+    /* issue 18: one dimension whose byte size wraps to 32 (2^62 + 8 elements * 4 bytes),
+     * which used to pass the end-of-file check with 32 bytes of data present */
+    uint64_t wrap[1] = {(1ull << 62) + 8};
+    b = (struct bb){0};
+    bb_one_tensor(&b, "t", 1, wrap, DRAY_GGML_F32, 0, 32);
+    expect_reject(&b, DRAY_EFORMAT, "dimensions [4611686018427387912]", "more than 2^64 bytes");
 }
 
 static void test_gguf_rejects_ne0_not_multiple_of_block(void **state)

@@ -131,8 +131,10 @@ static void print_summary(const struct dray_gguf *g)
     struct dray_str arch = {"?", 1}, name;
     uint64_t params = 0;
     uint32_t align = 32;
-    for (uint64_t i = 0; i < dray_gguf_n_tensors(g); i++)
-        params += dray_gguf_tensor_nelems(dray_gguf_tensor_at(g, i));
+    bool params_over = false; /* tensors of unknown types have unchecked sizes */
+    for (uint64_t i = 0; i < dray_gguf_n_tensors(g) && !params_over; i++)
+        params_over = __builtin_add_overflow(params, dray_gguf_tensor_nelems(dray_gguf_tensor_at(g, i)),
+                                             &params);
     dray_gguf_get_str(g, "general.architecture", &arch, NULL, 0);
     dray_gguf_get_u32(g, "general.alignment", &align, NULL, 0);
     printf("%-18s %s\n", "file", dray_gguf_name(g));
@@ -145,7 +147,10 @@ static void print_summary(const struct dray_gguf *g)
         printf("%-18s %.*s\n", "name", (int)(name.len < 200 ? name.len : 200), name.ptr);
     printf("%-18s %" PRIu64 "\n", "metadata keys", dray_gguf_n_kv(g));
     printf("%-18s %" PRIu64 "\n", "tensors", dray_gguf_n_tensors(g));
-    printf("%-18s %s (%.1fM)\n", "parameters", commas(params, b, sizeof(b)), (double)params / 1e6);
+    if (params_over)
+        printf("%-18s more than 2^64 (tensors of unknown types claim huge sizes)\n", "parameters");
+    else
+        printf("%-18s %s (%.1fM)\n", "parameters", commas(params, b, sizeof(b)), (double)params / 1e6);
     print_types(g);
     print_hparam(g, arch, "context length", "context_length");
     print_hparam(g, arch, "embedding length", "embedding_length");
@@ -277,9 +282,13 @@ static int dump_tensor(const struct dray_gguf *g, const char *name, const char *
                 "A:B with A <= B <= %" PRIu64 "\n", rows, name, n_rows, n_rows);
         return 2;
     }
-    float *buf = malloc((t->ne[0] ? t->ne[0] : 1) * sizeof(float));
-    if (!buf) {
-        fprintf(stderr, "dray info: out of memory\n");
+    /* One row of f32: ne[0] comes from the file, so the byte count is checked. */
+    size_t row_bytes;
+    float *buf = NULL;
+    if (__builtin_mul_overflow(t->ne[0] ? t->ne[0] : 1, sizeof(float), &row_bytes) ||
+        !(buf = malloc(row_bytes))) {
+        fprintf(stderr, "dray info: no memory for one row of tensor '%s' (%" PRIu64 " f32 "
+                "values)\n", name, t->ne[0]);
         return 1;
     }
     static char obuf[1 << 16];

@@ -1,0 +1,189 @@
+/* Hostile input against the `dray` command (issues 14 and 18): files and flags a
+ * careless or malicious user could give. Each case runs the real binary in a child
+ * process with a deadline, so a hang fails the test instead of blocking CI, and checks
+ * the exit status and that the message names what was wrong. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+#include "tiny_gemma.h"
+
+#define OUT_CAP 8192
+
+/* Output of one run: stdout and stderr interleaved, truncated to OUT_CAP - 1. */
+struct result {
+    int status; /* exit code, 128 + signal, or -1 if it ran past the deadline */
+    char out[OUT_CAP];
+};
+
+static const char *dray_exe(void)
+{
+    static char path[1024];
+    const char *root = getenv("DRAY_BUILD_ROOT");
+    snprintf(path, sizeof(path), "%s/tools/dray", root ? root : ".");
+    return path;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Reads the child's output until EOF or the deadline; keeps the first OUT_CAP - 1 bytes. */
+static void drain(int fd, struct result *r, double deadline)
+{
+    size_t n = 0;
+    char sink[4096];
+    for (;;) {
+        double left = deadline - now_s();
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) == 0) {
+            r->status = -1;
+            break;
+        }
+        char *dst = n < OUT_CAP - 1 ? r->out + n : sink;
+        size_t room = n < OUT_CAP - 1 ? OUT_CAP - 1 - n : sizeof(sink);
+        ssize_t got = read(fd, dst, room);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        if (dst != sink)
+            n += (size_t)got;
+    }
+    r->out[n] = 0;
+}
+
+/* Runs dray with the NULL-terminated args (args[0] is the subcommand); stdin is
+ * /dev/null. A child still running after secs seconds is killed. */
+static void run_dray(struct result *r, int secs, const char *const *args)
+{
+    const char *argv[64] = {dray_exe()};
+    size_t n = 1;
+    for (; args[n - 1] && n < 63; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    memset(r, 0, sizeof(*r));
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY);
+        dup2(null, 0);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    drain(fds[0], r, now_s() + secs);
+    close(fds[0]);
+    int st = 0;
+    if (r->status == -1)
+        kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    if (r->status != -1)
+        r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    print_message("$ dray %s ... -> %d\n%s", args[0], r->status, r->out);
+}
+
+/* The run failed cleanly (exit 1 or 2, no signal, no hang) and said each of the words. */
+static void expect_error(const struct result *r, const char *w1, const char *w2)
+{
+    assert_true(r->status == 1 || r->status == 2);
+    assert_non_null(strstr(r->out, w1));
+    if (w2)
+        assert_non_null(strstr(r->out, w2));
+}
+
+/* ------------------------------------------------------------ files */
+
+static const char *tiny_model(void)
+{
+    const char *path = dray_test_path("tiny.gguf");
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    assert_int_equal(tiny_gemma_write(&t, path), 0);
+    return path;
+}
+
+static uint8_t *slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(*size ? *size : 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, *size, f), *size);
+    fclose(f);
+    return b;
+}
+
+/* Sets ne[0] of the tensor called name (its info record: u64 name length, name,
+ * u32 n_dims, u64 ne[0], ...) in the GGUF at path. */
+static void patch_ne0(const char *path, const char *name, uint64_t ne0)
+{
+    size_t size, len = strlen(name);
+    uint8_t *b = slurp(path, &size);
+    size_t at = 0;
+    for (size_t i = 8; i + len + 12 <= size && !at; i++) {
+        uint64_t l;
+        memcpy(&l, b + i - 8, 8);
+        if (l == len && !memcmp(b + i, name, len))
+            at = i + len + 4;
+    }
+    assert_true(at != 0);
+    memcpy(b + at, &ne0, 8);
+    assert_int_equal(dray_test_write_file(path, b, size), 0);
+    free(b);
+}
+
+/* ------------------------------------------------------------ issue 18: wrapped size */
+
+/* An F32 tensor of 2^62 + 8 elements needs 2^64 + 32 bytes, which wrapped to 32 and
+ * passed the end-of-file check; info then counted 4.6e18 parameters and
+ * --dump-tensor wrote past a wrapped malloc. */
+static void test_wrapped_tensor_size_is_refused(void **state)
+{
+    (void)state;
+    const char *model = tiny_model();
+    patch_ne0(model, "output_norm.weight", (1ull << 62) + 8);
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"info", model, NULL});
+    expect_error(&r, "output_norm.weight", "4611686018427387912");
+    assert_non_null(strstr(r.out, "2^64 bytes"));
+    run_dray(&r, 60, (const char *[]){"info", model, "--dump-tensor", "output_norm.weight", NULL});
+    expect_error(&r, "output_norm.weight", "4611686018427387912");
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hello", "-n", "2", NULL});
+    expect_error(&r, "output_norm.weight", "4611686018427387912");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wrapped_tensor_size_is_refused),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
