@@ -247,6 +247,11 @@ static int hist_push(struct dray_session *s, const int32_t *ids, size_t n)
     return 0;
 }
 
+int dray_session_adopt(struct dray_session *s, const int32_t *ids, size_t n)
+{
+    return hist_push(s, ids, n);
+}
+
 static int check_fits(struct dray_session *s, size_t n, char *err, size_t errlen);
 static int prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen);
 

@@ -54,4 +54,8 @@ int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint3
                      const int32_t *ids, const uint32_t *logit_rows, uint32_t n_logits,
                      float *logits, char *err, size_t errlen);
 
+/* The session's KV already holds ids (attached from the prefix cache): record
+ * them as its history. 0 or DRAY_ENOMEM. */
+int dray_session_adopt(struct dray_session *s, const int32_t *ids, size_t n);
+
 #endif

@@ -19,6 +19,7 @@ struct kv_group {
     struct dray_kv_pool *pools; /* [n_layers] views into buf */
     uint32_t *free_list;        /* stack of free block ids */
     uint32_t n_free;
+    uint32_t *ref;              /* [n_blocks] holders: sequences' tables + the prefix cache */
     int32_t *tables;     /* [max_seqs][max_bps] logical block -> block id, -1 = none */
     uint32_t *first_live; /* [max_seqs] first table entry not recycled (window groups) */
     uint32_t *held;       /* [max_seqs] blocks the sequence holds now */
@@ -49,6 +50,9 @@ struct dray_kv {
     uint32_t *step_new; /* [max_seqs] */
     uint8_t *mark;      /* [max_seqs] duplicate check scratch */
     struct dray_kv_layer_step *lsteps; /* [n_layer] */
+
+    dray_kv_reclaim_fn reclaim; /* asked for blocks before a step fails (prefix cache) */
+    void *reclaim_user;
 
     unsigned char *meta_host; /* staging for the one upload per step */
     size_t meta_host_cap;
@@ -202,7 +206,9 @@ int dray_kv_plan(const struct dray_kv_desc *d, struct dray_kv_plan *p, char *err
         gp->block_bytes = (uint64_t)gp->n_layers * d->block_size * p->slot_bytes;
         gp->seq_blocks_max = max_bps;
         if (gp->window) {
-            uint32_t bound = div_up((uint64_t)gp->window + p->max_chunk, d->block_size) + 1;
+            /* +2: a partial block at each end, and one more kept alive from the
+             * last block boundary (step_end) */
+            uint32_t bound = div_up((uint64_t)gp->window + p->max_chunk, d->block_size) + 2;
             if (bound < max_bps)
                 gp->seq_blocks_max = bound;
         }
@@ -247,6 +253,7 @@ static void group_release(struct dray_kv *kv, struct kv_group *gr)
         kv->ops->free(kv->ctx, gr->buf);
     free(gr->pools);
     free(gr->free_list);
+    free(gr->ref);
     free(gr->tables);
     free(gr->first_live);
     free(gr->held);
@@ -291,10 +298,11 @@ static int group_init(struct dray_kv *kv, uint32_t g, char *err, size_t errlen)
     size_t n_tab = (size_t)d->max_seqs * kv->max_bps;
     gr->pools = calloc(gp->n_layers, sizeof(*gr->pools));
     gr->free_list = malloc(sizeof(*gr->free_list) * gp->n_blocks);
+    gr->ref = calloc(gp->n_blocks ? gp->n_blocks : 1, sizeof(*gr->ref));
     gr->tables = malloc(sizeof(*gr->tables) * n_tab);
     gr->first_live = calloc(d->max_seqs, sizeof(*gr->first_live));
     gr->held = calloc(d->max_seqs, sizeof(*gr->held));
-    if (!gr->pools || !gr->free_list || !gr->tables || !gr->first_live || !gr->held)
+    if (!gr->pools || !gr->free_list || !gr->ref || !gr->tables || !gr->first_live || !gr->held)
         return dray_fail(err, errlen, DRAY_ENOMEM, "kv: out of host memory for group tables");
     for (size_t i = 0; i < n_tab; i++)
         gr->tables[i] = -1;
@@ -452,6 +460,13 @@ static int32_t *table_of(const struct dray_kv *kv, uint32_t g, uint32_t seq)
     return kv->group[g].tables + (size_t)seq * kv->max_bps;
 }
 
+/* A block goes back to the free list when its last holder lets go. */
+static void unref(struct kv_group *gr, uint32_t b)
+{
+    if (--gr->ref[b] == 0)
+        gr->free_list[gr->n_free++] = b;
+}
+
 /* Give back table entries [from, to) of seq in group g that still hold a block. */
 static void release_entries(struct dray_kv *kv, uint32_t g, uint32_t seq, uint32_t from,
                             uint32_t to)
@@ -461,7 +476,7 @@ static void release_entries(struct dray_kv *kv, uint32_t g, uint32_t seq, uint32
     for (uint32_t e = to; e-- > from;) {
         if (t[e] < 0)
             continue;
-        gr->free_list[gr->n_free++] = (uint32_t)t[e];
+        unref(gr, (uint32_t)t[e]);
         t[e] = -1;
         gr->held[seq]--;
     }
@@ -632,6 +647,7 @@ static void reserve_group(struct dray_kv *kv, uint32_t g)
         uint32_t to = div_up(len + kv->step_new[i], kv->d.block_size);
         for (uint32_t e = div_up(len, kv->d.block_size); e < to; e++) {
             t[e] = (int32_t)gr->free_list[--gr->n_free];
+            gr->ref[t[e]] = 1;
             gr->held[s]++;
         }
     }
@@ -705,6 +721,9 @@ int dray_kv_step_begin(struct dray_kv *kv, uint32_t n_seq, const uint32_t *seq_i
     }
     /* every group gives each new table entry one block: same need everywhere */
     for (uint32_t g = 0; g < kv->plan.n_group; g++)
+        if (need > kv->group[g].n_free && kv->reclaim)
+            kv->reclaim(kv->reclaim_user, g, need - kv->group[g].n_free);
+    for (uint32_t g = 0; g < kv->plan.n_group; g++)
         if (need > kv->group[g].n_free)
             return dray_fail(err, errlen, DRAY_ENOMEM,
                              "kv: step needs %u blocks in the window-%u group, %u free", need,
@@ -765,7 +784,10 @@ void dray_kv_step_end(struct dray_kv *kv)
         for (uint32_t g = 0; g < kv->plan.n_group; g++) {
             uint32_t w = kv->plan.group[g].window;
             uint32_t *fl = &kv->group[g].first_live[s];
-            uint32_t dead = w ? dead_blocks(kv->seq_len[s], w, kv->d.block_size) : 0;
+            /* measured from the last block boundary, so the blocks a query at that
+             * boundary sees stay alive: the prefix cache checkpoints there */
+            uint32_t bs = kv->d.block_size;
+            uint32_t dead = w ? dead_blocks(kv->seq_len[s] / bs * bs, w, bs) : 0;
             if (dead > *fl) {
                 release_entries(kv, g, s, *fl, dead);
                 *fl = dead;
@@ -781,4 +803,88 @@ void dray_kv_step_abort(struct dray_kv *kv)
         return;
     unreserve(kv);
     kv->in_step = false;
+}
+
+/* ------------------------------------------------------- shared blocks */
+
+void dray_kv_set_reclaim(struct dray_kv *kv, dray_kv_reclaim_fn fn, void *user)
+{
+    kv->reclaim = fn;
+    kv->reclaim_user = user;
+}
+
+int32_t dray_kv_seq_block(const struct dray_kv *kv, uint32_t seq_id, uint32_t g, uint32_t entry)
+{
+    if (!seq_ok(kv, seq_id) || g >= kv->plan.n_group || entry >= kv->max_bps)
+        return -1;
+    return table_of(kv, g, seq_id)[entry];
+}
+
+void dray_kv_block_ref(struct dray_kv *kv, uint32_t g, uint32_t block)
+{
+    kv->group[g].ref[block]++;
+}
+
+void dray_kv_block_unref(struct dray_kv *kv, uint32_t g, uint32_t block)
+{
+    unref(&kv->group[g], block);
+}
+
+uint32_t dray_kv_block_refs(const struct dray_kv *kv, uint32_t g, uint32_t block)
+{
+    return g < kv->plan.n_group && block < kv->plan.group[g].n_blocks ? kv->group[g].ref[block] : 0;
+}
+
+int dray_kv_block_alloc(struct dray_kv *kv, uint32_t g, uint32_t *block)
+{
+    struct kv_group *gr = &kv->group[g];
+    if (!gr->n_free && kv->reclaim)
+        kv->reclaim(kv->reclaim_user, g, 1);
+    if (!gr->n_free)
+        return DRAY_ENOMEM;
+    *block = gr->free_list[--gr->n_free];
+    gr->ref[*block] = 1;
+    return 0;
+}
+
+int dray_kv_seq_attach(struct dray_kv *kv, uint32_t seq_id, uint32_t len,
+                       const int32_t *const *blocks)
+{
+    uint32_t bs = kv->d.block_size, n_ent = len / bs;
+    if (!seq_ok(kv, seq_id) || kv->seq_len[seq_id] || len % bs || len > kv->d.max_ctx ||
+        in_current_step(kv, seq_id))
+        return DRAY_EINVAL;
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len, w, bs) : 0;
+        for (uint32_t e = first; e < n_ent; e++)
+            if (blocks[g][e] < 0 || (uint32_t)blocks[g][e] >= kv->plan.group[g].n_blocks)
+                return DRAY_EINVAL;
+    }
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        struct kv_group *gr = &kv->group[g];
+        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len, w, bs) : 0;
+        int32_t *t = table_of(kv, g, seq_id);
+        for (uint32_t e = first; e < n_ent; e++) {
+            t[e] = blocks[g][e];
+            gr->ref[t[e]]++;
+            gr->held[seq_id]++;
+        }
+        gr->first_live[seq_id] = first;
+    }
+    kv->seq_len[seq_id] = len;
+    return 0;
+}
+
+uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len)
+{
+    uint32_t w = g < kv->plan.n_group ? kv->plan.group[g].window : 0;
+    return w ? dead_blocks(len, w, kv->d.block_size) : 0;
+}
+
+uint32_t dray_kv_make_free(struct dray_kv *kv, uint32_t g, uint32_t want)
+{
+    struct kv_group *gr = &kv->group[g];
+    if (gr->n_free < want && kv->reclaim)
+        kv->reclaim(kv->reclaim_user, g, want - gr->n_free);
+    return gr->n_free;
 }

@@ -15,9 +15,10 @@
  * pool and its step says store = false (the model skips kv_store for it).
  *
  * Window groups keep only what future queries can see: at step end, a block whose
- * every position j satisfies j <= len - window (the next query sits at position
- * len and sees j > len - window) goes back to the free list and its table entry
- * becomes -1. So a sequence holds at most ceil((window + chunk) / block_size) + 1
+ * every position j satisfies j <= L - window, where L is len rounded down to a
+ * block boundary (a query at L sees j > L - window; keeping what it sees lets the
+ * prefix cache checkpoint at L), goes back to the free list and its table entry
+ * becomes -1. So a sequence holds at most ceil((window + chunk) / block_size) + 2
  * blocks of a window group while a step of chunk new tokens runs. Global groups
  * grow with the sequence.
  *
@@ -154,5 +155,37 @@ const int32_t *dray_kv_step_host(const struct dray_kv *kv, uint32_t g, const int
 void dray_kv_step_end(struct dray_kv *kv);
 /* Undo step_begin (the forward pass failed): reserved blocks go back. */
 void dray_kv_step_abort(struct dray_kv *kv);
+
+
+/* ------------------------------------------------------------ shared blocks
+ * Blocks are reference counted: every sequence table entry holding a block is
+ * one reference, and the prefix cache may hold more. A block returns to the free
+ * list when its count reaches 0. Only full blocks are ever shared: a sequence
+ * writes only at positions >= its length, which lie in blocks of its own. */
+
+/* Called when a step (or dray_kv_block_alloc) needs `need` more blocks than group
+ * g has free; the callback drops references (evicts cached blocks) if it can. */
+typedef void (*dray_kv_reclaim_fn)(void *user, uint32_t g, uint32_t need);
+void dray_kv_set_reclaim(struct dray_kv *kv, dray_kv_reclaim_fn fn, void *user);
+/* Block of table entry `entry` (positions entry*bs ..) of a sequence in group g,
+ * or -1 (none, recycled, or bad arguments). */
+int32_t dray_kv_seq_block(const struct dray_kv *kv, uint32_t seq_id, uint32_t g, uint32_t entry);
+void dray_kv_block_ref(struct dray_kv *kv, uint32_t g, uint32_t block);
+void dray_kv_block_unref(struct dray_kv *kv, uint32_t g, uint32_t block);
+uint32_t dray_kv_block_refs(const struct dray_kv *kv, uint32_t g, uint32_t block);
+/* Free blocks in group g after asking the reclaim callback for up to `want`. */
+uint32_t dray_kv_make_free(struct dray_kv *kv, uint32_t g, uint32_t want);
+/* A fresh block with one reference (the caller's). DRAY_ENOMEM when none is free
+ * even after reclaiming. */
+int dray_kv_block_alloc(struct dray_kv *kv, uint32_t g, uint32_t *block);
+/* First table entry a sequence of length len still needs in group g (0 for
+ * global groups; window groups drop entries no future query can see). */
+uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len);
+/* Give an empty sequence the first len tokens (a multiple of the block size) from
+ * shared blocks: blocks[g][e] for entries dray_kv_live_from(g, len) .. len/bs - 1
+ * of every group (each gains a reference). DRAY_EINVAL if the sequence is not
+ * empty, len is not block-aligned or a block id is out of range. */
+int dray_kv_seq_attach(struct dray_kv *kv, uint32_t seq_id, uint32_t len,
+                       const int32_t *const *blocks);
 
 #endif

@@ -37,6 +37,7 @@
 #include "error.h"
 #include "kv.h"
 #include "log.h"
+#include "prefix_cache.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -63,6 +64,7 @@ struct dray_request {
     struct dray_sampler *smp;
     struct dray_emitter em;
     uint64_t admit_seq;              /* admission order: the newest is preempted first */
+    uint64_t salt;                   /* prefix-cache tenant */
 
     /* shared, under s->mu */
     pthread_cond_t cv;
@@ -82,6 +84,7 @@ struct req_list {
 
 struct dray_sched {
     struct dray_engine *e;
+    struct dray_pcache *pc;          /* NULL when prefix_cache is off */
     pthread_mutex_t mu;
     pthread_cond_t work;             /* the loop sleeps here when idle */
     pthread_t thread;
@@ -182,6 +185,7 @@ static void request_destroy(struct dray_request *r)
 
 static void sched_free(struct dray_sched *s)
 {
+    dray_pcache_free(s->pc);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     free(s->b_sess);
@@ -196,6 +200,17 @@ static void sched_free(struct dray_sched *s)
 
 /* ------------------------------------------------------------ the loop */
 
+/* Give r's KV back; what it computed stays in the prefix cache when keep. */
+static void release_kv(struct dray_sched *s, struct dray_request *r, bool keep)
+{
+    if (!r->sess)
+        return;
+    if (s->pc && keep)
+        dray_pcache_insert(s->pc, r->salt, r->toks, dray_session_len(r->sess), r->sess->seq);
+    dray_session_free(r->sess);
+    r->sess = NULL;
+}
+
 /* End r (mu held): free its KV, record why, wake its client. A request whose
  * client already let go is freed here. */
 static void finish(struct dray_sched *s, struct dray_request *r, const char *why, int rc,
@@ -206,8 +221,7 @@ static void finish(struct dray_sched *s, struct dray_request *r, const char *why
     list_remove(r->state == REQ_WAITING ? &s->waiting : &s->running, r);
     if (rc == 0)
         dray_emitter_flush(&r->em);
-    dray_session_free(r->sess);
-    r->sess = NULL;
+    release_kv(s, r, rc == 0 || rc == DRAY_ECANCELED);
     r->state = REQ_DONE;
     r->done = true;
     r->finish = why;
@@ -238,33 +252,54 @@ static void reap_cancelled(struct dray_sched *s)
         }
 }
 
-/* Would r's tokens fit in the free blocks, leaving one block of growth for every
+/* Would the n tokens r still has to compute fit in the free blocks (after the
+ * prefix cache gave back what it can), leaving one block of growth for every
  * running sequence? A lone sequence always fits: the KV plan guarantees one
  * sequence of the full context. */
-static bool blocks_fit(struct dray_sched *s, const struct dray_request *r)
+static bool blocks_fit(struct dray_sched *s, size_t n)
 {
     if (s->running.n == 0)
         return true;
     struct dray_kv *kv = s->e->kv;
     const struct dray_kv_plan *p = dray_kv_get_plan(kv);
     uint32_t bs = dray_kv_block_size(kv);
-    uint64_t need_tokens = r->n_toks + 1;
     for (uint32_t g = 0; g < p->n_group; g++) {
-        uint64_t need = (need_tokens + bs - 1) / bs;
+        uint64_t need = (n + 1 + bs - 1) / bs + 1;
         if (p->group[g].window && need > p->group[g].seq_blocks_max)
             need = p->group[g].seq_blocks_max;
-        if (dray_kv_group_free_blocks(kv, g) < need + s->running.n)
+        need += s->running.n;
+        if (dray_kv_make_free(kv, g, (uint32_t)need) < need)
             return false;
+    }
+    return true;
+}
+
+/* A sequence for r, starting from the longest prefix the cache holds. */
+static bool start_sequence(struct dray_sched *s, struct dray_request *r)
+{
+    char err[256];
+    if (dray_session_new(s->e, &r->sess, err, sizeof(err)))
+        return false;
+    uint32_t L = 0;
+    if (s->pc)
+        L = dray_pcache_attach(s->pc, r->salt, r->toks, r->n_toks - 1, r->sess->seq);
+    if ((L && dray_session_adopt(r->sess, r->toks, L)) || !blocks_fit(s, r->n_toks - L)) {
+        dray_session_free(r->sess); /* gives the attached blocks back too */
+        r->sess = NULL;
+        return false;
+    }
+    if (!r->t_admit) { /* first admission: what the client sees as cached */
+        r->n_cached = L;
+        s->st.prompt_tokens_cached += L;
     }
     return true;
 }
 
 static void admit(struct dray_sched *s)
 {
-    char err[256];
     while (s->waiting.head && s->running.n < s->max_seqs) {
         struct dray_request *r = s->waiting.head;
-        if (!blocks_fit(s, r) || dray_session_new(s->e, &r->sess, err, sizeof(err)))
+        if (!start_sequence(s, r))
             return;
         list_remove(&s->waiting, r);
         list_push(&s->running, r, false);
@@ -308,8 +343,7 @@ static void preempt_newest(struct dray_sched *s)
     for (struct dray_request *r = s->running.head; r; r = r->next)
         if (r->admit_seq > victim->admit_seq)
             victim = r;
-    dray_session_free(victim->sess);
-    victim->sess = NULL;
+    release_kv(s, victim, true); /* its recompute may start from the cache */
     list_remove(&s->running, victim);
     list_push(&s->waiting, victim, true);
     victim->state = REQ_WAITING;
@@ -360,6 +394,17 @@ static void note_kv_usage(struct dray_sched *s)
     }
     s->st.kv_blocks_total = total;
     s->st.kv_blocks_used = total - free_blocks;
+    if (s->pc) {
+        struct dray_pcache_stats c;
+        dray_pcache_get_stats(s->pc, &c);
+        s->st.cache_lookups = c.lookups;
+        s->st.cache_lookup_tokens = c.lookup_tokens;
+        s->st.cache_hit_tokens = c.hit_tokens;
+        s->st.cache_entries = c.entries;
+        s->st.cache_checkpoints = c.checkpoints;
+        s->st.cache_blocks = c.blocks;
+        s->st.cache_evictions = c.evictions;
+    }
 }
 
 /* One step (mu held on entry and exit, dropped around the forward pass). */
@@ -433,6 +478,10 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
         sched_free(s);
         return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: out of memory for %u sequences",
                          e->info.max_seqs);
+    }
+    if (e->cfg.prefix_cache && dray_pcache_create(e->kv, &s->pc)) {
+        sched_free(s);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: out of memory for the prefix cache");
     }
     note_kv_usage(s);
     if (pthread_create(&s->thread, NULL, loop, s)) {
@@ -512,6 +561,7 @@ static int request_new(struct dray_sched *s, const struct dray_request_params *p
     }
     memcpy(r->toks, p->ids, p->n_ids * sizeof(int32_t));
     r->n_toks = r->n_prompt = p->n_ids;
+    r->salt = dray_pcache_salt(p->cache_salt);
     r->max_tokens = g->max_tokens;
     *out = r;
     return 0;

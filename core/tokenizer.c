@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "gguf.h"
+#include "tokenizer_bpe.h"
 #include "utf8.h"
 
 #define MAX_TEXT_BYTES ((size_t)1 << 29) /* 512 MiB: keeps indices in int32 after "▁" expansion */
@@ -41,6 +42,7 @@ struct dray_tokenizer {
     struct prefix *pre; /* open addressing, pre_mask + 1 slots */
     uint32_t pre_mask;
     uint32_t spec_max_len;
+    struct dray_bpe *bpe; /* tokenizer.ggml.model "gpt2": byte-level BPE; NULL = SPM */
 };
 
 /* ---------------------------------------------------------------- hashing */
@@ -302,7 +304,8 @@ static int build_specials(struct dray_tokenizer *t)
     return 0;
 }
 
-static int load_ids(struct dray_tokenizer *t, const struct dray_gguf *g, char *err, size_t errlen)
+static int load_ids(struct dray_tokenizer *t, const struct dray_gguf *g, bool spm, char *err,
+                    size_t errlen)
 {
     int rc = 0;
     /* SentencePiece defaults when a key is absent, as llama.cpp assumes for "llama".
@@ -317,17 +320,18 @@ static int load_ids(struct dray_tokenizer *t, const struct dray_gguf *g, char *e
     if (!rc)
         t->eom = opt_id(g, "tokenizer.ggml.eom_token_id", -1, t->n_vocab, &rc, err, errlen);
     if (!rc)
-        t->add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token", true, &rc, err, errlen);
+        t->add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token", spm, &rc, err, errlen);
     if (!rc)
         t->add_eos = opt_bool(g, "tokenizer.ggml.add_eos_token", false, &rc, err, errlen);
     if (!rc)
-        t->add_space_prefix = opt_bool(g, "tokenizer.ggml.add_space_prefix", true, &rc, err, errlen);
+        t->add_space_prefix = opt_bool(g, "tokenizer.ggml.add_space_prefix", spm, &rc, err, errlen);
     if (!rc && t->eot < 0)
         t->eot = dray_tokenizer_find(t, "<end_of_turn>", 13);
     return rc;
 }
 
-static int check_model(const struct dray_gguf *g, char *err, size_t errlen)
+/* *spm: "llama" (SentencePiece) rather than "gpt2" (byte-level BPE). */
+static int check_model(const struct dray_gguf *g, bool *spm, char *err, size_t errlen)
 {
     struct dray_str model;
     int rc = dray_gguf_get_str(g, "tokenizer.ggml.model", &model, err, errlen);
@@ -336,11 +340,12 @@ static int check_model(const struct dray_gguf *g, char *err, size_t errlen)
                          dray_gguf_name(g));
     if (rc)
         return rc;
-    if (!dray_str_eq(model, "llama"))
+    *spm = dray_str_eq(model, "llama");
+    if (!*spm && !dray_str_eq(model, "gpt2"))
         return dray_fail(err, errlen, DRAY_ENOTSUP,
                          "%s: tokenizer.ggml.model = \"%.*s\" is not supported (supported: \"llama\", "
-                         "SentencePiece)", dray_gguf_name(g), (int)(model.len > 64 ? 64 : model.len),
-                         model.ptr);
+                         "SentencePiece; \"gpt2\", byte-level BPE)", dray_gguf_name(g),
+                         (int)(model.len > 64 ? 64 : model.len), model.ptr);
     return 0;
 }
 
@@ -352,7 +357,8 @@ int dray_tokenizer_load(const struct dray_gguf *g, struct dray_tokenizer **out, 
     *out = NULL;
     if (!g)
         return dray_fail(err, errlen, DRAY_EINVAL, "tokenizer: no GGUF given");
-    int rc = check_model(g, err, errlen);
+    bool spm;
+    int rc = check_model(g, &spm, err, errlen);
     if (rc)
         return rc;
     struct dray_tokenizer *t = calloc(1, sizeof(*t));
@@ -364,11 +370,13 @@ int dray_tokenizer_load(const struct dray_gguf *g, struct dray_tokenizer **out, 
     if (!rc)
         rc = build_map(t);
     if (!rc)
-        rc = load_ids(t, g, err, errlen);
+        rc = load_ids(t, g, spm, err, errlen);
     if (!rc) {
         build_byte_tokens(t);
         rc = build_specials(t);
     }
+    if (!rc && !spm)
+        rc = dray_bpe_load(g, t, &t->bpe, err, errlen);
     if (rc) {
         if (rc == DRAY_ENOMEM)
             dray_fail(err, errlen, rc, "%s: out of memory loading the tokenizer", dray_gguf_name(g));
@@ -391,6 +399,7 @@ void dray_tokenizer_free(struct dray_tokenizer *t)
     free(t->spec);
     free(t->rank);
     free(t->pre);
+    dray_bpe_free(t->bpe);
     free(t);
 }
 
@@ -457,6 +466,11 @@ static int ids_push(struct ids *o, int32_t id)
     }
     o->v[o->n++] = id;
     return 0;
+}
+
+static int push_id(void *o, int32_t id)
+{
+    return ids_push(o, id);
 }
 
 /* ---------------------------------------------------------------- special partition */
@@ -784,6 +798,13 @@ static int tokenize_marked(const struct dray_tokenizer *t, const char *s, uint32
         uint32_t e = p;
         while (e < n && pt->state[e] == SP_RAW)
             e++;
+        if (t->bpe) {
+            int rc = dray_bpe_encode(t->bpe, s + p, e - p, push_id, o);
+            if (rc)
+                return rc;
+            p = e;
+            continue;
+        }
         uint32_t k = escape(s + p, e - p, t->add_space_prefix && prev_special, buf);
         int rc = spm_fragment(t, buf, k, o);
         if (rc)
@@ -916,6 +937,19 @@ static void piece(struct dray_detok *d, const struct dray_tokenizer *t, int32_t 
     }
     uint32_t n;
     const uint8_t *s = (const uint8_t *)tok_text(t, id, &n);
+    if (t->bpe && t->type[id] == DRAY_TOKEN_NORMAL) {
+        uint8_t buf[256];
+        /* byte-level BPE: the text is in GPT-2's byte alphabet; pieces are short,
+         * a longer one is decoded in slices that end on character boundaries */
+        for (uint32_t a = 0; a < n;) {
+            uint32_t e = n - a > 128 ? a + 128 : n;
+            while (e < n && (s[e] & 0xC0) == 0x80)
+                e++;
+            gate(d, buf, dray_bpe_decode((const char *)s + a, e - a, buf), k);
+            a = e;
+        }
+        return;
+    }
     switch (t->type[id]) {
     case DRAY_TOKEN_NORMAL: {
         uint32_t a = 0;

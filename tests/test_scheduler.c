@@ -4,6 +4,7 @@
  * beside it, on chunked prefill, or on being preempted; cancelled and finished
  * requests give every KV block back; bad requests are refused with a reason. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -18,7 +19,14 @@
 
 #define N_REQ 6
 
-static struct dray_engine *open_tiny(uint32_t max_seqs, uint32_t chunk, uint64_t kv_budget)
+struct opts {
+    uint32_t max_seqs, chunk;
+    uint64_t kv_budget;
+    bool no_cache;
+    const char *kv_dtype; /* NULL: the default (int8) */
+};
+
+static struct dray_engine *open_with(const struct opts *o)
 {
     static int n_model;
     char name[64], err[1024];
@@ -32,15 +40,24 @@ static struct dray_engine *open_tiny(uint32_t max_seqs, uint32_t chunk, uint64_t
     snprintf(c.model, sizeof(c.model), "%s", path);
     snprintf(c.backend, sizeof(c.backend), "cpu");
     c.context = 96;
-    c.max_seqs = max_seqs;
-    c.chunk = chunk;
+    c.max_seqs = o->max_seqs;
+    c.chunk = o->chunk;
     c.kv_block = 4;
     c.threads = 2;
-    c.kv_budget = kv_budget;
+    c.kv_budget = o->kv_budget;
+    c.prefix_cache = !o->no_cache;
+    if (o->kv_dtype)
+        assert_int_equal(dray_config_set(&c, "kv_dtype", o->kv_dtype, err, sizeof(err)), 0);
     struct dray_engine *e = NULL;
     if (dray_engine_open(&c, &e, err, sizeof(err)))
         fail_msg("engine: %s", err);
     return e;
+}
+
+static struct dray_engine *open_tiny(uint32_t max_seqs, uint32_t chunk, uint64_t kv_budget)
+{
+    struct opts o = {.max_seqs = max_seqs, .chunk = chunk, .kv_budget = kv_budget};
+    return open_with(&o);
 }
 
 /* Request k: a prompt of its own length and content. */
@@ -145,6 +162,8 @@ static void expect_same_as_alone(struct dray_request **r, const struct collected
     }
 }
 
+/* Idle: nothing runs, and every block still in use is one the prefix cache keeps
+ * (a window block may sit in two checkpoints, so blocks <= references). */
 static void expect_idle(struct dray_sched *s, uint64_t done)
 {
     struct dray_sched_stats st;
@@ -152,7 +171,8 @@ static void expect_idle(struct dray_sched *s, uint64_t done)
     assert_int_equal(st.requests_done, done);
     assert_int_equal(st.running, 0);
     assert_int_equal(st.waiting, 0);
-    assert_int_equal(st.kv_blocks_used, 0);
+    assert_true(st.kv_blocks_used <= st.cache_blocks);
+    assert_true(st.kv_blocks_used > 0 || st.cache_blocks == 0);
 }
 
 /* Six requests of different lengths over four sequence slots and 16-token steps:
@@ -234,7 +254,7 @@ static void test_cancel_frees_the_request_blocks(void **state)
     struct dray_sched_stats st;
     dray_sched_get_stats(s, &st);
     assert_int_equal(st.requests_cancelled, 2);
-    assert_int_equal(st.kv_blocks_used, 0);
+    assert_true(st.kv_blocks_used <= st.cache_blocks);
     dray_sched_destroy(s);
     dray_engine_close(e);
 }
@@ -328,6 +348,125 @@ static void test_bad_requests_and_shutdown(void **state)
     dray_engine_close(e);
 }
 
+/* ----------------------------------------------------------- prefix cache */
+
+/* Run one request through s to the end; its tokens go to got. */
+static struct dray_request_output run_one(struct dray_sched *s, const int32_t *ids, size_t n,
+                                          uint32_t max_tokens, const char *salt,
+                                          struct collected *got)
+{
+    char err[512];
+    struct dray_request *r;
+    struct dray_request_params p = {.ids = ids, .n_ids = n, .cache_salt = salt};
+    greedy(&p.gen, max_tokens);
+    if (dray_sched_submit(s, &p, &r, err, sizeof(err)))
+        fail_msg("submit: %s", err);
+    struct dray_request_output o = drain_request(r, got);
+    assert_int_equal(o.rc, 0);
+    dray_request_free(r);
+    return o;
+}
+
+/* Turn 2 of a chat: turn 1's prompt, its reply, and a new message. The window
+ * (8 tokens) has slid far past turn 1's start, so a hit must restore the window
+ * layers' blocks from the checkpoint at turn 1's end. */
+static size_t second_turn(const int32_t *t1, size_t n1, const struct collected *reply, int32_t *t2)
+{
+    memcpy(t2, t1, n1 * sizeof(int32_t));
+    memcpy(t2 + n1, reply->ids, reply->n * sizeof(int32_t));
+    size_t n = n1 + reply->n;
+    for (int i = 0; i < 9; i++)
+        t2[n++] = (int32_t)(40 + i * 13);
+    return n;
+}
+
+static void cache_hit_equals_cold(const char *kv_dtype)
+{
+    struct opts o = {.max_seqs = 4, .chunk = 16, .kv_dtype = kv_dtype};
+    struct dray_engine *e = open_with(&o);
+    char err[512];
+    int32_t t1[64], t2[128];
+    size_t n1 = prompt_for(3, t1);
+    struct collected reply, cold, warm;
+    run_alone(e, t1, n1, 20, &reply);
+    size_t n2 = second_turn(t1, n1, &reply, t2);
+    run_alone(e, t2, n2, 16, &cold);
+
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    struct dray_request_output a = run_one(s, t1, n1, 20, NULL, &warm);
+    assert_int_equal(a.n_cached, 0);
+    assert_int_equal(warm.n, reply.n);
+    assert_memory_equal(warm.ids, reply.ids, reply.n * sizeof(int32_t));
+    struct dray_request_output b = run_one(s, t2, n2, 16, NULL, &warm);
+    /* turn 1 minus its partial last block (and the reply's last token, which was
+     * sampled but never fed) comes from the cache */
+    size_t in_kv = n1 + reply.n - 1;
+    assert_int_equal(b.n_cached, in_kv / 4 * 4);
+    assert_int_equal(warm.n, cold.n);
+    assert_memory_equal(warm.ids, cold.ids, cold.n * sizeof(int32_t));
+    struct dray_sched_stats st;
+    dray_sched_get_stats(s, &st);
+    assert_int_equal(st.prompt_tokens_cached, b.n_cached);
+    assert_true(st.cache_checkpoints >= 2);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+static void test_cache_hit_gives_the_cold_tokens_int8_kv(void **state)
+{
+    (void)state;
+    cache_hit_equals_cold("int8");
+}
+
+static void test_cache_hit_gives_the_cold_tokens_f16_kv(void **state)
+{
+    (void)state;
+    cache_hit_equals_cold("f16");
+}
+
+/* One tenant's prefixes never serve another's; the same tenant hits. */
+static void test_cache_tenants_are_isolated(void **state)
+{
+    (void)state;
+    struct dray_engine *e = open_tiny(4, 16, 0);
+    char err[512];
+    int32_t t1[64], t2[128];
+    size_t n1 = prompt_for(1, t1);
+    struct collected reply, got;
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    run_one(s, t1, n1, 12, "alice", &reply);
+    size_t n2 = second_turn(t1, n1, &reply, t2);
+    assert_int_equal(run_one(s, t2, n2, 4, "bob", &got).n_cached, 0);
+    assert_int_equal(run_one(s, t2, n2, 4, NULL, &got).n_cached, 0);
+    assert_true(run_one(s, t2, n2, 4, "alice", &got).n_cached > 0);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+/* prefix_cache: false: nothing is kept, nothing is reused. */
+static void test_cache_off_reuses_nothing(void **state)
+{
+    (void)state;
+    struct opts o = {.max_seqs = 4, .chunk = 16, .no_cache = true};
+    struct dray_engine *e = open_with(&o);
+    char err[512];
+    int32_t t1[64];
+    size_t n1 = prompt_for(1, t1);
+    struct collected got;
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    run_one(s, t1, n1, 12, NULL, &got);
+    assert_int_equal(run_one(s, t1, n1, 12, NULL, &got).n_cached, 0);
+    struct dray_sched_stats st;
+    dray_sched_get_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.cache_blocks, 0);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +475,10 @@ int main(void)
         cmocka_unit_test(test_cancel_frees_the_request_blocks),
         cmocka_unit_test(test_stop_string_ends_the_request),
         cmocka_unit_test(test_bad_requests_and_shutdown),
+        cmocka_unit_test(test_cache_hit_gives_the_cold_tokens_int8_kv),
+        cmocka_unit_test(test_cache_hit_gives_the_cold_tokens_f16_kv),
+        cmocka_unit_test(test_cache_tenants_are_isolated),
+        cmocka_unit_test(test_cache_off_reuses_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,67 @@
+/*
+ * Prefix cache: the KV of earlier requests kept for later ones that start with
+ * the same tokens (the next turn of a chat resends the whole conversation).
+ *
+ * Keys. A sequence's tokens are cut into blocks of the KV block size. Block k is
+ * keyed by a chained hash of the whole prefix up to its end:
+ *     h(k) = XXH3_64(tokens of block k, seed = h(k-1)),  h(-1) = tenant salt,
+ * so equal keys mean equal prefixes (the block's tokens are also stored and
+ * compared, so a hash collision can never hand out the wrong KV). Entries form a
+ * radix tree over blocks: each entry's parent is the entry one block shorter.
+ *
+ * What an entry holds. Global-attention layers need the KV of every position,
+ * so an entry holds its block of every global group. Sliding-window layers only
+ * need the last `window` positions before the point of reuse, and their older
+ * blocks are recycled as a sequence grows; so the window groups' blocks are kept
+ * only at checkpoints: the entry at the end of an inserted sequence (the end of a
+ * finished request: prompt plus reply) holds a reference to the window blocks a
+ * query there can see. A lookup reuses the longest cached prefix that ends at a
+ * checkpoint: the next turn of a chat extends exactly such a prefix.
+ *
+ * Memory. Every block the cache holds is one reference (kv.h); blocks in use by
+ * running sequences are shared, never copied. When the KV pool runs short, the
+ * KV manager asks the cache to let go: checkpoints (window pressure) or leaf
+ * entries (global pressure), least recently used first.
+ *
+ * Not thread-safe: the scheduler's loop thread owns it, as it owns the KV.
+ */
+#ifndef DRAY_CORE_PREFIX_CACHE_H
+#define DRAY_CORE_PREFIX_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dray_kv;
+struct dray_pcache;
+
+struct dray_pcache_stats {
+    uint64_t lookups, lookup_tokens, hit_tokens; /* tokens asked for / served from cache */
+    uint64_t entries, checkpoints;               /* live now */
+    uint64_t blocks;                             /* block references held now */
+    uint64_t evictions;                          /* entries and checkpoints dropped */
+};
+
+/* Registers itself as the KV manager's reclaim callback. */
+int dray_pcache_create(struct dray_kv *kv, struct dray_pcache **out);
+/* Drops every reference it holds. */
+void dray_pcache_free(struct dray_pcache *pc);
+
+/* The salt of a tenant (an API key, a user): prefixes of different tenants
+ * never match. NULL or "" is the shared tenant 0. */
+uint64_t dray_pcache_salt(const char *tenant);
+
+/* Give the empty KV sequence seq the longest cached prefix of ids[0..n) that ends
+ * at a checkpoint; returns its length in tokens (a multiple of the block size,
+ * 0 on a miss). Pass n = tokens that may be reused: leave at least the last
+ * prompt token out, since its logits must be computed. */
+uint32_t dray_pcache_attach(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n,
+                            uint32_t seq);
+
+/* Record the full blocks of sequence seq, whose first len tokens (all in its KV)
+ * are ids, and a checkpoint at its last full block. */
+void dray_pcache_insert(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t len,
+                        uint32_t seq);
+
+void dray_pcache_get_stats(const struct dray_pcache *pc, struct dray_pcache_stats *st);
+
+#endif
