@@ -93,6 +93,9 @@ size_t dray_detok_push(struct dray_detok *d, const struct dray_tokenizer *t, int
 /* End of stream: an incomplete held-back character becomes U+FFFD. Needs at most
  * 3 bytes (same return contract as push). */
 size_t dray_detok_flush(struct dray_detok *d, char *out, size_t cap);
+/* Most input bytes one token can stand for: a text longer than n tokens times this
+ * cannot fit in n tokens, so callers can refuse it before tokenizing. */
+uint32_t dray_tokenizer_max_token_bytes(const struct dray_tokenizer *t);
 /* Upper bound of one push's output for this vocabulary. */
 size_t dray_tokenizer_max_piece(const struct dray_tokenizer *t);
 

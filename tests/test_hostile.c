@@ -179,10 +179,31 @@ static void test_wrapped_tensor_size_is_refused(void **state)
     expect_error(&r, "output_norm.weight", "4611686018427387912");
 }
 
+/* ------------------------------------------------------------ issue 18: prompt bytes */
+
+/* A prompt that cannot fit in the context even at the longest token is refused before
+ * tokenizing (which costs memory in proportion to its bytes). The tiny model has a
+ * 256-token context and 15-byte longest token. */
+static void test_prompt_longer_than_context_refused_before_tokenizing(void **state)
+{
+    (void)state;
+    const char *model = tiny_model(), *prompt = dray_test_path("newlines.txt");
+    size_t n = 1 << 20;
+    char *text = malloc(n);
+    assert_non_null(text);
+    memset(text, '\n', n);
+    assert_int_equal(dray_test_write_file(prompt, text, n), 0);
+    free(text);
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-f", prompt, "-n", "1", NULL});
+    expect_error(&r, "the prompt is 1048576 bytes", "context of 256 tokens");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrapped_tensor_size_is_refused),
+        cmocka_unit_test(test_prompt_longer_than_context_refused_before_tokenizing),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

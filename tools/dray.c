@@ -20,6 +20,7 @@ static const struct {
     {"info", dray_cmd_info, "describe a GGUF file"},
     {"config", dray_cmd_config, "print the effective configuration"},
     {"tokenize", dray_cmd_tokenize, "tokenize stdin with a model's tokenizer (ids, pieces)"},
+    {"perplexity", dray_cmd_perplexity, "perplexity of a text; KL divergence against a base (.kld)"},
 };
 
 static void usage(FILE *f)

@@ -162,6 +162,14 @@ int dray_session_generate(struct dray_session *s, const int32_t *ids, size_t n,
  * logits_out (a stdio FILE*), for checking against a reference. */
 int dray_session_dump_logits(struct dray_session *s, const int32_t *ids, size_t n,
                              void *logits_out, char *err, size_t errlen);
+/* Called by dray_session_eval with the logits (f32 [n_vocab]) of position pos of
+ * the ids given; the row is valid during the call only. Non-zero stops the eval. */
+typedef int (*dray_logits_fn)(void *user, size_t pos, const float *logits);
+/* Append ids to the session and call fn, in order, with the logits of every
+ * position first..n-1 (perplexity, KL divergence). Memory stays bounded: at most
+ * 64 rows of logits are computed per step. */
+int dray_session_eval(struct dray_session *s, const int32_t *ids, size_t n, size_t first,
+                      dray_logits_fn fn, void *user, char *err, size_t errlen);
 /* Prefill ids into the session without generating (benchmarks, schedulers). */
 int dray_session_prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen);
 /* One decode step for n sessions of the same engine together (continuous
