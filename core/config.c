@@ -12,12 +12,14 @@
  * the line, the key and the expected form; the config is left untouched on error. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <yaml.h>
 
@@ -25,6 +27,10 @@
 #include "error.h"
 
 #define CONFIG_MAX_BYTES (1u << 20) /* a config file is a page of text, not a data set */
+/* Sections are one level below the root; values are scalars. 32 leaves room for any
+ * honest file while stopping libyaml's document loader, whose time grows with the
+ * square of the depth (100k nested `[` ran for minutes). */
+#define CONFIG_MAX_DEPTH 32u
 
 enum key_type { T_STR, T_U32, T_U64, T_SIZE, T_BOOL, T_FLOAT, T_ENUM };
 
@@ -484,19 +490,61 @@ static int syntax_error(const char *path, const yaml_parser_t *ps, char *err, si
                      path, m->line + 1, ps->problem ? ps->problem : "unknown problem");
 }
 
+/* Walk the events once, refusing nesting deeper than CONFIG_MAX_DEPTH before the
+ * document loader sees the file. libyaml looks ahead at most a line or 1024 bytes,
+ * so this stops within a few KiB of a deep prefix. */
+static int check_depth(const char *path, const char *data, size_t size, char *err, size_t errlen)
+{
+    yaml_parser_t ps;
+    yaml_event_t ev;
+    unsigned depth = 0;
+    int rc = 0;
+    bool done = false;
+    if (!yaml_parser_initialize(&ps))
+        return dray_fail(err, errlen, DRAY_ENOMEM, "%s: out of memory", path);
+    yaml_parser_set_input_string(&ps, (const unsigned char *)data, size);
+    while (!done && !rc) {
+        if (!yaml_parser_parse(&ps, &ev)) {
+            rc = syntax_error(path, &ps, err, errlen);
+            break;
+        }
+        if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT)
+            depth++;
+        else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT)
+            depth--;
+        if (depth > CONFIG_MAX_DEPTH)
+            rc = dray_fail(err, errlen, DRAY_EFORMAT, "%s:%zu: nesting deeper than %u levels; "
+                           "expected `key: value` lines, sections indented below `section:`",
+                           path, ev.start_mark.line + 1, CONFIG_MAX_DEPTH);
+        done = ev.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&ps);
+    return rc;
+}
+
 /* Read the whole file (small by nature) so that I/O errors are reported as such. */
 static int read_file(const char *path, char **data, size_t *size, char *err, size_t errlen)
 {
+    int rc_errno;
     struct stat st;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO without a writer would block forever; only a
+     * regular file passes the check below, and reads of one never block. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        rc_errno = errno;
+        if (fd >= 0)
+            close(fd);
         return dray_fail(err, errlen, DRAY_EIO,
                          "%s: cannot read config: %s (give an existing YAML file, or no --config "
                          "for the defaults)",
-                         path, strerror(errno));
+                         path, strerror(rc_errno));
+    }
     int rc = 0;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = dray_fail(err, errlen, DRAY_EIO, "%s: cannot read config: not a regular file", path);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = dray_fail(err, errlen, DRAY_EIO, "%s: cannot read config: not a regular file",
+                       path);
         goto out;
     }
     if (st.st_size > CONFIG_MAX_BYTES) {
@@ -527,8 +575,12 @@ int dray_config_load(const char *path, struct dray_config *cfg, char *err, size_
     if (!path || !cfg)
         return dray_fail(err, errlen, DRAY_EINVAL, "dray_config_load: no path or config");
     int rc = read_file(path, &data, &size, err, errlen);
-    if (rc)
+    if (!rc)
+        rc = check_depth(path, data, size, err, errlen);
+    if (rc) {
+        free(data);
         return rc;
+    }
 
     yaml_parser_t ps;
     yaml_document_t doc, extra;

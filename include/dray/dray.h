@@ -26,6 +26,9 @@ enum dray_engine_status {
 
 const char *dray_strerror(int rc);
 const char *dray_version(void);
+/* Messages below this level (enum dray_log_level in backend.h) are dropped; the
+ * config key log_level and $DRAY_LOG set it too. */
+void dray_log_set_level(int level);
 
 /* ------------------------------------------------------------------ config */
 
