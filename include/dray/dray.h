@@ -268,6 +268,7 @@ struct dray_sched_stats {
     /* prefix cache (all 0 when prefix_cache is off) */
     uint64_t cache_lookups, cache_lookup_tokens, cache_hit_tokens;
     uint64_t cache_entries, cache_checkpoints, cache_blocks, cache_evictions;
+    uint64_t cache_host_bytes, cache_spills, cache_restores; /* host-memory tier */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says
