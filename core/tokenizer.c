@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "gguf.h"
+#include "tokenizer_bpe.h"
 #include "utf8.h"
 
 #define MAX_TEXT_BYTES ((size_t)1 << 29) /* 512 MiB: keeps indices in int32 after "▁" expansion */
@@ -41,6 +42,7 @@ struct dray_tokenizer {
     struct prefix *pre; /* open addressing, pre_mask + 1 slots */
     uint32_t pre_mask;
     uint32_t spec_max_len;
+    struct dray_bpe *bpe; /* tokenizer.ggml.model "gpt2": byte-level BPE; NULL = SPM */
 };
 
 /* ---------------------------------------------------------------- hashing */
@@ -302,7 +304,8 @@ static int build_specials(struct dray_tokenizer *t)
     return 0;
 }
 
-static int load_ids(struct dray_tokenizer *t, const struct dray_gguf *g, char *err, size_t errlen)
+static int load_ids(struct dray_tokenizer *t, const struct dray_gguf *g, bool spm, char *err,
+                    size_t errlen)
 {
     int rc = 0;
     /* SentencePiece defaults when a key is absent, as llama.cpp assumes for "llama".
@@ -317,17 +320,18 @@ static int load_ids(struct dray_tokenizer *t, const struct dray_gguf *g, char *e
     if (!rc)
         t->eom = opt_id(g, "tokenizer.ggml.eom_token_id", -1, t->n_vocab, &rc, err, errlen);
     if (!rc)
-        t->add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token", true, &rc, err, errlen);
+        t->add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token", spm, &rc, err, errlen);
     if (!rc)
         t->add_eos = opt_bool(g, "tokenizer.ggml.add_eos_token", false, &rc, err, errlen);
     if (!rc)
-        t->add_space_prefix = opt_bool(g, "tokenizer.ggml.add_space_prefix", true, &rc, err, errlen);
+        t->add_space_prefix = opt_bool(g, "tokenizer.ggml.add_space_prefix", spm, &rc, err, errlen);
     if (!rc && t->eot < 0)
         t->eot = dray_tokenizer_find(t, "<end_of_turn>", 13);
     return rc;
 }
 
-static int check_model(const struct dray_gguf *g, char *err, size_t errlen)
+/* *spm: "llama" (SentencePiece) rather than "gpt2" (byte-level BPE). */
+static int check_model(const struct dray_gguf *g, bool *spm, char *err, size_t errlen)
 {
     struct dray_str model;
     int rc = dray_gguf_get_str(g, "tokenizer.ggml.model", &model, err, errlen);
@@ -336,11 +340,12 @@ static int check_model(const struct dray_gguf *g, char *err, size_t errlen)
                          dray_gguf_name(g));
     if (rc)
         return rc;
-    if (!dray_str_eq(model, "llama"))
+    *spm = dray_str_eq(model, "llama");
+    if (!*spm && !dray_str_eq(model, "gpt2"))
         return dray_fail(err, errlen, DRAY_ENOTSUP,
                          "%s: tokenizer.ggml.model = \"%.*s\" is not supported (supported: \"llama\", "
-                         "SentencePiece)", dray_gguf_name(g), (int)(model.len > 64 ? 64 : model.len),
-                         model.ptr);
+                         "SentencePiece; \"gpt2\", byte-level BPE)", dray_gguf_name(g),
+                         (int)(model.len > 64 ? 64 : model.len), model.ptr);
     return 0;
 }
 
@@ -352,7 +357,8 @@ int dray_tokenizer_load(const struct dray_gguf *g, struct dray_tokenizer **out, 
     *out = NULL;
     if (!g)
         return dray_fail(err, errlen, DRAY_EINVAL, "tokenizer: no GGUF given");
-    int rc = check_model(g, err, errlen);
+    bool spm;
+    int rc = check_model(g, &spm, err, errlen);
     if (rc)
         return rc;
     struct dray_tokenizer *t = calloc(1, sizeof(*t));
@@ -364,11 +370,13 @@ int dray_tokenizer_load(const struct dray_gguf *g, struct dray_tokenizer **out, 
     if (!rc)
         rc = build_map(t);
     if (!rc)
-        rc = load_ids(t, g, err, errlen);
+        rc = load_ids(t, g, spm, err, errlen);
     if (!rc) {
         build_byte_tokens(t);
         rc = build_specials(t);
     }
+    if (!rc && !spm)
+        rc = dray_bpe_load(g, t, &t->bpe, err, errlen);
     if (rc) {
         if (rc == DRAY_ENOMEM)
             dray_fail(err, errlen, rc, "%s: out of memory loading the tokenizer", dray_gguf_name(g));
@@ -391,6 +399,7 @@ void dray_tokenizer_free(struct dray_tokenizer *t)
     free(t->spec);
     free(t->rank);
     free(t->pre);
+    dray_bpe_free(t->bpe);
     free(t);
 }
 
@@ -425,6 +434,13 @@ int dray_tokenizer_type(const struct dray_tokenizer *t, int32_t id)
     return id >= 0 && (uint32_t)id < t->n_vocab ? t->type[id] : 0;
 }
 
+uint32_t dray_tokenizer_max_token_bytes(const struct dray_tokenizer *t)
+{
+    /* a token covers at most its text's bytes ("▁" stands for one space, "<0x0A>"
+     * for one byte); an unknown character is emitted for at most 4 bytes */
+    return t->max_len > 4 ? t->max_len : 4;
+}
+
 size_t dray_tokenizer_max_piece(const struct dray_tokenizer *t)
 {
     /* held-back bytes + the piece, every byte possibly becoming a 3-byte U+FFFD */
@@ -452,101 +468,150 @@ static int ids_push(struct ids *o, int32_t id)
     return 0;
 }
 
+static int push_id(void *o, int32_t id)
+{
+    return ids_push(o, id);
+}
+
 /* ---------------------------------------------------------------- special partition */
 
-struct occ {
-    uint32_t rank, pos;
-};
+/* llama.cpp's order: candidates by rank (longest text first, ties lower id), each
+ * candidate's occurrences left to right; an occurrence is taken when its whole span
+ * is still raw text.
+ *
+ * Done without a list of all occurrences, which cost ~500 bytes per input byte on
+ * runs of "\n" (Gemma has tokens for 1..31 of them; issue 18). Each raw position
+ * waits in the bucket of its longest remaining match, buckets are visited in rank
+ * order and positions in a bucket in ascending order, which is exactly the (rank,
+ * position) order. A match blocked by a span taken to its right sends the position
+ * on to its next shorter match: a later bucket, since shorter means a larger rank.
+ * Memory: a 4-byte link and a 1-byte state per input byte, 2 words per candidate. */
 
-/* Order occurrences by (rank, pos). They arrive in position order, so a stable
- * counting sort on rank does it in O(n + n_spec); a comparison sort was half of
- * the tokenizing time on whitespace-heavy text. */
-static int sort_occ(const struct dray_tokenizer *t, struct occ **v, size_t n)
-{
-    uint32_t *start = calloc((size_t)t->n_spec + 1, sizeof(*start));
-    struct occ *out = malloc(sizeof(*out) * n);
-    if (!start || !out) {
-        free(start);
-        free(out);
-        return DRAY_ENOMEM;
-    }
-    for (size_t i = 0; i < n; i++)
-        start[(*v)[i].rank + 1]++;
-    for (uint32_t r = 0; r < t->n_spec; r++)
-        start[r + 1] += start[r];
-    for (size_t i = 0; i < n; i++)
-        out[start[(*v)[i].rank]++] = (*v)[i];
-    free(start);
-    free(*v);
-    *v = out;
-    return 0;
-}
+#define NO_POS UINT32_MAX
+
+enum { SP_RAW = 0, SP_START, SP_INSIDE };
+
+struct part {
+    uint8_t *state;  /* [n]: SP_RAW, SP_START (a taken token starts here), SP_INSIDE */
+    uint32_t *link;  /* [n]: next position in the same bucket while waiting; at an
+                      * SP_START position, once partitioned, the token id */
+    uint32_t *head, *tail; /* [n_spec]: first and last waiting position, NO_POS if none */
+    uint8_t *unsorted;     /* [n_spec]: a position joined behind a larger one */
+};
 
 static bool spec_allowed(const struct dray_tokenizer *t, int32_t id, bool parse_special)
 {
     return parse_special || t->type[id] == DRAY_TOKEN_USER_DEFINED;
 }
 
-/* All occurrences of candidate texts in s, found by walking the prefix table. */
-static int find_occurrences(const struct dray_tokenizer *t, const char *s, uint32_t n,
-                            bool parse_special, struct occ **out, size_t *n_out)
+/* Longest allowed candidate matching s[p..] that is shorter than below bytes; -1 if none. */
+static int32_t longest_match(const struct dray_tokenizer *t, const char *s, uint32_t n,
+                             uint32_t p, uint32_t below, bool parse_special)
 {
-    struct occ *v = NULL;
-    size_t cnt = 0, cap = 0;
-    for (uint32_t p = 0; p < n && t->n_spec; p++) {
-        uint64_t h = FNV_INIT;
-        for (uint32_t l = 1; l <= t->spec_max_len && p + l <= n; l++) {
-            h = fnv_step(h, (uint8_t)s[p + l - 1]);
-            const struct prefix *e = pre_slot(t, h, s + p, l);
-            if (e->src < 0)
-                break;
-            if (e->full < 0 || !spec_allowed(t, e->full, parse_special))
-                continue;
-            if (cnt == cap) {
-                cap = cap ? cap * 2 : 64;
-                struct occ *nv = realloc(v, cap * sizeof(*nv));
-                if (!nv) {
-                    free(v);
-                    return DRAY_ENOMEM;
-                }
-                v = nv;
-            }
-            v[cnt++] = (struct occ){t->rank[e->full], p};
-        }
+    uint64_t h = FNV_INIT;
+    int32_t best = -1;
+    for (uint32_t l = 1; l < below && l <= t->spec_max_len && p + l <= n; l++) {
+        h = fnv_step(h, (uint8_t)s[p + l - 1]);
+        const struct prefix *e = pre_slot(t, h, s + p, l);
+        if (e->src < 0)
+            break;
+        if (e->full >= 0 && spec_allowed(t, e->full, parse_special))
+            best = e->full;
     }
-    *out = v;
-    *n_out = cnt;
-    return 0;
+    return best;
 }
 
-/* mark[p] = id + 1 where an accepted special token starts, -1 inside one, 0 for
- * raw text. Longest candidates first; an occurrence is taken when its whole span
- * is still raw text, which is exactly llama.cpp's repeated find within the
- * remaining raw fragments. */
-static int partition(const struct dray_tokenizer *t, const char *s, uint32_t n, bool parse_special,
-                     int32_t *mark)
+static void bucket_add(struct part *pt, uint32_t r, uint32_t p)
 {
-    struct occ *occ = NULL;
-    size_t n_occ;
-    int rc = find_occurrences(t, s, n, parse_special, &occ, &n_occ);
-    if (!rc && n_occ)
-        rc = sort_occ(t, &occ, n_occ);
-    if (rc) {
-        free(occ);
-        return rc;
+    pt->link[p] = NO_POS;
+    if (pt->tail[r] == NO_POS)
+        pt->head[r] = p;
+    else
+        pt->link[pt->tail[r]] = p;
+    if (pt->tail[r] != NO_POS && pt->tail[r] > p)
+        pt->unsorted[r] = 1;
+    pt->tail[r] = p;
+}
+
+/* Merge sort of a bucket's list by position (links in pt->link); returns the new head. */
+static uint32_t sort_list(uint32_t *link, uint32_t h, uint32_t len)
+{
+    if (len < 2)
+        return h;
+    uint32_t mid = h, a, b, out = NO_POS, *at = &out;
+    for (uint32_t i = 1; i < len / 2; i++)
+        mid = link[mid];
+    b = link[mid];
+    link[mid] = NO_POS;
+    a = sort_list(link, h, len / 2);
+    b = sort_list(link, b, len - len / 2);
+    while (a != NO_POS && b != NO_POS) {
+        uint32_t *from = a < b ? &a : &b;
+        *at = *from;
+        at = &link[*from];
+        *from = link[*from];
     }
-    for (size_t k = 0; k < n_occ; k++) {
-        int32_t id = t->spec[occ[k].rank];
-        uint32_t p = occ[k].pos, len = t->off[id + 1] - t->off[id], i;
-        for (i = 0; i < len && mark[p + i] == 0; i++)
-            ;
-        if (i < len)
-            continue;
-        mark[p] = id + 1;
-        for (i = 1; i < len; i++)
-            mark[p + i] = -1;
+    *at = a != NO_POS ? a : b;
+    return out;
+}
+
+static void sort_bucket(struct part *pt, uint32_t r)
+{
+    uint32_t len = 0, p;
+    for (p = pt->head[r]; p != NO_POS; p = pt->link[p])
+        len++;
+    pt->head[r] = sort_list(pt->link, pt->head[r], len);
+    for (p = pt->head[r]; pt->link[p] != NO_POS; p = pt->link[p])
+        ;
+    pt->tail[r] = p;
+    pt->unsorted[r] = 0;
+}
+
+/* Candidate id at position p: take its span if still raw, else wait for a shorter one. */
+static void try_take(const struct dray_tokenizer *t, const char *s, uint32_t n, bool parse_special,
+                     struct part *pt, uint32_t p, int32_t id)
+{
+    uint32_t len = t->off[id + 1] - t->off[id], i;
+    for (i = 0; i < len && pt->state[p + i] == SP_RAW; i++)
+        ;
+    if (i == len) {
+        pt->state[p] = SP_START;
+        pt->link[p] = (uint32_t)id; /* p has left its bucket */
+        memset(pt->state + p + 1, SP_INSIDE, len - 1);
+        return;
     }
-    free(occ);
+    int32_t next = longest_match(t, s, n, p, len, parse_special);
+    if (next >= 0)
+        bucket_add(pt, t->rank[next], p);
+}
+
+/* Fills pt->state and, at SP_START positions, pt->link with the token id. */
+static int partition(const struct dray_tokenizer *t, const char *s, uint32_t n, bool parse_special,
+                     struct part *pt)
+{
+    size_t nb = t->n_spec ? t->n_spec : 1;
+    pt->head = malloc(nb * sizeof(*pt->head));
+    pt->tail = malloc(nb * sizeof(*pt->tail));
+    pt->unsorted = calloc(nb, 1);
+    if (!pt->head || !pt->tail || !pt->unsorted)
+        return DRAY_ENOMEM;
+    memset(pt->head, 0xff, nb * sizeof(*pt->head)); /* NO_POS */
+    memset(pt->tail, 0xff, nb * sizeof(*pt->tail));
+    for (uint32_t p = 0; p < n && t->n_spec; p++) {
+        int32_t id = longest_match(t, s, n, p, UINT32_MAX, parse_special);
+        if (id >= 0)
+            bucket_add(pt, t->rank[id], p);
+    }
+    for (uint32_t r = 0; r < t->n_spec; r++) {
+        if (pt->unsorted[r])
+            sort_bucket(pt, r);
+        /* try_take may append to later buckets only, never to this one */
+        for (uint32_t p = pt->head[r], nx; p != NO_POS; p = nx) {
+            nx = pt->link[p];
+            if (pt->state[p] == SP_RAW)
+                try_take(t, s, n, parse_special, pt, p, t->spec[r]);
+        }
+    }
     return 0;
 }
 
@@ -704,14 +769,25 @@ static uint32_t escape(const char *s, uint32_t n, bool space_prefix, char *buf)
     return k;
 }
 
+/* Bytes in the longest run of raw (unpartitioned) text. */
+static uint32_t longest_raw(const struct part *pt, uint32_t n)
+{
+    uint32_t best = 0, run = 0;
+    for (uint32_t p = 0; p < n; p++) {
+        run = pt->state[p] == SP_RAW ? run + 1 : 0;
+        best = run > best ? run : best;
+    }
+    return best;
+}
+
 static int tokenize_marked(const struct dray_tokenizer *t, const char *s, uint32_t n,
-                           const int32_t *mark, char *buf, struct ids *o)
+                           const struct part *pt, char *buf, struct ids *o)
 {
     bool prev_special = true; /* the text start counts as "after a special token" */
     uint32_t p = 0;
     while (p < n) {
-        if (mark[p] > 0) {
-            int32_t id = mark[p] - 1;
+        if (pt->state[p] == SP_START) {
+            int32_t id = (int32_t)pt->link[p];
             int rc = ids_push(o, id);
             if (rc)
                 return rc;
@@ -720,8 +796,15 @@ static int tokenize_marked(const struct dray_tokenizer *t, const char *s, uint32
             continue;
         }
         uint32_t e = p;
-        while (e < n && mark[e] == 0)
+        while (e < n && pt->state[e] == SP_RAW)
             e++;
+        if (t->bpe) {
+            int rc = dray_bpe_encode(t->bpe, s + p, e - p, push_id, o);
+            if (rc)
+                return rc;
+            p = e;
+            continue;
+        }
         uint32_t k = escape(s + p, e - p, t->add_space_prefix && prev_special, buf);
         int rc = spm_fragment(t, buf, k, o);
         if (rc)
@@ -736,7 +819,7 @@ int dray_tokenize(const struct dray_tokenizer *t, const char *text, size_t len, 
                   bool parse_special, int32_t **ids, size_t *n_ids)
 {
     struct ids o = {0};
-    int32_t *mark = NULL;
+    struct part pt = {0};
     char *buf = NULL;
     int rc = 0;
     if (!t || !ids || !n_ids || (!text && len))
@@ -746,18 +829,22 @@ int dray_tokenize(const struct dray_tokenizer *t, const char *text, size_t len, 
     if (len > MAX_TEXT_BYTES)
         return DRAY_ERANGE;
     uint32_t n = (uint32_t)len;
-    mark = calloc((size_t)n + 1, sizeof(*mark));
-    buf = malloc((size_t)n * 3 + 4);
-    if (!mark || !buf) {
+    /* 5 bytes per input byte: the partition's state and links */
+    pt.state = calloc((size_t)n + 1, 1);
+    pt.link = malloc(((size_t)n + 1) * sizeof(*pt.link));
+    if (!pt.state || !pt.link) {
         rc = DRAY_ENOMEM;
         goto out;
     }
     if (add_bos && t->add_bos && t->bos >= 0)
         rc = ids_push(&o, t->bos);
     if (!rc)
-        rc = partition(t, text, n, parse_special, mark);
+        rc = partition(t, text, n, parse_special, &pt);
+    /* the escape buffer holds the longest raw fragment ("▁" is 3 bytes, plus a prefix) */
+    if (!rc && !(buf = malloc((size_t)longest_raw(&pt, n) * 3 + 4)))
+        rc = DRAY_ENOMEM;
     if (!rc)
-        rc = tokenize_marked(t, text, n, mark, buf, &o);
+        rc = tokenize_marked(t, text, n, &pt, buf, &o);
     if (!rc && add_bos && t->add_eos && t->eos >= 0)
         rc = ids_push(&o, t->eos);
     if (!rc && !o.v) { /* a non-NULL result even when empty */
@@ -765,7 +852,11 @@ int dray_tokenize(const struct dray_tokenizer *t, const char *text, size_t len, 
         o.n = 0;
     }
 out:
-    free(mark);
+    free(pt.state);
+    free(pt.link);
+    free(pt.head);
+    free(pt.tail);
+    free(pt.unsorted);
     free(buf);
     if (rc) {
         free(o.v);
@@ -846,6 +937,19 @@ static void piece(struct dray_detok *d, const struct dray_tokenizer *t, int32_t 
     }
     uint32_t n;
     const uint8_t *s = (const uint8_t *)tok_text(t, id, &n);
+    if (t->bpe && t->type[id] == DRAY_TOKEN_NORMAL) {
+        uint8_t buf[256];
+        /* byte-level BPE: the text is in GPT-2's byte alphabet; pieces are short,
+         * a longer one is decoded in slices that end on character boundaries */
+        for (uint32_t a = 0; a < n;) {
+            uint32_t e = n - a > 128 ? a + 128 : n;
+            while (e < n && (s[e] & 0xC0) == 0x80)
+                e++;
+            gate(d, buf, dray_bpe_decode((const char *)s + a, e - a, buf), k);
+            a = e;
+        }
+        return;
+    }
     switch (t->type[id]) {
     case DRAY_TOKEN_NORMAL: {
         uint32_t a = 0;
