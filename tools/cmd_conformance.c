@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cmd.h"
 #include "conformance.h"
 #include "dray/dray.h"
@@ -32,16 +33,7 @@ static void usage(FILE *f)
 
 static int parse_u64(const char *flag, const char *s, uint64_t max, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || !*s || *end || s[0] == '-' || v > max) {
-        fprintf(stderr, "dray conformance: %s expects an integer 0..%llu, got '%s'\n", flag,
-                (unsigned long long)max, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return dray_cli_u64(flag, s, 0, max, out);
 }
 
 int dray_cmd_conformance(int argc, char **argv)
