@@ -15,7 +15,7 @@
 
 #include "../tools/cli.h"
 #include "dray/backend.h"
-#include "registry.h"
+#include "dray/plugins.h"
 
 struct opts {
     const char *plugin;

@@ -20,7 +20,7 @@
 #include "kv.h"
 #include "log.h"
 #include "model.h"
-#include "registry.h"
+#include "dray/plugins.h"
 #include "sampler.h"
 #include "tokenizer.h"
 

@@ -6,7 +6,7 @@
  * A plugin that loads but has no device (a CUDA plugin on a machine without a
  * driver) stays loaded with n_devices = 0 and the reason in nodev, so that
  * `dray devices` can say why and `dray_device_open` can fail with that reason. */
-#include "registry.h"
+#include "dray/plugins.h"
 
 #include <ctype.h>
 #include <dirent.h>

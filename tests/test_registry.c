@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "registry.h"
+#include "dray/plugins.h"
 #include "testutil.h"
 
 static const char *fake_dir(void)

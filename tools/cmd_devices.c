@@ -9,8 +9,7 @@
 
 #include "cmd.h"
 #include "dray/dray.h"
-#include "log.h"
-#include "registry.h"
+#include "dray/plugins.h"
 
 static const char *const op_names[DRAY_OP_COUNT] = {
     [DRAY_OP_EMBED] = "embed",         [DRAY_OP_RMSNORM] = "rmsnorm",

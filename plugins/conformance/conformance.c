@@ -11,7 +11,7 @@
 
 #include "conf_internal.h"
 #include "dray/dray.h"
-#include "registry.h"
+#include "dray/plugins.h"
 
 /* ------------------------------------------------------------ random numbers */
 
