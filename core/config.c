@@ -90,6 +90,13 @@ static const struct key keys[] = {
     {"host", "server", "host", T_STR, F(host), 0, 0, NULL, 1},
     {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0},
     {"replicas", "server", "replicas", T_U32, F(replicas), 1, 256, NULL, 0},
+    {"api_key", "server", "api_key", T_STR, F(api_key), 0, 0, NULL, 0},
+    {"max_body", "server", "max_body", T_SIZE, F(max_body), 1024, 0, NULL, 0},
+    {"max_queue", "server", "max_queue", T_U32, F(max_queue), 1, 65536, NULL, 0},
+    {"max_messages", "server", "max_messages", T_U32, F(max_messages), 1, 1 << 20, NULL, 0},
+    {"max_prompt_tokens", "server", "max_prompt_tokens", T_U32, F(max_prompt_tokens), 0, 1 << 24, NULL, 0},
+    {"max_completion_tokens", "server", "max_completion_tokens", T_U32, F(max_completion_tokens), 1, 1 << 24, NULL, 0},
+    {"shutdown_grace", "server", "shutdown_grace", T_U32, F(shutdown_grace), 0, 3600, NULL, 0},
 };
 #undef F
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -121,6 +128,11 @@ void dray_config_defaults(struct dray_config *cfg)
     snprintf(cfg->host, sizeof(cfg->host), "127.0.0.1");
     cfg->port = 8080;
     cfg->replicas = 1;
+    cfg->max_body = 1u << 20;
+    cfg->max_queue = 64;
+    cfg->max_messages = 256;
+    cfg->max_completion_tokens = 4096;
+    cfg->shutdown_grace = 10;
     cfg->log_level = DRAY_LOG_WARN;
 }
 
@@ -136,7 +148,12 @@ static void expected_form(const struct key *k, char *buf, size_t len)
         break;
     case T_U32: snprintf(buf, len, "an integer %.0f..%.0f", k->lo, k->hi); break;
     case T_U64: snprintf(buf, len, "an integer 0..18446744073709551615"); break;
-    case T_SIZE: snprintf(buf, len, "a size such as 512MiB, 2GiB, 1.5GB or 1000000 (bytes)"); break;
+    case T_SIZE:
+        if (k->lo > 0)
+            snprintf(buf, len, "a size of at least %.0f bytes such as 512MiB, 1MB or 1000000", k->lo);
+        else
+            snprintf(buf, len, "a size such as 512MiB, 2GiB, 1.5GB or 1000000 (bytes)");
+        break;
     case T_BOOL: snprintf(buf, len, "true or false"); break;
     case T_FLOAT: snprintf(buf, len, "a number %g..%g", k->lo, k->hi); break;
     case T_ENUM: {
@@ -220,7 +237,7 @@ static int set_value(struct dray_config *cfg, const struct key *k, const char *t
         }
         break;
     case T_SIZE:
-        if (parse_size(text, &u) == 0) {
+        if (parse_size(text, &u) == 0 && (double)u >= k->lo) {
             memcpy(field, &u, sizeof(u));
             return 0;
         }
@@ -700,6 +717,10 @@ static void print_value(FILE *f, const struct dray_config *cfg, const struct key
     int32_t e;
     float fl;
     bool b;
+    if (k->offset == offsetof(struct dray_config, api_key) && field[0]) {
+        fputs("\"\"  # set, not shown (a secret)", f);
+        return;
+    }
     switch (k->type) {
     case T_STR: print_string(f, field); break;
     case T_U32: memcpy(&u32, field, 4); fprintf(f, "%u", u32); break;
