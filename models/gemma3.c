@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "hparams.h"
 #include "log.h"
 #include "model.h"
 
@@ -77,44 +78,46 @@ struct dray_model {
 
 /* ------------------------------------------------------------ hyper-parameters */
 
-static int get_u32(struct dray_gguf *g, const char *key, uint32_t *v, char *err, size_t errlen)
-{
-    char k[128];
-    snprintf(k, sizeof(k), "gemma3.%s", key);
-    int rc = dray_gguf_get_u32(g, k, v, err, errlen);
-    if (rc == DRAY_ENOTFOUND)
-        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: missing metadata key %s",
-                         dray_gguf_name(g), k);
-    return rc;
-}
-
+/* Every number is range-checked (core/hparams.c): it sizes buffers and loops, and a
+ * NaN epsilon or a 4e9-token context must be an error naming the key, not a model
+ * that emits token 0 or a 7.9 GB allocation. */
 static int read_hparams(struct dray_model *m, struct dray_gguf *g, float *rope_base, char *err,
                         size_t errlen)
 {
+    static const char *const A = "gemma3";
     struct dray_model_info *in = &m->info;
     uint32_t key_len, val_len, window;
-    int rc = get_u32(g, "block_count", &in->n_layer, err, errlen);
-    if (!rc) rc = get_u32(g, "embedding_length", &in->n_embd, err, errlen);
-    if (!rc) rc = get_u32(g, "feed_forward_length", &in->n_ff, err, errlen);
-    if (!rc) rc = get_u32(g, "attention.head_count", &in->n_head, err, errlen);
-    if (!rc) rc = get_u32(g, "attention.head_count_kv", &in->n_kv_head, err, errlen);
-    if (!rc) rc = get_u32(g, "attention.key_length", &key_len, err, errlen);
-    if (!rc) rc = get_u32(g, "attention.value_length", &val_len, err, errlen);
-    if (!rc) rc = get_u32(g, "context_length", &in->n_ctx_train, err, errlen);
-    if (!rc) rc = get_u32(g, "attention.sliding_window", &window, err, errlen);
-    if (!rc) rc = dray_gguf_get_f32(g, "gemma3.attention.layer_norm_rms_epsilon", &m->eps, err, errlen);
-    if (!rc) rc = dray_gguf_get_f32(g, "gemma3.rope.freq_base", rope_base, err, errlen);
-    if (rc == DRAY_ENOTFOUND)
-        rc = dray_fail(err, errlen, DRAY_EFORMAT, "%s: missing gemma3 metadata (eps or rope.freq_base)",
-                       dray_gguf_name(g));
+    int rc = dray_hparam_u32(g, A, "block_count", 1, DRAY_MAX_LAYERS, NULL, &in->n_layer, err,
+                             errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "embedding_length", 1, DRAY_HP_MAX_EMBD, NULL, &in->n_embd,
+                                  err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "feed_forward_length", 1, DRAY_HP_MAX_FF, NULL, &in->n_ff,
+                                  err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "attention.head_count", 1, DRAY_HP_MAX_HEADS, NULL,
+                                  &in->n_head, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "attention.head_count_kv", 1, DRAY_HP_MAX_HEADS, NULL,
+                                  &in->n_kv_head, err, errlen);
+    if (!rc) rc = dray_hparam_divides(g, A, "attention.head_count_kv", in->n_kv_head,
+                                      "attention.head_count", in->n_head, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "attention.key_length", 2, DRAY_HP_MAX_HEAD_DIM, NULL,
+                                  &key_len, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "attention.value_length", 2, DRAY_HP_MAX_HEAD_DIM, NULL,
+                                  &val_len, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "context_length", 1, DRAY_HP_MAX_CONTEXT, NULL,
+                                  &in->n_ctx_train, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "attention.sliding_window", 1, DRAY_HP_MAX_CONTEXT, NULL,
+                                  &window, err, errlen);
+    if (!rc) rc = dray_hparam_f32(g, A, "attention.layer_norm_rms_epsilon", 1e-12f, 1.0f, NULL,
+                                  &m->eps, err, errlen);
+    if (!rc) rc = dray_hparam_f32(g, A, "rope.freq_base", 1.0f, 1e10f, NULL, rope_base, err,
+                                  errlen);
     if (rc)
         return rc;
-    if (key_len != val_len || key_len == 0 || key_len % 2 || in->n_head == 0 ||
-        in->n_kv_head == 0 || in->n_head % in->n_kv_head || in->n_layer == 0 ||
-        in->n_layer > DRAY_MAX_LAYERS)
+    /* RoPE rotates pairs; one attention kernel serves K and V of one width */
+    if (key_len != val_len || key_len % 2)
         return dray_fail(err, errlen, DRAY_EFORMAT,
-                         "%s: unsupported shape: %u layers, %u heads, %u kv heads, key %u / value %u",
-                         dray_gguf_name(g), in->n_layer, in->n_head, in->n_kv_head, key_len, val_len);
+                         "%s: metadata keys gemma3.attention.key_length = %u and value_length = "
+                         "%u, expected equal even numbers", dray_gguf_name(g), key_len, val_len);
     in->head_dim = key_len;
     for (uint32_t il = 0; il < in->n_layer; il++) {
         in->window[il] = il % GEMMA3_SWA_PATTERN < GEMMA3_SWA_PATTERN - 1 ? window : 0;

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../bench/bench.h"
+#include "bench.h" /* bench/, on the include path of the dray command */
 #include "cli.h"
 #include "cmd.h"
 
