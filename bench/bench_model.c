@@ -3,7 +3,6 @@
  * (the output head included) and picks the next token from them (greedy), next
  * to the memory roofline of that step (every byte it must read). */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,33 +38,6 @@ void dray_bench_model_help(void)
            "  --json FILE      append one JSON line with the results\n");
 }
 
-/* A whole number in [lo, hi], or an error naming the flag. */
-static int parse_u32(const char *flag, const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = s[0] >= '0' && s[0] <= '9' ? strtoull(s, &end, 10) : 0;
-    if (s[0] < '0' || s[0] > '9' || errno || *end || v < lo || v > hi) {
-        fprintf(stderr, "dray bench model: %s wants a whole number from %u to %u, not '%s'\n", flag, lo, hi, s);
-        return 2;
-    }
-    *out = (uint32_t)v;
-    return 0;
-}
-
-static int parse_bw(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v <= 0 || v > 1e6) {
-        fprintf(stderr, "dray bench model: --mem-bw wants GB/s, a number above 0, not '%s'\n", s);
-        return 2;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse(int argc, char **argv, struct model_opts *o)
 {
     static const char *const flags[] = {"--prefill", "--decode", "--batch", "--mem-bw", "--json"};
@@ -81,13 +53,13 @@ static int parse(int argc, char **argv, struct model_opts *o)
             return 2;
         }
         const char *v = argv[++i];
-        int rc = f == 0 ? parse_u32(a, v, 1, MAX_TOKENS, &o->prefill)
-               : f == 1 ? parse_u32(a, v, 0, MAX_TOKENS, &o->decode)
-               : f == 2 ? parse_u32(a, v, 1, 256, &o->batch)
-               : f == 3 ? parse_bw(v, &o->bw)
+        int rc = f == 0 ? dray_bench_u32(a, v, 1, MAX_TOKENS, &o->prefill)
+               : f == 1 ? dray_bench_u32(a, v, 0, MAX_TOKENS, &o->decode)
+               : f == 2 ? dray_bench_u32(a, v, 1, 256, &o->batch)
+               : f == 3 ? dray_bench_f64(a, v, 0.001, 1e6, &o->bw) /* GB/s */
                : (o->json = v, 0);
         if (rc)
-            return rc;
+            return 2;
     }
     return 0;
 }

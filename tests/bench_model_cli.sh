@@ -23,12 +23,12 @@ check() { # EXPECTED_RC WORDS ARGS...
 check 0 "1 sequence in lockstep, logits + greedy pick" --prefill 8 --decode 4 --json "$tmp/b.jsonl"
 check 0 "3 sequences in lockstep" --prefill 8 --decode 4 --batch 3 --json "$tmp/b.jsonl"
 [ "$(grep -c '"decode_tps"' "$tmp/b.jsonl")" -eq 2 ] || { echo "FAIL: two JSON lines expected"; fail=1; }
-check 2 "--prefill wants a whole number" --prefill -1
-check 2 "--decode wants a whole number" --decode abc
-check 2 "--batch wants a whole number" --batch 0
-check 2 "--batch wants a whole number" --batch 257
-check 2 "--prefill wants a whole number" --prefill 99999999999999999999
-check 2 "--mem-bw wants" --mem-bw nan
+check 2 "--prefill expects a whole number" --prefill -1
+check 2 "--decode expects a whole number" --decode abc
+check 2 "--batch expects a whole number" --batch 0
+check 2 "--batch expects a whole number" --batch 257
+check 2 "--prefill expects a whole number" --prefill 99999999999999999999
+check 2 "--mem-bw expects a number" --mem-bw nan
 check 2 "no value after" --decode
 check 2 "unknown option" --bogus 1
 exit $fail
