@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../tools/cli.h"
+#include "cli.h" /* compiled into the dray command, beside tools/ */
 #include "dray/dray.h"
 
 static double now_s(void)

@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "dray/backend.h"
-#include "registry.h"
+#include "dray/plugins.h"
 
 struct opts {
     const char *plugin;

@@ -12,12 +12,14 @@
  * the line, the key and the expected form; the config is left untouched on error. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <yaml.h>
 
@@ -25,6 +27,10 @@
 #include "error.h"
 
 #define CONFIG_MAX_BYTES (1u << 20) /* a config file is a page of text, not a data set */
+/* Sections are one level below the root; values are scalars. 32 leaves room for any
+ * honest file while stopping libyaml's document loader, whose time grows with the
+ * square of the depth (100k nested `[` ran for minutes). */
+#define CONFIG_MAX_DEPTH 32u
 
 enum key_type { T_STR, T_U32, T_U64, T_SIZE, T_BOOL, T_FLOAT, T_ENUM };
 
@@ -84,6 +90,13 @@ static const struct key keys[] = {
     {"host", "server", "host", T_STR, F(host), 0, 0, NULL, 1},
     {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0},
     {"replicas", "server", "replicas", T_U32, F(replicas), 1, 256, NULL, 0},
+    {"api_key", "server", "api_key", T_STR, F(api_key), 0, 0, NULL, 0},
+    {"max_body", "server", "max_body", T_SIZE, F(max_body), 1024, 0, NULL, 0},
+    {"max_queue", "server", "max_queue", T_U32, F(max_queue), 1, 65536, NULL, 0},
+    {"max_messages", "server", "max_messages", T_U32, F(max_messages), 1, 1 << 20, NULL, 0},
+    {"max_prompt_tokens", "server", "max_prompt_tokens", T_U32, F(max_prompt_tokens), 0, 1 << 24, NULL, 0},
+    {"max_completion_tokens", "server", "max_completion_tokens", T_U32, F(max_completion_tokens), 1, 1 << 24, NULL, 0},
+    {"shutdown_grace", "server", "shutdown_grace", T_U32, F(shutdown_grace), 0, 3600, NULL, 0},
 };
 #undef F
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -115,6 +128,11 @@ void dray_config_defaults(struct dray_config *cfg)
     snprintf(cfg->host, sizeof(cfg->host), "127.0.0.1");
     cfg->port = 8080;
     cfg->replicas = 1;
+    cfg->max_body = 1u << 20;
+    cfg->max_queue = 64;
+    cfg->max_messages = 256;
+    cfg->max_completion_tokens = 4096;
+    cfg->shutdown_grace = 10;
     cfg->log_level = DRAY_LOG_WARN;
 }
 
@@ -130,7 +148,12 @@ static void expected_form(const struct key *k, char *buf, size_t len)
         break;
     case T_U32: snprintf(buf, len, "an integer %.0f..%.0f", k->lo, k->hi); break;
     case T_U64: snprintf(buf, len, "an integer 0..18446744073709551615"); break;
-    case T_SIZE: snprintf(buf, len, "a size such as 512MiB, 2GiB, 1.5GB or 1000000 (bytes)"); break;
+    case T_SIZE:
+        if (k->lo > 0)
+            snprintf(buf, len, "a size of at least %.0f bytes such as 512MiB, 1MB or 1000000", k->lo);
+        else
+            snprintf(buf, len, "a size such as 512MiB, 2GiB, 1.5GB or 1000000 (bytes)");
+        break;
     case T_BOOL: snprintf(buf, len, "true or false"); break;
     case T_FLOAT: snprintf(buf, len, "a number %g..%g", k->lo, k->hi); break;
     case T_ENUM: {
@@ -214,7 +237,7 @@ static int set_value(struct dray_config *cfg, const struct key *k, const char *t
         }
         break;
     case T_SIZE:
-        if (parse_size(text, &u) == 0) {
+        if (parse_size(text, &u) == 0 && (double)u >= k->lo) {
             memcpy(field, &u, sizeof(u));
             return 0;
         }
@@ -484,19 +507,61 @@ static int syntax_error(const char *path, const yaml_parser_t *ps, char *err, si
                      path, m->line + 1, ps->problem ? ps->problem : "unknown problem");
 }
 
+/* Walk the events once, refusing nesting deeper than CONFIG_MAX_DEPTH before the
+ * document loader sees the file. libyaml looks ahead at most a line or 1024 bytes,
+ * so this stops within a few KiB of a deep prefix. */
+static int check_depth(const char *path, const char *data, size_t size, char *err, size_t errlen)
+{
+    yaml_parser_t ps;
+    yaml_event_t ev;
+    unsigned depth = 0;
+    int rc = 0;
+    bool done = false;
+    if (!yaml_parser_initialize(&ps))
+        return dray_fail(err, errlen, DRAY_ENOMEM, "%s: out of memory", path);
+    yaml_parser_set_input_string(&ps, (const unsigned char *)data, size);
+    while (!done && !rc) {
+        if (!yaml_parser_parse(&ps, &ev)) {
+            rc = syntax_error(path, &ps, err, errlen);
+            break;
+        }
+        if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT)
+            depth++;
+        else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT)
+            depth--;
+        if (depth > CONFIG_MAX_DEPTH)
+            rc = dray_fail(err, errlen, DRAY_EFORMAT, "%s:%zu: nesting deeper than %u levels; "
+                           "expected `key: value` lines, sections indented below `section:`",
+                           path, ev.start_mark.line + 1, CONFIG_MAX_DEPTH);
+        done = ev.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&ps);
+    return rc;
+}
+
 /* Read the whole file (small by nature) so that I/O errors are reported as such. */
 static int read_file(const char *path, char **data, size_t *size, char *err, size_t errlen)
 {
+    int rc_errno;
     struct stat st;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO without a writer would block forever; only a
+     * regular file passes the check below, and reads of one never block. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        rc_errno = errno;
+        if (fd >= 0)
+            close(fd);
         return dray_fail(err, errlen, DRAY_EIO,
                          "%s: cannot read config: %s (give an existing YAML file, or no --config "
                          "for the defaults)",
-                         path, strerror(errno));
+                         path, strerror(rc_errno));
+    }
     int rc = 0;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = dray_fail(err, errlen, DRAY_EIO, "%s: cannot read config: not a regular file", path);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = dray_fail(err, errlen, DRAY_EIO, "%s: cannot read config: not a regular file",
+                       path);
         goto out;
     }
     if (st.st_size > CONFIG_MAX_BYTES) {
@@ -527,8 +592,12 @@ int dray_config_load(const char *path, struct dray_config *cfg, char *err, size_
     if (!path || !cfg)
         return dray_fail(err, errlen, DRAY_EINVAL, "dray_config_load: no path or config");
     int rc = read_file(path, &data, &size, err, errlen);
-    if (rc)
+    if (!rc)
+        rc = check_depth(path, data, size, err, errlen);
+    if (rc) {
+        free(data);
         return rc;
+    }
 
     yaml_parser_t ps;
     yaml_document_t doc, extra;
@@ -648,6 +717,10 @@ static void print_value(FILE *f, const struct dray_config *cfg, const struct key
     int32_t e;
     float fl;
     bool b;
+    if (k->offset == offsetof(struct dray_config, api_key) && field[0]) {
+        fputs("\"\"  # set, not shown (a secret)", f);
+        return;
+    }
     switch (k->type) {
     case T_STR: print_string(f, field); break;
     case T_U32: memcpy(&u32, field, 4); fprintf(f, "%u", u32); break;

@@ -1,6 +1,7 @@
 /* The engine: wires config → registry/device → GGUF → model + tokenizer → KV,
  * and runs sessions (one sequence each): chunked prefill, then decode with the
  * sampler, streaming detokenized text. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@
 #include "kv.h"
 #include "log.h"
 #include "model.h"
-#include "registry.h"
+#include "dray/plugins.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -166,7 +167,19 @@ const struct dray_engine_info *dray_engine_get_info(const struct dray_engine *e)
 int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add_bos,
                          bool parse_special, int32_t **ids, size_t *n, char *err, size_t errlen)
 {
-    int rc = dray_tokenize(e->tok, text, strlen(text), add_bos, parse_special, ids, n);
+    /* Refuse, before tokenizing, text that cannot fit in the context even at the
+     * longest token: tokenizing costs memory in proportion to the bytes. */
+    size_t len = strlen(text);
+    uint64_t most = (uint64_t)e->info.context * dray_tokenizer_max_token_bytes(e->tok);
+    *ids = NULL;
+    *n = 0;
+    if (len > most)
+        return dray_fail(err, errlen, DRAY_ERANGE, "the prompt is %zu bytes, more than a context "
+                         "of %u tokens can hold (at most %" PRIu64 " bytes with this vocabulary, "
+                         "whose longest token stands for %u bytes): shorten the prompt or raise "
+                         "'context' (-c)", len, e->info.context, most,
+                         dray_tokenizer_max_token_bytes(e->tok));
+    int rc = dray_tokenize(e->tok, text, len, add_bos, parse_special, ids, n);
     if (rc)
         return dray_fail(err, errlen, rc, "tokenizing the prompt: %s", dray_strerror(rc));
     return 0;

@@ -10,7 +10,7 @@
 
 #include "chat.h"
 #include "dray/dray.h"
-#include "registry.h"
+#include "dray/plugins.h"
 
 struct dray_gguf;
 struct dray_tokenizer;

@@ -638,7 +638,9 @@ int dray_gguf_open(const char *path, struct dray_gguf **out, char *err, size_t e
     struct stat st;
     int fd, rc = 0;
     *out = NULL;
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    /* O_NONBLOCK: opening a FIFO without a writer would block forever; the type
+     * check below refuses it (and devices, sockets, folders) before any read. */
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
         return dray_fail(err, errlen, errno == ENOENT ? DRAY_ENOTFOUND : DRAY_EIO,
                          "%s: cannot open: %s", path, strerror(errno));
     if (!(g = gguf_new(path))) {
@@ -646,7 +648,9 @@ int dray_gguf_open(const char *path, struct dray_gguf **out, char *err, size_t e
         goto out_close;
     }
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        rc = dray_fail(err, errlen, DRAY_EIO, "%s: not a regular file", path);
+        rc = dray_fail(err, errlen, DRAY_EIO, "%s: not a regular file (a GGUF model file is "
+                       "expected, not a %s)", path, S_ISDIR(st.st_mode) ? "folder" :
+                       S_ISFIFO(st.st_mode) ? "pipe" : "device or socket");
         goto out_free;
     }
     g->size = (uint64_t)st.st_size;

@@ -188,4 +188,22 @@ uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len);
 int dray_kv_seq_attach(struct dray_kv *kv, uint32_t seq_id, uint32_t len,
                        const int32_t *const *blocks);
 
+/* ------------------------------------------------------------ host copies
+ * A block's KV in a vendor-neutral host layout, so a block one plugin wrote can
+ * be loaded by another: for each storage layer of group g, in layer order,
+ *     K  [block_size][n_kv_head][head_dim]  dtype (int8 or f16)
+ *     V  [block_size][n_kv_head][head_dim]  dtype
+ *     (int8 only) K scales [block_size][n_kv_head] f32, then V scales (same)
+ * The numbers that define it are dray_kv_layout; two KV managers with the same
+ * layout and group layer count read each other's copies. */
+struct dray_kv_layout {
+    uint32_t dtype, block_size, n_kv_head, head_dim;
+};
+void dray_kv_get_layout(const struct dray_kv *kv, struct dray_kv_layout *l);
+uint64_t dray_kv_block_host_bytes(const struct dray_kv *kv, uint32_t g);
+/* Copy block `block` of group g to host (dray_kv_block_host_bytes bytes) and back.
+ * DRAY_EBACKEND when the plugin's transfer fails. */
+int dray_kv_block_download(struct dray_kv *kv, uint32_t g, uint32_t block, void *host);
+int dray_kv_block_upload(struct dray_kv *kv, uint32_t g, uint32_t block, const void *host);
+
 #endif

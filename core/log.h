@@ -4,8 +4,8 @@
 #define DRAY_CORE_LOG_H
 
 #include "dray/backend.h"
+#include "dray/dray.h" /* dray_log_set_level */
 
-void dray_log_set_level(int level); /* enum dray_log_level */
 int dray_log_get_level(void);
 void dray_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The host service handed to plugins (struct dray_host.log). */

@@ -14,7 +14,7 @@
 #include "dray/dray.h"
 #include "gguf.h"
 #include "kv.h"
-#include "registry.h"
+#include "dray/plugins.h"
 
 #define DRAY_MAX_LAYERS 256
 

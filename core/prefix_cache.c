@@ -20,6 +20,10 @@ struct pc_entry {
     int32_t *ckpt;            /* window checkpoint: per window group, the blocks of entries
                                * live_from(n_tok) .. n_tok/bs - 1, concatenated; NULL if none */
     uint32_t n_ckpt;
+    /* host tier: the same blocks in kv.h's vendor-neutral layout, once spilled */
+    unsigned char *host_g;    /* every global group's block, in group order; NULL if on device */
+    unsigned char *host_ckpt; /* the checkpoint's blocks, in ckpt order; NULL if none */
+    bool pinned;              /* on the path of an attach in progress: never spilled */
     int32_t tok[];            /* the block's tokens [bs] */
 };
 
@@ -31,6 +35,9 @@ struct dray_pcache {
     struct pc_entry **bucket;
     size_t n_bucket;          /* power of two */
     struct pc_entry *newest, *oldest;
+    uint64_t host_budget;     /* bytes of host memory for spilled blocks */
+    uint64_t g_bytes;         /* host bytes of one entry's global blocks */
+    uint64_t wblock_bytes[DRAY_KV_MAX_GROUPS];
     struct dray_pcache_stats st;
 };
 
@@ -106,32 +113,63 @@ static void touch_path(struct dray_pcache *pc, struct pc_entry *leaf)
 
 /* ------------------------------------------------------------- eviction */
 
+/* ------------------------------------------------------------- tiers */
+
+/* Blocks of e's checkpoint, walked group by group: calls fn(g, index in ckpt). */
+#define FOR_CKPT(pc, e, g, k, i)                                                              \
+    for (uint32_t g = 0, i = 0; g < (pc)->n_group; g++)                                        \
+        for (uint32_t k = dray_kv_live_from((pc)->kv, g, (e)->n_tok);                          \
+             (pc)->window[g] && k < (e)->n_tok / (pc)->bs; k++, i++)
+
+static uint64_t ckpt_host_bytes(const struct dray_pcache *pc, const struct pc_entry *e)
+{
+    uint64_t n = 0;
+    FOR_CKPT(pc, e, g, k, i)
+        n += pc->wblock_bytes[g];
+    return n;
+}
+
+static void host_release(struct dray_pcache *pc, unsigned char **p, uint64_t bytes)
+{
+    if (!*p)
+        return;
+    free(*p);
+    *p = NULL;
+    pc->st.host_bytes -= bytes;
+}
+
 static void drop_ckpt(struct dray_pcache *pc, struct pc_entry *e)
 {
-    uint32_t i = 0;
-    for (uint32_t g = 0; g < pc->n_group; g++) {
-        if (!pc->window[g])
-            continue;
-        uint32_t from = dray_kv_live_from(pc->kv, g, e->n_tok), to = e->n_tok / pc->bs;
-        for (uint32_t k = from; k < to; k++)
-            dray_kv_block_unref(pc->kv, g, (uint32_t)e->ckpt[i++]);
+    if (e->ckpt) {
+        FOR_CKPT(pc, e, g, k, i)
+            dray_kv_block_unref(pc->kv, g, (uint32_t)e->ckpt[i]);
+        pc->st.blocks -= e->n_ckpt;
+        free(e->ckpt);
+        e->ckpt = NULL;
     }
-    pc->st.blocks -= e->n_ckpt;
-    pc->st.checkpoints--;
-    free(e->ckpt);
-    e->ckpt = NULL;
+    host_release(pc, &e->host_ckpt, ckpt_host_bytes(pc, e));
     e->n_ckpt = 0;
+    pc->st.checkpoints--;
+}
+
+static bool has_ckpt(const struct pc_entry *e)
+{
+    return e->ckpt || e->host_ckpt;
 }
 
 static void drop_entry(struct dray_pcache *pc, struct pc_entry *e)
 {
-    if (e->ckpt)
+    if (has_ckpt(e))
         drop_ckpt(pc, e);
-    for (uint32_t g = 0; g < pc->n_group; g++)
-        if (!pc->window[g]) {
-            dray_kv_block_unref(pc->kv, g, (uint32_t)e->gblock[g]);
-            pc->st.blocks--;
-        }
+    if (e->host_g) {
+        host_release(pc, &e->host_g, pc->g_bytes);
+    } else {
+        for (uint32_t g = 0; g < pc->n_group; g++)
+            if (!pc->window[g]) {
+                dray_kv_block_unref(pc->kv, g, (uint32_t)e->gblock[g]);
+                pc->st.blocks--;
+            }
+    }
     struct pc_entry **p = slot_of(pc, e->hash);
     while (*p != e)
         p = &(*p)->next;
@@ -143,35 +181,193 @@ static void drop_entry(struct dray_pcache *pc, struct pc_entry *e)
     free(e);
 }
 
-/* The KV manager needs `need` more free blocks in group g: drop checkpoints
- * (window group) or leaf entries (global group), oldest first, until it has
- * them or nothing more can go. */
+/* Room for `bytes` more in the host tier: host checkpoints go first, then
+ * leaf entries that live only on the host, oldest first. */
+static bool host_room(struct dray_pcache *pc, uint64_t bytes)
+{
+    if (bytes > pc->host_budget)
+        return false;
+    for (struct pc_entry *e = pc->oldest, *newer; e && pc->st.host_bytes + bytes > pc->host_budget;
+         e = newer) {
+        newer = e->newer;
+        if (e->pinned)
+            continue;
+        if (e->host_ckpt) {
+            drop_ckpt(pc, e);
+            pc->st.evictions++;
+        }
+        if (e->host_g && !e->n_children && !has_ckpt(e)) {
+            drop_entry(pc, e);
+            pc->st.evictions++;
+        }
+    }
+    return pc->st.host_bytes + bytes <= pc->host_budget;
+}
+
+/* Device -> host: download e's global blocks, then give the device blocks back. */
+static bool spill_global(struct dray_pcache *pc, struct pc_entry *e)
+{
+    if (!host_room(pc, pc->g_bytes))
+        return false;
+    unsigned char *buf = malloc(pc->g_bytes), *p = buf;
+    for (uint32_t g = 0; buf && g < pc->n_group; g++) {
+        if (pc->window[g])
+            continue;
+        if (dray_kv_block_download(pc->kv, g, (uint32_t)e->gblock[g], p)) {
+            free(buf);
+            return false;
+        }
+        p += pc->wblock_bytes[g];
+    }
+    if (!buf)
+        return false;
+    for (uint32_t g = 0; g < pc->n_group; g++)
+        if (!pc->window[g]) {
+            dray_kv_block_unref(pc->kv, g, (uint32_t)e->gblock[g]);
+            e->gblock[g] = -1;
+            pc->st.blocks--;
+        }
+    e->host_g = buf;
+    pc->st.host_bytes += pc->g_bytes;
+    pc->st.spills++;
+    return true;
+}
+
+static bool spill_ckpt(struct dray_pcache *pc, struct pc_entry *e)
+{
+    uint64_t bytes = ckpt_host_bytes(pc, e);
+    if (!host_room(pc, bytes))
+        return false;
+    unsigned char *buf = malloc(bytes ? bytes : 1), *p = buf;
+    if (!buf)
+        return false;
+    FOR_CKPT(pc, e, g, k, i) {
+        if (dray_kv_block_download(pc->kv, g, (uint32_t)e->ckpt[i], p)) {
+            free(buf);
+            return false;
+        }
+        p += pc->wblock_bytes[g];
+    }
+    FOR_CKPT(pc, e, g, k, i)
+        dray_kv_block_unref(pc->kv, g, (uint32_t)e->ckpt[i]);
+    pc->st.blocks -= e->n_ckpt;
+    free(e->ckpt);
+    e->ckpt = NULL;
+    e->host_ckpt = buf;
+    pc->st.host_bytes += bytes;
+    pc->st.spills++;
+    return true;
+}
+
+/* Host -> device: fresh blocks (the path being attached is pinned, so the
+ * reclaim these allocations may trigger leaves it alone), then upload. */
+static bool restore_global(struct dray_pcache *pc, struct pc_entry *e)
+{
+    uint32_t got[DRAY_KV_MAX_GROUPS];
+    const unsigned char *p = e->host_g;
+    uint32_t g = 0;
+    for (; g < pc->n_group; g++) {
+        if (pc->window[g])
+            continue;
+        if (dray_kv_block_alloc(pc->kv, g, &got[g]))
+            break;
+        if (dray_kv_block_upload(pc->kv, g, got[g], p)) {
+            dray_kv_block_unref(pc->kv, g, got[g]);
+            break;
+        }
+        p += pc->wblock_bytes[g];
+    }
+    if (g < pc->n_group) {
+        while (g-- > 0)
+            if (!pc->window[g])
+                dray_kv_block_unref(pc->kv, g, got[g]);
+        return false;
+    }
+    for (g = 0; g < pc->n_group; g++)
+        if (!pc->window[g]) {
+            e->gblock[g] = (int32_t)got[g];
+            pc->st.blocks++;
+        }
+    host_release(pc, &e->host_g, pc->g_bytes);
+    pc->st.restores++;
+    return true;
+}
+
+static bool restore_ckpt(struct dray_pcache *pc, struct pc_entry *e)
+{
+    int32_t *ck = malloc((e->n_ckpt ? e->n_ckpt : 1) * sizeof(int32_t));
+    const unsigned char *p = e->host_ckpt;
+    uint32_t done = 0;
+    bool ok = ck != NULL;
+    FOR_CKPT(pc, e, g, k, i) {
+        uint32_t b;
+        if (!ok || dray_kv_block_alloc(pc->kv, g, &b)) {
+            ok = false;
+            break;
+        }
+        ck[i] = (int32_t)b;
+        done = i + 1;
+        if (dray_kv_block_upload(pc->kv, g, b, p)) {
+            ok = false;
+            break;
+        }
+        p += pc->wblock_bytes[g];
+    }
+    if (!ok) {
+        FOR_CKPT(pc, e, g, k, i)
+            if (i < done)
+                dray_kv_block_unref(pc->kv, g, (uint32_t)ck[i]);
+        free(ck);
+        return false;
+    }
+    e->ckpt = ck;
+    pc->st.blocks += e->n_ckpt;
+    host_release(pc, &e->host_ckpt, ckpt_host_bytes(pc, e));
+    pc->st.restores++;
+    return true;
+}
+
+/* Does e hold a device block in group g that only the cache uses? */
+static bool sole_holder(struct dray_pcache *pc, struct pc_entry *e, uint32_t g)
+{
+    if (!pc->window[g])
+        return !e->host_g && dray_kv_block_refs(pc->kv, g, (uint32_t)e->gblock[g]) == 1;
+    if (!e->ckpt)
+        return false;
+    FOR_CKPT(pc, e, gg, k, i)
+        if (gg == g && dray_kv_block_refs(pc->kv, g, (uint32_t)e->ckpt[i]) == 1)
+            return true;
+    return false;
+}
+
+/* The KV manager needs `need` more free blocks in group g. Oldest first, blocks
+ * only the cache holds move to the host tier (checkpoints for a window group,
+ * global blocks for a global group); what the host cannot take is dropped
+ * (a global block only with its entry, and only from a leaf). */
 static void reclaim(void *user, uint32_t g, uint32_t need)
 {
     struct dray_pcache *pc = user;
-    uint32_t have = dray_kv_group_free_blocks(pc->kv, g), want = have + need;
-    struct pc_entry *e = pc->oldest;
-    while (e && dray_kv_group_free_blocks(pc->kv, g) < want) {
-        struct pc_entry *newer = e->newer;
-        if (pc->window[g] && e->ckpt) {
-            drop_ckpt(pc, e);
-            pc->st.evictions++;
-        } else if (!pc->window[g] && e->n_children == 0) {
-            struct pc_entry *parent = e->parent;
+    uint32_t want = dray_kv_group_free_blocks(pc->kv, g) + need;
+    for (struct pc_entry *e = pc->oldest, *newer; e && dray_kv_group_free_blocks(pc->kv, g) < want;
+         e = newer) {
+        newer = e->newer;
+        if (e->pinned || !sole_holder(pc, e, g))
+            continue;
+        if (pc->window[g]) {
+            if (!spill_ckpt(pc, e)) {
+                drop_ckpt(pc, e);
+                pc->st.evictions++;
+            }
+        } else if (!spill_global(pc, e) && !e->n_children) {
             drop_entry(pc, e);
             pc->st.evictions++;
-            /* the parent may have become a leaf older than `newer` */
-            if (parent && parent->n_children == 0) {
-                newer = pc->oldest;
-            }
         }
-        e = newer;
     }
 }
 
 /* ------------------------------------------------------------- API */
 
-int dray_pcache_create(struct dray_kv *kv, struct dray_pcache **out)
+int dray_pcache_create(struct dray_kv *kv, uint64_t host_bytes, struct dray_pcache **out)
 {
     struct dray_pcache *pc = calloc(1, sizeof(*pc));
     *out = NULL;
@@ -181,9 +377,13 @@ int dray_pcache_create(struct dray_kv *kv, struct dray_pcache **out)
     pc->kv = kv;
     pc->bs = dray_kv_block_size(kv);
     pc->n_group = p->n_group;
+    pc->host_budget = host_bytes;
     for (uint32_t g = 0; g < p->n_group; g++) {
         pc->window[g] = p->group[g].window != 0;
         pc->has_window |= pc->window[g];
+        pc->wblock_bytes[g] = dray_kv_block_host_bytes(kv, g);
+        if (!pc->window[g])
+            pc->g_bytes += pc->wblock_bytes[g];
     }
     pc->n_bucket = 1024;
     pc->bucket = calloc(pc->n_bucket, sizeof(*pc->bucket));
@@ -200,7 +400,7 @@ void dray_pcache_free(struct dray_pcache *pc)
 {
     if (!pc)
         return;
-    /* oldest first drops children before their parents */
+    /* leaves first: children go before their parents */
     while (pc->oldest) {
         struct pc_entry *e = pc->oldest;
         while (e && e->n_children)
@@ -228,24 +428,19 @@ static uint64_t block_hash(const int32_t *tok, uint32_t bs, uint64_t prev)
  * nothing held) when some of them are gone. */
 static bool take_ckpt(struct dray_pcache *pc, struct pc_entry *e, uint32_t seq)
 {
-    uint32_t n = 0, to = e->n_tok / pc->bs;
-    for (uint32_t g = 0; g < pc->n_group; g++)
-        if (pc->window[g])
-            n += to - dray_kv_live_from(pc->kv, g, e->n_tok);
+    uint32_t n = 0;
+    FOR_CKPT(pc, e, g, k, i)
+        n++;
     int32_t *ck = malloc((n ? n : 1) * sizeof(int32_t));
     if (!ck)
         return false;
-    uint32_t i = 0;
-    for (uint32_t g = 0; g < pc->n_group; g++)
-        for (uint32_t k = dray_kv_live_from(pc->kv, g, e->n_tok); pc->window[g] && k < to; k++)
-            if ((ck[i++] = dray_kv_seq_block(pc->kv, seq, g, k)) < 0) {
-                free(ck);
-                return false;
-            }
-    i = 0;
-    for (uint32_t g = 0; g < pc->n_group; g++)
-        for (uint32_t k = dray_kv_live_from(pc->kv, g, e->n_tok); pc->window[g] && k < to; k++)
-            dray_kv_block_ref(pc->kv, g, (uint32_t)ck[i++]);
+    FOR_CKPT(pc, e, g, k, i)
+        if ((ck[i] = dray_kv_seq_block(pc->kv, seq, g, k)) < 0) {
+            free(ck);
+            return false;
+        }
+    FOR_CKPT(pc, e, g, k, i)
+        dray_kv_block_ref(pc->kv, g, (uint32_t)ck[i]);
     e->ckpt = ck;
     e->n_ckpt = n;
     pc->st.blocks += n;
@@ -303,9 +498,47 @@ void dray_pcache_insert(struct dray_pcache *pc, uint64_t salt, const int32_t *id
     }
     if (!e)
         return;
-    if (pc->has_window && !e->ckpt)
+    if (pc->has_window && !has_ckpt(e))
         take_ckpt(pc, e, seq);
     touch_path(pc, e);
+}
+
+/* Bring the path root..best back to the device where it was spilled. */
+static bool restore_path(struct dray_pcache *pc, struct pc_entry *best)
+{
+    for (struct pc_entry *e = best; e; e = e->parent)
+        if (e->host_g && !restore_global(pc, e))
+            return false;
+    return !best->host_ckpt || restore_ckpt(pc, best);
+}
+
+static void pin_path(struct pc_entry *best, bool pin)
+{
+    for (struct pc_entry *e = best; e; e = e->parent)
+        e->pinned = pin;
+}
+
+static int attach_device(struct dray_pcache *pc, struct pc_entry *best, uint32_t seq)
+{
+    uint32_t n_ent = best->n_tok / pc->bs;
+    int32_t *tab = malloc((size_t)pc->n_group * n_ent * sizeof(int32_t));
+    const int32_t *rows[DRAY_KV_MAX_GROUPS];
+    if (!tab)
+        return DRAY_ENOMEM;
+    for (uint32_t g = 0; g < pc->n_group; g++) {
+        int32_t *row = tab + (size_t)g * n_ent;
+        rows[g] = row;
+        if (!pc->window[g]) {
+            uint32_t k = n_ent;
+            for (struct pc_entry *p = best; p; p = p->parent)
+                row[--k] = p->gblock[g];
+        }
+    }
+    FOR_CKPT(pc, best, g, k, i)
+        tab[(size_t)g * n_ent + k] = best->ckpt[i];
+    int rc = dray_kv_seq_attach(pc->kv, seq, best->n_tok, rows);
+    free(tab);
+    return rc;
 }
 
 uint32_t dray_pcache_attach(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n,
@@ -322,36 +555,19 @@ uint32_t dray_pcache_attach(struct dray_pcache *pc, uint64_t salt, const int32_t
         e = find(pc, h, e, tok);
         if (!e)
             break;
-        if (!pc->has_window || e->ckpt)
+        if (!pc->has_window || has_ckpt(e))
             best = e;
     }
     if (!best)
         return 0;
-    uint32_t n_ent = best->n_tok / pc->bs;
-    int32_t *tab = malloc((size_t)pc->n_group * n_ent * sizeof(int32_t));
-    const int32_t *rows[DRAY_KV_MAX_GROUPS];
-    if (!tab)
+    pin_path(best, true);
+    bool ok = restore_path(pc, best) && attach_device(pc, best, seq) == 0;
+    pin_path(best, false);
+    if (!ok)
         return 0;
-    uint32_t i = 0;
-    for (uint32_t g = 0; g < pc->n_group; g++) {
-        int32_t *row = tab + (size_t)g * n_ent;
-        rows[g] = row;
-        if (pc->window[g]) {
-            for (uint32_t k = dray_kv_live_from(pc->kv, g, best->n_tok); k < n_ent; k++)
-                row[k] = best->ckpt[i++];
-            continue;
-        }
-        uint32_t k = n_ent;
-        for (struct pc_entry *p = best; p; p = p->parent)
-            row[--k] = p->gblock[g];
-    }
-    uint32_t got = dray_kv_seq_attach(pc->kv, seq, best->n_tok, rows) ? 0 : best->n_tok;
-    free(tab);
-    if (got) {
-        touch_path(pc, best);
-        pc->st.hit_tokens += got;
-    }
-    return got;
+    touch_path(pc, best);
+    pc->st.hit_tokens += best->n_tok;
+    return best->n_tok;
 }
 
 void dray_pcache_get_stats(const struct dray_pcache *pc, struct dray_pcache_stats *st)

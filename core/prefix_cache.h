@@ -20,8 +20,13 @@
  *
  * Memory. Every block the cache holds is one reference (kv.h); blocks in use by
  * running sequences are shared, never copied. When the KV pool runs short, the
- * KV manager asks the cache to let go: checkpoints (window pressure) or leaf
- * entries (global pressure), least recently used first.
+ * KV manager asks the cache to let go, least recently used first: checkpoints
+ * (window pressure) or entries' global blocks (global pressure) that only the
+ * cache holds move to the host tier: downloaded through the plugin in kv.h's
+ * vendor-neutral layout, up to host_bytes. A hit on a spilled prefix uploads it
+ * into fresh device blocks first. What the host tier cannot take is dropped;
+ * the host tier itself evicts oldest first (an entry only from a leaf, so every
+ * cached prefix stays reachable from the root).
  *
  * Not thread-safe: the scheduler's loop thread owns it, as it owns the KV.
  */
@@ -39,10 +44,13 @@ struct dray_pcache_stats {
     uint64_t entries, checkpoints;               /* live now */
     uint64_t blocks;                             /* block references held now */
     uint64_t evictions;                          /* entries and checkpoints dropped */
+    uint64_t host_bytes;                         /* host tier: bytes held now */
+    uint64_t spills, restores;                   /* device -> host, host -> device moves */
 };
 
-/* Registers itself as the KV manager's reclaim callback. */
-int dray_pcache_create(struct dray_kv *kv, struct dray_pcache **out);
+/* Registers itself as the KV manager's reclaim callback. host_bytes: the host
+ * tier's budget (0 = no host tier: what the device cannot keep is dropped). */
+int dray_pcache_create(struct dray_kv *kv, uint64_t host_bytes, struct dray_pcache **out);
 /* Drops every reference it holds. */
 void dray_pcache_free(struct dray_pcache *pc);
 

@@ -404,6 +404,9 @@ static void note_kv_usage(struct dray_sched *s)
         s->st.cache_checkpoints = c.checkpoints;
         s->st.cache_blocks = c.blocks;
         s->st.cache_evictions = c.evictions;
+        s->st.cache_host_bytes = c.host_bytes;
+        s->st.cache_spills = c.spills;
+        s->st.cache_restores = c.restores;
     }
 }
 
@@ -479,7 +482,7 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
         return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: out of memory for %u sequences",
                          e->info.max_seqs);
     }
-    if (e->cfg.prefix_cache && dray_pcache_create(e->kv, &s->pc)) {
+    if (e->cfg.prefix_cache && dray_pcache_create(e->kv, e->cfg.host_cache, &s->pc)) {
         sched_free(s);
         return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: out of memory for the prefix cache");
     }

@@ -434,6 +434,13 @@ int dray_tokenizer_type(const struct dray_tokenizer *t, int32_t id)
     return id >= 0 && (uint32_t)id < t->n_vocab ? t->type[id] : 0;
 }
 
+uint32_t dray_tokenizer_max_token_bytes(const struct dray_tokenizer *t)
+{
+    /* a token covers at most its text's bytes ("▁" stands for one space, "<0x0A>"
+     * for one byte); an unknown character is emitted for at most 4 bytes */
+    return t->max_len > 4 ? t->max_len : 4;
+}
+
 size_t dray_tokenizer_max_piece(const struct dray_tokenizer *t)
 {
     /* held-back bytes + the piece, every byte possibly becoming a 3-byte U+FFFD */
@@ -468,99 +475,143 @@ static int push_id(void *o, int32_t id)
 
 /* ---------------------------------------------------------------- special partition */
 
-struct occ {
-    uint32_t rank, pos;
-};
+/* llama.cpp's order: candidates by rank (longest text first, ties lower id), each
+ * candidate's occurrences left to right; an occurrence is taken when its whole span
+ * is still raw text.
+ *
+ * Done without a list of all occurrences, which cost ~500 bytes per input byte on
+ * runs of "\n" (Gemma has tokens for 1..31 of them; issue 18). Each raw position
+ * waits in the bucket of its longest remaining match, buckets are visited in rank
+ * order and positions in a bucket in ascending order, which is exactly the (rank,
+ * position) order. A match blocked by a span taken to its right sends the position
+ * on to its next shorter match: a later bucket, since shorter means a larger rank.
+ * Memory: a 4-byte link and a 1-byte state per input byte, 2 words per candidate. */
 
-/* Order occurrences by (rank, pos). They arrive in position order, so a stable
- * counting sort on rank does it in O(n + n_spec); a comparison sort was half of
- * the tokenizing time on whitespace-heavy text. */
-static int sort_occ(const struct dray_tokenizer *t, struct occ **v, size_t n)
-{
-    uint32_t *start = calloc((size_t)t->n_spec + 1, sizeof(*start));
-    struct occ *out = malloc(sizeof(*out) * n);
-    if (!start || !out) {
-        free(start);
-        free(out);
-        return DRAY_ENOMEM;
-    }
-    for (size_t i = 0; i < n; i++)
-        start[(*v)[i].rank + 1]++;
-    for (uint32_t r = 0; r < t->n_spec; r++)
-        start[r + 1] += start[r];
-    for (size_t i = 0; i < n; i++)
-        out[start[(*v)[i].rank]++] = (*v)[i];
-    free(start);
-    free(*v);
-    *v = out;
-    return 0;
-}
+#define NO_POS UINT32_MAX
+
+enum { SP_RAW = 0, SP_START, SP_INSIDE };
+
+struct part {
+    uint8_t *state;  /* [n]: SP_RAW, SP_START (a taken token starts here), SP_INSIDE */
+    uint32_t *link;  /* [n]: next position in the same bucket while waiting; at an
+                      * SP_START position, once partitioned, the token id */
+    uint32_t *head, *tail; /* [n_spec]: first and last waiting position, NO_POS if none */
+    uint8_t *unsorted;     /* [n_spec]: a position joined behind a larger one */
+};
 
 static bool spec_allowed(const struct dray_tokenizer *t, int32_t id, bool parse_special)
 {
     return parse_special || t->type[id] == DRAY_TOKEN_USER_DEFINED;
 }
 
-/* All occurrences of candidate texts in s, found by walking the prefix table. */
-static int find_occurrences(const struct dray_tokenizer *t, const char *s, uint32_t n,
-                            bool parse_special, struct occ **out, size_t *n_out)
+/* Longest allowed candidate matching s[p..] that is shorter than below bytes; -1 if none. */
+static int32_t longest_match(const struct dray_tokenizer *t, const char *s, uint32_t n,
+                             uint32_t p, uint32_t below, bool parse_special)
 {
-    struct occ *v = NULL;
-    size_t cnt = 0, cap = 0;
-    for (uint32_t p = 0; p < n && t->n_spec; p++) {
-        uint64_t h = FNV_INIT;
-        for (uint32_t l = 1; l <= t->spec_max_len && p + l <= n; l++) {
-            h = fnv_step(h, (uint8_t)s[p + l - 1]);
-            const struct prefix *e = pre_slot(t, h, s + p, l);
-            if (e->src < 0)
-                break;
-            if (e->full < 0 || !spec_allowed(t, e->full, parse_special))
-                continue;
-            if (cnt == cap) {
-                cap = cap ? cap * 2 : 64;
-                struct occ *nv = realloc(v, cap * sizeof(*nv));
-                if (!nv) {
-                    free(v);
-                    return DRAY_ENOMEM;
-                }
-                v = nv;
-            }
-            v[cnt++] = (struct occ){t->rank[e->full], p};
-        }
+    uint64_t h = FNV_INIT;
+    int32_t best = -1;
+    for (uint32_t l = 1; l < below && l <= t->spec_max_len && p + l <= n; l++) {
+        h = fnv_step(h, (uint8_t)s[p + l - 1]);
+        const struct prefix *e = pre_slot(t, h, s + p, l);
+        if (e->src < 0)
+            break;
+        if (e->full >= 0 && spec_allowed(t, e->full, parse_special))
+            best = e->full;
     }
-    *out = v;
-    *n_out = cnt;
-    return 0;
+    return best;
 }
 
-/* mark[p] = id + 1 where an accepted special token starts, -1 inside one, 0 for
- * raw text. Longest candidates first; an occurrence is taken when its whole span
- * is still raw text, which is exactly llama.cpp's repeated find within the
- * remaining raw fragments. */
-static int partition(const struct dray_tokenizer *t, const char *s, uint32_t n, bool parse_special,
-                     int32_t *mark)
+static void bucket_add(struct part *pt, uint32_t r, uint32_t p)
 {
-    struct occ *occ = NULL;
-    size_t n_occ;
-    int rc = find_occurrences(t, s, n, parse_special, &occ, &n_occ);
-    if (!rc && n_occ)
-        rc = sort_occ(t, &occ, n_occ);
-    if (rc) {
-        free(occ);
-        return rc;
+    pt->link[p] = NO_POS;
+    if (pt->tail[r] == NO_POS)
+        pt->head[r] = p;
+    else
+        pt->link[pt->tail[r]] = p;
+    if (pt->tail[r] != NO_POS && pt->tail[r] > p)
+        pt->unsorted[r] = 1;
+    pt->tail[r] = p;
+}
+
+/* Merge sort of a bucket's list by position (links in pt->link); returns the new head. */
+static uint32_t sort_list(uint32_t *link, uint32_t h, uint32_t len)
+{
+    if (len < 2)
+        return h;
+    uint32_t mid = h, a, b, out = NO_POS, *at = &out;
+    for (uint32_t i = 1; i < len / 2; i++)
+        mid = link[mid];
+    b = link[mid];
+    link[mid] = NO_POS;
+    a = sort_list(link, h, len / 2);
+    b = sort_list(link, b, len - len / 2);
+    while (a != NO_POS && b != NO_POS) {
+        uint32_t *from = a < b ? &a : &b;
+        *at = *from;
+        at = &link[*from];
+        *from = link[*from];
     }
-    for (size_t k = 0; k < n_occ; k++) {
-        int32_t id = t->spec[occ[k].rank];
-        uint32_t p = occ[k].pos, len = t->off[id + 1] - t->off[id], i;
-        for (i = 0; i < len && mark[p + i] == 0; i++)
-            ;
-        if (i < len)
-            continue;
-        mark[p] = id + 1;
-        for (i = 1; i < len; i++)
-            mark[p + i] = -1;
+    *at = a != NO_POS ? a : b;
+    return out;
+}
+
+static void sort_bucket(struct part *pt, uint32_t r)
+{
+    uint32_t len = 0, p;
+    for (p = pt->head[r]; p != NO_POS; p = pt->link[p])
+        len++;
+    pt->head[r] = sort_list(pt->link, pt->head[r], len);
+    for (p = pt->head[r]; pt->link[p] != NO_POS; p = pt->link[p])
+        ;
+    pt->tail[r] = p;
+    pt->unsorted[r] = 0;
+}
+
+/* Candidate id at position p: take its span if still raw, else wait for a shorter one. */
+static void try_take(const struct dray_tokenizer *t, const char *s, uint32_t n, bool parse_special,
+                     struct part *pt, uint32_t p, int32_t id)
+{
+    uint32_t len = t->off[id + 1] - t->off[id], i;
+    for (i = 0; i < len && pt->state[p + i] == SP_RAW; i++)
+        ;
+    if (i == len) {
+        pt->state[p] = SP_START;
+        pt->link[p] = (uint32_t)id; /* p has left its bucket */
+        memset(pt->state + p + 1, SP_INSIDE, len - 1);
+        return;
     }
-    free(occ);
+    int32_t next = longest_match(t, s, n, p, len, parse_special);
+    if (next >= 0)
+        bucket_add(pt, t->rank[next], p);
+}
+
+/* Fills pt->state and, at SP_START positions, pt->link with the token id. */
+static int partition(const struct dray_tokenizer *t, const char *s, uint32_t n, bool parse_special,
+                     struct part *pt)
+{
+    size_t nb = t->n_spec ? t->n_spec : 1;
+    pt->head = malloc(nb * sizeof(*pt->head));
+    pt->tail = malloc(nb * sizeof(*pt->tail));
+    pt->unsorted = calloc(nb, 1);
+    if (!pt->head || !pt->tail || !pt->unsorted)
+        return DRAY_ENOMEM;
+    memset(pt->head, 0xff, nb * sizeof(*pt->head)); /* NO_POS */
+    memset(pt->tail, 0xff, nb * sizeof(*pt->tail));
+    for (uint32_t p = 0; p < n && t->n_spec; p++) {
+        int32_t id = longest_match(t, s, n, p, UINT32_MAX, parse_special);
+        if (id >= 0)
+            bucket_add(pt, t->rank[id], p);
+    }
+    for (uint32_t r = 0; r < t->n_spec; r++) {
+        if (pt->unsorted[r])
+            sort_bucket(pt, r);
+        /* try_take may append to later buckets only, never to this one */
+        for (uint32_t p = pt->head[r], nx; p != NO_POS; p = nx) {
+            nx = pt->link[p];
+            if (pt->state[p] == SP_RAW)
+                try_take(t, s, n, parse_special, pt, p, t->spec[r]);
+        }
+    }
     return 0;
 }
 
@@ -718,14 +769,25 @@ static uint32_t escape(const char *s, uint32_t n, bool space_prefix, char *buf)
     return k;
 }
 
+/* Bytes in the longest run of raw (unpartitioned) text. */
+static uint32_t longest_raw(const struct part *pt, uint32_t n)
+{
+    uint32_t best = 0, run = 0;
+    for (uint32_t p = 0; p < n; p++) {
+        run = pt->state[p] == SP_RAW ? run + 1 : 0;
+        best = run > best ? run : best;
+    }
+    return best;
+}
+
 static int tokenize_marked(const struct dray_tokenizer *t, const char *s, uint32_t n,
-                           const int32_t *mark, char *buf, struct ids *o)
+                           const struct part *pt, char *buf, struct ids *o)
 {
     bool prev_special = true; /* the text start counts as "after a special token" */
     uint32_t p = 0;
     while (p < n) {
-        if (mark[p] > 0) {
-            int32_t id = mark[p] - 1;
+        if (pt->state[p] == SP_START) {
+            int32_t id = (int32_t)pt->link[p];
             int rc = ids_push(o, id);
             if (rc)
                 return rc;
@@ -734,7 +796,7 @@ static int tokenize_marked(const struct dray_tokenizer *t, const char *s, uint32
             continue;
         }
         uint32_t e = p;
-        while (e < n && mark[e] == 0)
+        while (e < n && pt->state[e] == SP_RAW)
             e++;
         if (t->bpe) {
             int rc = dray_bpe_encode(t->bpe, s + p, e - p, push_id, o);
@@ -757,7 +819,7 @@ int dray_tokenize(const struct dray_tokenizer *t, const char *text, size_t len, 
                   bool parse_special, int32_t **ids, size_t *n_ids)
 {
     struct ids o = {0};
-    int32_t *mark = NULL;
+    struct part pt = {0};
     char *buf = NULL;
     int rc = 0;
     if (!t || !ids || !n_ids || (!text && len))
@@ -767,18 +829,22 @@ int dray_tokenize(const struct dray_tokenizer *t, const char *text, size_t len, 
     if (len > MAX_TEXT_BYTES)
         return DRAY_ERANGE;
     uint32_t n = (uint32_t)len;
-    mark = calloc((size_t)n + 1, sizeof(*mark));
-    buf = malloc((size_t)n * 3 + 4);
-    if (!mark || !buf) {
+    /* 5 bytes per input byte: the partition's state and links */
+    pt.state = calloc((size_t)n + 1, 1);
+    pt.link = malloc(((size_t)n + 1) * sizeof(*pt.link));
+    if (!pt.state || !pt.link) {
         rc = DRAY_ENOMEM;
         goto out;
     }
     if (add_bos && t->add_bos && t->bos >= 0)
         rc = ids_push(&o, t->bos);
     if (!rc)
-        rc = partition(t, text, n, parse_special, mark);
+        rc = partition(t, text, n, parse_special, &pt);
+    /* the escape buffer holds the longest raw fragment ("▁" is 3 bytes, plus a prefix) */
+    if (!rc && !(buf = malloc((size_t)longest_raw(&pt, n) * 3 + 4)))
+        rc = DRAY_ENOMEM;
     if (!rc)
-        rc = tokenize_marked(t, text, n, mark, buf, &o);
+        rc = tokenize_marked(t, text, n, &pt, buf, &o);
     if (!rc && add_bos && t->add_eos && t->eos >= 0)
         rc = ids_push(&o, t->eos);
     if (!rc && !o.v) { /* a non-NULL result even when empty */
@@ -786,7 +852,11 @@ int dray_tokenize(const struct dray_tokenizer *t, const char *text, size_t len, 
         o.n = 0;
     }
 out:
-    free(mark);
+    free(pt.state);
+    free(pt.link);
+    free(pt.head);
+    free(pt.tail);
+    free(pt.unsorted);
     free(buf);
     if (rc) {
         free(o.v);

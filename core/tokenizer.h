@@ -15,6 +15,8 @@
  *     the merge is a vocabulary token; a final symbol that is not a token is
  *     emitted as byte tokens "<0xXX>" (or the 1-byte token, or unknown_token_id).
  * No Unicode normalization is applied. */
+/* The calls a tool needs without an engine (load, tokenize, token text,
+ * detokenize) are public in dray/tokenizer.h; the rest is core's. */
 #ifndef DRAY_CORE_TOKENIZER_H
 #define DRAY_CORE_TOKENIZER_H
 
@@ -22,8 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct dray_gguf;
-struct dray_tokenizer;
+#include "dray/tokenizer.h"
 
 /* GGUF token types (tokenizer.ggml.token_type). */
 enum dray_token_type {
@@ -35,23 +36,6 @@ enum dray_token_type {
     DRAY_TOKEN_BYTE = 6,
 };
 
-/* Build a tokenizer from g's metadata. Everything needed is copied: g may be
- * closed afterwards. On failure *out is NULL and err names the key and problem
- * (DRAY_ENOTSUP for an unsupported tokenizer.ggml.model, DRAY_EFORMAT for
- * malformed arrays or ids out of range, DRAY_ENOTFOUND for missing tokens). */
-int dray_tokenizer_load(const struct dray_gguf *g, struct dray_tokenizer **out, char *err,
-                        size_t errlen);
-void dray_tokenizer_free(struct dray_tokenizer *t);
-
-/* Tokenize text[0..len) (any bytes; ill-formed UTF-8 goes through byte fallback).
- * add_bos: prepend BOS if the metadata says tokenizer.ggml.add_bos_token (default
- * true for "llama"); likewise EOS if add_eos_token. parse_special: match CONTROL and
- * UNKNOWN token texts such as "<start_of_turn>" (USER_DEFINED ones always match).
- * *ids is malloc'd (non-NULL even when *n_ids == 0); the caller frees it.
- * Returns 0, DRAY_EINVAL, DRAY_ENOMEM or DRAY_ERANGE (more than INT32_MAX bytes). */
-int dray_tokenize(const struct dray_tokenizer *t, const char *text, size_t len, bool add_bos,
-                  bool parse_special, int32_t **ids, size_t *n_ids);
-
 uint32_t dray_tokenizer_n_vocab(const struct dray_tokenizer *t);
 int32_t dray_tokenizer_bos(const struct dray_tokenizer *t); /* -1 if none */
 int32_t dray_tokenizer_eos(const struct dray_tokenizer *t); /* -1 if none */
@@ -61,9 +45,6 @@ int32_t dray_tokenizer_eot(const struct dray_tokenizer *t);
  * heuristics such as "</s>" are deliberately not used: in Gemma 3 "</s>" is a
  * user-defined HTML strike-through tag, id 212, not an end marker.) */
 bool dray_tokenizer_is_eog(const struct dray_tokenizer *t, int32_t id);
-/* Raw token text as stored (with "▁", "<0x41>", "<bos>"), NOT NUL-terminated;
- * NULL (and *len 0) for an id out of range. len may be NULL. */
-const char *dray_tokenizer_text(const struct dray_tokenizer *t, int32_t id, size_t *len);
 /* Token type (enum dray_token_type), 0 for an id out of range. */
 int dray_tokenizer_type(const struct dray_tokenizer *t, int32_t id);
 /* Id of exactly this token text, or -1. */
@@ -93,12 +74,10 @@ size_t dray_detok_push(struct dray_detok *d, const struct dray_tokenizer *t, int
 /* End of stream: an incomplete held-back character becomes U+FFFD. Needs at most
  * 3 bytes (same return contract as push). */
 size_t dray_detok_flush(struct dray_detok *d, char *out, size_t cap);
+/* Most input bytes one token can stand for: a text longer than n tokens times this
+ * cannot fit in n tokens, so callers can refuse it before tokenizing. */
+uint32_t dray_tokenizer_max_token_bytes(const struct dray_tokenizer *t);
 /* Upper bound of one push's output for this vocabulary. */
 size_t dray_tokenizer_max_piece(const struct dray_tokenizer *t);
-
-/* Convenience: detokenize a whole sequence into a malloc'd NUL-terminated string
- * (*len without the NUL). Returns 0 or DRAY_ENOMEM. */
-int dray_detokenize(const struct dray_tokenizer *t, const int32_t *ids, size_t n, char **text,
-                    size_t *len);
 
 #endif

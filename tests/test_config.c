@@ -84,6 +84,13 @@ static void test_config_defaults_are_the_documented_ones(void **state)
     assert_string_equal(c.host, "127.0.0.1");
     assert_int_equal(c.port, 8080);
     assert_int_equal(c.replicas, 1);
+    assert_string_equal(c.api_key, "");
+    assert_int_equal(c.max_body, 1u << 20);
+    assert_int_equal(c.max_queue, 64);
+    assert_int_equal(c.max_messages, 256);
+    assert_int_equal(c.max_prompt_tokens, 0);
+    assert_int_equal(c.max_completion_tokens, 4096);
+    assert_int_equal(c.shutdown_grace, 10);
     assert_int_equal(c.log_level, DRAY_LOG_WARN);
 }
 
@@ -145,6 +152,50 @@ static void test_config_loads_sections(void **state)
     assert_int_equal(c.max_tokens, 64);
     assert_string_equal(c.host, "0.0.0.0");
     assert_int_equal(c.replicas, 2);
+}
+
+static void test_config_loads_server_limits(void **state)
+{
+    (void)state;
+    struct dray_config c;
+    char err[512];
+    int rc = load_text("server:\n  api_key: s3cret\n  max_body: 64KiB\n  max_queue: 3\n"
+                       "  max_messages: 10\n  max_prompt_tokens: 500\n  max_completion_tokens: 20\n"
+                       "  shutdown_grace: 0\n",
+                       &c, err, sizeof(err));
+    if (rc)
+        fail_msg("%s", err);
+    assert_string_equal(c.api_key, "s3cret");
+    assert_int_equal(c.max_body, 65536);
+    assert_int_equal(c.max_queue, 3);
+    assert_int_equal(c.max_messages, 10);
+    assert_int_equal(c.max_prompt_tokens, 500);
+    assert_int_equal(c.max_completion_tokens, 20);
+    assert_int_equal(c.shutdown_grace, 0);
+    assert_load_error("server:\n  max_body: 100\n", 2,
+                      "key 'server.max_body': expected a size of at least 1024 bytes");
+    assert_load_error("max_queue: 0\n", 1, "key 'max_queue': expected an integer 1..65536, got '0'");
+    assert_load_error("max_completion_tokens: 0\n", 1, "expected an integer 1..16777216, got '0'");
+}
+
+static void test_config_print_hides_api_key(void **state)
+{
+    (void)state;
+    struct dray_config c;
+    char err[512];
+    dray_config_defaults(&c);
+    assert_int_equal(dray_config_set(&c, "api_key", "do-not-print-me", err, sizeof(err)), 0);
+    const char *path = dray_test_path("secret.yaml");
+    FILE *f = fopen(path, "w+");
+    assert_non_null(f);
+    dray_config_print(&c, f);
+    rewind(f);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_null(strstr(text, "do-not-print-me"));
+    assert_contains(text, "\n  api_key: \"\"  # set, not shown");
 }
 
 static void test_config_sizes_accept_units(void **state)
@@ -332,6 +383,8 @@ static void test_config_print_reads_back_identically(void **state)
         {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
         {"top_p", "0.9"}, {"min_p", "0.123456"}, {"seed", "42"}, {"log_level", "info"},
         {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"}, {"chat_template", "gemma"},
+        {"max_body", "2MiB"}, {"max_queue", "5"}, {"max_messages", "9"}, {"max_prompt_tokens", "77"},
+        {"max_completion_tokens", "33"}, {"shutdown_grace", "4"},
     };
     for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
         if (dray_config_set(&c, sets[i][0], sets[i][1], err, sizeof(err)))
@@ -358,7 +411,7 @@ static void test_config_print_shows_units_and_short_floats(void **state)
     assert_non_null(f);
     dray_config_print(&c, f);
     rewind(f);
-    char text[4096];
+    char text[8192];
     size_t n = fread(text, 1, sizeof(text) - 1, f);
     text[n] = '\0';
     fclose(f);
@@ -375,6 +428,8 @@ int main(void)
         cmocka_unit_test(test_config_defaults_are_the_documented_ones),
         cmocka_unit_test(test_config_loads_flat_keys),
         cmocka_unit_test(test_config_loads_sections),
+        cmocka_unit_test(test_config_loads_server_limits),
+        cmocka_unit_test(test_config_print_hides_api_key),
         cmocka_unit_test(test_config_sizes_accept_units),
         cmocka_unit_test(test_config_set_accepts_flat_and_dotted_names),
         cmocka_unit_test(test_config_rejects_unknown_key_with_suggestion),

@@ -179,10 +179,72 @@ static void test_wrapped_tensor_size_is_refused(void **state)
     expect_error(&r, "output_norm.weight", "4611686018427387912");
 }
 
+/* ------------------------------------------------------------ issue 18: prompt bytes */
+
+/* A prompt that cannot fit in the context even at the longest token is refused before
+ * tokenizing (which costs memory in proportion to its bytes). The tiny model has a
+ * 256-token context and 15-byte longest token. */
+static void test_prompt_longer_than_context_refused_before_tokenizing(void **state)
+{
+    (void)state;
+    const char *model = tiny_model(), *prompt = dray_test_path("newlines.txt");
+    size_t n = 1 << 20;
+    char *text = malloc(n);
+    assert_non_null(text);
+    memset(text, '\n', n);
+    assert_int_equal(dray_test_write_file(prompt, text, n), 0);
+    free(text);
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-f", prompt, "-n", "1", NULL});
+    expect_error(&r, "the prompt is 1048576 bytes", "context of 256 tokens");
+}
+
+/* ------------------------------------------------------------ issue 14.2: hangs */
+
+/* open() of a FIFO without a writer blocks; the model and the config must be refused
+ * as not regular files instead (the deadline turns a hang into a failure). */
+static void test_fifo_model_or_config_refused_without_blocking(void **state)
+{
+    (void)state;
+    const char *fifo = dray_test_path("fifo");
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    struct result r;
+    run_dray(&r, 20, (const char *[]){"run", "-m", fifo, "-p", "hi", NULL});
+    expect_error(&r, fifo, "not a regular file");
+    run_dray(&r, 20, (const char *[]){"info", fifo, NULL});
+    expect_error(&r, fifo, "not a regular file");
+    run_dray(&r, 20, (const char *[]){"run", "--config", fifo, "-p", "hi", NULL});
+    expect_error(&r, fifo, "not a regular file");
+}
+
+/* libyaml's loader takes time quadratic in the nesting depth: 100k levels of flow
+ * sequences ran for minutes. The depth is refused first. */
+static void test_deeply_nested_config_refused_quickly(void **state)
+{
+    (void)state;
+    const char *path = dray_test_path("deep.yaml");
+    size_t depth = 100000, n = 9 + 2 * depth + 1;
+    char *y = malloc(n + 1);
+    assert_non_null(y);
+    memcpy(y, "threads: ", 9);
+    memset(y + 9, '[', depth);
+    memset(y + 9 + depth, ']', depth);
+    y[n - 1] = '\n';
+    assert_int_equal(dray_test_write_file(path, y, n), 0);
+    free(y);
+    struct result r;
+    run_dray(&r, 20, (const char *[]){"config", "--config", path, NULL});
+    expect_error(&r, path, "nesting deeper than 32 levels");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrapped_tensor_size_is_refused),
+        cmocka_unit_test(test_prompt_longer_than_context_refused_before_tokenizing),
+        cmocka_unit_test(test_fifo_model_or_config_refused_without_blocking),
+        cmocka_unit_test(test_deeply_nested_config_refused_quickly),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,7 +22,8 @@
 struct opts {
     uint32_t max_seqs, chunk;
     uint64_t kv_budget;
-    bool no_cache;
+    uint64_t host_cache;  /* 0: the default (1 GiB) */
+    bool no_host, no_cache;
     const char *kv_dtype; /* NULL: the default (int8) */
 };
 
@@ -46,6 +47,8 @@ static struct dray_engine *open_with(const struct opts *o)
     c.threads = 2;
     c.kv_budget = o->kv_budget;
     c.prefix_cache = !o->no_cache;
+    if (o->host_cache || o->no_host)
+        c.host_cache = o->host_cache;
     if (o->kv_dtype)
         assert_int_equal(dray_config_set(&c, "kv_dtype", o->kv_dtype, err, sizeof(err)), 0);
     struct dray_engine *e = NULL;
@@ -445,6 +448,58 @@ static void test_cache_tenants_are_isolated(void **state)
     dray_engine_close(e);
 }
 
+/* A KV pool that holds little more than the running sequences: other requests
+ * push turn 1's blocks out of the device. With a host tier they are spilled
+ * there and restored for turn 2 (same tokens as a cold run); without one they
+ * are gone. */
+static void host_tier_case(bool host, struct dray_sched_stats *st, uint32_t *cached)
+{
+    struct dray_engine *probe = open_tiny(4, 16, 0);
+    const struct dray_engine_info *in = dray_engine_get_info(probe);
+    uint64_t budget = 4 * in->kv_bytes_per_seq_fixed + in->kv_bytes_per_token * 128;
+    dray_engine_close(probe);
+    struct opts o = {.max_seqs = 4, .chunk = 16, .kv_budget = budget, .no_host = !host};
+    struct dray_engine *e = open_with(&o);
+    char err[512];
+    int32_t t1[64], t2[128];
+    size_t n1 = prompt_for(3, t1);
+    struct collected reply, cold, got;
+    struct dray_request *r[N_REQ];
+    run_alone(e, t1, n1, 20, &reply);
+    size_t n2 = second_turn(t1, n1, &reply, t2);
+    run_alone(e, t2, n2, 16, &cold);
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    run_one(s, t1, n1, 20, NULL, &got);
+    submit_all(s, r, 40); /* the pressure */
+    for (int k = 0; k < N_REQ; k++) {
+        drain_request(r[k], &got);
+        dray_request_free(r[k]);
+    }
+    struct dray_request_output b = run_one(s, t2, n2, 16, NULL, &got);
+    assert_int_equal(got.n, cold.n);
+    assert_memory_equal(got.ids, cold.ids, cold.n * sizeof(int32_t));
+    *cached = b.n_cached;
+    dray_sched_get_stats(s, st);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+static void test_cache_host_tier_spills_and_restores(void **state)
+{
+    (void)state;
+    struct dray_sched_stats st;
+    uint32_t cached;
+    host_tier_case(true, &st, &cached);
+    assert_true(st.cache_spills > 0);
+    assert_true(st.cache_restores > 0);
+    assert_true(cached >= 40); /* turn 1 (about 50 tokens) came back from the host */
+    host_tier_case(false, &st, &cached);
+    assert_int_equal(st.cache_spills, 0);
+    assert_int_equal(st.cache_host_bytes, 0);
+    assert_true(cached < 40);
+}
+
 /* prefix_cache: false: nothing is kept, nothing is reused. */
 static void test_cache_off_reuses_nothing(void **state)
 {
@@ -479,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_cache_hit_gives_the_cold_tokens_f16_kv),
         cmocka_unit_test(test_cache_tenants_are_isolated),
         cmocka_unit_test(test_cache_off_reuses_nothing),
+        cmocka_unit_test(test_cache_host_tier_spills_and_restores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

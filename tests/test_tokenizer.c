@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -290,6 +292,168 @@ static void test_tokenizer_special_partition_longest_token_first(void **state)
     /* "xa" starts first, but the longer "abc!" is cut out first (llama.cpp order) */
     expect_ids(t, "xabc!", false, false, IDS(T_X, T_ABC_BANG));
     expect_ids(t, "xab", false, false, IDS(T_XA, T_B));
+    dray_tokenizer_free(t);
+}
+
+/* A tokenizer whose vocabulary is exactly texts[0..n), all USER_DEFINED, so every
+ * byte of a text over their alphabet ends up in the special partition. */
+static struct dray_tokenizer *all_user_defined(const char *const *texts, uint32_t n)
+{
+    float *scores = calloc(n, sizeof(float));
+    int32_t *types = malloc(n * sizeof(int32_t));
+    assert_true(scores && types);
+    for (uint32_t i = 0; i < n; i++)
+        types[i] = 4;
+    struct dray_gguf_writer *w = dray_gguf_writer_new();
+    dray_gguf_add_str(w, "tokenizer.ggml.model", "llama");
+    dray_gguf_add_arr_str(w, "tokenizer.ggml.tokens", texts, n);
+    dray_gguf_add_arr(w, "tokenizer.ggml.scores", DRAY_GGUF_FLOAT32, scores, n);
+    dray_gguf_add_arr(w, "tokenizer.ggml.token_type", DRAY_GGUF_INT32, types, n);
+    dray_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", false);
+    dray_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    void *mem;
+    size_t size;
+    char err[256] = "";
+    struct dray_gguf *g;
+    struct dray_tokenizer *t = NULL;
+    assert_int_equal(dray_gguf_writer_to_mem(w, &mem, &size), 0);
+    dray_gguf_writer_free(w);
+    assert_int_equal(dray_gguf_open_mem(mem, size, "udef.gguf", &g, err, sizeof(err)), 0);
+    int rc = dray_tokenizer_load(g, &t, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "load: %s\n", err);
+    assert_int_equal(rc, 0);
+    dray_gguf_close(g);
+    free(mem);
+    free(scores);
+    free(types);
+    return t;
+}
+
+/* llama.cpp's partition written the obvious way: candidates longest first (ties
+ * lower id), each one's occurrences left to right, taken where the span is still
+ * raw. out[k] = ids in text order; returns their count. */
+static size_t reference_partition(const char *const *texts, uint32_t n_tok, const char *s,
+                                  int32_t *out)
+{
+    size_t n = strlen(s), cnt = 0;
+    int32_t mark[128]; /* id + 1 at a token start, -1 inside, 0 raw */
+    memset(mark, 0, sizeof(mark));
+    for (size_t len = 8; len >= 1; len--)
+        for (uint32_t id = 0; id < n_tok; id++) {
+            if (strlen(texts[id]) != len)
+                continue;
+            for (size_t p = 0; p + len <= n; p++) {
+                size_t i = 0;
+                while (i < len && mark[p + i] == 0 && s[p + i] == texts[id][i])
+                    i++;
+                if (i < len)
+                    continue;
+                mark[p] = (int32_t)id + 1;
+                for (i = 1; i < len; i++)
+                    mark[p + i] = -1;
+                p += len - 1;
+            }
+        }
+    for (size_t p = 0; p < n; p++)
+        if (mark[p] > 0)
+            out[cnt++] = mark[p] - 1;
+    return cnt;
+}
+
+/* The bucketed partition (issue 18) against the obvious one on random texts over
+ * "abc" with random overlapping candidates, so blocked matches, moves to shorter
+ * matches and out-of-order buckets all happen. */
+static void test_tokenizer_partition_matches_reference(void **state)
+{
+    (void)state;
+    dray_test_seed(18);
+    for (int round = 0; round < 40; round++) {
+        char pool[24][9];
+        const char *texts[24] = {"a", "b", "c"};
+        uint32_t n_tok = 3;
+        while (n_tok < 24) {
+            uint32_t len = 2 + dray_test_rand() % 4, i;
+            for (i = 0; i < len; i++)
+                pool[n_tok][i] = (char)('a' + dray_test_rand() % 3);
+            pool[n_tok][len] = 0;
+            for (i = 0; i < n_tok && strcmp(texts[i], pool[n_tok]); i++)
+                ;
+            if (i == n_tok) { /* texts are unique in a vocabulary */
+                texts[n_tok] = pool[n_tok];
+                n_tok++;
+            }
+        }
+        struct dray_tokenizer *t = all_user_defined(texts, n_tok);
+        for (int k = 0; k < 50; k++) {
+            char s[100];
+            size_t n = 1 + dray_test_rand() % 90, n_ids, n_ref;
+            for (size_t i = 0; i < n; i++)
+                s[i] = (char)('a' + dray_test_rand() % 3);
+            s[n] = 0;
+            int32_t *ids, ref[100];
+            n_ref = reference_partition(texts, n_tok, s, ref);
+            assert_int_equal(dray_tokenize(t, s, n, false, false, &ids, &n_ids), 0);
+            assert_int_equal(n_ids, n_ref);
+            for (size_t i = 0; i < n_ids; i++)
+                if (ids[i] != ref[i]) {
+                    fprintf(stderr, "text %s: id %zu is %d, expected %d\n", s, i, ids[i], ref[i]);
+                    fail();
+                }
+            free(ids);
+        }
+        dray_tokenizer_free(t);
+    }
+}
+
+/* Resident set now, KiB (ru_maxrss's unit). */
+static long rss_now_kib(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+            resident = 0;
+        fclose(f);
+    }
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Issue 18: Gemma 3's user-defined runs of 1..31 "\n" and "\t" made the partition
+ * record every match at every byte; 8 MiB of "\n" needed 4 GB. Peak growth is
+ * measured from the resident set just before (the peak so far can only make the
+ * figure larger, never hide growth). Runs first, while the process is small. */
+static void test_tokenizer_newline_runs_use_bounded_memory(void **state)
+{
+    (void)state;
+    static char runs[62][32];
+    const char *texts[62];
+    for (int i = 0; i < 31; i++) {
+        memset(runs[i], '\n', (size_t)i + 1);
+        memset(runs[31 + i], '\t', (size_t)i + 1);
+        texts[i] = runs[i];
+        texts[31 + i] = runs[31 + i];
+    }
+    struct dray_tokenizer *t = all_user_defined(texts, 62);
+    size_t n = (size_t)8 << 20, n_ids;
+    char *s = malloc(n);
+    assert_non_null(s);
+    memset(s, '\n', n);
+    int32_t *ids;
+    struct rusage ru;
+    long before = rss_now_kib();
+    assert_int_equal(dray_tokenize(t, s, n, false, false, &ids, &n_ids), 0);
+    assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+    long grew_kib = ru.ru_maxrss - before;
+    print_message("8 MiB of \\n: %zu ids, peak RSS growth %.1f MiB\n", n_ids, grew_kib / 1024.0);
+    assert_true(before > 0);
+    assert_true(grew_kib < 64 * 1000); /* 64 MB */
+    /* greedy runs of 31, then the rest */
+    assert_int_equal(n_ids, n / 31 + (n % 31 != 0));
+    assert_int_equal(ids[0], 30);
+    assert_int_equal(ids[n_ids - 1], (int32_t)(n % 31) - 1);
+    free(ids);
+    free(s);
     dray_tokenizer_free(t);
 }
 
@@ -643,6 +807,7 @@ static void test_tokenizer_gemma3_reference_chat_ids(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tokenizer_newline_runs_use_bounded_memory),
         cmocka_unit_test(test_tokenizer_loads_ids_and_flags),
         cmocka_unit_test(test_tokenizer_rejects_unsupported_model_by_name),
         cmocka_unit_test(test_tokenizer_rejects_scores_of_wrong_length),
@@ -654,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_tokenizer_control_tokens_only_with_parse_special),
         cmocka_unit_test(test_tokenizer_user_defined_tokens_always_match),
         cmocka_unit_test(test_tokenizer_special_partition_longest_token_first),
+        cmocka_unit_test(test_tokenizer_partition_matches_reference),
         cmocka_unit_test(test_tokenizer_bos_follows_metadata),
         cmocka_unit_test(test_tokenizer_space_prefix_after_start_and_specials),
         cmocka_unit_test(test_tokenizer_empty_input_gives_empty_array),

@@ -4,7 +4,7 @@
  * --dump-tensor prints rows A..B-1 (default all) of a tensor dequantized to f32,
  * one value per line with 9 significant digits (enough to round-trip an f32), so
  * tests/reference/check_dequant.py can compare them with an independent decoder.
- * Uses the core GGUF reader directly (core/ is on the include path). */
+ * Uses the public GGUF reader (dray/gguf.h): no engine, no device. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 
 #include "cmd.h"
 #include "dray/dray.h"
-#include "gguf.h"
+#include "dray/gguf.h"
 
 struct info_opts {
     const char *path;

@@ -15,8 +15,8 @@
 
 #include "cmd.h"
 #include "dray/dray.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "dray/gguf.h"
+#include "dray/tokenizer.h"
 
 struct tok_opts {
     const char *model;

@@ -26,6 +26,9 @@ enum dray_engine_status {
 
 const char *dray_strerror(int rc);
 const char *dray_version(void);
+/* Messages below this level (enum dray_log_level in backend.h) are dropped; the
+ * config key log_level and $DRAY_LOG set it too. */
+void dray_log_set_level(int level);
 
 /* ------------------------------------------------------------------ config */
 
@@ -77,6 +80,13 @@ struct dray_config {
     char host[128];
     uint32_t port;
     uint32_t replicas;
+    char api_key[256];        /* "" = no key; else requests need Authorization: Bearer KEY */
+    uint64_t max_body;        /* bytes of a request body; larger -> 413 */
+    uint32_t max_queue;       /* requests waiting beyond the running ones; more -> 429 */
+    uint32_t max_messages;    /* messages per chat request */
+    uint32_t max_prompt_tokens;     /* tokens of a rendered prompt; 0 = the context */
+    uint32_t max_completion_tokens; /* largest max_tokens a request may ask for */
+    uint32_t shutdown_grace;  /* seconds in-flight requests may finish after SIGTERM */
 
     int log_level;            /* enum dray_log_level */
 };
@@ -258,6 +268,7 @@ struct dray_sched_stats {
     /* prefix cache (all 0 when prefix_cache is off) */
     uint64_t cache_lookups, cache_lookup_tokens, cache_hit_tokens;
     uint64_t cache_entries, cache_checkpoints, cache_blocks, cache_evictions;
+    uint64_t cache_host_bytes, cache_spills, cache_restores; /* host-memory tier */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says

@@ -14,6 +14,7 @@ static const struct {
 } commands[] = {
     {"run", dray_cmd_run, "generate a continuation of a prompt"},
     {"chat", dray_cmd_chat, "interactive multi-turn chat"},
+    {"serve", dray_cmd_serve, "OpenAI-compatible HTTP server (chat, completions, metrics)"},
     {"devices", dray_cmd_devices, "list plugins, devices and capabilities (-v: op matrix)"},
     {"conformance", dray_cmd_conformance, "check a plugin's ops against the CPU reference"},
     {"bench", dray_cmd_bench, "benchmarks: ops, model"},

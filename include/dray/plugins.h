@@ -1,15 +1,23 @@
-/* Plugin registry: finds libdray-<name>.so on a search path, dlopens it, negotiates
+/*
+ * dray/plugins.h — the plugin registry, public for tools that list or drive
+ * devices directly (dray devices, dray bench ops) rather than through an engine.
+ *
+ * Plugin registry: finds libdray-<name>.so on a search path, dlopens it, negotiates
  * the ABI, and opens devices (with the configured fallback). A plugin that cannot
  * be used (wrong ABI, missing symbol, failing runtime) is recorded as skipped with
  * a reason naming the file, both versions and the remedy; the others still load. */
-#ifndef DRAY_CORE_REGISTRY_H
-#define DRAY_CORE_REGISTRY_H
+#ifndef DRAY_PLUGINS_H
+#define DRAY_PLUGINS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "dray/backend.h"
 #include "dray/dray.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 struct dray_plugin {
     char path[1024];
@@ -63,4 +71,7 @@ int dray_device_open_config(struct dray_registry *reg, const struct dray_config 
                             struct dray_device *out, char *err, size_t errlen);
 void dray_device_close(struct dray_device *dev);
 
+#ifdef __cplusplus
+}
 #endif
+#endif /* DRAY_PLUGINS_H */

@@ -1,0 +1,274 @@
+/* The generation endpoints: a parsed request is tokenized, checked against the
+ * limits and submitted to the scheduler; its output is then either collected
+ * into one body or streamed as server-sent events. A client that goes away
+ * cancels its request, so its sequence stops at the scheduler's next step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "http.h"
+#include "policy.h"
+#include "request.h"
+#include "response.h"
+
+#define POLL_MS 100 /* how often a waiting handler checks that its client is still there */
+
+static void ident_init(struct dray_srv *s, enum dray_srv_kind kind, struct dray_srv_ident *id)
+{
+    unsigned long n = atomic_fetch_add(&s->next_id, 1) + 1;
+    id->kind = kind;
+    snprintf(id->id, sizeof(id->id), "%s-%llx%08lx", kind == DRAY_SRV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)s->started, n);
+    id->created = (int64_t)time(NULL);
+    id->model = s->model_id;
+}
+
+/* The submit error as the client should see it. */
+static void submit_error(int rc, const char *why, const char *param, struct dray_srv_error *e)
+{
+    if (rc == DRAY_EBUSY)
+        dray_srv_fail(e, 429, "rate_limit_error", "queue_full", NULL, "%s", why);
+    else if (rc == DRAY_ECANCELED)
+        dray_srv_fail(e, 503, "server_error", "shutting_down", NULL, "%s", why);
+    else if (rc == DRAY_ERANGE)
+        dray_srv_fail(e, 400, "invalid_request_error", "context_length_exceeded", param, "%s", why);
+    else if (rc == DRAY_EINVAL)
+        dray_srv_bad(e, NULL, "%s", why);
+    else
+        dray_srv_fail(e, 500, "server_error", NULL, NULL, "%s", why);
+}
+
+/* Tokenize, check the prompt's length and submit. */
+static int submit(struct dray_srv *s, const struct dray_srv_request *q, struct dray_request **out,
+                  uint32_t *n_prompt, struct dray_srv_error *e)
+{
+    char why[512];
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *param = q->kind == DRAY_SRV_CHAT ? "messages" : "prompt";
+    int rc = q->kind == DRAY_SRV_CHAT
+                 ? dray_engine_chat_tokenize(s->engine, q->msgs, q->n_msgs, true, &ids, &n, why, sizeof(why))
+                 : dray_engine_tokenize(s->engine, q->prompt, true, false, &ids, &n, why, sizeof(why));
+    if (rc) {
+        submit_error(rc == DRAY_ENOMEM ? rc : DRAY_EINVAL, why, param, e);
+        goto out;
+    }
+    *n_prompt = (uint32_t)n;
+    if ((rc = dray_srv_check_prompt(n, s->cfg->max_prompt_tokens, s->context, param, e)))
+        goto out;
+    struct dray_request_params p = {.ids = ids, .n_ids = n, .gen = q->gen};
+    rc = dray_sched_submit(s->sched, &p, out, why, sizeof(why));
+    if (rc)
+        submit_error(rc, why, param, e);
+out:
+    free(ids);
+    return rc ? -1 : 0;
+}
+
+static void usage_of(const struct dray_request_output *o, struct dray_srv_usage *u)
+{
+    *u = (struct dray_srv_usage){.prompt = o->n_prompt, .completion = o->n_generated, .cached = o->n_cached};
+}
+
+/* How a request that ended without finishing normally is reported. */
+static bool ended_badly(const struct dray_request_output *o, struct dray_srv_error *e)
+{
+    if (o->rc && o->rc != DRAY_ECANCELED) {
+        dray_srv_fail(e, 500, "server_error", NULL, NULL, "generation failed: %s",
+                      o->error ? o->error : dray_strerror(o->rc));
+        return true;
+    }
+    if (o->rc || !strcmp(o->finish_reason, "cancelled")) {
+        dray_srv_fail(e, 503, "server_error", "shutting_down", NULL,
+                      "the request was cancelled: the server is shutting down");
+        return true;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------ one body */
+
+static enum MHD_Result whole(struct dray_srv_call *c, struct dray_request *r, const struct dray_srv_ident *id)
+{
+    struct dray_srv *s = c->srv;
+    struct dray_srv_flight flight = {.req = r};
+    struct dray_srv_buf text = {0};
+    struct dray_request_output o = {0};
+    bool gone = false, oom = false;
+    dray_srv_flight_add(s, &flight);
+    for (;;) {
+        if (!dray_request_poll(r, &o, POLL_MS)) {
+            if (!gone && (gone = dray_srv_client_gone(c->mc)))
+                dray_request_cancel(r);
+            continue;
+        }
+        oom |= o.len && dray_srv_buf_add(&text, o.text, o.len) != 0;
+        if (o.done)
+            break;
+    }
+    dray_srv_flight_remove(s, &flight);
+    dray_srv_metrics_observe(&s->metrics, &o);
+    c->n_cached = o.n_cached;
+    c->n_completion = o.n_generated;
+    struct dray_srv_error e = {0};
+    struct dray_srv_usage u;
+    usage_of(&o, &u);
+    char *body = NULL;
+    if (!gone && !ended_badly(&o, &e) && !oom)
+        body = dray_srv_completion_json(id, text.data ? text.data : "", text.len, o.finish_reason, &u);
+    dray_request_free(r);
+    dray_srv_buf_free(&text);
+    if (gone) {
+        /* nobody to answer: log it as nginx does (499, client closed request) */
+        c->status = 499;
+        dray_srv_metrics_count_status(&s->metrics, 499);
+        return MHD_NO;
+    }
+    if (!body && !e.status)
+        dray_srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory, or output that is not UTF-8");
+    return body ? dray_srv_send(c, 200, "application/json", body, strlen(body), 0) : dray_srv_send_error(c, &e);
+}
+
+/* ------------------------------------------------------------ stream */
+
+struct stream {
+    struct dray_srv *srv;
+    struct MHD_Connection *mc;
+    struct dray_request *req;
+    struct dray_srv_flight flight;
+    struct dray_srv_ident id;
+    bool include_usage;
+    bool role_pending;   /* chat: the first chunk names the role */
+    bool finished;       /* the last chunk is written; [DONE] comes next */
+    bool ended;          /* [DONE] written */
+    struct dray_srv_buf out;
+    size_t off;          /* bytes of out already handed to libmicrohttpd */
+    char method[16], path[128];
+    double t0;
+    struct dray_request_output last;
+};
+
+/* The request is done: the finishing chunk (or an error event), then usage. */
+static int stream_finish(struct stream *st, const struct dray_request_output *o)
+{
+    struct dray_srv_error e;
+    struct dray_srv_usage u;
+    int rc;
+    st->last = *o;
+    st->finished = true;
+    dray_srv_metrics_observe(&st->srv->metrics, o);
+    if (ended_badly(o, &e))
+        return dray_srv_sse_error(&st->out, &e);
+    rc = dray_srv_sse_chunk(&st->out, &st->id, false, NULL, 0, o->finish_reason, st->include_usage);
+    usage_of(o, &u);
+    if (!rc && st->include_usage)
+        rc = dray_srv_sse_usage(&st->out, &st->id, &u);
+    return rc;
+}
+
+/* Put the next events into st->out; -1 when the stream must end now. */
+static int stream_fill(struct stream *st)
+{
+    struct dray_request_output o;
+    if (st->role_pending) {
+        st->role_pending = false;
+        return dray_srv_sse_chunk(&st->out, &st->id, true, NULL, 0, NULL, st->include_usage) ? -1 : 0;
+    }
+    if (st->finished) {
+        st->ended = true;
+        return dray_srv_sse_done(&st->out) ? -1 : 0;
+    }
+    if (!dray_request_poll(st->req, &o, POLL_MS))
+        return dray_srv_client_gone(st->mc) ? -1 : 0;
+    if (o.len && dray_srv_sse_chunk(&st->out, &st->id, false, o.text, o.len, NULL, st->include_usage))
+        return -1;
+    if (o.done)
+        return stream_finish(st, &o) ? -1 : 0;
+    return 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct stream *st = cls;
+    while (st->off == st->out.len) {
+        dray_srv_buf_reset(&st->out);
+        st->off = 0;
+        if (st->ended)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (stream_fill(st))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = st->out.len - st->off < max ? st->out.len - st->off : max;
+    memcpy(buf, st->out.data + st->off, n);
+    st->off += n;
+    return (ssize_t)n;
+}
+
+/* libmicrohttpd is done with the response: the stream ended, or the client left. */
+static void stream_free(void *cls)
+{
+    struct stream *st = cls;
+    if (!st->finished)
+        dray_request_cancel(st->req);
+    dray_srv_flight_remove(st->srv, &st->flight);
+    dray_request_free(st->req);
+    dray_srv_log(st->method, st->path, st->ended ? 200 : 499, st->last.n_prompt, st->last.n_cached,
+                 st->last.n_generated, (dray_srv_now() - st->t0) * 1e3);
+    if (!st->ended)
+        dray_srv_metrics_count_status(&st->srv->metrics, 499);
+    dray_srv_buf_free(&st->out);
+    free(st);
+}
+
+static enum MHD_Result stream(struct dray_srv_call *c, struct dray_request *r,
+                              const struct dray_srv_ident *id, bool include_usage, uint32_t n_prompt)
+{
+    struct stream *st = calloc(1, sizeof(*st));
+    struct MHD_Response *resp = NULL;
+    if (st)
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    if (!resp) {
+        free(st);
+        dray_request_free(r);
+        return MHD_NO;
+    }
+    *st = (struct stream){.srv = c->srv, .mc = c->mc, .req = r, .flight = {.req = r}, .id = *id,
+                          .include_usage = include_usage, .role_pending = id->kind == DRAY_SRV_CHAT,
+                          .t0 = c->t0, .last = {.n_prompt = n_prompt}};
+    memcpy(st->method, c->method, sizeof(st->method));
+    memcpy(st->path, c->path, sizeof(st->path));
+    dray_srv_flight_add(c->srv, &st->flight);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
+    MHD_destroy_response(resp); /* stream_free runs when libmicrohttpd lets go of it */
+    c->status = 200;
+    c->logged = true;
+    dray_srv_metrics_count_status(&c->srv->metrics, 200);
+    return ok;
+}
+
+enum MHD_Result dray_srv_generate(struct dray_srv_call *c, int kind)
+{
+    struct dray_srv *s = c->srv;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    struct dray_srv_ident id;
+    struct dray_request *r = NULL;
+    if (atomic_load(&s->draining)) {
+        dray_srv_fail(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return dray_srv_send_error(c, &e);
+    }
+    if (dray_srv_request_parse(kind, c->body.data ? c->body.data : "", c->body.len, s->cfg, &q, &e))
+        return dray_srv_send_error(c, &e);
+    if (dray_srv_check_model(q.model, s->model_id, &e) || submit(s, &q, &r, &c->n_prompt, &e)) {
+        dray_srv_request_free(&q);
+        return dray_srv_send_error(c, &e);
+    }
+    bool streaming = q.stream, include_usage = q.include_usage;
+    dray_srv_request_free(&q); /* the scheduler copied the prompt and the stop strings */
+    ident_init(s, kind, &id);
+    return streaming ? stream(c, r, &id, include_usage, c->n_prompt) : whole(c, r, &id);
+}

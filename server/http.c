@@ -1,0 +1,292 @@
+/* libmicrohttpd glue: listening, body collection, auth and size checks, routing,
+ * sending, the per-request log line. */
+#include "http.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "policy.h"
+#include "request.h"
+#include "response.h"
+
+double dray_srv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void dray_srv_log(const char *method, const char *path, int status, uint32_t n_prompt,
+                  uint32_t n_cached, uint32_t n_completion, double ms)
+{
+    /* one fprintf per line: stdio locks the stream, so lines of concurrent
+     * requests do not interleave */
+    fprintf(stderr, "dray serve: %s %s %d prompt=%u cached=%u completion=%u ms=%.1f\n", method, path,
+            status, n_prompt, n_cached, n_completion, ms);
+}
+
+enum MHD_Result dray_srv_send(struct dray_srv_call *c, int status, const char *content_type,
+                              char *body, size_t len, unsigned retry_after)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"",
+                                                             body ? MHD_RESPMEM_MUST_FREE
+                                                                  : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (retry_after) {
+        char v[16];
+        snprintf(v, sizeof(v), "%u", retry_after);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (c->allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, c->allow);
+    enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
+    MHD_destroy_response(r);
+    c->status = status;
+    dray_srv_metrics_count_status(&c->srv->metrics, status);
+    return ok;
+}
+
+enum MHD_Result dray_srv_send_error(struct dray_srv_call *c, const struct dray_srv_error *e)
+{
+    char *body = dray_srv_error_json(e);
+    unsigned retry = e->status == 429 || e->status == 503 ? 1 : 0;
+    return dray_srv_send(c, e->status, "application/json", body, body ? strlen(body) : 0, retry);
+}
+
+bool dray_srv_client_gone(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR))
+        return true;
+    char byte;
+    /* readable: either the next pipelined request (still there) or end of stream */
+    return recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* ------------------------------------------------------------ in-flight list */
+
+void dray_srv_flight_add(struct dray_srv *s, struct dray_srv_flight *f)
+{
+    pthread_mutex_lock(&s->mu);
+    f->prev = NULL;
+    f->next = s->flights;
+    if (s->flights)
+        s->flights->prev = f;
+    s->flights = f;
+    s->n_flight++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dray_srv_flight_remove(struct dray_srv *s, struct dray_srv_flight *f)
+{
+    pthread_mutex_lock(&s->mu);
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        s->flights = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    s->n_flight--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+unsigned dray_srv_in_flight(struct dray_srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    unsigned n = s->n_flight;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void dray_srv_cancel_all(struct dray_srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (struct dray_srv_flight *f = s->flights; f; f = f->next)
+        dray_request_cancel(f->req);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ------------------------------------------------------------ routes */
+
+static enum MHD_Result send_json(struct dray_srv_call *c, int status, char *json)
+{
+    if (!json) {
+        struct dray_srv_error e;
+        dray_srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return dray_srv_send_error(c, &e);
+    }
+    return dray_srv_send(c, status, "application/json", json, strlen(json), 0);
+}
+
+static enum MHD_Result get_metrics(struct dray_srv_call *c)
+{
+    struct dray_sched_stats st;
+    struct dray_srv_buf b = {0};
+    dray_sched_get_stats(c->srv->sched, &st);
+    if (dray_srv_metrics_format(&c->srv->metrics, &st, &b)) {
+        dray_srv_buf_free(&b);
+        return send_json(c, 500, NULL);
+    }
+    return dray_srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, 0);
+}
+
+static enum MHD_Result get_health(struct dray_srv_call *c)
+{
+    bool draining = atomic_load(&c->srv->draining);
+    char *body = strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
+    return send_json(c, draining ? 503 : 200, body);
+}
+
+static const struct route {
+    const char *path, *method;
+    int kind; /* -1: not a generation; else enum dray_srv_kind */
+} routes[] = {
+    {"/v1/chat/completions", "POST", DRAY_SRV_CHAT},
+    {"/v1/completions", "POST", DRAY_SRV_COMPLETION},
+    {"/v1/models", "GET", -1},
+    {"/health", "GET", -1},
+    {"/metrics", "GET", -1},
+};
+
+static enum MHD_Result route(struct dray_srv_call *c)
+{
+    struct dray_srv_error e;
+    const char *auth = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    bool open = !strcmp(c->path, "/health"); /* load balancers probe without a key */
+    if (!open && dray_srv_check_auth(auth, c->srv->cfg->api_key, &e))
+        return dray_srv_send_error(c, &e);
+    if (c->too_big && dray_srv_check_body(UINT64_MAX, c->srv->cfg->max_body, &e))
+        return dray_srv_send_error(c, &e);
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (strcmp(c->path, routes[i].path))
+            continue;
+        if (strcmp(c->method, routes[i].method)) {
+            c->allow = routes[i].method;
+            dray_srv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                          "%s takes %s, not %s", routes[i].path, routes[i].method, c->method);
+            return dray_srv_send_error(c, &e);
+        }
+        if (routes[i].kind >= 0)
+            return dray_srv_generate(c, routes[i].kind);
+        if (!strcmp(c->path, "/v1/models"))
+            return send_json(c, 200, dray_srv_models_json(c->srv->model_id, c->srv->started));
+        if (!strcmp(c->path, "/health"))
+            return get_health(c);
+        return get_metrics(c);
+    }
+    dray_srv_fail(&e, 404, "invalid_request_error", "not_found", NULL,
+                  "no such endpoint: %s %.100s (this server has POST /v1/chat/completions, POST "
+                  "/v1/completions, GET /v1/models, GET /health, GET /metrics)", c->method, c->path);
+    return dray_srv_send_error(c, &e);
+}
+
+/* ------------------------------------------------------------ libmicrohttpd */
+
+static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection *mc,
+                                      const char *url, const char *method)
+{
+    struct dray_srv_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->srv = s;
+    c->mc = mc;
+    c->t0 = dray_srv_now();
+    snprintf(c->method, sizeof(c->method), "%s", method);
+    snprintf(c->path, sizeof(c->path), "%s", url);
+    /* A body over the limit is read and dropped, then refused with 413: most
+     * clients (Python's among them) only read the answer once they have sent
+     * everything. A declared length far over the limit is refused at once; the
+     * connection then closes, since its body is never read. */
+    const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    uint64_t declared = cl ? strtoull(cl, NULL, 10) : 0;
+    c->too_big = declared > s->cfg->max_body;
+    c->refuse_now = declared / 64 > s->cfg->max_body;
+    return c;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct dray_srv_call *c = *con_cls;
+    if (!c) {
+        c = *con_cls = call_new(cls, mc, url, method);
+        if (!c)
+            return MHD_NO;
+        return c->refuse_now ? route(c) : MHD_YES;
+    }
+    if (*upload_size) {
+        if (!c->too_big && c->body.len + *upload_size <= c->srv->cfg->max_body)
+            c->too_big = dray_srv_buf_add(&c->body, upload, *upload_size) != 0;
+        else
+            c->too_big = true;
+        if (c->too_big)
+            dray_srv_buf_free(&c->body);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return route(c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)mc;
+    (void)toe;
+    struct dray_srv_call *c = *con_cls;
+    if (!c)
+        return;
+    if (!c->logged && c->status)
+        dray_srv_log(c->method, c->path, c->status, c->n_prompt, c->n_cached, c->n_completion,
+                     (dray_srv_now() - c->t0) * 1e3);
+    dray_srv_buf_free(&c->body);
+    free(c);
+    *con_cls = NULL;
+}
+
+int dray_srv_http_start(struct dray_srv *s, char *err, size_t errlen)
+{
+    char port[16];
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai = NULL;
+    snprintf(port, sizeof(port), "%u", s->cfg->port);
+    int rc = getaddrinfo(s->cfg->host, port, &hints, &ai);
+    if (rc) {
+        snprintf(err, errlen, "host '%s': %s", s->cfg->host, gai_strerror(rc));
+        return DRAY_EINVAL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    /* a thread per connection: the queue, the running sequences and some room
+     * for /metrics and /health probes */
+    unsigned limit = s->cfg->max_queue + s->cfg->max_seqs + 32;
+    s->daemon = MHD_start_daemon(flags, (uint16_t)s->cfg->port, NULL, NULL, on_request, s,
+                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_CONNECTION_LIMIT, limit,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        snprintf(err, errlen, "cannot listen on %s port %u (in use, or not an address of this "
+                 "machine?)", s->cfg->host, s->cfg->port);
+        return DRAY_EIO;
+    }
+    return 0;
+}

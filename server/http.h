@@ -1,0 +1,79 @@
+/* server/http.h — the server's state and the libmicrohttpd glue shared by the
+ * routing (http.c), the generation endpoints (generate.c) and the lifecycle
+ * (serve.c). libmicrohttpd runs one thread per connection, so a handler may
+ * block while its request is generated. */
+#ifndef DRAY_SERVER_HTTP_H
+#define DRAY_SERVER_HTTP_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "apierr.h"
+#include "buf.h"
+#include "dray/dray.h"
+#include "metrics.h"
+
+/* A submitted request, listed so that shutdown can cancel what is still running. */
+struct dray_srv_flight {
+    struct dray_request *req;
+    struct dray_srv_flight *prev, *next;
+};
+
+struct dray_srv {
+    struct dray_engine *engine;
+    struct dray_sched *sched;
+    const struct dray_config *cfg;
+    uint32_t context;              /* tokens per sequence */
+    char model_id[256];            /* what /v1/models lists and requests must name */
+    int64_t started;               /* Unix seconds */
+    struct dray_srv_metrics metrics;
+    pthread_mutex_t mu;            /* guards flights and n_flight */
+    struct dray_srv_flight *flights;
+    unsigned n_flight;
+    atomic_bool draining;          /* SIGTERM seen: new generations get 503 */
+    atomic_ulong next_id;          /* for response ids */
+    struct MHD_Daemon *daemon;
+};
+
+/* One HTTP request (libmicrohttpd's per-request pointer). */
+struct dray_srv_call {
+    struct dray_srv *srv;
+    struct MHD_Connection *mc;
+    double t0;                     /* monotonic seconds at arrival */
+    char method[16], path[128];    /* for the log line */
+    struct dray_srv_buf body;
+    const char *allow;             /* for a 405: the method the path takes */
+    bool too_big;                  /* body over max_body: dropped as it arrives */
+    bool refuse_now;               /* body far over max_body: answer before reading it */
+    bool logged;                   /* a stream writes its own log line when it ends */
+    int status;
+    uint32_t n_prompt, n_cached, n_completion;
+};
+
+double dray_srv_now(void); /* monotonic seconds */
+/* Queue a response; body (malloc'd, may be NULL with len 0) is taken over.
+ * retry_after: seconds for a Retry-After header, 0 = none. */
+enum MHD_Result dray_srv_send(struct dray_srv_call *c, int status, const char *content_type,
+                              char *body, size_t len, unsigned retry_after);
+enum MHD_Result dray_srv_send_error(struct dray_srv_call *c, const struct dray_srv_error *e);
+/* "dray serve: POST /v1/completions 200 prompt=5 cached=0 completion=16 ms=120.3" */
+void dray_srv_log(const char *method, const char *path, int status, uint32_t n_prompt,
+                  uint32_t n_cached, uint32_t n_completion, double ms);
+/* Whether the peer of the connection has closed it (checked without blocking). */
+bool dray_srv_client_gone(struct MHD_Connection *mc);
+
+void dray_srv_flight_add(struct dray_srv *s, struct dray_srv_flight *f);
+void dray_srv_flight_remove(struct dray_srv *s, struct dray_srv_flight *f);
+unsigned dray_srv_in_flight(struct dray_srv *s);
+void dray_srv_cancel_all(struct dray_srv *s);
+
+/* POST /v1/chat/completions and /v1/completions (generate.c). */
+enum MHD_Result dray_srv_generate(struct dray_srv_call *c, int kind);
+
+/* Start listening on cfg->host:cfg->port (http.c). */
+int dray_srv_http_start(struct dray_srv *s, char *err, size_t errlen);
+
+#endif

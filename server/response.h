@@ -1,0 +1,49 @@
+/* server/response.h — OpenAI response bodies: a whole completion, the chunks of
+ * a stream (server-sent events, each "data: {json}\n\n", ending "data: [DONE]"),
+ * and the model list. All JSON is printed by jansson. */
+#ifndef DRAY_SERVER_RESPONSE_H
+#define DRAY_SERVER_RESPONSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "apierr.h"
+#include "buf.h"
+#include "request.h"
+
+/* What every body of one request repeats. */
+struct dray_srv_ident {
+    enum dray_srv_kind kind;
+    char id[48];       /* "chatcmpl-..." or "cmpl-..." */
+    int64_t created;   /* Unix seconds */
+    const char *model; /* the served model's id */
+};
+
+struct dray_srv_usage {
+    uint32_t prompt, completion, cached; /* tokens; cached = prompt tokens not recomputed */
+};
+
+/* A non-streamed completion. Returns malloc'd JSON, or NULL (out of memory, or
+ * text that is not UTF-8). */
+char *dray_srv_completion_json(const struct dray_srv_ident *id, const char *text, size_t len,
+                               const char *finish_reason, const struct dray_srv_usage *u);
+
+/* Append one SSE event to out. A chat stream starts with a chunk that carries
+ * only the assistant role (role = true). text/len is new text (may be empty);
+ * finish_reason is NULL until the last content chunk. with_usage_null adds
+ * "usage": null, as OpenAI does on every chunk when include_usage was asked. */
+int dray_srv_sse_chunk(struct dray_srv_buf *out, const struct dray_srv_ident *id, bool role,
+                       const char *text, size_t len, const char *finish_reason,
+                       bool with_usage_null);
+/* The extra last chunk of include_usage: no choices, the usage totals. */
+int dray_srv_sse_usage(struct dray_srv_buf *out, const struct dray_srv_ident *id,
+                       const struct dray_srv_usage *u);
+/* An error in the middle of a stream: "data: {"error": ...}". */
+int dray_srv_sse_error(struct dray_srv_buf *out, const struct dray_srv_error *e);
+int dray_srv_sse_done(struct dray_srv_buf *out); /* "data: [DONE]\n\n" */
+
+/* GET /v1/models: the one model this server runs. */
+char *dray_srv_models_json(const char *model, int64_t created);
+
+#endif

@@ -1,0 +1,112 @@
+/* The server's lifecycle: the scheduler and the HTTP daemon up, wait for a
+ * signal, drain, cancel what is left, tear down. */
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "server.h"
+
+void dray_serve_block_signals(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    /* a client that hangs up must cost a failed write, not the process */
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* The id clients name the model by: the GGUF file name without ".gguf". */
+static void model_id(const struct dray_engine_info *info, char *out, size_t len)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s", info->model_path ? info->model_path : "model");
+    const char *base = basename(path);
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+        n -= 5;
+    snprintf(out, len, "%.*s", (int)n, base);
+}
+
+/* Wait up to ms for SIGINT/SIGTERM; returns the signal or 0. ms < 0: forever. */
+static int wait_signal(int ms)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    if (ms < 0) {
+        int sig = 0;
+        return sigwait(&set, &sig) ? 0 : sig;
+    }
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    int sig = sigtimedwait(&set, NULL, &ts);
+    return sig > 0 ? sig : 0;
+}
+
+/* Stop accepting; in-flight requests get shutdown_grace seconds, then are
+ * cancelled; a second signal cancels at once. */
+static void drain(struct dray_srv *s, int sig)
+{
+    fprintf(stderr, "dray serve: %s: no new requests; %u in flight get %u s to finish\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", dray_srv_in_flight(s), s->cfg->shutdown_grace);
+    atomic_store(&s->draining, true);
+    MHD_socket listen_fd = MHD_quiesce_daemon(s->daemon);
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd);
+    dray_sched_drain(s->sched);
+    double until = dray_srv_now() + s->cfg->shutdown_grace;
+    while (dray_srv_in_flight(s) && dray_srv_now() < until)
+        if (wait_signal(100)) {
+            fprintf(stderr, "dray serve: second signal: cancelling now\n");
+            break;
+        }
+    if (dray_srv_in_flight(s))
+        fprintf(stderr, "dray serve: cancelling %u requests\n", dray_srv_in_flight(s));
+    /* cancelled requests end at the scheduler's next step; their handlers then
+     * write the final event and let go */
+    for (int i = 0; i < 100 && dray_srv_in_flight(s); i++) {
+        dray_srv_cancel_all(s);
+        wait_signal(100);
+    }
+}
+
+int dray_serve(struct dray_engine *e, const struct dray_config *cfg, char *err, size_t errlen)
+{
+    static struct dray_srv srv; /* one server per process: signals are per process too */
+    struct dray_srv *s = &srv;
+    const struct dray_engine_info *info = dray_engine_get_info(e);
+    *s = (struct dray_srv){.engine = e, .cfg = cfg, .context = info->context,
+                           .started = (int64_t)time(NULL)};
+    model_id(info, s->model_id, sizeof(s->model_id));
+    if (!dray_engine_chat_template(e)) {
+        snprintf(err, errlen, "%s has no chat template dray implements: set the config key "
+                 "chat_template (gemma or chatml)", info->model_path);
+        return DRAY_EINVAL;
+    }
+    int rc = dray_sched_create(e, cfg->max_queue, &s->sched, err, errlen);
+    if (rc)
+        return rc;
+    pthread_mutex_init(&s->mu, NULL);
+    dray_srv_metrics_init(&s->metrics);
+    if ((rc = dray_srv_http_start(s, err, errlen)))
+        goto out;
+    fprintf(stderr, "dray serve: listening on http://%s%s%s:%u/v1 (model '%s', %u sequences, "
+            "queue %u%s)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
+            strchr(cfg->host, ':') ? "]" : "", cfg->port, s->model_id, info->max_seqs,
+            cfg->max_queue, cfg->api_key[0] ? ", API key required" : "");
+    int sig = wait_signal(-1);
+    drain(s, sig);
+    MHD_stop_daemon(s->daemon);
+    fprintf(stderr, "dray serve: stopped\n");
+out:
+    dray_sched_destroy(s->sched);
+    dray_srv_metrics_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->mu);
+    return rc;
+}

@@ -1,0 +1,251 @@
+"""End-to-end test of `dray serve` with real clients: the `openai` Python package
+and curl, against a server started here on a free loopback port with the real
+Gemma 3 270M model. Replies are short (the model is a small base model; what is
+checked is the protocol, the limits and that batching changes no greedy token).
+
+usage: test_serve.py --dray build/tools/dray --model .models/gemma-3-270m-q4_k_m.gguf
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+KEY = "test-key-7f3a"
+PROMPTS = [
+    "Once upon a time", "The capital of France is", "def fibonacci(n):", "My favourite colour is",
+    "In 1969, the first", "The recipe calls for", "Water boils at", "The quick brown fox",
+    "Dear diary, today", "The meaning of life is", "A list of prime numbers: 2, 3,", "To be or not to be",
+    "The weather tomorrow will be", "Photosynthesis is the process", "In a galaxy far", "My dog likes to",
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, dray, model):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        cmd = [dray, "serve", "--model", model, "--port", str(self.port), "--api-key", KEY,
+               "-t", "2", "-c", "1024", "--set", "max_seqs=16", "--set", "max_prompt_tokens=200",
+               "--set", "max_completion_tokens=64", "--set", "shutdown_grace=5"]
+        print("starting:", " ".join(cmd))
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.log = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read_log, daemon=True).start()
+        if not self.ready.wait(300) or self.proc.poll() is not None:
+            self.proc.kill()
+            sys.exit("server did not start:\n" + "".join(self.log))
+
+    def _read_log(self):
+        for line in self.proc.stderr:
+            self.log.append(line)
+            if "listening on" in line:
+                self.ready.set()
+
+    def raw(self, method, path, body=None, key=KEY, headers=None):
+        """(status, headers, body bytes) of one plain HTTP request."""
+        h = {"Authorization": f"Bearer {key}"} if key else {}
+        h.update(headers or {})
+        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print("ok:", what)
+
+
+def expect_error(srv, status, body, code=None, param=None, key=KEY, path="/v1/chat/completions"):
+    st, hdr, data = srv.raw("POST", path, body, key=key)
+    err = json.loads(data)["error"]
+    check(st == status and set(err) == {"message", "type", "param", "code"} and
+          (code is None or err["code"] == code) and (param is None or err["param"] == param),
+          f"{status} {code or ''} {param or ''} for {body if isinstance(body, dict) else body[:30]!r}: {err['message']}")
+    return hdr
+
+
+def test_basics(cli, model):
+    ids = [m.id for m in cli.models.list().data]
+    check(ids == [model], f"/v1/models lists {ids}")
+    r = cli.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hello."}],
+                                    max_tokens=8, temperature=0)
+    c = r.choices[0]
+    check(c.message.role == "assistant" and isinstance(c.message.content, str) and
+          c.finish_reason in ("stop", "length"), f"chat reply {c.message.content!r} ({c.finish_reason})")
+    check(r.usage.prompt_tokens > 5 and 0 < r.usage.completion_tokens <= 8 and
+          r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens and
+          r.usage.prompt_tokens_details.cached_tokens is not None, f"usage {r.usage}")
+    r = cli.completions.create(model=model, prompt="Once upon a time", max_tokens=5, temperature=0)
+    check(r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length",
+          f"max_tokens=5 gives 5 tokens, finish 'length': {r.choices[0].text!r}")
+
+
+def test_stop(cli, model):
+    full = cli.completions.create(model=model, prompt="Once upon a time", max_tokens=24,
+                                  temperature=0).choices[0].text
+    words = full.split()
+    stop = words[len(words) // 2]
+    r = cli.completions.create(model=model, prompt="Once upon a time", max_tokens=24, temperature=0,
+                               stop=[stop, "@@never@@"])
+    check(r.choices[0].text == full[:full.index(stop)] and r.choices[0].finish_reason == "stop",
+          f"stop {stop!r} cuts {full!r} to {r.choices[0].text!r}")
+
+
+def test_stream(cli, model):
+    msgs = [{"role": "user", "content": "Name three fruits."}]
+    whole = cli.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0)
+    chunks = list(cli.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0,
+                                              stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    check(chunks[0].choices[0].delta.role == "assistant", "the first chunk names the role")
+    check(text == whole.choices[0].message.content, f"stream text equals the whole reply: {text!r}")
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    check(finish == [whole.choices[0].finish_reason], f"one finishing chunk: {finish}")
+    check(not chunks[-1].choices and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens,
+          f"last chunk carries the usage: {chunks[-1].usage}")
+
+
+def test_seed(cli, model):
+    def sample(seed):
+        return cli.completions.create(model=model, prompt="My favourite animal is", max_tokens=16,
+                                      temperature=1.0, top_p=1, seed=seed).choices[0].text
+    a, b = sample(1234), sample(1234)
+    check(a == b, f"seed 1234 twice gives the same text: {a!r}")
+    others = {sample(s) for s in (1, 2, 3, 4)}
+    check(len(others | {a}) > 1, f"other seeds give other texts ({len(others | {a})} distinct)")
+
+
+def test_errors(srv, cli, model):
+    bad = openai.OpenAI(base_url=srv.base + "/v1", api_key="wrong", max_retries=0)
+    try:
+        bad.models.list()
+        check(False, "a wrong API key is refused")
+    except openai.AuthenticationError as e:
+        check(e.status_code == 401, "a wrong API key gets 401")
+    expect_error(srv, 401, {"messages": []}, code="invalid_api_key", key=None)
+    check(srv.raw("GET", "/health", key=None)[0] == 200, "/health needs no key")
+    expect_error(srv, 400, b'{"messages": [', param=None)
+    expect_error(srv, 400, {"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"},
+                 param="temperature")
+    expect_error(srv, 400, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 65},
+                 param="max_tokens")
+    expect_error(srv, 400, {"messages": [{"role": "bot", "content": "hi"}]}, param="messages[0].role")
+    expect_error(srv, 413, b"{" + b" " * (2 << 20) + b"}", code="request_too_large")
+    try:
+        cli.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        check(False, "an unknown model is refused")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404 and e.code == "model_not_found", "an unknown model gets 404")
+    try:
+        cli.completions.create(model=model, prompt="word " * 400, max_tokens=4)
+        check(False, "a too long prompt is refused")
+    except openai.BadRequestError as e:
+        check(e.code == "context_length_exceeded", f"a too long prompt gets 400: {e.message}")
+
+
+def test_concurrent(cli, model):
+    def alone(p):
+        return cli.completions.create(model=model, prompt=p, max_tokens=12, temperature=0).choices[0].text
+
+    def streamed(p):
+        s = cli.completions.create(model=model, prompt=p, max_tokens=12, temperature=0, stream=True)
+        return "".join(c.choices[0].text for c in s if c.choices)
+
+    ref = [alone(p) for p in PROMPTS]
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        got = list(ex.map(streamed, PROMPTS))
+    print(f"16 concurrent streams took {time.time() - t0:.1f} s")
+    for p, a, b in zip(PROMPTS, ref, got):
+        check(a == b, f"{p!r}: batched stream equals the request alone ({b!r})")
+
+
+def test_curl(srv):
+    out = subprocess.run(["curl", "-sSN", "-i", "-H", f"Authorization: Bearer {KEY}", srv.base +
+                          "/v1/chat/completions", "-d", json.dumps({
+                              "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+                              "temperature": 0, "stream": True})],
+                         capture_output=True, text=True, check=True).stdout
+    head, _, body = out.replace("\r\n", "\n").partition("\n\n")
+    check(re.search(r"(?im)^content-type: text/event-stream", head), "SSE content type")
+    events = body.split("\n\n")
+    check(events[-1] == "" and events[-2] == "data: [DONE]", "the stream ends with 'data: [DONE]'")
+    check(len(events) > 4 and all(ev.startswith("data: ") and "\n" not in ev and
+                                  json.loads(ev[6:])["object"] == "chat.completion.chunk"
+                                  for ev in events[:-2]),
+          f"{len(events) - 2} chunks, each one 'data: {{json}}' line and a blank line")
+    page = subprocess.run(["curl", "-sS", "-H", f"Authorization: Bearer {KEY}", srv.base + "/metrics"],
+                          capture_output=True, text=True, check=True).stdout
+    sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_]+="[^"]*"(,[a-zA-Z_]+="[^"]*")*\})? '
+                        r'[-+]?([0-9.]+([eE][-+]?[0-9]+)?|Inf|NaN)$')
+    values = {}
+    for line in page.splitlines():
+        if line.startswith("#"):
+            if not re.match(r"^# (HELP|TYPE) [a-z_]+ \S", line):
+                raise AssertionError(f"/metrics comment does not parse: {line!r}")
+            continue
+        if not sample.match(line):
+            raise AssertionError(f"/metrics line does not parse: {line!r}")
+        name, v = line.rsplit(" ", 1)
+        values[name] = float(v)
+    check(values.get('dray_http_requests_total{code="401"}', 0) >= 2 and
+          values.get('dray_http_requests_total{code="200"}', 0) >= 20, "/metrics parses; counts by status")
+    check(values["dray_completion_tokens_total"] > 100 and values["dray_kv_blocks_total"] > 0 and
+          values['dray_time_to_first_token_seconds_bucket{le="+Inf"}'] ==
+          values["dray_time_to_first_token_seconds_count"], "/metrics tokens, KV blocks, TTFT histogram")
+
+
+def test_shutdown(srv):
+    srv.proc.send_signal(signal.SIGTERM)
+    rc = srv.proc.wait(60)
+    time.sleep(0.2)
+    log = "".join(srv.log)
+    check(rc == 0 and "SIGTERM" in log and "stopped" in log, f"SIGTERM: exit {rc}")
+    check(re.search(r"POST /v1/chat/completions 200 prompt=\d+ cached=\d+ completion=\d+ ms=", log),
+          "one log line per request")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dray", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    srv = Server(a.dray, a.model)
+    try:
+        cli = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+        model = cli.models.list().data[0].id
+        for t in (test_basics, test_stop, test_stream, test_seed):
+            t(cli, model)
+        test_errors(srv, cli, model)
+        test_concurrent(cli, model)
+        test_curl(srv)
+        test_shutdown(srv)
+    finally:
+        if srv.proc.poll() is None:
+            srv.proc.kill()
+    print("all server checks passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,472 @@
+/* Server pieces that need no model and no socket: request parsing and
+ * validation, the OpenAI response/SSE bodies, the API key and size limits, and
+ * the Prometheus metrics page. (tests/e2e/test_serve.py drives the real server.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "dray/dray.h"
+#include "policy.h"
+#include "metrics.h"
+#include "request.h"
+#include "response.h"
+
+static struct dray_config cfg;
+
+static int setup(void **state)
+{
+    (void)state;
+    dray_config_defaults(&cfg);
+    return 0;
+}
+
+#define assert_contains(hay, needle)                                                              \
+    do {                                                                                          \
+        if (!strstr((hay), (needle)))                                                             \
+            fail_msg("'%s' does not contain '%s'", (hay), (needle));                              \
+    } while (0)
+
+static int parse(enum dray_srv_kind kind, const char *body, struct dray_srv_request *q,
+                 struct dray_srv_error *e)
+{
+    memset(e, 0, sizeof(*e));
+    return dray_srv_request_parse(kind, body, strlen(body), &cfg, q, e);
+}
+
+/* body must be refused with 400, naming param (NULL: JSON null) and saying msg */
+static void assert_refused(enum dray_srv_kind kind, const char *body, const char *param, const char *msg)
+{
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(kind, body, &q, &e) == 0) {
+        dray_srv_request_free(&q);
+        fail_msg("accepted: %s", body);
+    }
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.type, "invalid_request_error");
+    assert_string_equal(e.param, param ? param : "");
+    assert_contains(e.message, msg);
+}
+
+static void test_chat_request_fields(void **state)
+{
+    (void)state;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+                       "{\"role\":\"user\",\"content\":\"hi <end_of_turn>\"}],\"temperature\":0.5,"
+                       "\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"seed\":0,\"stop\":[\"\\n\",\"END\"],"
+                       "\"max_tokens\":7,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                       "\"user\":\"u1\",\"presence_penalty\":0,\"n\":1}";
+    if (parse(DRAY_SRV_CHAT, body, &q, &e))
+        fail_msg("%s", e.message);
+    assert_int_equal(q.n_msgs, 2);
+    assert_string_equal(q.msgs[0].role, "system");
+    assert_string_equal(q.msgs[1].content, "hi <end_of_turn>");
+    assert_string_equal(q.model, "m");
+    assert_string_equal(q.user, "u1");
+    assert_true(q.gen.temperature == 0.5f && q.gen.top_p == 0.9f && q.gen.min_p == 0.1f);
+    assert_int_equal(q.gen.top_k, 0);                /* -1 = off */
+    assert_true(q.gen.seed != 0);                    /* 0 would mean "from the clock" */
+    assert_int_equal(q.gen.max_tokens, 7);
+    assert_int_equal(q.gen.n_stop, 2);
+    assert_string_equal(q.gen.stop[1], "END");
+    assert_true(q.stream && q.include_usage);
+    dray_srv_request_free(&q);
+}
+
+static void test_defaults_come_from_config(void **state)
+{
+    (void)state;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    cfg.temperature = 0;
+    cfg.max_tokens = 50;
+    cfg.max_completion_tokens = 20;
+    if (parse(DRAY_SRV_COMPLETION, "{\"prompt\":[\"Once upon\"],\"seed\":42}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_string_equal(q.prompt, "Once upon");
+    assert_null(q.model);
+    assert_true(q.gen.temperature == 0.0f);
+    assert_int_equal(q.gen.max_tokens, 20); /* the default is capped by the limit */
+    assert_int_equal(q.gen.seed, 42);
+    assert_false(q.stream);
+    dray_srv_request_free(&q);
+    /* max_completion_tokens is the newer name and wins */
+    cfg.max_completion_tokens = 4096;
+    if (parse(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":5,\"max_completion_tokens\":9,"
+              "\"stop\":\"x\"}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_int_equal(q.gen.max_tokens, 9);
+    assert_int_equal(q.gen.n_stop, 1);
+    assert_string_equal(q.gen.stop[0], "x");
+    dray_srv_request_free(&q);
+}
+
+static void test_content_parts_are_joined(void **state)
+{
+    (void)state;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\","
+              "\"text\":\"one\"},{\"type\":\"text\",\"text\":\"two\"}]}]}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_string_equal(q.msgs[0].role, "system");
+    assert_string_equal(q.msgs[0].content, "one\ntwo");
+    dray_srv_request_free(&q);
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+                   "messages[0].content[0]", "only parts of the form");
+}
+
+static void test_malformed_bodies_are_refused(void **state)
+{
+    (void)state;
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\": [", NULL, "the body is not valid JSON");
+    assert_refused(DRAY_SRV_CHAT, "", NULL, "not valid JSON");
+    assert_refused(DRAY_SRV_CHAT, "[1,2]", NULL, "the body must be a JSON object, got an array");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[],\"messages\":[]}", NULL, "duplicate");
+    assert_refused(DRAY_SRV_CHAT, "{}", "messages", "'messages' is required");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":{}}", "messages", "must be an array, got an object");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[]}", "messages", "is empty");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[\"hi\"]}", "messages[0]", "got a string");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"bot\","
+                   "\"content\":\"b\"}]}", "messages[1].role", "got \"bot\"");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content",
+                   "got nothing");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+                   "messages[0].content", "got an integer");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[1,2,3]}", "prompt", "must be a string");
+    assert_refused(DRAY_SRV_COMPLETION, "{}", "prompt", "'prompt' is required");
+}
+
+static void test_wrong_types_and_ranges_are_refused(void **state)
+{
+    (void)state;
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"temperature\":\"hot\"}", "temperature",
+                   "must be a number, got a string");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"temperature\":3}", "temperature",
+                   "between 0 and 2, got 3");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":1.5}", "max_tokens",
+                   "must be an integer, got a number");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens",
+                   "between 1 and 4096, got 0");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_completion_tokens\":5000}",
+                   "max_completion_tokens", "between 1 and 4096");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"top_k\":-2}", "top_k", "got -2");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"seed\":\"1\"}", "seed", "must be an integer");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream\":1}", "stream", "true or false");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":\"y\"}}",
+                   "stream_options.include_usage", "true or false");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"a\",\"\"]}", "stop[1]",
+                   "got an empty string");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":7}", "stop", "a string or an array");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\","
+                   "\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+                   "stop", "has 17 strings");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"model\":3}", "model", "must be a string");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2}", "n", "must be 1");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "not supported");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo", "not supported");
+}
+
+static void test_too_many_messages(void **state)
+{
+    (void)state;
+    cfg.max_messages = 2;
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\","
+                   "\"content\":\"b\"},{\"role\":\"user\",\"content\":\"c\"}]}", "messages",
+                   "3 messages is more than this server accepts (2");
+}
+
+static json_t *load(const char *text)
+{
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    if (!j)
+        fail_msg("not JSON (%s): %s", je.text, text);
+    return j;
+}
+
+static void test_error_body_has_openai_shape(void **state)
+{
+    (void)state;
+    struct dray_srv_error e;
+    dray_srv_bad(&e, "messages[0].role", "bad role \"%s\"", "bot");
+    char *text = dray_srv_error_json(&e);
+    json_t *j = load(text), *err = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(err, "message")), "bad role \"bot\"");
+    assert_string_equal(json_string_value(json_object_get(err, "type")), "invalid_request_error");
+    assert_string_equal(json_string_value(json_object_get(err, "param")), "messages[0].role");
+    assert_true(json_is_null(json_object_get(err, "code")));
+    json_decref(j);
+    free(text);
+    dray_srv_fail(&e, 404, "invalid_request_error", "model_not_found", NULL, "no");
+    text = dray_srv_error_json(&e);
+    j = load(text);
+    err = json_object_get(j, "error");
+    assert_true(json_is_null(json_object_get(err, "param")));
+    assert_string_equal(json_string_value(json_object_get(err, "code")), "model_not_found");
+    json_decref(j);
+    free(text);
+}
+
+static const struct dray_srv_usage usage = {.prompt = 12, .completion = 5, .cached = 8};
+
+static void test_completion_bodies(void **state)
+{
+    (void)state;
+    struct dray_srv_ident id = {.kind = DRAY_SRV_CHAT, .id = "chatcmpl-1", .created = 1700000000, .model = "g"};
+    char *text = dray_srv_completion_json(&id, "Hi \"there\"\n", 11, "length", &usage);
+    json_t *j = load(text);
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "chat.completion");
+    assert_int_equal(json_integer_value(json_object_get(j, "created")), 1700000000);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(c, "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
+    assert_string_equal(json_string_value(json_object_get(msg, "content")), "Hi \"there\"\n");
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "length");
+    json_t *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), 17);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"),
+                                                        "cached_tokens")), 8);
+    json_decref(j);
+    free(text);
+    id.kind = DRAY_SRV_COMPLETION;
+    text = dray_srv_completion_json(&id, "abc", 2, "stop", &usage);
+    j = load(text);
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
+    c = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c, "text")), "ab");
+    json_decref(j);
+    free(text);
+    /* bytes that are not UTF-8 cannot become a JSON string */
+    assert_null(dray_srv_completion_json(&id, "\xff", 1, "stop", &usage));
+}
+
+/* The SSE events in buf: each "data: X\n\n"; returns how many, X's in ev. */
+static size_t split_events(const char *buf, char ev[][1024], size_t max)
+{
+    size_t n = 0;
+    while (*buf && n < max) {
+        if (strncmp(buf, "data: ", 6))
+            fail_msg("event does not start with 'data: ': %s", buf);
+        const char *end = strstr(buf, "\n\n");
+        if (!end)
+            fail_msg("event not ended by a blank line: %s", buf);
+        snprintf(ev[n++], 1024, "%.*s", (int)(end - buf - 6), buf + 6);
+        buf = end + 2;
+    }
+    return n;
+}
+
+static void test_sse_chat_stream(void **state)
+{
+    (void)state;
+    struct dray_srv_ident id = {.kind = DRAY_SRV_CHAT, .id = "chatcmpl-2", .created = 5, .model = "g"};
+    struct dray_srv_buf b = {0};
+    assert_int_equal(dray_srv_sse_chunk(&b, &id, true, NULL, 0, NULL, true), 0);
+    assert_int_equal(dray_srv_sse_chunk(&b, &id, false, "Hel", 3, NULL, true), 0);
+    assert_int_equal(dray_srv_sse_chunk(&b, &id, false, NULL, 0, "stop", true), 0);
+    assert_int_equal(dray_srv_sse_usage(&b, &id, &usage), 0);
+    assert_int_equal(dray_srv_sse_done(&b), 0);
+    char ev[8][1024];
+    assert_int_equal(split_events(b.data, ev, 8), 5);
+    json_t *j = load(ev[0]);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0), *d = json_object_get(c, "delta");
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "chat.completion.chunk");
+    assert_string_equal(json_string_value(json_object_get(d, "role")), "assistant");
+    assert_string_equal(json_string_value(json_object_get(d, "content")), "");
+    assert_true(json_is_null(json_object_get(c, "finish_reason")));
+    assert_true(json_is_null(json_object_get(j, "usage")));
+    json_decref(j);
+    j = load(ev[1]);
+    d = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+    assert_string_equal(json_string_value(json_object_get(d, "content")), "Hel");
+    assert_null(json_object_get(d, "role"));
+    json_decref(j);
+    j = load(ev[2]);
+    c = json_array_get(json_object_get(j, "choices"), 0);
+    assert_int_equal(json_object_size(json_object_get(c, "delta")), 0);
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    json_decref(j);
+    j = load(ev[3]);
+    assert_int_equal(json_array_size(json_object_get(j, "choices")), 0);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 5);
+    json_decref(j);
+    assert_string_equal(ev[4], "[DONE]");
+    dray_srv_buf_free(&b);
+}
+
+static void test_sse_text_stream_and_error_event(void **state)
+{
+    (void)state;
+    struct dray_srv_ident id = {.kind = DRAY_SRV_COMPLETION, .id = "cmpl-3", .created = 5, .model = "g"};
+    struct dray_srv_buf b = {0};
+    struct dray_srv_error e;
+    assert_int_equal(dray_srv_sse_chunk(&b, &id, false, "x", 1, NULL, false), 0);
+    dray_srv_fail(&e, 503, "server_error", "shutting_down", NULL, "bye");
+    assert_int_equal(dray_srv_sse_error(&b, &e), 0);
+    char ev[4][1024];
+    assert_int_equal(split_events(b.data, ev, 4), 2);
+    json_t *j = load(ev[0]);
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                                                          "text")), "x");
+    assert_null(json_object_get(j, "usage")); /* only with include_usage */
+    json_decref(j);
+    j = load(ev[1]);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")), "shutting_down");
+    json_decref(j);
+    dray_srv_buf_free(&b);
+}
+
+static void test_models_body(void **state)
+{
+    (void)state;
+    char *text = dray_srv_models_json("gemma-3-270m-q4_k_m", 9);
+    json_t *j = load(text);
+    json_t *m = json_array_get(json_object_get(j, "data"), 0);
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
+    assert_string_equal(json_string_value(json_object_get(m, "id")), "gemma-3-270m-q4_k_m");
+    assert_string_equal(json_string_value(json_object_get(m, "object")), "model");
+    json_decref(j);
+    free(text);
+}
+
+static void test_api_key(void **state)
+{
+    (void)state;
+    struct dray_srv_error e;
+    assert_int_equal(dray_srv_check_auth(NULL, "", &e), 0);           /* no key configured */
+    assert_int_equal(dray_srv_check_auth("Bearer k3y", "k3y", &e), 0);
+    assert_int_equal(dray_srv_check_auth("bearer k3y", "k3y", &e), 0); /* the scheme is case-insensitive */
+    const char *bad[] = {NULL, "k3y", "Basic k3y", "Bearer k3", "Bearer k3yy", "Bearer K3Y", "Bearer "};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(&e, 0, sizeof(e));
+        if (dray_srv_check_auth(bad[i], "k3y", &e) == 0)
+            fail_msg("'%s' was let in", bad[i] ? bad[i] : "(no header)");
+        assert_int_equal(e.status, 401);
+        assert_string_equal(e.code, "invalid_api_key");
+    }
+}
+
+static void test_size_limits(void **state)
+{
+    (void)state;
+    struct dray_srv_error e;
+    assert_int_equal(dray_srv_check_body(1024, 1024, &e), 0);
+    assert_int_not_equal(dray_srv_check_body(1025, 1024, &e), 0);
+    assert_int_equal(e.status, 413);
+    assert_contains(e.message, "1024 bytes, config key max_body");
+    assert_int_equal(dray_srv_check_prompt(10, 0, 11, "prompt", &e), 0);
+    assert_int_not_equal(dray_srv_check_prompt(11, 0, 11, "prompt", &e), 0);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.code, "context_length_exceeded");
+    assert_string_equal(e.param, "prompt");
+    assert_int_not_equal(dray_srv_check_prompt(6, 5, 100, "messages", &e), 0);
+    assert_contains(e.message, "the prompt is 6 tokens; this server accepts at most 5");
+    assert_int_equal(dray_srv_check_model(NULL, "g", &e), 0);
+    assert_int_equal(dray_srv_check_model("g", "g", &e), 0);
+    assert_int_not_equal(dray_srv_check_model("gpt-4", "g", &e), 0);
+    assert_int_equal(e.status, 404);
+    assert_string_equal(e.code, "model_not_found");
+}
+
+/* The value of the sample line that starts with `series ` (exactly), or -1. */
+static double sample(const char *page, const char *series)
+{
+    char key[256];
+    snprintf(key, sizeof(key), "\n%s ", series);
+    const char *p = strstr(page, key);
+    return p ? strtod(p + strlen(key), NULL) : -1;
+}
+
+static void test_metrics_page(void **state)
+{
+    (void)state;
+    struct dray_srv_metrics m;
+    dray_srv_metrics_init(&m);
+    dray_srv_metrics_count_status(&m, 200);
+    dray_srv_metrics_count_status(&m, 200);
+    dray_srv_metrics_count_status(&m, 429);
+    /* 11 tokens: first after 0.3 s, then 10 gaps of 0.03 s */
+    struct dray_request_output o = {.done = true, .n_prompt = 20, .n_cached = 16, .n_generated = 11,
+                                    .ttft_s = 0.3, .total_s = 0.6};
+    dray_srv_metrics_observe(&m, &o);
+    o.ttft_s = 3;
+    o.total_s = 3.05; /* gaps of 5 ms */
+    dray_srv_metrics_observe(&m, &o);
+    struct dray_sched_stats st = {.waiting = 3, .running = 8, .max_seqs = 8, .kv_blocks_used = 100,
+                                  .kv_blocks_total = 640, .preemptions = 2, .steps = 77};
+    struct dray_srv_buf b = {0};
+    assert_int_equal(dray_srv_metrics_format(&m, &st, &b), 0);
+    const char *p = b.data;
+    assert_true(sample(p, "dray_http_requests_total{code=\"200\"}") == 2);
+    assert_true(sample(p, "dray_http_requests_total{code=\"429\"}") == 1);
+    assert_true(sample(p, "dray_http_requests_total{code=\"404\"}") == -1); /* only codes seen */
+    assert_true(sample(p, "dray_prompt_tokens_total") == 40);
+    assert_true(sample(p, "dray_prompt_tokens_cached_total") == 32);
+    assert_true(sample(p, "dray_completion_tokens_total") == 22);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"0.25\"}") == 0);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"0.5\"}") == 1);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"2.5\"}") == 1);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"5\"}") == 2);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"+Inf\"}") == 2);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_count") == 2);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_sum") > 3.29);
+    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{le=\"0.005\"}") == 10);
+    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{le=\"0.02\"}") == 10);
+    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{le=\"0.04\"}") == 20);
+    assert_true(sample(p, "dray_inter_token_latency_seconds_count") == 20);
+    assert_true(sample(p, "dray_queue_depth") == 3);
+    assert_true(sample(p, "dray_running_sequences") == 8);
+    assert_true(sample(p, "dray_kv_blocks_used") == 100);
+    assert_true(sample(p, "dray_kv_blocks_total") == 640);
+    assert_true(sample(p, "dray_preemptions_total") == 2);
+    assert_contains(p, "# TYPE dray_inter_token_latency_seconds histogram\n");
+    assert_contains(p, "# TYPE dray_preemptions_total counter\n");
+    assert_contains(p, "# TYPE dray_queue_depth gauge\n");
+    /* every line is a comment or `name{labels} number` */
+    for (const char *line = p; *line;) {
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        if (*line != '#') {
+            const char *sp = memchr(line, ' ', (size_t)(nl - line));
+            assert_non_null(sp);
+            char *end;
+            strtod(sp + 1, &end);
+            if (end != nl)
+                fail_msg("bad sample line: %.*s", (int)(nl - line), line);
+        }
+        line = nl + 1;
+    }
+    dray_srv_buf_free(&b);
+    dray_srv_metrics_destroy(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_chat_request_fields, setup),
+        cmocka_unit_test_setup(test_defaults_come_from_config, setup),
+        cmocka_unit_test_setup(test_content_parts_are_joined, setup),
+        cmocka_unit_test_setup(test_malformed_bodies_are_refused, setup),
+        cmocka_unit_test_setup(test_wrong_types_and_ranges_are_refused, setup),
+        cmocka_unit_test_setup(test_too_many_messages, setup),
+        cmocka_unit_test_setup(test_error_body_has_openai_shape, setup),
+        cmocka_unit_test_setup(test_completion_bodies, setup),
+        cmocka_unit_test_setup(test_sse_chat_stream, setup),
+        cmocka_unit_test_setup(test_sse_text_stream_and_error_event, setup),
+        cmocka_unit_test_setup(test_models_body, setup),
+        cmocka_unit_test_setup(test_api_key, setup),
+        cmocka_unit_test_setup(test_size_limits, setup),
+        cmocka_unit_test_setup(test_metrics_page, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
