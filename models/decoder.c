@@ -9,52 +9,38 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "hparams.h"
 #include "log.h"
 
 /* ------------------------------------------------------------ hyper-parameters */
 
-int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t *v, char *err,
-                size_t errlen)
+int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t lo, uint32_t hi,
+                const uint32_t *dflt, uint32_t *v, char *err, size_t errlen)
 {
-    char k[128];
-    snprintf(k, sizeof(k), "%s.%s", m->fam->arch, key);
-    int rc = dray_gguf_get_u32(g, k, v, err, errlen);
-    if (rc == DRAY_ENOTFOUND)
-        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: missing metadata key %s", dray_gguf_name(g), k);
-    return rc;
+    return dray_hparam_u32(g, m->fam->arch, key, lo, hi, dflt, v, err, errlen);
 }
 
-static int get_f32(struct dray_model *m, struct dray_gguf *g, const char *key, float *v, char *err,
-                   size_t errlen)
-{
-    char k[128];
-    snprintf(k, sizeof(k), "%s.%s", m->fam->arch, key);
-    int rc = dray_gguf_get_f32(g, k, v, err, errlen);
-    if (rc == DRAY_ENOTFOUND)
-        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: missing metadata key %s", dray_gguf_name(g), k);
-    return rc;
-}
-
-/* The keys every family has; the family's hook adds the rest. */
+/* The keys every family has, each range-checked (core/hparams.c): they size
+ * buffers and loops. The family's hook adds the rest. */
 static int common_hparams(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen)
 {
     struct dray_model_info *in = &m->info;
-    int rc = dec_get_u32(m, g, "block_count", &in->n_layer, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "embedding_length", &in->n_embd, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "feed_forward_length", &in->n_ff, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "attention.head_count", &in->n_head, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "attention.head_count_kv", &in->n_kv_head, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "context_length", &in->n_ctx_train, err, errlen);
-    if (!rc) rc = get_f32(m, g, "attention.layer_norm_rms_epsilon", &m->eps, err, errlen);
+    const char *A = m->fam->arch;
+    int rc = dray_hparam_u32(g, A, "block_count", 1, DRAY_MAX_LAYERS, NULL, &in->n_layer, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "embedding_length", 1, DRAY_HP_MAX_EMBD, NULL, &in->n_embd, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "feed_forward_length", 1, DRAY_HP_MAX_FF, NULL, &in->n_ff, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "attention.head_count", 1, DRAY_HP_MAX_HEADS, NULL, &in->n_head, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "attention.head_count_kv", 1, DRAY_HP_MAX_HEADS, NULL,
+                                  &in->n_kv_head, err, errlen);
+    /* GQA: every kv head serves the same number of query heads */
+    if (!rc) rc = dray_hparam_divides(g, A, "attention.head_count_kv", in->n_kv_head,
+                                      "attention.head_count", in->n_head, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "context_length", 1, DRAY_HP_MAX_CONTEXT, NULL,
+                                  &in->n_ctx_train, err, errlen);
+    if (!rc) rc = dray_hparam_f32(g, A, "attention.layer_norm_rms_epsilon", 1e-12f, 1.0f, NULL,
+                                  &m->eps, err, errlen);
     if (rc)
         return rc;
-    if (in->n_layer == 0 || in->n_layer > DRAY_MAX_LAYERS)
-        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: %u layers (supported: 1..%u)",
-                         dray_gguf_name(g), in->n_layer, DRAY_MAX_LAYERS);
-    if (in->n_head == 0 || in->n_kv_head == 0 || in->n_head % in->n_kv_head)
-        return dray_fail(err, errlen, DRAY_EFORMAT,
-                         "%s: %u query heads cannot share %u kv heads (the kv heads must divide the "
-                         "query heads)", dray_gguf_name(g), in->n_head, in->n_kv_head);
     for (uint32_t il = 0; il < in->n_layer; il++)
         in->share_kv[il] = -1;
     struct dray_str name;

@@ -97,9 +97,9 @@ const struct dray_model_info *dec_info(const struct dray_model *m);
 int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
                   uint32_t n_outlier, char *err, size_t errlen);
 
-/* "<arch>.<key>" as u32; a missing key is DRAY_EFORMAT naming it. */
-int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t *v, char *err,
-                size_t errlen);
+/* "<arch>.<key>" as u32 in [lo, hi] (dray_hparam_u32: dflt NULL = required). */
+int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t lo, uint32_t hi,
+                const uint32_t *dflt, uint32_t *v, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- building blocks */
 

@@ -18,6 +18,7 @@
 
 #include "decoder.h"
 #include "error.h"
+#include "hparams.h"
 
 /* The one hyper-parameter the file does not state: llama.cpp and HF both use a
  * RoPE base of 10000 on sliding-window layers (HF rope_local_base_freq). */
@@ -30,18 +31,17 @@ static int gemma3_hparams(struct dray_model *m, struct dray_gguf *g, char *err, 
     struct dray_model_info *in = &m->info;
     uint32_t key_len, val_len, window;
     float rope_base;
-    int rc = dec_get_u32(m, g, "attention.key_length", &key_len, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "attention.value_length", &val_len, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "attention.sliding_window", &window, err, errlen);
-    if (!rc) rc = dray_gguf_get_f32(g, "gemma3.rope.freq_base", &rope_base, err, errlen);
-    if (rc == DRAY_ENOTFOUND)
-        rc = dray_fail(err, errlen, DRAY_EFORMAT, "%s: missing metadata key gemma3.rope.freq_base",
-                       dray_gguf_name(g));
+    int rc = dec_get_u32(m, g, "attention.key_length", 2, DRAY_HP_MAX_HEAD_DIM, NULL, &key_len, err, errlen);
+    if (!rc) rc = dec_get_u32(m, g, "attention.value_length", 2, DRAY_HP_MAX_HEAD_DIM, NULL, &val_len, err, errlen);
+    if (!rc) rc = dec_get_u32(m, g, "attention.sliding_window", 1, DRAY_HP_MAX_CONTEXT, NULL, &window, err, errlen);
+    if (!rc) rc = dray_hparam_f32(g, "gemma3", "rope.freq_base", 1.0f, 1e10f, NULL, &rope_base, err, errlen);
     if (rc)
         return rc;
-    if (key_len != val_len || key_len == 0 || key_len % 2)
-        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: unsupported shape: key %u / value %u",
-                         dray_gguf_name(g), key_len, val_len);
+    /* RoPE rotates pairs; one attention kernel serves K and V of one width */
+    if (key_len != val_len || key_len % 2)
+        return dray_fail(err, errlen, DRAY_EFORMAT,
+                         "%s: metadata keys gemma3.attention.key_length = %u and value_length = "
+                         "%u, expected equal even numbers", dray_gguf_name(g), key_len, val_len);
     in->head_dim = key_len;
     for (uint32_t il = 0; il < in->n_layer; il++) {
         bool local = il % GEMMA3_SWA_PATTERN < GEMMA3_SWA_PATTERN - 1;

@@ -30,6 +30,7 @@
 
 #include "decoder.h"
 #include "error.h"
+#include "hparams.h"
 
 static int llama_hparams(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen)
 {
@@ -37,24 +38,29 @@ static int llama_hparams(struct dray_model *m, struct dray_gguf *g, char *err, s
     uint32_t head_dim = 0, n_rot = 0;
     float base = 10000.0f; /* llama.cpp's default when rope.freq_base is absent */
     struct dray_str scaling;
-    if (dray_gguf_get_u32(g, "llama.attention.key_length", &head_dim, NULL, 0)) {
+    uint32_t none = 0;
+    int rc = dec_get_u32(m, g, "attention.key_length", 0, DRAY_HP_MAX_HEAD_DIM, &none, &head_dim, err, errlen);
+    if (!rc) rc = dec_get_u32(m, g, "rope.dimension_count", 0, DRAY_HP_MAX_HEAD_DIM, &none, &n_rot, err, errlen);
+    if (!rc) rc = dray_hparam_f32(g, "llama", "rope.freq_base", 1.0f, 1e10f, &base, &base, err, errlen);
+    if (rc)
+        return rc;
+    if (head_dim == 0) { /* absent: the embedding split evenly over the heads */
         if (in->n_embd % in->n_head)
             return dray_fail(err, errlen, DRAY_EFORMAT,
-                             "%s: embedding length %u is not a multiple of %u heads",
+                             "%s: llama.embedding_length %u is not a multiple of llama.attention.head_count %u",
                              dray_gguf_name(g), in->n_embd, in->n_head);
         head_dim = in->n_embd / in->n_head;
     }
     if (head_dim == 0 || head_dim % 2)
         return dray_fail(err, errlen, DRAY_EFORMAT, "%s: head size %u (must be even)", dray_gguf_name(g),
                          head_dim);
-    if (!dray_gguf_get_u32(g, "llama.rope.dimension_count", &n_rot, NULL, 0) && n_rot != head_dim)
+    if (n_rot && n_rot != head_dim)
         return dray_fail(err, errlen, DRAY_ENOTSUP,
                          "%s: llama.rope.dimension_count %u: partial rotary embeddings are not "
                          "supported (head size %u)", dray_gguf_name(g), n_rot, head_dim);
     if (!dray_gguf_get_str(g, "llama.rope.scaling.type", &scaling, NULL, 0) && !dray_str_eq(scaling, "none"))
         return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: llama.rope.scaling.type \"%.*s\" is not supported",
                          dray_gguf_name(g), (int)(scaling.len > 32 ? 32 : scaling.len), scaling.ptr);
-    dray_gguf_get_f32(g, "llama.rope.freq_base", &base, NULL, 0);
     in->head_dim = head_dim;
     for (uint32_t il = 0; il < in->n_layer; il++) {
         in->window[il] = m->layer[il].window = 0;

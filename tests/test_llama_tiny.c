@@ -324,7 +324,7 @@ static void test_llama_bad_files_get_clear_errors(void **state)
     expect_open_error(t, "llama_missing.gguf", DRAY_ENOTFOUND, "blk.1.ffn_up.weight", NULL);
     t = llama_defaults();
     t.n_kv_head = 3; /* 4 query heads cannot share 3 kv heads */
-    expect_open_error(t, "llama_heads.gguf", DRAY_EFORMAT, "4 query heads", "3 kv heads");
+    expect_open_error(t, "llama_heads.gguf", DRAY_EFORMAT, "llama.attention.head_count_kv = 3 does not divide", "4");
     t = llama_defaults();
     t.arch = "mamba";
     expect_open_error(t, "mamba.gguf", DRAY_ENOTSUP, "architecture mamba is not supported",
