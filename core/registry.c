@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "log.h"
@@ -637,6 +638,13 @@ int dray_device_open_config(struct dray_registry *reg, const struct dray_config 
         .reference = cfg->reference_kernels ? 1 : 0,
     };
     char why[512];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* more workers than cores take turns at every barrier of every op: 1024 threads on
+     * 2 cores made decode 50x slower without a word */
+    if (cfg->threads && cores > 0 && cfg->threads > (unsigned long)cores)
+        dray_warn("threads %u is more than the %ld cores here, which makes every op wait on "
+                  "descheduled threads; set threads to 0 (one per core) or at most %ld",
+                  cfg->threads, cores, cores);
     int rc = dray_device_open(reg, cfg->backend, cfg->device, &opt, out, why, sizeof(why));
     if (rc == 0)
         return 0;
