@@ -63,6 +63,18 @@ case "$plugindir" in "$stage"/*) ;; *) plugindir="$stage$plugindir" ;; esac
 [ -f "$plugindir/libdray-cpu.so" ] || fail "plugindir $plugindir does not hold the installed CPU plugin"
 step "backend.h at $inc/dray, plugindir $plugindir"
 
+# the installed dray, run from where it was installed, finds the installed plugins on
+# its own: no DRAY_PLUGIN_PATH, and none of the build tree's folders
+installed=$(find "$stage" -path '*/bin/dray' -type f -print -quit)
+[ -x "$installed" ] || fail "no bin/dray was installed"
+env -u DRAY_PLUGIN_PATH "$installed" devices >"$tmp/devices.log" 2>&1 ||
+  { cat "$tmp/devices.log" >&2; fail "the installed $installed devices failed"; }
+grep -q "^  cpu .*$plugindir/libdray-cpu.so" "$tmp/devices.log" ||
+  { cat "$tmp/devices.log" >&2; fail "the installed dray did not load its plugins from $plugindir"; }
+! grep -q "$build/backends" "$tmp/devices.log" ||
+  fail "the installed dray loaded plugins from the build tree $build"
+step "installed dray loads its own plugins from $plugindir"
+
 # ---- 2. build the template out of tree -------------------------------------
 step "building plugins/template out of tree"
 meson setup "$tmp/template" "$src/plugins/template" -Dwerror=true --wrap-mode=nodownload \

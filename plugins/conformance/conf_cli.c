@@ -2,6 +2,7 @@
  * standalone `dray-conformance` (which needs no engine): certify a plugin's ops
  * against the CPU reference kernels. Exit 0 when every mandatory op passes, 1 on
  * any failure, 2 on usage errors. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +34,12 @@ static void usage(FILE *f, const char *prog)
 
 static int parse_u64(const char *prog, const char *flag, const char *s, uint64_t max, uint64_t *out)
 {
-    char *end;
+    char *end = NULL;
+    unsigned long long v = 0;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || !*s || *end || s[0] == '-' || v > max) {
+    if (isdigit((unsigned char)s[0])) /* strtoull takes signs and leading spaces */
+        v = strtoull(s, &end, 10);
+    if (!end || errno || *end || v > max) {
         fprintf(stderr, "%s: %s expects an integer 0..%llu, got '%s'\n", prog, flag,
                 (unsigned long long)max, s);
         return -1;
