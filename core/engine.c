@@ -120,8 +120,9 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
                   e->info.n_ctx_train);
     rc = open_kv(e, err, errlen);
-    if (!rc && e->cfg.precision == DRAY_PRECISION_INT8)
-        rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, e->cfg.outlier_channels, err, errlen);
+    if (!rc)
+        rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, mo.outlier_channels,
+                            e->cfg.kv_dtype == DRAY_I8, err, errlen);
     if (rc)
         goto fail;
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */

@@ -63,9 +63,11 @@ struct dray_arch {
      * max_batch: the model sizes that step itself; kv is the caller's, sized for
      * n tokens, see calibrate.h) while recording the largest |activation| of every
      * matmul input channel, then re-prepare the int8 weights keeping the n_outlier
-     * loudest input channels of each matmul in f32. */
+     * loudest input channels of each matmul in f32 (0: none). smooth_k: also
+     * rescale K channels for an int8 KV cache where the model can do it at no
+     * cost (models/kv_smooth.c); the scores q.k stay the same. */
     int (*calibrate)(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                     uint32_t n_outlier, char *err, size_t errlen);
+                     uint32_t n_outlier, bool smooth_k, char *err, size_t errlen);
 };
 
 /* The architectures, one per file in models/, listed by models/meson.build into

@@ -455,6 +455,8 @@ int dec_qk_norms(struct dray_model *m, uint32_t il, uint32_t T)
     int rc = rmsnorm(m, q, m->qkv_dim, L->q_norm, q, m->qkv_dim, T, in->n_head, in->head_dim);
     if (!rc)
         rc = rmsnorm(m, k, m->qkv_dim, L->k_norm, k, m->qkv_dim, T, in->n_kv_head, in->head_dim);
+    if (!rc)
+        rc = dec_kv_smooth_observe(m, il, T);
     return rc;
 }
 
@@ -713,25 +715,35 @@ static int calib_apply(struct dray_model *m, uint32_t n_outlier, int32_t *pick, 
  * Calibration finds those channels once, on a short text; the matmul op then
  * keeps them in f32 inside the same kernel, so there is no second op. */
 int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                  uint32_t n_outlier, char *err, size_t errlen)
+                  uint32_t n_outlier, bool smooth_k, char *err, size_t errlen)
 {
     const struct dray_model_info *in = &m->info;
-    if (n_outlier == 0 || m->embd.dtype != DRAY_I8)
+    bool outliers = n_outlier && m->embd.dtype == DRAY_I8;
+    smooth_k = smooth_k && m->head_norms; /* the factors live in the head norms */
+    if (!outliers && !smooth_k)
         return 0;
     if (n == 0)
         return dray_fail(err, errlen, DRAY_EINVAL, "calibration: no tokens");
     m->calib_k = in->n_embd > m->q_dim ? in->n_embd : m->q_dim;
     m->calib_k = in->n_ff > m->calib_k ? in->n_ff : m->calib_k;
     /* slots: [n_layer][MM_COUNT] layer matmuls, then one for the output head */
-    m->calib = calloc(((size_t)in->n_layer * MM_COUNT + 1) * m->calib_k, sizeof(float));
-    m->calib_host = malloc((size_t)n * m->calib_k * sizeof(float));
+    if (outliers)
+        m->calib = calloc(((size_t)in->n_layer * MM_COUNT + 1) * m->calib_k, sizeof(float));
+    if (smooth_k)
+        m->calib_kmax = calloc((size_t)in->n_layer * in->head_dim, sizeof(float));
+    m->calib_host = malloc((size_t)n * (m->calib_k > m->qkv_dim ? m->calib_k : m->qkv_dim) * sizeof(float));
     int32_t *pick = malloc(m->calib_k * sizeof(int32_t));
-    int rc = m->calib && m->calib_host && pick ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "calibration: out of memory");
+    int rc = (m->calib || !outliers) && (m->calib_kmax || !smooth_k) && m->calib_host && pick
+                 ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "calibration: out of memory");
     if (!rc)
         rc = calib_forward(m, kv, ids, n, err, errlen);
-    if (!rc)
+    if (!rc && smooth_k)
+        rc = dec_kv_smooth_apply(m, err, errlen);
+    if (!rc && outliers)
         rc = calib_apply(m, n_outlier, pick, err, errlen);
     account(m);
+    free(m->calib_kmax);
+    m->calib_kmax = NULL;
     free(m->calib);
     free(m->calib_host);
     m->calib = m->calib_host = NULL;

@@ -84,6 +84,7 @@ struct dray_model {
      * [n_layer][MM_COUNT][calib_k] then the head, and a host copy of one input */
     float *calib, *calib_host;
     uint32_t calib_k;
+    float *calib_kmax;         /* while calibrating, with head norms: [n_layer][head_dim] max |k| */
 };
 
 /* ---------------------------------------------------------------- the arch hooks */
@@ -95,7 +96,12 @@ int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batc
 void dec_free(struct dray_model *m);
 const struct dray_model_info *dec_info(const struct dray_model *m);
 int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                  uint32_t n_outlier, char *err, size_t errlen);
+                  uint32_t n_outlier, bool smooth_k, char *err, size_t errlen);
+
+/* K smoothing of the int8 KV cache (kv_smooth.c): record max |k| per channel
+ * after the k norm while calibrating, then fold the factors into the q/k norms. */
+int dec_kv_smooth_observe(struct dray_model *m, uint32_t il, uint32_t T);
+int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen);
 
 /* "<arch>.<key>" as u32 in [lo, hi] (dray_hparam_u32: dflt NULL = required). */
 int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t lo, uint32_t hi,
