@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../tools/cli.h"
+#include "cli.h" /* compiled into the dray command, beside tools/ */
 #include "dray/backend.h"
 #include "dray/plugins.h"
 
