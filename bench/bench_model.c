@@ -44,20 +44,27 @@ int dray_bench_model(int argc, char **argv)
     const char *json = NULL;
     for (int i = 1; i < n_rest; i++) {
         bool has = i + 1 < n_rest;
-        if (!strcmp(rest[i], "--prefill") && has) n_prefill = (uint32_t)atoi(rest[++i]);
-        else if (!strcmp(rest[i], "--decode") && has) n_decode = (uint32_t)atoi(rest[++i]);
-        else if (!strcmp(rest[i], "--batch") && has) batch = (uint32_t)atoi(rest[++i]);
-        else if (!strcmp(rest[i], "--mem-bw") && has) bw = atof(rest[++i]);
-        else if (!strcmp(rest[i], "--json") && has) json = rest[++i];
+        const char *a = rest[i];
+        /* token counts are capped at 2^20 so that prefill + decode + 16 stays a sane context */
+        if (!strcmp(a, "--prefill") && has) {
+            if (dray_cli_u32(a, rest[++i], 1, 1u << 20, &n_prefill))
+                return 2;
+        } else if (!strcmp(a, "--decode") && has) {
+            if (dray_cli_u32(a, rest[++i], 1, 1u << 20, &n_decode))
+                return 2;
+        } else if (!strcmp(a, "--batch") && has) {
+            if (dray_cli_u32(a, rest[++i], 1, 256, &batch))
+                return 2;
+        } else if (!strcmp(a, "--mem-bw") && has) {
+            if (dray_cli_f64(a, rest[++i], 0.001, 1e6, &bw)) /* GB/s */
+                return 2;
+        }
+        else if (!strcmp(a, "--json") && has) json = rest[++i];
         else if (!strcmp(rest[i], "-h") || !strcmp(rest[i], "--help")) { usage(); return 0; }
         else {
             fprintf(stderr, "dray bench model: unknown or incomplete option '%s'\n", rest[i]);
             return 2;
         }
-    }
-    if (n_prefill == 0 || batch == 0 || batch > 256) {
-        fprintf(stderr, "dray bench model: --prefill must be >= 1 and --batch 1..256\n");
-        return 2;
     }
     if (cfg.max_seqs < batch)
         cfg.max_seqs = batch;

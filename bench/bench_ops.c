@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h" /* compiled into the dray command, beside tools/ */
 #include "dray/backend.h"
 #include "dray/plugins.h"
 
@@ -348,15 +349,21 @@ static int parse(int argc, char **argv, struct opts *o)
         } else if (!strcmp(a, "--reference")) {
             o->reference = 1;
         } else if (v && !strcmp(a, "--threads")) {
-            o->threads = (uint32_t)strtoul(v, NULL, 10), i++;
+            if (dray_cli_u32(a, v, 0, 4096, &o->threads))
+                return 2;
+            i++;
         } else if (v && !strcmp(a, "--only")) {
             o->only = v, i++;
         } else if (v && !strcmp(a, "--plugin")) {
             o->plugin = v, i++;
         } else if (v && !strcmp(a, "--bw")) {
-            o->bw = strtod(v, NULL), i++;
+            if (dray_cli_f64(a, v, 0.001, 1e6, &o->bw)) /* GB/s */
+                return 2;
+            i++;
         } else if (v && !strcmp(a, "--gops")) {
-            o->gops = strtod(v, NULL), i++;
+            if (dray_cli_f64(a, v, 0.001, 1e6, &o->gops)) /* int8 GOPS per core */
+                return 2;
+            i++;
         } else if (v && !strcmp(a, "--json")) {
             o->json = fopen(v, "a"), i++;
             if (!o->json) {

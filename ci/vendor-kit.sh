@@ -7,8 +7,9 @@
 #   2. build plugins/template OUT of tree against that install, found only
 #      through pkg-config (PKG_CONFIG_PATH + PKG_CONFIG_SYSROOT_DIR), warnings
 #      as errors, and check it exports exactly one symbol;
-#   3. certify it: <build>/tools/dray conformance --plugin <the built .so>;
-#   4. find it by name as the registry does (libdray-<name>.so on a plugin path).
+#   3. certify it with the standalone kit (no engine):
+#      <build>/plugins/conformance/dray-conformance --plugin <the built .so>;
+#   4. find it by name (libdray-<name>.so on a plugin path) through `dray conformance`.
 # Usage: ci/vendor-kit.sh BUILD_DIR      (tests/meson.build runs it as `vendor_kit`)
 # Needs meson, ninja, pkg-config and a C compiler; no network. Exit 0 when all
 # passes, 1 on any failure, 77 (meson's "skipped") when pkg-config is absent.
@@ -22,6 +23,7 @@ step() { echo "vendor-kit: $*"; }
 build=$(cd "$1" && pwd) || fail "build folder '$1' does not exist"
 src=$(cd "$(dirname "$0")/.." && pwd)
 dray="$build/tools/dray"
+kit="$build/plugins/conformance/dray-conformance"
 [ -f "$build/meson-private/install.dat" ] || fail "$build is not a configured meson build folder"
 [ -x "$dray" ] || fail "$dray is missing: build dray first (ninja -C $build)"
 command -v pkg-config >/dev/null || { echo "vendor-kit: SKIP: pkg-config is not installed"; exit 77; }
@@ -53,12 +55,25 @@ libs=$(pkg-config --libs dray-backend)
 inc=$(pkg-config --variable=includedir dray-backend)
 case "$inc" in "$stage"/*) ;; *) inc="$stage$inc" ;; esac # pkg-config 0.29 does not prefix variables
 [ -f "$inc/dray/backend.h" ] || fail "backend.h is not at $inc/dray/backend.h (Cflags: $cflags)"
+[ -f "$inc/dray/backend_util.h" ] || fail "the plugin helper backend_util.h is not installed beside backend.h"
 case " $cflags " in *" -I$inc "*) ;; *) fail "Cflags '$cflags' do not name $inc" ;; esac
 plugindir=$(pkg-config --variable=plugindir dray-backend)
 [ -n "$plugindir" ] || fail "dray-backend.pc has no plugindir variable"
 case "$plugindir" in "$stage"/*) ;; *) plugindir="$stage$plugindir" ;; esac
 [ -f "$plugindir/libdray-cpu.so" ] || fail "plugindir $plugindir does not hold the installed CPU plugin"
 step "backend.h at $inc/dray, plugindir $plugindir"
+
+# the installed dray, run from where it was installed, finds the installed plugins on
+# its own: no DRAY_PLUGIN_PATH, and none of the build tree's folders
+installed=$(find "$stage" -path '*/bin/dray' -type f -print -quit)
+[ -x "$installed" ] || fail "no bin/dray was installed"
+env -u DRAY_PLUGIN_PATH "$installed" devices >"$tmp/devices.log" 2>&1 ||
+  { cat "$tmp/devices.log" >&2; fail "the installed $installed devices failed"; }
+grep -q "^  cpu .*$plugindir/libdray-cpu.so" "$tmp/devices.log" ||
+  { cat "$tmp/devices.log" >&2; fail "the installed dray did not load its plugins from $plugindir"; }
+! grep -q "$build/backends" "$tmp/devices.log" ||
+  fail "the installed dray loaded plugins from the build tree $build"
+step "installed dray loads its own plugins from $plugindir"
 
 # ---- 2. build the template out of tree -------------------------------------
 step "building plugins/template out of tree"
@@ -76,13 +91,14 @@ if command -v nm >/dev/null; then
 fi
 
 # ---- 3. certify it ----------------------------------------------------------
-step "$dray conformance --plugin $so"
-"$dray" conformance --plugin "$so" || fail "the template plugin does not pass conformance"
+[ -x "$kit" ] || fail "$kit is missing: build dray first (ninja -C $build)"
+step "$kit --plugin $so"
+"$kit" --plugin "$so" || fail "the template plugin does not pass conformance"
 
 # ---- 4. found by name on a plugin path ---------------------------------------
 mkdir -p "$tmp/plugins"
 cp "$so" "$tmp/plugins/"
 "$dray" conformance --plugin template --plugin-path "$tmp/plugins" --op add --reps 2 --no-timing \
-  >"$tmp/byname.log" 2>&1 || { cat "$tmp/byname.log" >&2; fail "the registry does not find libdray-template.so by the name 'template'"; }
+  >"$tmp/byname.log" 2>&1 || { cat "$tmp/byname.log" >&2; fail "dray conformance does not find libdray-template.so by the name 'template'"; }
 step "found by name: $(grep '^subject:' "$tmp/byname.log")"
 step "PASS"

@@ -18,12 +18,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "log.h"
 
-#ifndef DRAY_PLUGIN_PATH_DEFAULT
-#define DRAY_PLUGIN_PATH_DEFAULT ""
+#ifndef DRAY_BUILD_ROOT
+#define DRAY_BUILD_ROOT ""
+#endif
+#ifndef DRAY_PLUGIN_BUILD_PATH
+#define DRAY_PLUGIN_BUILD_PATH ""
+#endif
+#ifndef DRAY_PLUGIN_DIR_FROM_BINDIR
+#define DRAY_PLUGIN_DIR_FROM_BINDIR ""
+#endif
+#ifndef DRAY_PLUGIN_INSTALL_DIR
+#define DRAY_PLUGIN_INSTALL_DIR ""
 #endif
 
 #define PLUGIN_PREFIX "libdray-"
@@ -156,6 +166,7 @@ static const struct dray_skipped *find_skipped(const struct dray_registry *reg, 
 /* ------------------------------------------------------------ validation */
 
 #define REMEDY_REBUILD "rebuild the plugin against this dray's backend.h"
+#define REMEDY_UPGRADE "upgrade dray to a version that speaks it, or use a build of the plugin for this dray's ABI"
 
 /* Members every version-1 table must set. host_ptr is the one optional member. */
 static const struct {
@@ -206,20 +217,21 @@ static int negotiate(void *handle, const char *file, const struct dray_ops **ops
     *ops = NULL;
     int rc = neg(&v, &host_services, ops, perr, sizeof(perr));
     perr[sizeof(perr) - 1] = '\0';
+    /* a refusing plugin may leave in v the oldest ABI it can speak: when that is
+     * newer than this dray, the remedy is a newer dray, not a rebuild */
     if (rc == DRAY_EINCOMPAT)
-        return dray_fail(why, whylen, rc,
-                         "%s refused this dray's ABI %u..%u: %s: %s", file, DRAY_ABI_VERSION_MIN,
-                         DRAY_ABI_VERSION, perr[0] ? perr : "no reason given", REMEDY_REBUILD);
+        return dray_fail(why, whylen, rc, "%s refused this dray's ABI %u..%u: %s: %s", file,
+                         DRAY_ABI_VERSION_MIN, DRAY_ABI_VERSION, perr[0] ? perr : "no reason given",
+                         v > DRAY_ABI_VERSION ? REMEDY_UPGRADE : REMEDY_REBUILD);
     if (rc != 0)
         return dray_fail(why, whylen, rc ? rc : DRAY_EBACKEND,
                          "%s refused to load (%s): %s: install or fix its runtime, or remove "
                          "the file from the plugin path",
                          file, dray_strerror(rc), perr[0] ? perr : "no reason given");
     if (v < DRAY_ABI_VERSION_MIN || v > DRAY_ABI_VERSION)
-        return dray_fail(why, whylen, DRAY_EINCOMPAT,
-                         "%s speaks ABI %u, this dray speaks %u..%u: %s%s", file, v,
-                         DRAY_ABI_VERSION_MIN, DRAY_ABI_VERSION, REMEDY_REBUILD,
-                         v > DRAY_ABI_VERSION ? " (or upgrade dray)" : "");
+        return dray_fail(why, whylen, DRAY_EINCOMPAT, "%s speaks ABI %u, this dray speaks %u..%u: %s",
+                         file, v, DRAY_ABI_VERSION_MIN, DRAY_ABI_VERSION,
+                         v > DRAY_ABI_VERSION ? REMEDY_UPGRADE : REMEDY_REBUILD);
     if (!*ops)
         return dray_fail(why, whylen, DRAY_EINCOMPAT,
                          "%s negotiated ABI %u but returned no operator table: fix the plugin's "
@@ -393,6 +405,32 @@ static int scan_path(struct dray_registry *reg, const char *list)
     return rc;
 }
 
+/* The default folders: a binary inside the build tree uses the in-tree backends'
+ * build folders; any other binary the plugin folder of the install it lives in
+ * (found from its own path, so a relocated install works), then the configured
+ * install folder (for applications that embed dray from elsewhere). */
+static int scan_default_path(struct dray_registry *reg)
+{
+    char exe[PATH_MAX], dir[PATH_MAX + sizeof(DRAY_PLUGIN_DIR_FROM_BINDIR) + 2];
+    size_t root = strlen(DRAY_BUILD_ROOT);
+    if (!realpath("/proc/self/exe", exe))
+        exe[0] = 0;
+    if (root && !strncmp(exe, DRAY_BUILD_ROOT, root) && exe[root] == '/')
+        return scan_path(reg, DRAY_PLUGIN_BUILD_PATH);
+    char *slash = strrchr(exe, '/');
+    if (slash && DRAY_PLUGIN_DIR_FROM_BINDIR[0]) {
+        *slash = 0;
+        snprintf(dir, sizeof(dir), "%s/%s", exe, DRAY_PLUGIN_DIR_FROM_BINDIR);
+        char real[PATH_MAX];
+        if (realpath(dir, real) && strcmp(real, DRAY_PLUGIN_INSTALL_DIR)) {
+            int rc = scan_path(reg, real);
+            if (rc)
+                return rc;
+        }
+    }
+    return scan_path(reg, DRAY_PLUGIN_INSTALL_DIR);
+}
+
 /* ------------------------------------------------------------ public API */
 
 int dray_registry_open(const char *extra_path, struct dray_registry **out, char *err, size_t errlen)
@@ -405,7 +443,7 @@ int dray_registry_open(const char *extra_path, struct dray_registry **out, char 
     if (rc == 0)
         rc = scan_path(reg, getenv("DRAY_PLUGIN_PATH"));
     if (rc == 0)
-        rc = scan_path(reg, DRAY_PLUGIN_PATH_DEFAULT);
+        rc = scan_default_path(reg);
     if (rc != 0) {
         dray_registry_close(reg);
         return dray_fail(err, errlen, rc, "plugin registry: out of memory while scanning");
@@ -600,6 +638,13 @@ int dray_device_open_config(struct dray_registry *reg, const struct dray_config 
         .reference = cfg->reference_kernels ? 1 : 0,
     };
     char why[512];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* more workers than cores take turns at every barrier of every op: 1024 threads on
+     * 2 cores made decode 50x slower without a word */
+    if (cfg->threads && cores > 0 && cfg->threads > (unsigned long)cores)
+        dray_warn("threads %u is more than the %ld cores here, which makes every op wait on "
+                  "descheduled threads; set threads to 0 (one per core) or at most %ld",
+                  cfg->threads, cores, cores);
     int rc = dray_device_open(reg, cfg->backend, cfg->device, &opt, out, why, sizeof(why));
     if (rc == 0)
         return 0;

@@ -3,6 +3,7 @@
  * process with a deadline, so a hang fails the test instead of blocking CI, and checks
  * the exit status and that the message names what was wrong. */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -159,6 +160,25 @@ static void patch_ne0(const char *path, const char *name, uint64_t ne0)
     free(b);
 }
 
+/* Overwrites the value of metadata key (record: u64 key length, key, u32 type,
+ * value) with n bytes, keeping its type. */
+static void patch_kv(const char *path, const char *key, const void *val, size_t n)
+{
+    size_t size, len = strlen(key);
+    uint8_t *b = slurp(path, &size);
+    size_t at = 0;
+    for (size_t i = 8; i + len + 4 + n <= size && !at; i++) {
+        uint64_t l;
+        memcpy(&l, b + i - 8, 8);
+        if (l == len && !memcmp(b + i, key, len))
+            at = i + len + 4;
+    }
+    assert_true(at != 0);
+    memcpy(b + at, val, n);
+    assert_int_equal(dray_test_write_file(path, b, size), 0);
+    free(b);
+}
+
 /* ------------------------------------------------------------ issue 18: wrapped size */
 
 /* An F32 tensor of 2^62 + 8 elements needs 2^64 + 32 bytes, which wrapped to 32 and
@@ -238,6 +258,117 @@ static void test_deeply_nested_config_refused_quickly(void **state)
     expect_error(&r, path, "nesting deeper than 32 levels");
 }
 
+/* ------------------------------------------------------------ issue 14.3/14.4: hparams */
+
+/* Runs `dray run` on the tiny model with key's value replaced; expects an error naming
+ * the file, the key and the bad value. */
+static void expect_bad_hparam(const char *key, const void *val, size_t n, const char *shown)
+{
+    const char *model = tiny_model();
+    patch_kv(model, key, val, n);
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hello", "-n", "2", NULL});
+    expect_error(&r, model, key);
+    assert_non_null(strstr(r.out, shown));
+}
+
+static void test_model_hparams_validated_at_load(void **state)
+{
+    (void)state;
+    uint32_t u;
+    float f;
+    u = 4000000000u; /* above the 16,777,216 cap: used to allocate 7.9 GB of KV */
+    expect_bad_hparam("gemma3.context_length", &u, 4, "= 4000000000, expected an integer 1..16777216");
+    u = 0; /* used to fail later with a KV error naming neither file nor key */
+    expect_bad_hparam("gemma3.context_length", &u, 4, "= 0, expected");
+    f = NAN; /* used to load and emit token 0 forever */
+    expect_bad_hparam("gemma3.attention.layer_norm_rms_epsilon", &f, 4, "= nan, expected a finite");
+    f = -1e-6f;
+    expect_bad_hparam("gemma3.attention.layer_norm_rms_epsilon", &f, 4, "= -1e-06, expected");
+    f = INFINITY;
+    expect_bad_hparam("gemma3.rope.freq_base", &f, 4, "= inf, expected");
+    u = 3; /* kv heads must divide the 4 query heads */
+    expect_bad_hparam("gemma3.attention.head_count_kv", &u, 4, "= 3 does not divide");
+    u = 100000;
+    expect_bad_hparam("gemma3.embedding_length", &u, 4, "= 100000, expected an integer 1..65536");
+}
+
+/* Numbers on the command line are parsed whole and range-checked, and the error
+ * names the flag: atoi made `--prefill -1` 4294967295 (16 GiB) and `--decode abc` 0. */
+static void test_cli_numbers_are_strict(void **state)
+{
+    (void)state;
+    const char *model = tiny_model();
+    static const char *const cases[][3] = {
+        {"--prefill", "-1", "got '-1'"}, {"--decode", "abc", "got 'abc'"},
+        {"--batch", "0", "got '0'"},     {"--mem-bw", "nan", "got 'nan'"},
+        {"--prefill", "12x", "got '12x'"}, {"-n", "abc", "got 'abc'"},
+        {"-t", "-2", "got '-2'"},
+    };
+    struct result r;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        run_dray(&r, 60, (const char *[]){"bench", "model", "-m", model, cases[i][0], cases[i][1],
+                                          NULL});
+        expect_error(&r, cases[i][0], cases[i][2]);
+    }
+    run_dray(&r, 60, (const char *[]){"bench", "ops", "--threads", "-1", NULL});
+    expect_error(&r, "--threads", "got '-1'");
+    run_dray(&r, 60, (const char *[]){"info", model, "--dump-tensor", "output_norm.weight",
+                                      "--rows", "-1:2", NULL});
+    expect_error(&r, "--rows", "-1:2");
+}
+
+/* ------------------------------------------------------------ issue 14.4: silently wrong */
+
+/* `run -f` on a folder ran an empty prompt with exit 0; a NUL byte cut the prompt. */
+static void test_prompt_file_folder_or_nul_refused(void **state)
+{
+    (void)state;
+    const char *model = tiny_model(), *nul = dray_test_path("nul.txt");
+    assert_int_equal(dray_test_write_file(nul, "hello\0world", 11), 0);
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-f", dray_test_tmpdir(), NULL});
+    expect_error(&r, dray_test_tmpdir(), "folder");
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-f", nul, NULL});
+    expect_error(&r, nul, "byte 5 is NUL");
+}
+
+/* log_level from the config or --set was applied by `dray devices` only. The tiny
+ * model's 256-token training context makes -c 512 warn; log_level error hides it. */
+static void test_log_level_applies_to_run(void **state)
+{
+    (void)state;
+    const char *model = tiny_model(), *cfg = dray_test_path("quiet.yaml");
+    const char *warn = "longer than the model was trained for";
+    assert_int_equal(dray_test_write_file(cfg, "log_level: error\n", 17), 0);
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hi", "-n", "1", "-c", "512", NULL});
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, warn));
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hi", "-n", "1", "-c", "512",
+                                      "--set", "log_level=error", NULL});
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, warn));
+    run_dray(&r, 60, (const char *[]){"run", "--config", cfg, "-m", model, "-p", "hi", "-n", "1",
+                                      "-c", "512", NULL});
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, warn));
+}
+
+/* threads: 1024 on 2 cores made decode 50x slower without a word. */
+static void test_threads_above_cores_warns(void **state)
+{
+    (void)state;
+    const char *model = tiny_model();
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hi", "-n", "1", "-t", "1024", NULL});
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "threads 1024 is more than the"));
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hi", "-n", "1", "-t", "1", NULL});
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, "threads 1 is more than"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,6 +376,11 @@ int main(void)
         cmocka_unit_test(test_prompt_longer_than_context_refused_before_tokenizing),
         cmocka_unit_test(test_fifo_model_or_config_refused_without_blocking),
         cmocka_unit_test(test_deeply_nested_config_refused_quickly),
+        cmocka_unit_test(test_model_hparams_validated_at_load),
+        cmocka_unit_test(test_cli_numbers_are_strict),
+        cmocka_unit_test(test_prompt_file_folder_or_nul_refused),
+        cmocka_unit_test(test_log_level_applies_to_run),
+        cmocka_unit_test(test_threads_above_cores_warns),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -92,8 +92,8 @@ static void test_registry_skips_too_new_abi(void **state)
     (void)state;
     char want[256];
     snprintf(want, sizeof(want),
-             "libdray-fakenew.so speaks ABI 7, this dray speaks %u..%u: rebuild the plugin "
-             "against this dray's backend.h",
+             "libdray-fakenew.so speaks ABI 7, this dray speaks %u..%u: upgrade dray to a "
+             "version that speaks it, or use a build of the plugin for this dray's ABI",
              DRAY_ABI_VERSION_MIN, DRAY_ABI_VERSION);
     assert_skipped_with("fakenew", want);
 }

@@ -1,6 +1,10 @@
 #include "cli.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +38,52 @@ void dray_cli_help(void)
            "  --set KEY=VALUE       any config key\n");
 }
 
-static int set(struct dray_config *cfg, const char *key, const char *val)
+int dray_cli_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end = NULL;
+    unsigned long long v = 0;
+    errno = 0;
+    if (isdigit((unsigned char)s[0])) /* strtoull would take "-1" as 2^64 - 1 */
+        v = strtoull(s, &end, 10);
+    if (!end || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "dray: %s expects a whole number from %" PRIu64 " to %" PRIu64
+                ", got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int dray_cli_u32(const char *flag, const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    uint64_t v;
+    if (dray_cli_u64(flag, s, lo, hi, &v))
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int dray_cli_f64(const char *flag, const char *s, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    double v = 0;
+    errno = 0;
+    if (isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1])))
+        v = strtod(s, &end);
+    if (!end || *end || errno || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "dray: %s expects a number from %g to %g, got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* flag: the option as typed ("-n", "--set"), named in the error */
+static int set(struct dray_config *cfg, const char *flag, const char *key, const char *val)
 {
     char err[512];
     if (dray_config_set(cfg, key, val, err, sizeof(err))) {
-        fprintf(stderr, "dray: %s\n", err);
+        fprintf(stderr, "dray: %s: %s\n", flag, err);
         return 2;
     }
     return 0;
@@ -60,6 +105,8 @@ int dray_cli_parse(int argc, char **argv, struct dray_config *cfg, char **rest, 
     char err[1024];
     const char *config_path = NULL;
     dray_config_defaults(cfg);
+    int default_log_level = cfg->log_level;
+    cfg->log_level = -1; /* set by the config file, --set or --log only if still -1 below */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--config") && i + 1 < argc)
             config_path = argv[++i];
@@ -85,7 +132,7 @@ int dray_cli_parse(int argc, char **argv, struct dray_config *cfg, char **rest, 
                 return 2;
             }
             *eq = 0;
-            if (set(cfg, kv, eq + 1))
+            if (set(cfg, "--set", kv, eq + 1))
                 return 2;
             continue;
         }
@@ -100,10 +147,17 @@ int dray_cli_parse(int argc, char **argv, struct dray_config *cfg, char **rest, 
             fprintf(stderr, "dray: %s needs a value\n", argv[i]);
             return 2;
         }
-        if (set(cfg, overrides[j].key, argv[++i]))
+        if (set(cfg, argv[i], overrides[j].key, argv[i + 1]))
             return 2;
+        i++;
     }
     rest[*n_rest] = NULL;
+    /* log_level applies to every command that takes a config, from here on; left
+     * unset, $DRAY_LOG (or the default) stays in force */
+    if (cfg->log_level < 0)
+        cfg->log_level = default_log_level;
+    else
+        dray_log_set_level(cfg->log_level);
     return 0;
 }
 

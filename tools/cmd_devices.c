@@ -23,11 +23,13 @@ static const char *const dtype_names[DRAY_DTYPE_COUNT] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dray devices [-v] [--config FILE]\n"
+    fprintf(f, "usage: dray devices [-v] [--config FILE] [--plugin-path DIRS] [--set KEY=VALUE]\n"
                "  List the plugins found on the search path, their devices, and the plugins\n"
                "  skipped with the reason.\n"
                "  -v              also print the capability matrix (ops x devices -> dtypes)\n"
-               "  --config FILE   take plugin_path and log_level from this config\n");
+               "  --config FILE   take plugin_path and log_level from this config\n"
+               "  --plugin-path DIRS  extra ':'-separated plugin folders, searched first\n"
+               "  --set KEY=VALUE     set a config key (plugin_path, log_level)\n");
 }
 
 /* "2.0 GiB" */
@@ -155,6 +157,24 @@ int dray_cmd_devices(int argc, char **argv)
             if (dray_config_load(argv[++i], &cfg, err, sizeof(err))) {
                 fprintf(stderr, "dray: %s\n", err);
                 return 1;
+            }
+            dray_log_set_level(cfg.log_level);
+        } else if (!strcmp(argv[i], "--plugin-path") && i + 1 < argc) {
+            if (dray_config_set(&cfg, "plugin_path", argv[++i], err, sizeof(err))) {
+                fprintf(stderr, "dray: --plugin-path: %s\n", err);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            char kv[2048], *eq;
+            snprintf(kv, sizeof(kv), "%s", argv[++i]);
+            if (!(eq = strchr(kv, '='))) {
+                fprintf(stderr, "dray devices: --set takes KEY=VALUE, got '%s'\n", kv);
+                return 2;
+            }
+            *eq = 0;
+            if (dray_config_set(&cfg, kv, eq + 1, err, sizeof(err))) {
+                fprintf(stderr, "dray: --set %s: %s\n", kv, err);
+                return 2;
             }
             dray_log_set_level(cfg.log_level);
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

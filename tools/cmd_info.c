@@ -5,6 +5,8 @@
  * one value per line with 9 significant digits (enough to round-trip an f32), so
  * tests/reference/check_dequant.py can compare them with an independent decoder.
  * Uses the public GGUF reader (dray/gguf.h): no engine, no device. */
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,15 +248,18 @@ static int parse_rows(const char *s, uint64_t n, uint64_t *a, uint64_t *b)
     if (!s)
         return 0;
     if (*s != ':') {
-        *a = strtoull(s, &end, 10);
-        if (end == s)
+        if (!isdigit((unsigned char)*s)) /* strtoull takes signs and spaces */
             return -1;
+        *a = strtoull(s, &end, 10);
         s = end;
         *b = *s ? *b : *a + 1;
     }
     if (*s == ':' && s[1]) {
+        if (!isdigit((unsigned char)s[1]))
+            return -1;
+        errno = 0;
         *b = strtoull(s + 1, &end, 10);
-        if (end == s + 1 || *end)
+        if (*end || errno)
             return -1;
     } else if (*s && strcmp(s, ":")) {
         return -1;

@@ -10,8 +10,6 @@
 #include <time.h>
 
 #include "conf_internal.h"
-#include "dray/dray.h"
-#include "dray/plugins.h"
 
 /* ------------------------------------------------------------ random numbers */
 
@@ -114,7 +112,7 @@ struct side {
 static const char *side_error(const struct side *s, int rc)
 {
     const char *e = s->ops->last_error(s->ctx);
-    return e && e[0] ? e : dray_strerror(rc);
+    return e && e[0] ? e : conf_status_name(rc);
 }
 
 /* Upload every array, run the op, download the outputs into got[which]. */
@@ -136,7 +134,8 @@ static int run_side(const struct side *s, struct conf_case *c, int which, char *
             snprintf(why, whylen, "upload of %zu bytes failed: %s", n, side_error(s, rc));
     }
     if (rc == 0 && (rc = c->launch(s->ops, s->ctx, v, c->params)))
-        snprintf(why, whylen, "the op returned %d (%s): %s", rc, dray_strerror(rc), side_error(s, rc));
+        snprintf(why, whylen, "the op returned %d (%s): %s", rc, conf_status_name(rc),
+                 side_error(s, rc));
     if (rc == 0 && (rc = s->ops->synchronize(s->ctx)))
         snprintf(why, whylen, "synchronize failed: %s", side_error(s, rc));
     for (i = 0; i < c->n && rc == 0; i++) {
@@ -277,31 +276,49 @@ static void print_time(FILE *out, double us)
         fprintf(out, " %10.1f", us);
 }
 
-static int open_sides(struct dray_registry *reg, const struct dray_conformance_opts *o,
-                      struct dray_device *ref, struct dray_device *sub, FILE *out)
+/* Both sides: the reference is the CPU plugin's scalar kernels, the subject is
+ * what the caller named. Loaded by the kit itself (conf_loader.c). */
+struct sides {
+    struct conf_plugin ref_p, sub_p;
+    struct conf_device ref, sub;
+};
+
+static void close_sides(struct sides *s)
+{
+    conf_device_close(&s->sub);
+    conf_device_close(&s->ref);
+    conf_plugin_unload(&s->sub_p);
+    conf_plugin_unload(&s->ref_p);
+}
+
+static int open_sides(const struct dray_conformance_opts *o, struct sides *s, FILE *out)
 {
     char err[1024];
     struct dray_open_options ropt = {.size = sizeof(ropt), .n_threads = o->n_threads, .reference = 1};
     struct dray_open_options sopt = {.size = sizeof(sopt), .n_threads = o->n_threads, .reference = 0};
-    int rc = dray_device_open(reg, "cpu", "", &ropt, ref, err, sizeof(err));
+    memset(s, 0, sizeof(*s));
+    int rc = conf_plugin_load("cpu", o->plugin_path, &s->ref_p, err, sizeof(err));
+    if (rc == 0)
+        rc = conf_device_open(&s->ref_p, "", &ropt, &s->ref, err, sizeof(err));
     if (rc) {
         fprintf(out, "conformance: the reference (the CPU plugin's scalar kernels) is not "
                      "available: %s\n", err);
+        close_sides(s);
         return rc;
     }
-    rc = dray_device_open(reg, o->plugin, o->device, &sopt, sub, err, sizeof(err));
+    rc = conf_plugin_load(o->plugin, o->plugin_path, &s->sub_p, err, sizeof(err));
+    if (rc == 0)
+        rc = conf_device_open(&s->sub_p, o->device, &sopt, &s->sub, err, sizeof(err));
     if (rc) {
         fprintf(out, "conformance: cannot open the subject: %s\n", err);
-        dray_device_close(ref);
+        close_sides(s);
     }
     return rc;
 }
 
 int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
 {
-    struct dray_registry *reg = NULL;
-    struct dray_device refd, subd;
-    char err[512];
+    struct sides sd;
     int matched = 0, any_fail = 0;
     size_t n_pass = 0, n_run = 0, n_total = 0;
     for (size_t i = 0; i < N_VARIANTS; i++)
@@ -312,20 +329,15 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
                 o->plugin && o->plugin[0] ? "unknown op" : "no plugin given");
         return DRAY_EINVAL;
     }
-    int rc = dray_registry_open(o->plugin_path, &reg, err, sizeof(err));
-    if (rc) {
-        fprintf(out, "conformance: %s\n", err);
+    int rc = open_sides(o, &sd, out);
+    if (rc)
         return rc;
-    }
-    if ((rc = open_sides(reg, o, &refd, &subd, out))) {
-        dray_registry_close(reg);
-        return rc;
-    }
-    struct side ref = {refd.ops, refd.ctx}, sub = {subd.ops, subd.ctx};
+    const struct conf_device *refd = &sd.ref, *subd = &sd.sub;
+    struct side ref = {sd.ref_p.ops, refd->ctx}, sub = {sd.sub_p.ops, subd->ctx};
     fprintf(out, "subject:   %s device %u: %s (%s, ABI %u)\nreference: cpu device %u: %s, "
                  "scalar reference kernels\nseed %llu, %u cases per op\n\n",
-            subd.plugin->name, subd.index, subd.props.name, subd.plugin->path, subd.plugin->abi,
-            refd.index, refd.props.name, (unsigned long long)(o->seed ? o->seed : 1),
+            sd.sub_p.ops->name, subd->index, subd->props.name, sd.sub_p.path, sd.sub_p.abi,
+            refd->index, refd->props.name, (unsigned long long)(o->seed ? o->seed : 1),
             o->reps ? o->reps : 12);
     fprintf(out, "%-10s %-5s %5s %10s %10s %10s  %-24s %-16s %10s %10s\n", "op", "dtype", "cases",
             "max_abs", "max_rel", "nmse", "tolerance", "verdict", "us(subj)", "us(ref)");
@@ -339,10 +351,10 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         uint32_t bit = DRAY_DTYPE_BIT(v->dtype);
         const char *verdict;
         int fail = 0;
-        if (!(refd.props.op_dtypes[v->id] & bit)) {
+        if (!(refd->props.op_dtypes[v->id] & bit)) {
             verdict = "no reference";
             fail = 1;
-        } else if (!(subd.props.op_dtypes[v->id] & bit)) {
+        } else if (!(subd->props.op_dtypes[v->id] & bit)) {
             verdict = v->mandatory ? "FAIL unsupported" : "not supported";
             fail = v->mandatory;
         } else {
@@ -379,8 +391,6 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
     if (!rows)
         any_fail = 1;
     free(rows);
-    dray_device_close(&subd);
-    dray_device_close(&refd);
-    dray_registry_close(reg);
+    close_sides(&sd);
     return any_fail ? 1 : 0;
 }

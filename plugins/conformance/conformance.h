@@ -1,7 +1,8 @@
 /* The conformance runner: checks every op of a plugin against the CPU plugin's
  * scalar reference kernels on randomized shapes, through the op table only
  * (alloc / upload / op / download), and times each op. A vendor's plugin passes
- * when every mandatory op passes within the tolerance backend.h states for it. */
+ * when every mandatory op passes within the tolerance backend.h states for it.
+ * The kit needs backend.h only: it loads plugins itself (conf_loader.c). */
 #ifndef DRAY_CONFORMANCE_H
 #define DRAY_CONFORMANCE_H
 
@@ -25,5 +26,10 @@ struct dray_conformance_opts {
  * mandatory op passed, 1 when anything failed, or a negative DRAY_E* code when
  * the run could not start (plugin or reference missing; reason printed to out). */
 int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out);
+
+/* The command line (--plugin, --device, --op, ...): `dray conformance` and the
+ * standalone dray-conformance both call this; prog names the command in
+ * messages. Returns the exit status: 0 pass, 1 fail, 2 usage error. */
+int dray_conformance_main(int argc, char **argv, const char *prog);
 
 #endif
