@@ -44,10 +44,12 @@ build() { # TARGET -> $work/fuzz_TARGET
 }
 
 run() { # TARGET SECONDS
-  local t="$1" s="$2" dir="$work/$t"
+  local t="$1" s="$2"
+  local dir="$work/$t"
   mkdir -p "$dir/corpus" "$dir/artifacts"
   build "$t"
-  local log="$dir/fuzz.log" rc=0
+  local log="$dir/fuzz.log"
+  local rc=0
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$work/fuzz_$t" "$dir/corpus" "$root/tests/fuzz/corpus/$t" \
@@ -70,7 +72,7 @@ if ! have_fuzzer; then
   exit 77
 fi
 case "$target" in
-  smoke) fail=0; for t in gguf config tokenizer; do run "$t" "$secs" || fail=1; done; exit $fail ;;
+  smoke) fail=0; for name in gguf config tokenizer; do run "$name" "$secs" || fail=1; done; exit $fail ;;
   gguf|config|tokenizer) run "$target" "$secs" ;;
   *) echo "ci/fuzz.sh: unknown target '$target' (gguf, config, tokenizer, smoke)" >&2; exit 2 ;;
 esac
