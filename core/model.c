@@ -9,16 +9,14 @@
 #include "error.h"
 #include "log.h"
 
-static const struct dray_arch *const archs[] = {&dray_arch_gemma3};
-#define N_ARCHS (sizeof(archs) / sizeof(archs[0]))
 
 const char *dray_model_supported(void)
 {
     static char list[256];
     if (!list[0])
-        for (size_t i = 0; i < N_ARCHS; i++)
+        for (size_t i = 0; i < dray_n_archs; i++)
             snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
-                     archs[i]->name);
+                     dray_archs[i]->name);
     return list;
 }
 
@@ -30,10 +28,10 @@ int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct d
     if (dray_gguf_get_str(g, "general.architecture", &name, err, errlen))
         return dray_fail(err, errlen, DRAY_EFORMAT,
                          "%s: no general.architecture key: not a model file?", dray_gguf_name(g));
-    for (size_t i = 0; i < N_ARCHS; i++) {
-        if (dray_str_eq(name, archs[i]->name)) {
-            *arch = archs[i];
-            return archs[i]->load(g, dev, o, out, err, errlen);
+    for (size_t i = 0; i < dray_n_archs; i++) {
+        if (dray_str_eq(name, dray_archs[i]->name)) {
+            *arch = dray_archs[i];
+            return dray_archs[i]->load(g, dev, o, out, err, errlen);
         }
     }
     return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: architecture %.*s is not supported (supported: %s)",
@@ -65,15 +63,25 @@ struct prep {
     uint32_t n_outlier;
 };
 
-static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t dtype,
-                       struct dray_weight *w, uint32_t row0, struct prep *p, char *err, size_t errlen)
+uint64_t dray_rope_pair_row(uint64_t r, uint32_t head_dim)
+{
+    if (!head_dim)
+        return r;
+    /* NEOX row (h, j, i) = h*hd + j*hd/2 + i holds stored row h*hd + 2i + j */
+    uint64_t h = r / head_dim, e = r % head_dim, half = head_dim / 2;
+    return h * head_dim + 2 * (e % half) + e / half;
+}
+
+static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t pair_hd,
+                       uint32_t dtype, struct dray_weight *w, uint32_t row0, struct prep *p,
+                       char *err, size_t errlen)
 {
     const struct dray_ops *ops = dev->ops;
     uint64_t k = t->ne[0], rows = t->ne[1];
     for (uint64_t r = 0; r < rows; r += SLAB_ROWS) {
         uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS;
         for (uint64_t i = 0; i < n; i++) {
-            int rc = dray_gguf_tensor_row_f32(t, r + i, p->f32 + i * k);
+            int rc = dray_gguf_tensor_row_f32(t, dray_rope_pair_row(r + i, pair_hd), p->f32 + i * k);
             if (rc)
                 return dray_fail(err, errlen, rc, "tensor %s: type %s (%u) cannot be dequantized",
                                  t->name, dray_ggml_type_name(t->type) ? dray_ggml_type_name(t->type) : "unknown",
@@ -120,9 +128,21 @@ int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *
                         uint32_t n_parts, uint32_t dtype, const int32_t *outliers,
                         uint32_t n_outlier, struct dray_weight *out, char *err, size_t errlen)
 {
+    return dray_weight_prepare_pairs(dev, parts, n_parts, NULL, dtype, outliers, n_outlier, out,
+                                     err, errlen);
+}
+
+int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
+                              uint32_t n_parts, const uint32_t *pair_hd, uint32_t dtype,
+                              const int32_t *outliers, uint32_t n_outlier, struct dray_weight *out,
+                              char *err, size_t errlen)
+{
     uint64_t k = parts[0]->ne[0], n_out = 0;
     memset(out, 0, sizeof(*out));
     for (uint32_t i = 0; i < n_parts; i++) {
+        if (pair_hd && pair_hd[i] && (pair_hd[i] % 2 || parts[i]->ne[1] % pair_hd[i]))
+            return dray_fail(err, errlen, DRAY_EFORMAT, "tensor %s: %llu rows are not whole heads of %u",
+                             parts[i]->name, (unsigned long long)parts[i]->ne[1], pair_hd[i]);
         if (parts[i]->n_dims != 2 || parts[i]->ne[0] != k)
             return dray_fail(err, errlen, DRAY_EFORMAT,
                              "tensor %s: expected a 2-D weight with %llu inputs, got [%llu, %llu]",
@@ -159,7 +179,7 @@ int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *
     rc = alloc_weight(dev, out, parts[0]->name, err, errlen);
     uint32_t row0 = 0;
     for (uint32_t i = 0; i < n_parts && !rc; i++) {
-        rc = upload_part(dev, parts[i], dtype, out, row0, &p, err, errlen);
+        rc = upload_part(dev, parts[i], pair_hd ? pair_hd[i] : 0, dtype, out, row0, &p, err, errlen);
         row0 += (uint32_t)parts[i]->ne[1];
     }
     if (!rc && out->n_outlier) {

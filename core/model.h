@@ -68,14 +68,17 @@ struct dray_arch {
                      uint32_t n_outlier, char *err, size_t errlen);
 };
 
+/* The architectures, one per file in models/, listed by models/meson.build into
+ * a generated table (models/arch_table.c). */
+extern const struct dray_arch *const dray_archs[];
+extern const size_t dray_n_archs;
+
 /* Picks the architecture from the file; "architecture X is not supported
- * (supported: gemma3)" otherwise. */
+ * (supported: gemma3, llama)" otherwise. */
 int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
                     const struct dray_arch **arch, struct dray_model **out, char *err, size_t errlen);
 /* Comma-separated list of supported architectures. */
 const char *dray_model_supported(void);
-
-extern const struct dray_arch dray_arch_gemma3;
 
 /* Helpers for model files: prepare one 2-D GGUF weight (or several stacked along
  * the output dimension, e.g. Q|K|V) on the device. */
@@ -93,6 +96,15 @@ struct dray_weight {
 int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
                         uint32_t n_parts, uint32_t dtype, const int32_t *outliers,
                         uint32_t n_outlier, struct dray_weight *out, char *err, size_t errlen);
+/* The same, with pair_hd[i] (NULL = all 0) = head_dim when part i's rows are
+ * stored for adjacent-pair RoPE (x0,x1),(x2,x3)... and must be reordered per head
+ * into the NEOX halves (x0..x_{d/2-1} | x_{d/2}..) the rope op rotates; 0 = as is. */
+int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
+                              uint32_t n_parts, const uint32_t *pair_hd, uint32_t dtype,
+                              const int32_t *outliers, uint32_t n_outlier, struct dray_weight *out,
+                              char *err, size_t errlen);
+/* Stored row of NEOX-ordered row r under that reordering (head_dim 0: r). */
+uint64_t dray_rope_pair_row(uint64_t r, uint32_t head_dim);
 /* Give an already prepared int8 weight (one tensor) outlier channels without
  * touching its int8 table: the int8 path ignores w at outlier channels, so a table
  * shared with the embedding gather keeps its values. */

@@ -433,14 +433,14 @@ static void test_gemma3_rejects_other_architecture(void **state)
     (void)state;
     struct tiny_gemma t;
     tiny_gemma_defaults(&t);
-    t.arch = "llama";
-    const char *path = write_model(&t, "tiny_llama.gguf");
+    t.arch = "mamba";
+    const char *path = write_model(&t, "tiny_mamba.gguf");
     char err[1024];
     int rc;
     struct dray_engine *e = open_engine(path, "int8", "int8", 64, err, sizeof(err), &rc);
     assert_null(e);
     assert_int_equal(rc, DRAY_ENOTSUP);
-    assert_non_null(strstr(err, "architecture llama is not supported (supported: gemma3)"));
+    assert_non_null(strstr(err, "architecture mamba is not supported (supported: gemma3, llama)"));
 }
 
 static void test_gemma3_names_the_missing_tensor(void **state)

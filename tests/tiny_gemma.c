@@ -136,6 +136,8 @@ int tiny_gemma_write(const struct tiny_gemma *t, const char *path)
     rc |= add_vocab(w);
     rc |= add_tensor(w, t, "token_embd.weight", t->n_embd, TINY_GEMMA_VOCAB, -0.5f, 0.5f, 0);
     rc |= add_tensor(w, t, "output_norm.weight", t->n_embd, 1, 0.5f, 1.5f, 0);
+    if (t->output_head)
+        rc |= add_tensor(w, t, "output.weight", t->n_embd, TINY_GEMMA_VOCAB, -0.5f, 0.5f, 0);
     for (uint32_t il = 0; il < t->n_layer; il++) {
         struct { const char *what; uint64_t ne0, ne1; float lo, hi; } ts[] = {
             {"attn_norm", t->n_embd, 1, 0.5f, 1.5f}, {"attn_q_norm", t->head_dim, 1, 0.5f, 1.5f},
@@ -149,6 +151,12 @@ int tiny_gemma_write(const struct tiny_gemma *t, const char *path)
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
             snprintf(name, sizeof(name), "blk.%u.%s.weight", il, ts[i].what);
             rc |= add_tensor(w, t, name, ts[i].ne0, ts[i].ne1, ts[i].lo, ts[i].hi, 0);
+        }
+        struct { const char *what; uint64_t n; } bs[] = {
+            {"attn_q", q}, {"attn_k", kv}, {"attn_v", kv}, {"attn_output", t->n_embd}};
+        for (size_t i = 0; t->biases && i < sizeof(bs) / sizeof(bs[0]); i++) {
+            snprintf(name, sizeof(name), "blk.%u.%s.bias", il, bs[i].what);
+            rc |= add_tensor(w, t, name, bs[i].n, 1, -0.5f, 0.5f, 0);
         }
     }
     if (!rc)

@@ -1,4 +1,4 @@
-/* Tiny random-weight Gemma 3 GGUFs for fast tests of the graph, the KV manager and
+/* Tiny random-weight Gemma 3 (or, with arch "llama", Llama-family) GGUFs for fast tests of the graph, the KV manager and
  * the engine, written with dray's own GGUF writer. The vocabulary is a real SPM
  * vocabulary in miniature: control tokens, 256 byte-fallback tokens, a few words. */
 #ifndef DRAY_TINY_GEMMA_H
@@ -12,6 +12,8 @@ struct tiny_gemma {
     uint64_t seed;
     const char *arch;          /* "gemma3" unless a test wants another */
     const char *omit_tensor;   /* leave this tensor out (error-path tests) */
+    int biases;                /* also write attn_{q,k,v,output}.bias (Llama-family tests) */
+    int output_head;           /* also write a separate output.weight */
     float loud;                /* > 0: the attention and FFN input norms scale channels
                                 * 3, 17 and 40 by this, making them activation outliers */
 };

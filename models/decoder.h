@@ -1,0 +1,125 @@
+/* The decoder-only transformer both families are made of: the model state, the
+ * loading of the tensors every family has, and the building blocks of a layer
+ * (norms, projections, RoPE, attention, the gated FFN, residual adds), each one
+ * call into the operator table. A family file (gemma3.c, llama.c) reads its
+ * hyper-parameters, says which optional tensors it has, and writes its layer as
+ * a short sequence of these blocks, so its forward pass reads like its math.
+ *
+ * Activations are rows of tokens, F32, in device buffers sized for max_batch:
+ *   x    [T][n_embd]        residual stream
+ *   h    [T][n_embd]        normed input of a block
+ *   qkv  [T][q_dim + 2 kv_dim]   Q | K | V of each token
+ *   att  [T][q_dim]         attention output
+ *   o    [T][n_embd]        block output before the residual add
+ *   gu   [T][2 n_ff]        gate | up
+ *   mid  [T][n_ff]          act(gate) * up */
+#ifndef DRAY_MODELS_DECODER_H
+#define DRAY_MODELS_DECODER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+/* Logits are produced in slabs of this many rows (1 MiB of f32 each at 262144 vocab). */
+#define DEC_LOGIT_SLAB 32u
+
+/* The four matmuls of a layer, in the order calibration records their inputs. */
+enum { MM_QKV, MM_O, MM_GU, MM_DOWN, MM_COUNT };
+
+struct dec_layer {
+    struct dray_buf *attn_norm, *ffn_norm;             /* F32 [n_embd] */
+    struct dray_buf *q_norm, *k_norm;                  /* F32 [head_dim], or NULL */
+    struct dray_buf *post_attn_norm, *post_ffw_norm;   /* F32 [n_embd], or NULL */
+    struct dray_buf *bqkv, *bo;                        /* F32 biases [qkv_dim], [n_embd], or NULL */
+    struct dray_weight wqkv;  /* [(n_head + 2 n_kv_head) head_dim][n_embd]: Q rows, K rows, V rows */
+    struct dray_weight wo;    /* [n_embd][n_head head_dim] */
+    struct dray_weight wgu;   /* [2 n_ff][n_embd]: gate rows then up rows */
+    struct dray_weight wdown; /* [n_embd][n_ff] */
+    float rope_base;
+    uint32_t window;          /* 0 = global */
+};
+
+struct dec_acts {
+    struct dray_buf *x, *h, *qkv, *att, *o, *gu, *mid;
+    struct dray_buf *meta;   /* I32 [2][T]  token ids, positions */
+    struct dray_buf *xl;     /* F32 [DEC_LOGIT_SLAB][n_embd] rows whose logits are wanted */
+    struct dray_buf *logits; /* F32 [DEC_LOGIT_SLAB][n_vocab] */
+};
+
+struct dray_model;
+
+/* What a family adds to the shared decoder. */
+struct dec_family {
+    const char *arch;   /* general.architecture, also the metadata key prefix */
+    /* family hyper-parameters (after the common ones): head_dim, windows, rope
+     * bases, embd_scale, and which optional tensors exist */
+    int (*hparams)(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen);
+    /* one transformer layer over the T tokens in x */
+    int (*layer)(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T);
+};
+
+struct dray_model {
+    struct dray_model_info info;
+    const struct dec_family *fam;
+    struct dray_device *dev;
+    float eps, embd_scale, attn_scale, rope_base;
+    uint32_t q_dim, kv_dim, qkv_dim;
+    uint32_t max_batch;
+    uint32_t act;              /* DRAY_ACT_GELU_TANH or DRAY_ACT_SILU */
+    bool head_norms;           /* per-head q/k norms (attn_q_norm, attn_k_norm) */
+    bool post_norms;           /* post_attention_norm, post_ffw_norm */
+    bool biases_allowed;       /* attn_{q,k,v,output}.bias are read when present */
+    bool output_allowed;       /* output.weight is the head when present (else tied) */
+    bool rope_unpermute;       /* Q/K rows are stored for adjacent-pair RoPE (see llama.c) */
+    struct dray_weight embd;   /* [n_vocab][n_embd]: embedding table (and tied output head) */
+    struct dray_weight output; /* [n_vocab][n_embd] separate head; n_out 0 = tied to embd */
+    struct dray_buf *output_norm;
+    struct dec_acts a;
+    int32_t *meta_host;        /* [2][max_batch] staging for ids and positions */
+    struct dec_layer *layer;   /* [n_layer] */
+    struct dray_gguf *g;       /* the file, for re-preparing weights after calibration */
+    /* while calibrating: largest |x| per input channel of each layer matmul,
+     * [n_layer][MM_COUNT][calib_k] then the head, and a host copy of one input */
+    float *calib, *calib_host;
+    uint32_t calib_k;
+};
+
+/* ---------------------------------------------------------------- the arch hooks */
+
+int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_device *dev,
+             const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen);
+int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
+                size_t errlen);
+void dec_free(struct dray_model *m);
+const struct dray_model_info *dec_info(const struct dray_model *m);
+int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
+                  uint32_t n_outlier, char *err, size_t errlen);
+
+/* "<arch>.<key>" as u32 in [lo, hi] (dray_hparam_u32: dflt NULL = required). */
+int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t lo, uint32_t hi,
+                const uint32_t *dflt, uint32_t *v, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- building blocks */
+
+struct dray_view dec_at(struct dray_buf *b, size_t floats);
+
+/* h = rmsnorm(x, attn_norm); qkv = Wqkv h (+ bias) */
+int dec_attn_input(struct dray_model *m, uint32_t il, uint32_t T);
+/* q, k = rmsnorm_head(q, q_norm), rmsnorm_head(k, k_norm), in place */
+int dec_qk_norms(struct dray_model *m, uint32_t il, uint32_t T);
+/* q, k = rope(q, pos), rope(k, pos) with the layer's base (NEOX pairs) */
+int dec_rope_qk(struct dray_model *m, uint32_t il, uint32_t T);
+/* K, V += k, v (this layer's cache); att = softmax(q K^T scale, causal [+ window]) V */
+int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T);
+/* o = Wo att (+ bias) */
+int dec_attn_output(struct dray_model *m, uint32_t il, uint32_t T);
+/* o = Wdown (act(Wgate h) * Wup h) with h = rmsnorm(x, ffn_norm) */
+int dec_ffn(struct dray_model *m, uint32_t il, uint32_t T);
+/* o = rmsnorm(o, w), in place */
+int dec_norm_o(struct dray_model *m, struct dray_buf *w, uint32_t T);
+/* x = x + o */
+int dec_residual(struct dray_model *m, uint32_t T);
+
+#endif

@@ -1,0 +1,343 @@
+/* The Llama graph (models/llama.c over the shared decoder) end to end through
+ * the engine and the CPU plugin, on tiny random-weight GGUFs: checked against a
+ * naive double-precision forward pass written here from the architecture as
+ * llama.cpp stores it, i.e. with RoPE rotating ADJACENT pairs of the stored Q/K
+ * rows, so it also checks the row reordering at load (llama.c). GQA 4:2, biases
+ * and a separate output head are exercised; bad files get clear errors. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dray/dray.h"
+#include "gguf.h"
+#include "testutil.h"
+#include "tiny_gemma.h"
+
+#define V TINY_GEMMA_VOCAB
+
+static double *tensor(struct dray_gguf *g, int il, const char *what, const char *kind, bool need)
+{
+    char name[64];
+    if (il < 0)
+        snprintf(name, sizeof(name), "%s.%s", what, kind);
+    else
+        snprintf(name, sizeof(name), "blk.%d.%s.%s", il, what, kind);
+    const struct dray_gguf_tensor *t = dray_gguf_find_tensor(g, name);
+    if (!t) {
+        assert_false(need);
+        return NULL;
+    }
+    uint64_t rows = t->n_dims > 1 ? t->ne[1] : 1;
+    float *row = malloc(t->ne[0] * sizeof(float));
+    double *w = malloc(t->ne[0] * rows * sizeof(double));
+    for (uint64_t i = 0; i < rows; i++) {
+        assert_int_equal(dray_gguf_tensor_row_f32(t, i, row), 0);
+        for (uint64_t j = 0; j < t->ne[0]; j++)
+            w[i * t->ne[0] + j] = row[j];
+    }
+    free(row);
+    return w;
+}
+
+static void rmsnorm(double *x, const double *w, uint32_t n)
+{
+    double ss = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double s = 1.0 / sqrt(ss / n + 1e-6);
+    for (uint32_t i = 0; i < n; i++)
+        x[i] = x[i] * s * w[i];
+}
+
+/* y = W x (+ b); W stored as n_out rows of k */
+static void linear(const double *W, const double *b, const double *x, double *y, uint32_t k, uint32_t n_out)
+{
+    for (uint32_t o = 0; o < n_out; o++) {
+        double s = b ? b[o] : 0;
+        for (uint32_t j = 0; j < k; j++)
+            s += W[(size_t)o * k + j] * x[j];
+        y[o] = s;
+    }
+}
+
+/* llama.cpp's "normal" RoPE: adjacent pairs (v[2i], v[2i+1]) turned by p base^(-2i/d) */
+static void rope_adjacent(double *v, uint32_t d, uint32_t p, double base)
+{
+    for (uint32_t i = 0; i < d / 2; i++) {
+        double th = p * pow(base, -2.0 * i / d), c = cos(th), s = sin(th);
+        double a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * c - b * s;
+        v[2 * i + 1] = a * s + b * c;
+    }
+}
+
+/* softmax(q K^T / sqrt(D)) V for query head hd at position p (causal, GQA). */
+static void attend(const struct tiny_gemma *t, const double *q, const double *K, const double *Vv,
+                   uint32_t p, uint32_t hd, double *out, double *sc)
+{
+    uint32_t D = t->head_dim, KV = t->n_kv_head * D, kh = hd / (t->n_head / t->n_kv_head);
+    double mx = -INFINITY, sum = 0;
+    for (uint32_t j = 0; j <= p; j++) {
+        double s = 0;
+        for (uint32_t i = 0; i < D; i++)
+            s += q[i] * K[(size_t)j * KV + kh * D + i];
+        sc[j] = s / sqrt((double)D);
+        mx = fmax(mx, sc[j]);
+    }
+    for (uint32_t j = 0; j <= p; j++)
+        sum += exp(sc[j] - mx);
+    for (uint32_t i = 0; i < D; i++) {
+        double acc = 0;
+        for (uint32_t j = 0; j <= p; j++)
+            acc += exp(sc[j] - mx) / sum * Vv[(size_t)j * KV + kh * D + i];
+        out[i] = acc;
+    }
+}
+
+static void layer(struct dray_gguf *g, const struct tiny_gemma *t, uint32_t il, double *x, uint32_t n)
+{
+    uint32_t E = t->n_embd, D = t->head_dim, Q = t->n_head * D, KV = t->n_kv_head * D, F = t->n_ff;
+    double *an = tensor(g, il, "attn_norm", "weight", true), *fn = tensor(g, il, "ffn_norm", "weight", true);
+    double *wq = tensor(g, il, "attn_q", "weight", true), *wk = tensor(g, il, "attn_k", "weight", true);
+    double *wv = tensor(g, il, "attn_v", "weight", true), *wo = tensor(g, il, "attn_output", "weight", true);
+    double *bq = tensor(g, il, "attn_q", "bias", false), *bk = tensor(g, il, "attn_k", "bias", false);
+    double *bv = tensor(g, il, "attn_v", "bias", false), *bo = tensor(g, il, "attn_output", "bias", false);
+    double *wg = tensor(g, il, "ffn_gate", "weight", true), *wu = tensor(g, il, "ffn_up", "weight", true);
+    double *wd = tensor(g, il, "ffn_down", "weight", true);
+    double *q = malloc((size_t)n * Q * sizeof(double)), *K = malloc((size_t)n * KV * sizeof(double));
+    double *Vv = malloc((size_t)n * KV * sizeof(double)), *h = malloc(E * sizeof(double));
+    double *att = malloc(Q * sizeof(double)), *o = malloc(E * sizeof(double)), *sc = malloc(n * sizeof(double));
+    double *gt = malloc(F * sizeof(double)), *up = malloc(F * sizeof(double));
+    for (uint32_t p = 0; p < n; p++) {
+        memcpy(h, x + (size_t)p * E, E * sizeof(double));
+        rmsnorm(h, an, E);
+        linear(wq, bq, h, q + (size_t)p * Q, E, Q);
+        linear(wk, bk, h, K + (size_t)p * KV, E, KV);
+        linear(wv, bv, h, Vv + (size_t)p * KV, E, KV);
+        for (uint32_t hd = 0; hd < t->n_head; hd++)
+            rope_adjacent(q + (size_t)p * Q + hd * D, D, p, 1000000.0);
+        for (uint32_t hd = 0; hd < t->n_kv_head; hd++)
+            rope_adjacent(K + (size_t)p * KV + hd * D, D, p, 1000000.0);
+    }
+    for (uint32_t p = 0; p < n; p++) {
+        for (uint32_t hd = 0; hd < t->n_head; hd++)
+            attend(t, q + (size_t)p * Q + hd * D, K, Vv, p, hd, att + hd * D, sc);
+        linear(wo, bo, att, o, Q, E);
+        for (uint32_t i = 0; i < E; i++)
+            x[(size_t)p * E + i] += o[i];
+        memcpy(h, x + (size_t)p * E, E * sizeof(double));
+        rmsnorm(h, fn, E);
+        linear(wg, NULL, h, gt, E, F);
+        linear(wu, NULL, h, up, E, F);
+        for (uint32_t i = 0; i < F; i++)
+            gt[i] = gt[i] / (1 + exp(-gt[i])) * up[i];
+        linear(wd, NULL, gt, o, F, E);
+        for (uint32_t i = 0; i < E; i++)
+            x[(size_t)p * E + i] += o[i];
+    }
+    double *all[] = {an, fn, wq, wk, wv, wo, bq, bk, bv, bo, wg, wu, wd, q, K, Vv, h, att, o, sc, gt, up};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        free(all[i]);
+}
+
+/* Logits [n][V] for ids[0..n), every position. */
+static double *ref_forward(const char *path, const struct tiny_gemma *t, const int32_t *ids, uint32_t n)
+{
+    struct dray_gguf *g = NULL;
+    char err[256];
+    assert_int_equal(dray_gguf_open(path, &g, err, sizeof(err)), 0);
+    uint32_t E = t->n_embd;
+    double *emb = tensor(g, -1, "token_embd", "weight", true), *x = malloc((size_t)n * E * sizeof(double));
+    for (uint32_t p = 0; p < n; p++)
+        memcpy(x + (size_t)p * E, emb + (size_t)ids[p] * E, E * sizeof(double)); /* no scale */
+    for (uint32_t il = 0; il < t->n_layer; il++)
+        layer(g, t, il, x, n);
+    double *on = tensor(g, -1, "output_norm", "weight", true), *head = tensor(g, -1, "output", "weight", false);
+    double *logits = malloc((size_t)n * V * sizeof(double));
+    for (uint32_t p = 0; p < n; p++) {
+        rmsnorm(x + (size_t)p * E, on, E);
+        linear(head ? head : emb, NULL, x + (size_t)p * E, logits + (size_t)p * V, E, V);
+    }
+    free(on);
+    free(head);
+    free(emb);
+    free(x);
+    dray_gguf_close(g);
+    return logits;
+}
+
+static struct tiny_gemma llama_defaults(void)
+{
+    struct tiny_gemma t;
+    tiny_gemma_defaults(&t);
+    t.arch = "llama";
+    t.n_layer = 3;
+    t.n_head = 4;
+    t.n_kv_head = 2; /* GQA: two query heads per kv head */
+    return t;
+}
+
+static struct dray_engine *open_engine(const char *path, const char *precision, int *rc, char *err,
+                                       size_t errlen)
+{
+    struct dray_config c;
+    struct dray_engine *e = NULL;
+    dray_config_defaults(&c);
+    snprintf(c.model, sizeof(c.model), "%s", path);
+    assert_int_equal(dray_config_set(&c, "precision", precision, err, errlen), 0);
+    assert_int_equal(dray_config_set(&c, "kv_dtype", "f16", err, errlen), 0);
+    c.context = 64;
+    c.max_seqs = 2;
+    c.chunk = 16; /* several prefill steps per prompt */
+    c.kv_block = 4;
+    c.threads = 2;
+    *rc = dray_engine_open(&c, &e, err, errlen);
+    return e;
+}
+
+static float *dray_logits(struct dray_engine *e, const int32_t *ids, uint32_t n)
+{
+    char err[512];
+    struct dray_session *s;
+    assert_int_equal(dray_session_new(e, &s, err, sizeof(err)), 0);
+    const char *path = dray_test_path("llama_logits.bin");
+    FILE *f = fopen(path, "wb");
+    if (dray_session_dump_logits(s, ids, n, f, err, sizeof(err)))
+        fail_msg("dump_logits: %s", err);
+    fclose(f);
+    dray_session_free(s);
+    float *l = malloc((size_t)n * V * sizeof(float));
+    f = fopen(path, "rb");
+    assert_int_equal(fread(l, sizeof(float) * V, n, f), n);
+    fclose(f);
+    return l;
+}
+
+static uint32_t argmax(const float *xf, const double *xd, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (xf ? xf[i] > xf[best] : xd[i] > xd[best])
+            best = i;
+    return best;
+}
+
+static void check_against_reference(struct tiny_gemma t, const char *name)
+{
+    const char *path = dray_test_path(name);
+    assert_int_equal(tiny_gemma_write(&t, path), 0);
+    char err[1024];
+    int rc;
+    struct dray_engine *e = open_engine(path, "f32", &rc, err, sizeof(err));
+    if (rc)
+        fail_msg("engine: %s", err);
+    assert_string_equal(dray_engine_get_info(e)->arch, "llama");
+    const uint32_t n = 40;
+    int32_t ids[40];
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(6 + (i * 37) % (V - 6));
+    float *got = dray_logits(e, ids, n);
+    double *want = ref_forward(path, &t, ids, n), d = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++)
+        d = fmax(d, fabs(got[i] - want[i]));
+    if (d >= 2e-2) /* f16 KV rounds k and v (rel 2^-11); everything else is f32 */
+        fail_msg("%s: max |logit - reference| = %g", name, d);
+    for (uint32_t p = 0; p < n; p++)
+        assert_int_equal(argmax(got + (size_t)p * V, NULL, V), argmax(NULL, want + (size_t)p * V, V));
+    free(got);
+    free(want);
+    dray_engine_close(e);
+}
+
+static void test_llama_f32_matches_naive_reference(void **state)
+{
+    (void)state;
+    check_against_reference(llama_defaults(), "llama_plain.gguf");
+}
+
+static void test_llama_biases_and_separate_head(void **state)
+{
+    (void)state;
+    struct tiny_gemma t = llama_defaults();
+    t.biases = 1;
+    t.output_head = 1;
+    t.n_kv_head = 1; /* MQA too */
+    check_against_reference(t, "llama_bias.gguf");
+}
+
+/* int8 weights (and calibrated outliers) load and stay close to the f32 logits */
+static void test_llama_int8_tracks_f32(void **state)
+{
+    (void)state;
+    struct tiny_gemma t = llama_defaults();
+    t.weight_type = DRAY_GGML_Q8_0;
+    t.n_embd = 64;
+    const char *path = dray_test_path("llama_q8.gguf");
+    assert_int_equal(tiny_gemma_write(&t, path), 0);
+    char err[1024];
+    int rc;
+    int32_t ids[24];
+    for (uint32_t i = 0; i < 24; i++)
+        ids[i] = (int32_t)(6 + (i * 53) % (V - 6));
+    struct dray_engine *ef = open_engine(path, "f32", &rc, err, sizeof(err));
+    if (rc)
+        fail_msg("f32: %s", err);
+    struct dray_engine *ei = open_engine(path, "int8", &rc, err, sizeof(err));
+    if (rc)
+        fail_msg("int8: %s", err);
+    float *f = dray_logits(ef, ids, 24), *q = dray_logits(ei, ids, 24);
+    uint32_t same = 0;
+    for (uint32_t p = 0; p < 24; p++)
+        same += argmax(f + (size_t)p * V, NULL, V) == argmax(q + (size_t)p * V, NULL, V);
+    assert_true(same >= 20);
+    free(f);
+    free(q);
+    dray_engine_close(ef);
+    dray_engine_close(ei);
+}
+
+static void expect_open_error(struct tiny_gemma t, const char *name, int want_rc, const char *want1,
+                              const char *want2)
+{
+    const char *path = dray_test_path(name);
+    assert_int_equal(tiny_gemma_write(&t, path), 0);
+    char err[1024] = "";
+    int rc;
+    struct dray_engine *e = open_engine(path, "f32", &rc, err, sizeof(err));
+    assert_null(e);
+    assert_int_equal(rc, want_rc);
+    if (!strstr(err, want1) || (want2 && !strstr(err, want2)))
+        fail_msg("error \"%s\" lacks \"%s\" / \"%s\"", err, want1, want2 ? want2 : "");
+}
+
+static void test_llama_bad_files_get_clear_errors(void **state)
+{
+    (void)state;
+    struct tiny_gemma t = llama_defaults();
+    t.omit_tensor = "blk.1.ffn_up.weight";
+    expect_open_error(t, "llama_missing.gguf", DRAY_ENOTFOUND, "blk.1.ffn_up.weight", NULL);
+    t = llama_defaults();
+    t.n_kv_head = 3; /* 4 query heads cannot share 3 kv heads */
+    expect_open_error(t, "llama_heads.gguf", DRAY_EFORMAT, "llama.attention.head_count_kv = 3 does not divide", "4");
+    t = llama_defaults();
+    t.arch = "mamba";
+    expect_open_error(t, "mamba.gguf", DRAY_ENOTSUP, "architecture mamba is not supported",
+                      "supported: gemma3, llama");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama_f32_matches_naive_reference),
+        cmocka_unit_test(test_llama_biases_and_separate_head),
+        cmocka_unit_test(test_llama_int8_tracks_f32),
+        cmocka_unit_test(test_llama_bad_files_get_clear_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
