@@ -1,6 +1,7 @@
 /* The engine: wires config → registry/device → GGUF → model + tokenizer → KV,
  * and runs sessions (one sequence each): chunked prefill, then decode with the
  * sampler, streaming detokenized text. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -359,7 +360,7 @@ int dray_session_dump_logits(struct dray_session *s, const int32_t *ids, size_t 
         uint32_t m = (uint32_t)(n - i < e->chunk ? n - i : e->chunk);
         rc = step(s, ids + i, m, rows, m, buf, err, errlen);
         if (!rc && fwrite(buf, sizeof(float) * e->info.n_vocab, m, logits_out) != m)
-            rc = dray_fail(err, errlen, DRAY_EIO, "writing logits failed");
+            rc = dray_fail(err, errlen, DRAY_EIO, "writing logits failed: %s", strerror(errno));
     }
     free(rows);
     free(buf);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "log.h"
@@ -88,6 +89,30 @@ static const char *base_name(const char *path)
 }
 
 static const struct dray_skipped *find_skipped(const struct dray_registry *reg, const char *real);
+/* What to do about a plugin file dlopen refused. Missing libraries are the usual
+ * cause for a real plugin; an empty or non-ELF file (a failed copy, a text file named
+ * .so) needs replacing instead, and ldd would only confuse. */
+static const char *dlopen_advice(const char *path, const char *dlerr, char *buf, size_t len)
+{
+    unsigned char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(magic, 1, sizeof(magic), f) : 0;
+    if (f)
+        fclose(f);
+    if (f && n == 0)
+        snprintf(buf, len, "the file is empty (0 bytes); replace it with a built plugin or "
+                 "remove it from the plugin folder");
+    else if (f && (n < 4 || memcmp(magic, "\x7f" "ELF", 4)))
+        snprintf(buf, len, "the file is not an ELF shared library (it starts with %02x %02x %02x "
+                 "%02x); replace it with a built plugin or remove it from the plugin folder",
+                 magic[0], magic[1], magic[2], magic[3]);
+    else if (dlerr && strstr(dlerr, "wrong ELF class"))
+        snprintf(buf, len, "it was built for another architecture; rebuild it for this machine");
+    else
+        snprintf(buf, len, "install the libraries it needs (see `ldd %s`)", path);
+    return buf;
+}
+
 static int add_skipped(struct dray_registry *reg, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -301,9 +326,9 @@ static int load_file(struct dray_registry *reg, const char *path, int explicit_p
     void *handle = dlopen(real, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *e = dlerror();
-        return add_skipped(reg, real,
-                           "%s cannot be loaded: %s: install the libraries it needs (see `ldd %s`)",
-                           file, e ? e : "unknown dlopen error", real);
+        char advice[256];
+        return add_skipped(reg, real, "%s cannot be loaded: dlopen said \"%s\": %s", file,
+                           e ? e : "unknown error", dlopen_advice(real, e, advice, sizeof(advice)));
     }
     const struct dray_ops *ops = NULL;
     uint32_t abi = 0;
@@ -637,6 +662,13 @@ int dray_device_open_config(struct dray_registry *reg, const struct dray_config 
         .reference = cfg->reference_kernels ? 1 : 0,
     };
     char why[512];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* more workers than cores take turns at every barrier of every op: 1024 threads on
+     * 2 cores made decode 50x slower without a word */
+    if (cfg->threads && cores > 0 && cfg->threads > (unsigned long)cores)
+        dray_warn("threads %u is more than the %ld cores here, which makes every op wait on "
+                  "descheduled threads; set threads to 0 (one per core) or at most %ld",
+                  cfg->threads, cores, cores);
     int rc = dray_device_open(reg, cfg->backend, cfg->device, &opt, out, why, sizeof(why));
     if (rc == 0)
         return 0;

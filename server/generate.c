@@ -57,7 +57,7 @@ static int submit(struct dray_srv *s, const struct dray_srv_request *q, struct d
     *n_prompt = (uint32_t)n;
     if ((rc = dray_srv_check_prompt(n, s->cfg->max_prompt_tokens, s->context, param, e)))
         goto out;
-    struct dray_request_params p = {.ids = ids, .n_ids = n, .gen = q->gen};
+    struct dray_request_params p = {.ids = ids, .n_ids = n, .gen = q->gen, .cache_salt = q->cache_salt};
     rc = dray_sched_submit(s->sched, &p, out, why, sizeof(why));
     if (rc)
         submit_error(rc, why, param, e);
@@ -96,13 +96,18 @@ static enum MHD_Result whole(struct dray_srv_call *c, struct dray_request *r, co
     struct dray_srv_buf text = {0};
     struct dray_request_output o = {0};
     bool gone = false, oom = false;
+    double checked = dray_srv_now();
     dray_srv_flight_add(s, &flight);
     for (;;) {
-        if (!dray_request_poll(r, &o, POLL_MS)) {
-            if (!gone && (gone = dray_srv_client_gone(c->mc)))
+        bool got = dray_request_poll(r, &o, POLL_MS);
+        /* output may come faster than POLL_MS: look at the client on a clock */
+        if (!gone && dray_srv_now() - checked >= POLL_MS * 1e-3) {
+            checked = dray_srv_now();
+            if ((gone = dray_srv_client_gone(c->mc)))
                 dray_request_cancel(r);
-            continue;
         }
+        if (!got)
+            continue;
         oom |= o.len && dray_srv_buf_add(&text, o.text, o.len) != 0;
         if (o.done)
             break;

@@ -87,6 +87,35 @@ static void test_registry_loads_good_fake_plugin(void **state)
     dray_registry_close(reg);
 }
 
+/* A zero-byte or non-ELF file in the plugin folder was skipped with advice to install
+ * missing libraries (see ldd); the reason must quote dlopen and say what is wrong. */
+static void test_registry_skips_empty_and_non_elf_files_with_dlopen_reason(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/junkplugins", dray_test_tmpdir());
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    char empty[600], text[600];
+    snprintf(empty, sizeof(empty), "%s/libdray-empty.so", dir);
+    snprintf(text, sizeof(text), "%s/libdray-text.so", dir);
+    assert_int_equal(dray_test_write_file(empty, "", 0), 0);
+    assert_int_equal(dray_test_write_file(text, "just some text\n", 15), 0);
+    struct dray_registry *reg = NULL;
+    assert_int_equal(dray_registry_open(dir, &reg, NULL, 0), 0);
+    const char *why = skip_reason(reg, "empty");
+    assert_contains(why, "dlopen said \"");
+    assert_contains(why, "file too short");
+    assert_contains(why, "the file is empty (0 bytes)");
+    assert_null(strstr(why, "ldd"));
+    why = skip_reason(reg, "text");
+    assert_contains(why, "dlopen said \"");
+    assert_contains(why, "not an ELF shared library (it starts with 6a 75 73 74)");
+    assert_null(strstr(why, "ldd"));
+    dray_registry_close(reg);
+}
+
 static void test_registry_skips_too_new_abi(void **state)
 {
     (void)state;
@@ -379,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_device_open_config_falls_back_to_working_backend),
         cmocka_unit_test(test_device_open_config_without_fallback_explains),
         cmocka_unit_test(test_registry_finds_real_cpu_plugin_when_built),
+        cmocka_unit_test(test_registry_skips_empty_and_non_elf_files_with_dlopen_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

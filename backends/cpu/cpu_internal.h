@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 #include "cpu_kernels.h"
 #include "cpu_pool.h"
 
@@ -94,10 +95,12 @@ DRAY_CPU_HIDDEN int dray_cpu_add(struct dray_ctx *ctx, const struct dray_add_arg
 /* Pointer to bytes [offset, offset+nbytes) of v->buf; offset must be a multiple of align. */
 DRAY_CPU_HIDDEN int dray_cpu_view(struct dray_ctx *ctx, const char *what, struct dray_view v,
                                   size_t nbytes, size_t align, void **out);
-/* Bytes spanned by n_rows rows of `used` elements, stride elements apart; SIZE_MAX on overflow. */
-DRAY_CPU_HIDDEN size_t dray_cpu_span(uint64_t n_rows, uint64_t stride, uint64_t used, size_t elsize);
-/* Do [a, a+na) and [b, b+nb) of the same buffer overlap? */
-DRAY_CPU_HIDDEN int dray_cpu_overlap(struct dray_view a, size_t na, struct dray_view b, size_t nb);
+/* An op's argument checks: rc is what the shared validator (dray_util_check_<op>
+ * in dray/backend_util.h, which wrote its reason into ctx->err) returned; when 0,
+ * each view it listed is checked against its buffer and p[i] gets view i's
+ * pointer (NULL for an empty one). */
+DRAY_CPU_HIDDEN int dray_cpu_args(struct dray_ctx *ctx, int rc, const struct dray_util_needs *nd,
+                                  void **p);
 
 /* Run body(arg, i0, i1) over [0, n) split in contiguous slices (multiples of grain)
  * across the pool; runs inline when the work is too small to share. */

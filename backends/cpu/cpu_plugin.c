@@ -16,9 +16,6 @@ static int cpu_device_count(uint32_t *count)
     return 0;
 }
 
-/* Read member m of the caller's options only if its struct is big enough. */
-#define OPT_HAS(opt, m) ((opt) && (opt)->size >= offsetof(struct dray_open_options, m) + sizeof((opt)->m))
-
 static void pick_kernels(struct dray_ctx *ctx)
 {
     struct dray_cpu_kernels ref = {
@@ -77,7 +74,7 @@ static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct 
             snprintf(err, errlen, "cpu: out of memory for the context");
         return DRAY_ENOMEM;
     }
-    uint32_t n = OPT_HAS(opt, n_threads) ? opt->n_threads : 0;
+    uint32_t n = DRAY_UTIL_OPT_HAS(opt, n_threads) ? opt->n_threads : 0;
     if (n == 0) {
         long np = sysconf(_SC_NPROCESSORS_ONLN);
         n = np > 0 ? (uint32_t)np : 1;
@@ -85,7 +82,7 @@ static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct 
     if (n > 256)
         n = 256;
     ctx->n_threads = n;
-    int isa = dray_cpu_pick_isa(OPT_HAS(opt, reference) && opt->reference, err, errlen);
+    int isa = dray_cpu_pick_isa(DRAY_UTIL_OPT_HAS(opt, reference) && opt->reference, err, errlen);
     if (isa < 0) {
         free(ctx);
         return isa;
@@ -241,21 +238,11 @@ static const struct dray_ops cpu_ops = {
     .host_ptr = cpu_host_ptr,
 };
 
+/* Answers with the version cpu_ops implements (its .version), whatever the
+ * host offers above it. The CPU plugin needs no host services. */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    (void)host; /* the CPU plugin needs no host services */
-    if (!version || !ops) {
-        if (err)
-            snprintf(err, errlen, "cpu: negotiate called with NULL version or ops");
-        return DRAY_EINVAL;
-    }
-    if (*version < 1) {
-        if (err)
-            snprintf(err, errlen, "cpu: host offers ABI %u, the plugin needs ABI 1", *version);
-        return DRAY_EINCOMPAT;
-    }
-    *version = 1;
-    *ops = &cpu_ops;
-    return 0;
+    (void)host;
+    return dray_util_negotiate(version, &cpu_ops, ops, err, errlen);
 }

@@ -15,12 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---------------------------------------------------------------- f16 */
-
-/* IEEE binary16 <-> binary32, round to nearest even, exact for every input
- * (NaN stays NaN, overflow gives inf, subnormals kept). */
-float dray_cpu_f16_to_f32(uint16_t h);
-uint16_t dray_cpu_f32_to_f16(float f);
+/* f16 <-> f32 (round to nearest even, bit-exact, portable C so the reference
+ * and any CPU give the same bits): dray_util_f16_to_f32 / dray_util_f32_to_f16
+ * from the plugin helper every plugin shares. */
+#include "dray/backend_util.h"
 
 /* ---------------------------------------------------------------- embed */
 

@@ -64,11 +64,6 @@ static int tpl_device_props(uint32_t index, struct dray_device_props *props)
     return 0;
 }
 
-/* True when the caller's options struct is big enough to hold member m: an
- * older host passes a smaller struct, and the bytes past its size are not ours. */
-#define OPT_HAS(opt, m) \
-    ((opt) && (opt)->size >= offsetof(struct dray_open_options, m) + sizeof((opt)->m))
-
 /* Open device index. On failure *out is NULL and err says why. */
 static int tpl_open(uint32_t index, const struct dray_open_options *opt, struct dray_ctx **out,
                     char *err, size_t errlen)
@@ -93,7 +88,7 @@ static int tpl_open(uint32_t index, const struct dray_open_options *opt, struct 
     memset(ctx, 0, sizeof(*ctx));
     /* The template always runs plain C, so `reference` changes nothing here; a
      * plugin with fast and portable kernels picks the portable ones when it is 1. */
-    ctx->n_threads = OPT_HAS(opt, n_threads) && opt->n_threads ? opt->n_threads : 1;
+    ctx->n_threads = DRAY_UTIL_OPT_HAS(opt, n_threads) && opt->n_threads ? opt->n_threads : 1;
     *out = ctx;
     return 0;
 }
@@ -263,27 +258,16 @@ static const struct dray_ops tpl_ops = {
 };
 
 /* The one exported symbol. The host offers the newest ABI it speaks in
- * *version; we answer with the version we fill (TPL_ABI), which must be <= the
- * host's, or refuse. Cheap and without side effects beyond remembering the
- * host's services: no device is touched before open(). */
+ * *version; dray_util_negotiate answers with the version our table implements
+ * (TPL_ABI, never the header's newest) or refuses a host that is too old.
+ * Cheap and without side effects beyond remembering the host's services: no
+ * device is touched before open(). */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    if (!version || !ops) {
-        if (err && errlen)
-            snprintf(err, errlen, TPL_NAME ": negotiate called without version or ops");
-        return DRAY_EINVAL;
-    }
-    *ops = NULL;
-    if (*version < TPL_ABI) {
-        if (err && errlen)
-            snprintf(err, errlen, TPL_NAME " needs ABI %u or newer, the host offers %u", TPL_ABI,
-                     *version);
-        return DRAY_EINCOMPAT;
-    }
+    int rc = dray_util_negotiate(version, &tpl_ops, ops, err, errlen);
     /* Read host members only as far as its version allows: all of them are v1. */
-    dray_tpl_host = host && host->version >= 1 ? host : NULL;
-    *version = TPL_ABI;
-    *ops = &tpl_ops;
-    return 0;
+    if (rc == 0)
+        dray_tpl_host = host && host->version >= 1 ? host : NULL;
+    return rc;
 }
