@@ -100,9 +100,10 @@ int dray_cpu_have_amx(void)
 #endif
 }
 
-/* AMX is not in the default: the kernel has not yet run on a machine that
- * grants the tile state (the development VM hides AMX), so it runs only when
- * DRAY_CPU_ISA=amx asks for it; test_cpu_ops then checks it bit for bit. */
+/* AMX is not in the default: the kernel has been checked bit for bit on a
+ * software model of the tile instructions (tests/test_amx_emul.c) but not yet
+ * on a machine that grants the tile state (the development VM hides AMX), so it
+ * runs only when DRAY_CPU_ISA=amx asks for it; test_cpu_ops checks it there. */
 int dray_cpu_best_isa(void)
 {
     if (!dray_cpu_have_avx2())
