@@ -209,21 +209,12 @@ static const struct dray_ops vk_ops = {
     .host_ptr = NULL, /* device memory is not exposed to the host */
 };
 
+/* Answers with vk_ops.version, the ABI this plugin implements. */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    if (!version || !ops) {
-        if (err && errlen)
-            snprintf(err, errlen, "vulkan: NULL version or ops pointer");
-        return DRAY_EINVAL;
-    }
-    if (*version < 1) {
-        if (err && errlen)
-            snprintf(err, errlen, "vulkan: host offers ABI %u, plugin needs at least 1", *version);
-        return DRAY_EINCOMPAT;
-    }
-    *version = 1;
-    vk_host = host;
-    *ops = &vk_ops;
-    return 0;
+    int rc = dray_util_negotiate(version, &vk_ops, ops, err, errlen);
+    if (rc == 0)
+        vk_host = host;
+    return rc;
 }
