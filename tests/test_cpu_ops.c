@@ -158,7 +158,7 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
 {
     (void)state;
     uint32_t n = 0;
-    assert_int_equal(ops->version, 1);
+    assert_int_equal(ops->version, 2);
     assert_string_equal(ops->name, "cpu");
     assert_int_equal(ops->device_count(&n), 0);
     assert_int_equal(n, 1);
@@ -170,9 +170,24 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     assert_true(p.op_dtypes[DRAY_OP_MATMUL] & DRAY_DTYPE_BIT(DRAY_I8));
     assert_true(p.op_dtypes[DRAY_OP_MATMUL] & DRAY_DTYPE_BIT(DRAY_F32));
     assert_true(p.op_dtypes[DRAY_OP_ATTENTION] & DRAY_DTYPE_BIT(DRAY_F16));
-    for (int op = 0; op < DRAY_OP_COUNT; op++)
+    for (int op = 0; op < DRAY_OP_COUNT_V1; op++)
         assert_true(p.op_dtypes[op] != 0);
     assert_int_equal(ops->device_props(1, &p), DRAY_EINVAL);
+    /* version 2: the same dtypes through op_caps, written only below the caller's size */
+    struct dray_op_caps c = {.size = sizeof(c)};
+    assert_int_equal(ops->op_caps(0, &c), 0);
+    assert_int_equal(c.size, sizeof(c));
+    assert_int_equal(c.n_ops, DRAY_OP_COUNT);
+    assert_int_equal(c.op_dtypes[DRAY_OP_MATMUL], p.op_dtypes[DRAY_OP_MATMUL]);
+    assert_int_equal(c.max_k, 65536);
+    struct {
+        struct dray_op_caps c;
+        uint32_t canary;
+    } old = {.c = {.size = (uint32_t)offsetof(struct dray_op_caps, max_n_rot)}, .canary = 77};
+    old.c.max_k = 5; /* beyond the caller's size: must stay untouched */
+    assert_int_equal(ops->op_caps(0, &old.c), 0);
+    assert_int_equal(old.c.max_k, 5);
+    assert_int_equal(old.canary, 77);
     /* only the negotiate symbol is exported */
     assert_null(dlsym(handle, "dray_cpu_fail"));
     assert_null(dlsym(handle, "dray_cpu_ref_matmul"));
@@ -182,9 +197,12 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     const struct dray_ops *o = NULL;
     char err[128];
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
+    v = 1; /* a version-1 host: the version-2 table is refused, naming both */
+    assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
+    assert_non_null(strstr(err, "implements ABI 2"));
     v = 7;
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), 0);
-    assert_int_equal(v, 1);
+    assert_int_equal(v, 2);
 }
 
 static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
@@ -192,7 +210,6 @@ static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
     (void)state;
     struct dray_buf *b = NULL;
     assert_int_equal(ops->alloc(cfast, 100, &b), 0);
-    assert_int_equal((uintptr_t)ops->host_ptr(cfast, b) % 64, 0);
     uint8_t src[100], dst[100];
     for (int i = 0; i < 100; i++)
         src[i] = (uint8_t)i;
