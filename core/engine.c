@@ -20,6 +20,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "kv.h"
+#include "caps.h"
 #include "log.h"
 #include "model.h"
 #include "dray/plugins.h"
@@ -107,6 +108,27 @@ static int open_kv(struct dray_engine *e, char *err, size_t errlen)
     return 0;
 }
 
+/* The model's shapes against the limits the device declared (ABI version 2),
+ * before the first forward pass: a refusal here names the limit instead of a
+ * DRAY_ENOTSUP from an op mid-generation. Models rotate whole heads (n_rot =
+ * head_dim); a family that rotates part of a head adds its n_rot here. */
+static int check_shapes(struct dray_engine *e, char *err, size_t errlen)
+{
+    const struct dray_model_info *mi = e->arch->info(e->model);
+    uint32_t q = mi->n_head * mi->head_dim;
+    struct dray_caps_shape sh = {.head_dim = mi->head_dim, .n_rot = mi->head_dim,
+                                 .n_head = mi->n_head};
+    sh.max_k = mi->n_embd > mi->n_ff ? mi->n_embd : mi->n_ff;
+    sh.max_k = q > sh.max_k ? q : sh.max_k;
+    char why[256];
+    int rc = dray_caps_check_shape(&e->dev.caps, &sh, why, sizeof(why));
+    if (rc)
+        return dray_fail(err, errlen, rc, "%s on %s device %u (%s): %s: use another backend (config "
+                         "backend/fallback)", e->cfg.model, e->dev.plugin->name, e->dev.index,
+                         e->dev.props.name, why);
+    return 0;
+}
+
 static void fill_info(struct dray_engine *e)
 {
     const struct dray_model_info *mi = e->arch->info(e->model);
@@ -162,6 +184,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         goto fail;
     e->chunk = e->cfg.chunk ? e->cfg.chunk : 512;
     rc = load_model(e, err, errlen);
+    if (!rc)
+        rc = check_shapes(e, err, errlen);
     if (rc)
         goto fail;
     fill_info(e);

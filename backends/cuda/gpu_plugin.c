@@ -480,8 +480,24 @@ static int gpu_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view
 
 /* -------------------------------------------------------------- the table */
 
+/* Version 2: the props' dtypes, and attention's head_dim limit (the flash
+ * kernel's tile). */
+static int gpu_op_caps(uint32_t index, struct dray_op_caps *caps)
+{
+    struct dray_device_props props;
+    memset(&props, 0, sizeof(props));
+    int rc = gpu_device_props(index, &props);
+    if (rc)
+        return rc;
+    struct dray_op_caps mine;
+    dray_util_caps_from_props(&mine, &props);
+    mine.max_head_dim = GK_ATT_MAX_HEAD_DIM;
+    mine.max_k = 65536;
+    return dray_util_caps_answer(caps, &mine);
+}
+
 static const struct dray_ops gpu_ops = {
-    .version = 1, /* the ABI this code implements, not the header's newest */
+    .version = 2, /* the ABI this code implements, not the header's newest */
     .name = GPU_PLUGIN_NAME,
 #if defined(DRAY_GPU_HIP)
     .describe = "AMD GPUs through ROCm/HIP (gfx90a, gfx940; int8 dot kernels, paged flash attention)",
@@ -509,7 +525,7 @@ static const struct dray_ops gpu_ops = {
     .attention = dray_gpu_attention,
     .gated_act = dray_gpu_gated_act,
     .add = dray_gpu_add,
-    .host_ptr = NULL,
+    .op_caps = gpu_op_caps,
 };
 
 /* Cheap and silent: touches no runtime, no device. Answers with gpu_ops.version,

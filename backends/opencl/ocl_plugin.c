@@ -303,8 +303,24 @@ static const char *ocl_last_error(struct dray_ctx *ctx)
 
 /* ---------------------------------------------------------------- the table */
 
+/* Version 2: the props' dtypes, and attention's head_dim limit (one
+ * work-group holds a head). */
+static int ocl_op_caps(uint32_t index, struct dray_op_caps *caps)
+{
+    struct dray_device_props props;
+    memset(&props, 0, sizeof(props));
+    int rc = ocl_device_props(index, &props);
+    if (rc)
+        return rc;
+    struct dray_op_caps mine;
+    dray_util_caps_from_props(&mine, &props);
+    mine.max_head_dim = DRAY_OCL_HD_MAX;
+    mine.max_k = 65536;
+    return dray_util_caps_answer(caps, &mine);
+}
+
 static const struct dray_ops ocl_ops = {
-    .version = 1, /* the ABI this code implements, not the header's newest */
+    .version = 2, /* the ABI this code implements, not the header's newest */
     .name = "opencl",
     .describe = "OpenCL 1.2+ devices through the ICD loader (kernels built from embedded "
                 "OpenCL C at open; int8 dots by hand or cl_khr_integer_dot_product)",
@@ -328,7 +344,7 @@ static const struct dray_ops ocl_ops = {
     .attention = dray_ocl_attention,
     .gated_act = dray_ocl_gated_act,
     .add = dray_ocl_add,
-    .host_ptr = NULL,
+    .op_caps = ocl_op_caps,
 };
 
 /* Answers with ocl_ops.version (what this plugin implements), never the
