@@ -40,6 +40,18 @@ static void pick_kernels(struct dray_ctx *ctx)
         ctx->k.matmul = dray_cpu_avxvnni_matmul;
     }
 #endif
+#ifdef DRAY_CPU_AVX512VNNI
+    if (ctx->isa == DRAY_CPU_ISA_AVX512VNNI) {
+        ctx->k.quantize = dray_cpu_avx512vnni_quantize; /* the same biased q */
+        ctx->k.matmul = dray_cpu_avx512vnni_matmul;
+    }
+#endif
+#ifdef DRAY_CPU_AMX
+    if (ctx->isa == DRAY_CPU_ISA_AMX) {
+        ctx->k.quantize = dray_cpu_amx_quantize; /* biased q plus the packed tile copy */
+        ctx->k.matmul = dray_cpu_amx_matmul;
+    }
+#endif
 }
 
 static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct dray_ctx **out, char *err,
@@ -210,7 +222,7 @@ static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 static const struct dray_ops cpu_ops = {
     .version = 2,
     .name = "cpu",
-    .describe = "host CPU: portable scalar reference kernels, AVX2+FMA and AVX-VNNI kernels (picked at run time; DRAY_CPU_ISA)",
+    .describe = "host CPU: portable scalar reference kernels, AVX2+FMA, AVX-VNNI, AVX-512 VNNI and AMX-INT8 kernels (picked at run time; DRAY_CPU_ISA)",
     .device_count = cpu_device_count,
     .device_props = dray_cpu_device_props,
     .open = cpu_open,
