@@ -1,5 +1,5 @@
 /* GGUF reader: maps a file (or takes a caller's buffer), validates every field and
- * builds the metadata and tensor tables. Layout facts: shared/reference/gemma3-gguf.md §1.
+ * builds the metadata and tensor tables. Layout facts: docs/reference/gemma3-gguf.md §1.
  *
  * After a successful open nothing is read outside [base, base + size):
  *  - every length, count and offset is checked against the bytes left before use,
