@@ -18,16 +18,17 @@
 
 /* Channels quieter than this fraction of the loudest are not boosted further:
  * a channel silent on the calibration text must not be amplified without end. */
-#define SMOOTH_FLOOR (1.0f / 64.0f)
+#define SMOOTH_FLOOR (1.0f / 16.0f)
 
 int dec_kv_smooth_observe(struct dray_model *m, uint32_t il, uint32_t T)
 {
-    if (!m->calib_kmax)
+    float *kmax = dec_calib_kmax(m);
+    if (!m->calib_host || !kmax) /* only while calibrating */
         return 0;
     const struct dray_model_info *in = &m->info;
     int rc = m->dev->ops->download(m->dev->ctx, m->calib_host, (struct dray_view){m->a.qkv, 0},
                                    (size_t)T * m->qkv_dim * 4);
-    float *amax = m->calib_kmax + (size_t)il * in->head_dim;
+    float *amax = kmax + (size_t)il * in->head_dim;
     for (uint32_t t = 0; !rc && t < T; t++)
         for (uint32_t c = 0; c < m->kv_dim; c++) {
             float a = fabsf(m->calib_host[(size_t)t * m->qkv_dim + m->q_dim + c]);
@@ -61,8 +62,9 @@ int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen)
     uint32_t hd = in->head_dim, half = hd / 2;
     float *s = malloc(hd * sizeof(float));
     int rc = s ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "K smoothing: out of memory");
-    for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
-        const float *a = m->calib_kmax + (size_t)il * hd;
+    const float *kmax = dec_calib_kmax(m);
+    for (uint32_t il = 0; !rc && kmax && il < in->n_layer; il++) {
+        const float *a = kmax + (size_t)il * hd;
         float top = 0;
         for (uint32_t c = 0; c < hd; c++)
             top = a[c] > top ? a[c] : top;

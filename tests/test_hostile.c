@@ -369,6 +369,23 @@ static void test_threads_above_cores_warns(void **state)
     assert_null(strstr(r.out, "threads 1 is more than"));
 }
 
+/* ------------------------------------------------------------ issue 14.6: messages */
+
+/* A full device said only "writing logits failed": name the path and errno. */
+static void test_dump_logits_to_full_device_names_path_and_errno(void **state)
+{
+    (void)state;
+    if (access("/dev/full", W_OK) != 0) {
+        print_message("SKIP: no /dev/full here\n");
+        skip();
+    }
+    const char *model = tiny_model();
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hello world", "--dump-logits",
+                                      "/dev/full", NULL});
+    expect_error(&r, "--dump-logits /dev/full", strerror(ENOSPC));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_prompt_file_folder_or_nul_refused),
         cmocka_unit_test(test_log_level_applies_to_run),
         cmocka_unit_test(test_threads_above_cores_warns),
+        cmocka_unit_test(test_dump_logits_to_full_device_names_path_and_errno),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -190,8 +190,11 @@ int dray_cmd_run(int argc, char **argv)
             goto out;
         }
         int r = dray_session_dump_logits(s, ids, n, f, err, sizeof(err));
-        if (fclose(f) || r) {
-            fprintf(stderr, "dray: %s\n", r ? err : "writing the logits failed");
+        /* stdio buffers: a full disk often shows only when fclose flushes */
+        int closed = fclose(f), close_errno = errno;
+        if (r || closed) {
+            fprintf(stderr, "dray: --dump-logits %s: %s\n", dump,
+                    r ? err : strerror(close_errno));
             goto out;
         }
         rc = 0;

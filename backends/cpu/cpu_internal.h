@@ -43,19 +43,34 @@ struct dray_ctx {
 };
 
 /* Kernel sets, in order: each one needs the CPU features of the one before. */
-enum dray_cpu_isa { DRAY_CPU_ISA_REFERENCE, DRAY_CPU_ISA_AVX2, DRAY_CPU_ISA_AVXVNNI };
+enum dray_cpu_isa {
+    DRAY_CPU_ISA_REFERENCE,
+    DRAY_CPU_ISA_AVX2,
+    DRAY_CPU_ISA_AVXVNNI,
+    DRAY_CPU_ISA_AVX512VNNI,
+    DRAY_CPU_ISA_AMX,
+};
 
 /* The device, for props and open (cpu_device.c). */
 DRAY_CPU_HIDDEN int dray_cpu_have_avx2(void);
 DRAY_CPU_HIDDEN int dray_cpu_have_avxvnni(void);
+/* AVX-512 F/BW/VL/VNNI with the zmm and mask state enabled by the OS (XCR0). */
+DRAY_CPU_HIDDEN int dray_cpu_have_avx512vnni(void);
+/* AMX-TILE and AMX-INT8, the tile state enabled in XCR0, and the kernel granted
+ * this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once). */
+DRAY_CPU_HIDDEN int dray_cpu_have_amx(void);
+/* The default kernel set: the best this build and CPU have, AMX excepted
+ * (opt-in, see cpu_device.c). */
+DRAY_CPU_HIDDEN int dray_cpu_best_isa(void);
 DRAY_CPU_HIDDEN int dray_cpu_env_reference(void);
 /* The kernel set to use: the best this build and CPU have, lowered by
- * want_reference, DRAY_CPU_REFERENCE=1 or DRAY_CPU_ISA=reference|avx2|avxvnni
+ * want_reference, DRAY_CPU_REFERENCE=1 or
+ * DRAY_CPU_ISA=reference|avx2|avxvnni|avx512vnni|amx
  * (asking for more than the CPU has gives the best it has). Returns the
  * enum dray_cpu_isa value, or DRAY_EINVAL with a reason in err for an unknown
  * DRAY_CPU_ISA. */
 DRAY_CPU_HIDDEN int dray_cpu_pick_isa(int want_reference, char *err, size_t errlen);
-/* "scalar", "avx2+fma", "avx-vnni" (shown in the device name). */
+/* "scalar", "avx2+fma", "avx-vnni", "avx512-vnni", "amx-int8" (shown in the device name). */
 DRAY_CPU_HIDDEN const char *dray_cpu_isa_name(int isa);
 DRAY_CPU_HIDDEN int dray_cpu_device_props(uint32_t index, struct dray_device_props *props);
 

@@ -115,6 +115,8 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
         sub.sx = a->sx + t0;
         if (a->xo)
             sub.xo = a->xo + (size_t)t0 * a->xo_stride;
+        if (a->qt) /* t0 is a multiple of 16: a whole packed group */
+            sub.qt = a->qt + (size_t)t0 * a->q_stride;
     }
     j->ctx->k.matmul(&sub, o0, o1);
 }
@@ -129,8 +131,8 @@ static void matmul_task(void *arg, uint32_t ith, uint32_t nth)
 
 /* Tiles: rows in multiples of 16 (the kernels' row blocks stay whole), about 8
  * per thread; when that leaves too few (few rows, many tokens: the K/V
- * projections in prefill) the tokens are cut too, in multiples of 24 (whole
- * 8-, 4- and 3-token microkernel groups). */
+ * projections in prefill) the tokens are cut too, in multiples of 48 (whole
+ * 8-, 6-, 4- and 3-token microkernel groups, and AMX's 16-token tile groups). */
 static void matmul_split(struct matmul_job *j, uint32_t nth)
 {
     const struct dray_cpu_matmul *a = &j->k;
@@ -142,7 +144,7 @@ static void matmul_split(struct matmul_job *j, uint32_t nth)
     if (j->n_rt < want && a->n_tok >= 48) {
         uint32_t per = want / j->n_rt + 1;           /* token tiles wanted */
         uint32_t tb = (a->n_tok + per - 1) / per;
-        tb = (tb + 23) / 24 * 24;
+        tb = (tb + 47) / 48 * 48;
         j->tok_blk = tb < a->n_tok ? tb : a->n_tok;
     }
     j->n_tile = j->n_rt * ((a->n_tok + j->tok_blk - 1) / j->tok_blk);
@@ -188,13 +190,17 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         size_t qbytes = k->q_stride * a->n_tok;
         k->xo_stride = k->n_outlier ? (k->n_outlier + 7u) & ~7u : 0;
         size_t sxbytes = ((size_t)a->n_tok * 4 + 63) & ~(size_t)63;
-        size_t xobytes = (size_t)a->n_tok * k->xo_stride * 4;
-        char *s = dray_cpu_scratch(ctx, qbytes + sxbytes + xobytes + 64);
+        size_t xobytes = ((size_t)a->n_tok * k->xo_stride * 4 + 63) & ~(size_t)63;
+        /* AMX: the packed copy of whole 16-token groups for the tile B operand */
+        int amx = ctx->isa == DRAY_CPU_ISA_AMX && a->n_tok >= 16 && a->k % 64 == 0;
+        size_t qtbytes = amx ? k->q_stride * (a->n_tok & ~15u) : 0;
+        char *s = dray_cpu_scratch(ctx, qbytes + sxbytes + xobytes + qtbytes + 64);
         if (!s)
             return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %zu bytes of activations", qbytes);
         k->q = (int8_t *)s;
         k->sx = (float *)(s + ((qbytes + 63) & ~(size_t)63));
         k->xo = k->xo_stride ? (float *)((char *)k->sx + sxbytes) : NULL;
+        k->qt = amx ? (int8_t *)((char *)k->sx + sxbytes + xobytes) : NULL;
         dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->k, quantize_body, &j);
     }
     if (ctx->n_threads == 1 || work < 20000.0) {

@@ -40,6 +40,18 @@ static void pick_kernels(struct dray_ctx *ctx)
         ctx->k.matmul = dray_cpu_avxvnni_matmul;
     }
 #endif
+#ifdef DRAY_CPU_AVX512VNNI
+    if (ctx->isa == DRAY_CPU_ISA_AVX512VNNI) {
+        ctx->k.quantize = dray_cpu_avx512vnni_quantize; /* the same biased q */
+        ctx->k.matmul = dray_cpu_avx512vnni_matmul;
+    }
+#endif
+#ifdef DRAY_CPU_AMX
+    if (ctx->isa == DRAY_CPU_ISA_AMX) {
+        ctx->k.quantize = dray_cpu_amx_quantize; /* biased q plus the packed tile copy */
+        ctx->k.matmul = dray_cpu_amx_matmul;
+    }
+#endif
 }
 
 static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct dray_ctx **out, char *err,
@@ -193,16 +205,24 @@ static int cpu_synchronize(struct dray_ctx *ctx)
     return 0; /* every call has finished by the time it returns */
 }
 
-static void *cpu_host_ptr(struct dray_ctx *ctx, struct dray_buf *buf)
+/* Version 2: the props' dtypes and the one limit of the contract: k <= 65536. */
+static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    (void)ctx;
-    return buf ? buf->p : NULL;
+    struct dray_device_props props;
+    memset(&props, 0, sizeof(props));
+    int rc = dray_cpu_device_props(index, &props);
+    if (rc)
+        return rc;
+    struct dray_op_caps mine;
+    dray_util_caps_from_props(&mine, &props);
+    mine.max_k = 65536;
+    return dray_util_caps_answer(caps, &mine);
 }
 
 static const struct dray_ops cpu_ops = {
-    .version = 1,
+    .version = 2,
     .name = "cpu",
-    .describe = "host CPU: portable scalar reference kernels, AVX2+FMA and AVX-VNNI kernels (picked at run time; DRAY_CPU_ISA)",
+    .describe = "host CPU: portable scalar reference kernels, AVX2+FMA, AVX-VNNI, AVX-512 VNNI and AMX-INT8 kernels (picked at run time; DRAY_CPU_ISA)",
     .device_count = cpu_device_count,
     .device_props = dray_cpu_device_props,
     .open = cpu_open,
@@ -223,7 +243,7 @@ static const struct dray_ops cpu_ops = {
     .attention = dray_cpu_attention,
     .gated_act = dray_cpu_gated_act,
     .add = dray_cpu_add,
-    .host_ptr = cpu_host_ptr,
+    .op_caps = cpu_op_caps,
 };
 
 /* Answers with the version cpu_ops implements (its .version), whatever the

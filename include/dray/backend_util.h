@@ -7,7 +7,8 @@
  *    plugin's table implements (never the header's DRAY_ABI_VERSION, which may
  *    be newer than the code), refusing hosts that are too old with a reason.
  *  - DRAY_UTIL_OPT_HAS(): whether a caller's struct dray_open_options (which
- *    grows by size) carries a member.
+ *    grows by size) carries a member; dray_util_caps_answer() writes a plugin's
+ *    struct dray_op_caps only as far as the caller's size.
  *  - f16 and bf16 <-> f32 conversions, round to nearest even, bit-exact.
  *  - one argument validator per op, dray_util_check_<op>(): every rule of the
  *    op's contract in backend.h that can be checked without reading device
@@ -26,6 +27,7 @@
 #define DRAY_BACKEND_UTIL_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,6 +73,36 @@ static inline int dray_util_negotiate(uint32_t *version, const struct dray_ops *
                               name, table->version, *version);
     *version = table->version;
     *ops = table;
+    return DRAY_OK;
+}
+
+/* ---------------------------------------------------------------- capabilities */
+
+/* Start a plugin's version-2 answer from its version-1 props: the op_dtypes of
+ * the eight version-1 ops, no limits, partial rotation supported (the version-1
+ * rope contract). The plugin then sets its limits and the dtypes of ops added
+ * later. */
+static inline void dray_util_caps_from_props(struct dray_op_caps *c,
+                                             const struct dray_device_props *p)
+{
+    memset(c, 0, sizeof(*c));
+    c->size = (uint32_t)sizeof(*c);
+    c->n_ops = DRAY_OP_COUNT;
+    c->rope_partial = 1;
+    for (int i = 0; i < DRAY_OP_COUNT_V1; i++)
+        c->op_dtypes[i] = p->op_dtypes[i];
+}
+
+/* Hand the plugin's full answer `mine` to the caller's caps, writing only below
+ * the caller's size (an older host has a shorter struct). DRAY_EINVAL when the
+ * caller's struct cannot even hold its size. */
+static inline int dray_util_caps_answer(struct dray_op_caps *caps, const struct dray_op_caps *mine)
+{
+    if (!caps || caps->size < sizeof(caps->size))
+        return DRAY_EINVAL;
+    uint32_t size = caps->size;
+    memcpy(caps, mine, size < sizeof(*mine) ? size : sizeof(*mine));
+    caps->size = size;
     return DRAY_OK;
 }
 

@@ -125,6 +125,7 @@ struct conf_device {
     struct dray_ctx *ctx;
     uint32_t index;
     struct dray_device_props props;
+    struct dray_op_caps caps; /* per-op dtypes, from either ABI version */
 };
 
 /* name ("cpu": libdray-cpu.so searched in extra_path, $DRAY_PLUGIN_PATH, then

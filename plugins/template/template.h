@@ -16,7 +16,10 @@
 #include <dray/backend.h>
 #include <dray/backend_util.h>
 
+/* The plugin's name; dray's tests build the template under other names. */
+#ifndef TPL_NAME
 #define TPL_NAME "template"
+#endif
 
 /* A buffer. On a real device `data` would be a device address or a runtime
  * handle; here it is host memory from posix_memalign (64-byte aligned, as
@@ -43,7 +46,7 @@ struct dray_ctx {
 extern const struct dray_host *dray_tpl_host;
 
 /* Allocation of the plugin's own host memory (contexts, scratch) through the
- * host, so it counts against dray's budget; NULL on failure. */
+ * host's services, so a host that accounts for memory sees it; NULL on failure. */
 void *dray_tpl_alloc(size_t nbytes);
 void dray_tpl_free(void *p);
 

@@ -12,9 +12,13 @@
 #include "template.h"
 
 /* The ABI version whose members this table fills. It is pinned, not
- * DRAY_ABI_VERSION: when backend.h grows a version 2, this plugin still fills
- * only the version-1 members until someone implements the new ones and bumps it. */
-#define TPL_ABI 1u
+ * DRAY_ABI_VERSION: when backend.h grows a version 3, this plugin still fills
+ * only the version-2 members until someone implements the new ones and bumps it.
+ * Building with -DTPL_ABI=1 gives a version-1 plugin (no op_caps), which dray's
+ * tests load to prove a version-2 host still takes version-1 plugins. */
+#ifndef TPL_ABI
+#define TPL_ABI 2u
+#endif
 
 /* ------------------------------------------------------------ devices */
 
@@ -50,7 +54,7 @@ static int tpl_device_props(uint32_t index, struct dray_device_props *props)
     props->mem_free = host_bytes(_SC_AVPHYS_PAGES); /* 0 = unknown is allowed too */
     props->max_alloc = props->mem_total;
     props->compute_units = 1; /* every op runs on the calling thread */
-    /* Unified: buffers are host memory (so host_ptr is implemented). No int8 dot
+    /* Unified: buffers are host memory. No int8 dot
      * product hardware and no fp16 arithmetic are used: plain C loops. */
     props->flags = DRAY_DEV_UNIFIED;
     props->op_dtypes[DRAY_OP_EMBED] = DRAY_DTYPE_BIT(DRAY_I8) | DRAY_DTYPE_BIT(DRAY_F32);
@@ -217,18 +221,27 @@ static int tpl_synchronize(struct dray_ctx *ctx)
     return 0;
 }
 
-/* (optional) The host address of a buffer, because the device is host memory
- * (DRAY_DEV_UNIFIED). A discrete device leaves this member NULL. */
-static void *tpl_host_ptr(struct dray_ctx *ctx, struct dray_buf *buf)
+#if TPL_ABI >= 2
+/* Version 2: each op's dtypes (the same as device_props) and its limits. The
+ * template has none beyond the contract's k <= 65536; a device whose attention
+ * keeps a head in on-chip memory declares max_head_dim here, and so on. */
+static int tpl_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    (void)ctx;
-    return buf && buf->magic == TPL_BUF_MAGIC ? buf->data : NULL;
+    struct dray_device_props props;
+    int rc = tpl_device_props(index, &props);
+    if (rc)
+        return rc;
+    struct dray_op_caps mine;
+    dray_util_caps_from_props(&mine, &props);
+    mine.max_k = 65536;
+    return dray_util_caps_answer(caps, &mine);
 }
+#endif
 
 /* ------------------------------------------------------------ the table */
 
-/* Every version-1 member is set; the registry refuses a table that leaves a
- * mandatory one NULL (docs/plugin-abi.md lists them). */
+/* Every mandatory member of its version is set; the registry refuses a table
+ * that leaves one NULL (docs/plugin-abi.md lists them). */
 static const struct dray_ops tpl_ops = {
     .version = TPL_ABI,
     .name = TPL_NAME,
@@ -253,8 +266,11 @@ static const struct dray_ops tpl_ops = {
     .attention = dray_tpl_attention,
     .gated_act = dray_tpl_gated_act,
     .add = dray_tpl_add,
-    .host_ptr = tpl_host_ptr,
-    /* members above: version 1 */
+    /* members above: version 1 (the slot after add, reserved_v1, stays NULL) */
+#if TPL_ABI >= 2
+    .op_caps = tpl_op_caps,
+    /* members above: version 2 */
+#endif
 };
 
 /* The one exported symbol. The host offers the newest ABI it speaks in

@@ -181,6 +181,30 @@ def test_concurrent(cli, model):
         check(a == b, f"{p!r}: batched stream equals the request alone ({b!r})")
 
 
+def metrics(srv):
+    page = srv.raw("GET", "/metrics")[2].decode()
+    return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in page.splitlines() if not ln.startswith("#"))}
+
+
+def test_disconnect(srv):
+    key = 'dray_scheduler_requests_total{outcome="cancelled"}'
+    before = metrics(srv)[key]
+    body = json.dumps({"messages": [{"role": "user", "content": "Tell me a long story."}],
+                       "max_tokens": 64, "temperature": 0, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
+                  KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        s.recv(1)  # the response has started; closing with unread data resets the connection
+    for _ in range(600):
+        m = metrics(srv)
+        if m[key] > before and m["dray_running_sequences"] == 0:
+            break
+        time.sleep(0.1)
+    check(m[key] == before + 1 and m["dray_running_sequences"] == 0,
+          "a client that goes away cancels its request (scheduler counts it, its sequence is gone)")
+    check(m.get('dray_http_requests_total{code="499"}', 0) >= 1, "and it is counted as 499")
+
+
 def test_curl(srv):
     out = subprocess.run(["curl", "-sSN", "-i", "-H", f"Authorization: Bearer {KEY}", srv.base +
                           "/v1/chat/completions", "-d", json.dumps({
@@ -239,6 +263,7 @@ def main():
             t(cli, model)
         test_errors(srv, cli, model)
         test_concurrent(cli, model)
+        test_disconnect(srv)
         test_curl(srv)
         test_shutdown(srv)
     finally:
