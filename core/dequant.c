@@ -1,5 +1,5 @@
 /* ggml tensor types: the size table, half-float conversion, and dequantization of
- * the supported block formats to f32. Block layouts: shared/reference/gemma3-gguf.md §4.
+ * the supported block formats to f32. Block layouts: docs/reference/gemma3-gguf.md §4.
  * All multi-byte fields are little-endian and blocks are packed, so fields are read
  * through memcpy (a Q8_0 block is 34 bytes: its halves are not 2-aligned in a row). */
 #include <string.h>

@@ -805,7 +805,7 @@ static void test_tokenizer_gemma3_reference_chat_ids(void **state)
     assert_int_equal(dray_tokenizer_eos(t), 1);
     assert_int_equal(dray_tokenizer_eot(t), 106);
     assert_false(dray_tokenizer_is_eog(t, 212)); /* "</s>" is an HTML tag here */
-    /* shared/reference/gemma3-gguf.md §7.1 (llama.cpp --verbose-prompt) */
+    /* docs/reference/gemma3-gguf.md §7.1 (llama.cpp --verbose-prompt) */
     expect_ids(t, "<bos><start_of_turn>user\nTest<end_of_turn>\n<start_of_turn>model\n", false, true,
                IDS(2, 105, 2364, 107, 3694, 106, 107, 105, 4368, 107));
     dray_tokenizer_free(t);
