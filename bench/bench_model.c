@@ -1,12 +1,23 @@
-/* dray bench model: prefill and decode speed of a model end to end, next to the
- * memory roofline of decode (every weight byte is read once per decode step). */
+/* dray bench model: prefill and decode speed of a model end to end, measured the
+ * way `dray run` works: every decode step computes the logits of every sequence
+ * (the output head included) and picks the next token from them (greedy), next
+ * to the memory roofline of that step (every byte it must read). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cli.h" /* compiled into the dray command, beside tools/ */
-#include "dray/dray.h"
+#include "bench.h"
+
+/* Most prompt tokens and decode steps a run may ask for (the KV is sized for them). */
+#define MAX_TOKENS 131072u
+
+struct model_opts {
+    uint32_t prefill, decode, batch;
+    double bw;                /* GB/s for the roofline */
+    const char *json;
+};
 
 static double now_s(void)
 {
@@ -15,120 +26,186 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void usage(void)
+void dray_bench_model_help(void)
 {
     printf("usage: dray bench model [options]\n"
-           "  --prefill N      prompt tokens (default 512)\n"
-           "  --decode N       generated tokens per sequence (default 128)\n"
-           "  --batch B        sequences decoded together (default 1)\n"
+           "  --prefill N      prompt tokens per sequence (default 512, 1..131072)\n"
+           "  --decode N       decode steps (default 128, 0..131072): each computes the logits\n"
+           "                   of every sequence and picks the next token greedily, as dray run\n"
+           "  --batch B        B sequences decoded in lockstep, one forward step for all B per\n"
+           "                   token (default 1, 1..256); tok/s counts the tokens of all B\n"
            "  --mem-bw GBPS    memory bandwidth for the roofline (default 22)\n"
            "  --json FILE      append one JSON line with the results\n");
-    dray_cli_help();
+}
+
+static int parse(int argc, char **argv, struct model_opts *o)
+{
+    static const char *const flags[] = {"--prefill", "--decode", "--batch", "--mem-bw", "--json"};
+    *o = (struct model_opts){.prefill = 512, .decode = 128, .batch = 1, .bw = 22.0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        size_t f = 0;
+        while (f < 5 && strcmp(a, flags[f]))
+            f++;
+        if (f == 5 || i + 1 >= argc) {
+            fprintf(stderr, "dray bench model: %s '%s' (dray bench model -h lists the options)\n",
+                    f == 5 ? "unknown option" : "no value after", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int rc = f == 0 ? dray_bench_u32(a, v, 1, MAX_TOKENS, &o->prefill)
+               : f == 1 ? dray_bench_u32(a, v, 0, MAX_TOKENS, &o->decode)
+               : f == 2 ? dray_bench_u32(a, v, 1, 256, &o->batch)
+               : f == 3 ? dray_bench_f64(a, v, 0.001, 1e6, &o->bw) /* GB/s */
+               : (o->json = v, 0);
+        if (rc)
+            return 2;
+    }
+    return 0;
 }
 
 /* Tokens cycle through a fixed pseudo-random stream so runs are comparable. */
 static int32_t token_at(uint32_t i, uint32_t n_vocab)
 {
-    return (int32_t)(1000 + (i * 2654435761u) % (n_vocab - 2000));
+    uint32_t span = n_vocab > 3000 ? n_vocab - 2000 : n_vocab - 1;
+    return (int32_t)((n_vocab > 3000 ? 1000 : 1) + (i * 2654435761u) % span);
 }
 
-int dray_bench_model(int argc, char **argv)
+/* The greedy pick of dray run at temperature 0: the first largest logit. */
+static int32_t argmax(const float *x, uint32_t n)
 {
-    struct dray_config cfg;
-    char *rest[argc + 1], err[2048];
-    int n_rest;
-    if (dray_cli_parse(argc, argv, &cfg, rest, &n_rest))
-        return 2;
-    uint32_t n_prefill = 512, n_decode = 128, batch = 1;
-    double bw = 22.0;
-    const char *json = NULL;
-    for (int i = 1; i < n_rest; i++) {
-        bool has = i + 1 < n_rest;
-        const char *a = rest[i];
-        /* token counts are capped at 2^20 so that prefill + decode + 16 stays a sane context */
-        if (!strcmp(a, "--prefill") && has) {
-            if (dray_cli_u32(a, rest[++i], 1, 1u << 20, &n_prefill))
-                return 2;
-        } else if (!strcmp(a, "--decode") && has) {
-            if (dray_cli_u32(a, rest[++i], 1, 1u << 20, &n_decode))
-                return 2;
-        } else if (!strcmp(a, "--batch") && has) {
-            if (dray_cli_u32(a, rest[++i], 1, 256, &batch))
-                return 2;
-        } else if (!strcmp(a, "--mem-bw") && has) {
-            if (dray_cli_f64(a, rest[++i], 0.001, 1e6, &bw)) /* GB/s */
-                return 2;
-        }
-        else if (!strcmp(a, "--json") && has) json = rest[++i];
-        else if (!strcmp(rest[i], "-h") || !strcmp(rest[i], "--help")) { usage(); return 0; }
-        else {
-            fprintf(stderr, "dray bench model: unknown or incomplete option '%s'\n", rest[i]);
-            return 2;
-        }
-    }
-    if (cfg.max_seqs < batch)
-        cfg.max_seqs = batch;
-    if (!cfg.context)
-        cfg.context = n_prefill + n_decode + 16;
-    struct dray_engine *e = dray_cli_open_engine(&cfg, false);
-    if (!e)
-        return 1;
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return (int32_t)best;
+}
+
+/* Bytes one decode step must move, for the roofline: every prepared weight byte
+ * once (the output head reads its whole int8 table, row scales and outlier
+ * columns), and per sequence the KV it attends over at average length len and
+ * its logits row (written by the head, read by the pick). Sliding-window layers
+ * read at most their per-sequence pool. */
+static double step_bytes(const struct dray_engine_info *in, uint32_t batch, double len)
+{
+    bool i8 = !strcmp(in->kv_dtype, "int8");
+    double per_layer_tok = in->n_kv_head * (2.0 * in->head_dim * (i8 ? 1 : 2) + (i8 ? 8 : 0));
+    double n_global = per_layer_tok > 0 ? (double)in->kv_bytes_per_token / per_layer_tok : 0;
+    double window = (in->n_layer - n_global) * per_layer_tok * len;
+    if (window > (double)in->kv_bytes_per_seq_fixed)
+        window = (double)in->kv_bytes_per_seq_fixed;
+    double kv = (double)in->kv_bytes_per_token * len + window;
+    return (double)in->weight_bytes + batch * (kv + 2.0 * in->n_vocab * sizeof(float));
+}
+
+struct result {
+    double prefill_s, decode_s, bytes;
+};
+
+static int prefill_all(struct dray_engine *e, const struct model_opts *o, struct dray_session **ss,
+                       struct result *r, char *err, size_t errlen)
+{
     const struct dray_engine_info *in = dray_engine_get_info(e);
-    struct dray_session **ss = calloc(batch, sizeof(*ss));
-    int32_t *ids = malloc((n_prefill > batch ? n_prefill : batch) * sizeof(int32_t));
-    int rc = 1;
-    double prefill_s = 0, decode_s = 0;
-    if (!ss || !ids)
-        goto out;
-    for (uint32_t b = 0; b < batch; b++) {
-        if (dray_session_new(e, &ss[b], err, sizeof(err)))
-            goto fail;
-        for (uint32_t i = 0; i < n_prefill; i++)
+    int32_t *ids = malloc(o->prefill * sizeof(int32_t));
+    int rc = ids ? 0 : -1;
+    if (rc)
+        snprintf(err, errlen, "out of memory");
+    for (uint32_t b = 0; !rc && b < o->batch; b++) {
+        rc = dray_session_new(e, &ss[b], err, errlen);
+        for (uint32_t i = 0; !rc && i < o->prefill; i++)
             ids[i] = token_at(i + b * 7919, in->n_vocab);
         double t0 = now_s();
-        if (dray_session_prefill(ss[b], ids, n_prefill, err, sizeof(err)))
-            goto fail;
+        if (!rc)
+            rc = dray_session_prefill(ss[b], ids, o->prefill, err, errlen);
         if (b == 0)
-            prefill_s = now_s() - t0;
+            r->prefill_s = now_s() - t0;
     }
+    free(ids);
+    return rc;
+}
+
+/* o->decode steps of all sequences in lockstep: logits of every sequence, then
+ * each one's greedy next token is what it decodes at the next step. */
+static int decode_all(struct dray_engine *e, const struct model_opts *o, struct dray_session **ss,
+                      struct result *r, char *err, size_t errlen)
+{
+    const struct dray_engine_info *in = dray_engine_get_info(e);
+    int32_t *ids = malloc(o->batch * sizeof(int32_t));
+    float *logits = malloc((size_t)o->batch * in->n_vocab * sizeof(float));
+    int rc = ids && logits ? 0 : -1;
+    if (rc)
+        snprintf(err, errlen, "out of memory for %u rows of logits", o->batch);
+    for (uint32_t b = 0; ids && b < o->batch; b++)
+        ids[b] = token_at(o->prefill + b, in->n_vocab); /* as if sampled after the prefill */
     double t0 = now_s();
-    for (uint32_t step = 0; step < n_decode; step++) {
-        for (uint32_t b = 0; b < batch; b++)
-            ids[b] = token_at(n_prefill + step + b, in->n_vocab);
-        if (dray_sessions_decode(ss, batch, ids, NULL, err, sizeof(err)))
-            goto fail;
+    for (uint32_t step = 0; !rc && step < o->decode; step++) {
+        rc = dray_sessions_decode(ss, o->batch, ids, logits, err, errlen);
+        for (uint32_t b = 0; !rc && b < o->batch; b++)
+            ids[b] = argmax(logits + (size_t)b * in->n_vocab, in->n_vocab);
     }
-    decode_s = now_s() - t0;
-    double pre_tps = n_prefill / prefill_s, dec_tps = n_decode / decode_s;
-    double roof = bw * 1e9 / (double)in->weight_bytes;
+    r->decode_s = now_s() - t0;
+    free(ids);
+    free(logits);
+    return rc;
+}
+
+static void report(const struct dray_config *cfg, const struct dray_engine_info *in,
+                   const struct model_opts *o, const struct result *r)
+{
+    double pre_tps = o->prefill / r->prefill_s, steps = o->decode / (r->decode_s > 0 ? r->decode_s : 1e-9);
+    double roof = o->bw * 1e9 / r->bytes;
     printf("model   %s (%s), weights %s %.1f MB, KV %s, plugin %s on %s, threads %u\n", in->model_name,
-           in->arch, in->precision, in->weight_bytes / 1e6, in->kv_dtype, in->plugin, in->device,
-           cfg.threads);
-    printf("prefill %u tokens: %8.1f tok/s  (%.3f s)\n", n_prefill, pre_tps, prefill_s);
-    printf("decode  %u steps x batch %u: %8.1f steps/s, %8.1f tok/s  (%.3f s)\n", n_decode, batch,
-           dec_tps, dec_tps * batch, decode_s);
-    printf("roofline decode at %.0f GB/s reading %.1f MB per step: %.1f steps/s -> %.0f%% of it\n", bw,
-           in->weight_bytes / 1e6, roof, 100.0 * dec_tps / roof);
-    if (json) {
-        FILE *f = fopen(json, "a");
-        if (f) {
-            fprintf(f, "{\"bench\":\"model\",\"model\":\"%s\",\"precision\":\"%s\",\"kv\":\"%s\",\"plugin\":\"%s\","
-                    "\"threads\":%u,\"prefill_tokens\":%u,\"prefill_tps\":%.2f,\"decode_steps\":%u,\"batch\":%u,"
-                    "\"decode_tps\":%.2f,\"roofline_steps_per_s\":%.2f}\n",
-                    in->model_name, in->precision, in->kv_dtype, in->plugin, cfg.threads, n_prefill, pre_tps,
-                    n_decode, batch, dec_tps * batch, roof);
-            fclose(f);
-        }
+           in->arch, in->precision, in->weight_bytes / 1e6, in->kv_dtype, in->plugin, in->device, cfg->threads);
+    printf("prefill %u tokens (logits of the last): %8.1f tok/s  (%.3f s)\n", o->prefill, pre_tps, r->prefill_s);
+    printf("decode  %u steps, %u sequence%s in lockstep, logits + greedy pick each step: %.1f steps/s, "
+           "%.1f tok/s  (%.3f s)\n", o->decode, o->batch, o->batch > 1 ? "s" : "", steps, steps * o->batch,
+           r->decode_s);
+    printf("roofline: a step reads %.1f MB (weights %.1f incl. output head and outlier columns, "
+           "KV and logits %.1f); at %.0f GB/s: %.1f steps/s -> %.0f%% of it\n", r->bytes / 1e6,
+           in->weight_bytes / 1e6, (r->bytes - (double)in->weight_bytes) / 1e6, o->bw, roof, 100.0 * steps / roof);
+    FILE *f = o->json ? fopen(o->json, "a") : NULL;
+    if (o->json && !f)
+        fprintf(stderr, "dray bench model: cannot append to %s: %s\n", o->json, strerror(errno));
+    if (f) {
+        fprintf(f, "{\"bench\":\"model\",\"model\":\"%s\",\"precision\":\"%s\",\"kv\":\"%s\",\"plugin\":\"%s\","
+                "\"threads\":%u,\"prefill_tokens\":%u,\"prefill_tps\":%.2f,\"decode_steps\":%u,\"batch\":%u,"
+                "\"decode_tps\":%.2f,\"step_bytes\":%.0f,\"roofline_steps_per_s\":%.2f}\n",
+                in->model_name, in->precision, in->kv_dtype, in->plugin, cfg->threads, o->prefill, pre_tps,
+                o->decode, o->batch, steps * o->batch, r->bytes, roof);
+        fclose(f);
     }
-    rc = 0;
-    goto out;
-fail:
-    fprintf(stderr, "dray: %s\n", err);
-out:
-    for (uint32_t b = 0; ss && b < batch; b++)
+}
+
+int dray_bench_model(const struct dray_config *cfg_in, int argc, char **argv)
+{
+    struct dray_config cfg = *cfg_in;
+    struct model_opts o;
+    struct result r = {0};
+    char err[2048];
+    if (parse(argc, argv, &o))
+        return 2;
+    if (cfg.max_seqs < o.batch)
+        cfg.max_seqs = o.batch;
+    if (!cfg.context)
+        cfg.context = o.prefill + o.decode + 16;
+    struct dray_engine *e = NULL;
+    if (dray_engine_open(&cfg, &e, err, sizeof(err))) {
+        fprintf(stderr, "dray: %s\n", err);
+        return 1;
+    }
+    struct dray_session **ss = calloc(o.batch, sizeof(*ss));
+    int rc = ss ? prefill_all(e, &o, ss, &r, err, sizeof(err)) : -1;
+    if (!rc)
+        rc = decode_all(e, &o, ss, &r, err, sizeof(err));
+    if (!rc) {
+        r.bytes = step_bytes(dray_engine_get_info(e), o.batch, o.prefill + o.decode / 2.0);
+        report(&cfg, dray_engine_get_info(e), &o, &r);
+    } else {
+        fprintf(stderr, "dray: %s\n", ss ? err : "out of memory");
+    }
+    for (uint32_t b = 0; ss && b < o.batch; b++)
         dray_session_free(ss[b]);
     free(ss);
-    free(ids);
     dray_engine_close(e);
-    return rc;
+    return rc ? 1 : 0;
 }

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../tools/cli.h"
+#include "bench.h"
 #include "dray/backend.h"
 #include "dray/plugins.h"
 
@@ -349,7 +349,7 @@ static int parse(int argc, char **argv, struct opts *o)
         } else if (!strcmp(a, "--reference")) {
             o->reference = 1;
         } else if (v && !strcmp(a, "--threads")) {
-            if (dray_cli_u32(a, v, 0, 4096, &o->threads))
+            if (dray_bench_u32(a, v, 0, 4096, &o->threads))
                 return 2;
             i++;
         } else if (v && !strcmp(a, "--only")) {
@@ -357,11 +357,11 @@ static int parse(int argc, char **argv, struct opts *o)
         } else if (v && !strcmp(a, "--plugin")) {
             o->plugin = v, i++;
         } else if (v && !strcmp(a, "--bw")) {
-            if (dray_cli_f64(a, v, 0.001, 1e6, &o->bw)) /* GB/s */
+            if (dray_bench_f64(a, v, 0.001, 1e6, &o->bw)) /* GB/s */
                 return 2;
             i++;
         } else if (v && !strcmp(a, "--gops")) {
-            if (dray_cli_f64(a, v, 0.001, 1e6, &o->gops)) /* int8 GOPS per core */
+            if (dray_bench_f64(a, v, 0.001, 1e6, &o->gops)) /* int8 GOPS per core */
                 return 2;
             i++;
         } else if (v && !strcmp(a, "--json")) {

@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  build-essential meson ninja-build pkg-config clang libcmocka-dev libyaml-dev libxxhash-dev libpcre2-dev
-  libmicrohttpd-dev libjansson-dev curl
+  build-essential meson ninja-build pkg-config clang libclang-rt-14-dev libcmocka-dev libyaml-dev libxxhash-dev libpcre2-dev
+  libmicrohttpd-dev libjansson-dev curl nginx-light
   python3 python3-venv
   opencl-c-headers opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   libvulkan-dev mesa-vulkan-drivers glslc glslang-tools spirv-tools vulkan-validationlayers vulkan-tools

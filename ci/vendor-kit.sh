@@ -55,6 +55,7 @@ libs=$(pkg-config --libs dray-backend)
 inc=$(pkg-config --variable=includedir dray-backend)
 case "$inc" in "$stage"/*) ;; *) inc="$stage$inc" ;; esac # pkg-config 0.29 does not prefix variables
 [ -f "$inc/dray/backend.h" ] || fail "backend.h is not at $inc/dray/backend.h (Cflags: $cflags)"
+[ -f "$inc/dray/backend_util.h" ] || fail "the plugin helper backend_util.h is not installed beside backend.h"
 case " $cflags " in *" -I$inc "*) ;; *) fail "Cflags '$cflags' do not name $inc" ;; esac
 plugindir=$(pkg-config --variable=plugindir dray-backend)
 [ -n "$plugindir" ] || fail "dray-backend.pc has no plugindir variable"

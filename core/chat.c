@@ -1,5 +1,5 @@
 /* Chat templates rendered as segments (see chat.h; facts:
- * shared/reference/gemma3-gguf.md §6.5, shared/reference/smollm2-gguf.md). */
+ * docs/reference/gemma3-gguf.md §6.5, docs/reference/smollm2-gguf.md). */
 #include "chat.h"
 
 #include <stdint.h>

@@ -7,7 +7,7 @@
  *
  * Templates:
  *
- * "gemma" (Gemma 3 -it; shared/reference/gemma3-gguf.md §6.5), what its GGUF
+ * "gemma" (Gemma 3 -it; docs/reference/gemma3-gguf.md §6.5), what its GGUF
  * tokenizer.chat_template computes:
  *   <bos>                                       (marker)
  *   <start_of_turn>user\n{system}\n\n{user}<end_of_turn>\n
@@ -19,7 +19,7 @@
  *   - every other content is trimmed as Jinja's |trim (Python str.strip()) does;
  *   - "assistant" (or "model") is written "model".
  *
- * "chatml" (SmolLM2, Qwen, ...; shared/reference/smollm2-gguf.md):
+ * "chatml" (SmolLM2, Qwen, ...; docs/reference/smollm2-gguf.md):
  *   <|im_start|>system\n{system}<|im_end|>\n   (the model's default system prompt
  *                                                when the first message is not a
  *                                                system message and it has one)

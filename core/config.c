@@ -1,6 +1,8 @@
-/* Configuration: defaults, a YAML file over them, single-key overrides, printing.
+/* Configuration: defaults, a YAML file over them, single-key overrides (printing
+ * is config_print.c).
  *
- * Schema (docs/config.md has the one table of keys): a YAML mapping whose keys are
+ * Schema (the table `keys` below is the one source of the key table in
+ * docs/config.md, written by `dray config --markdown`): a YAML mapping whose keys are
  * the flat key names below ("threads: 4"), or section mappings that group them
  * ("backend: {threads: 4}"). Three sections share their name with a key; inside
  * the section that key is spelled differently:
@@ -24,6 +26,7 @@
 #include <yaml.h>
 
 #include "dray/dray.h"
+#include "config_keys.h"
 #include "error.h"
 
 #define CONFIG_MAX_BYTES (1u << 20) /* a config file is a page of text, not a data set */
@@ -31,13 +34,6 @@
  * honest file while stopping libyaml's document loader, whose time grows with the
  * square of the depth (100k nested `[` ran for minutes). */
 #define CONFIG_MAX_DEPTH 32u
-
-enum key_type { T_STR, T_U32, T_U64, T_SIZE, T_BOOL, T_FLOAT, T_ENUM };
-
-struct enum_name {
-    const char *name;
-    int value;
-};
 
 static const struct enum_name precision_names[] = {
     {"int8", DRAY_PRECISION_INT8}, {"f32", DRAY_PRECISION_F32}, {NULL, 0}};
@@ -48,62 +44,105 @@ static const struct enum_name log_level_names[] = {{"error", DRAY_LOG_ERROR},
                                                    {"debug", DRAY_LOG_DEBUG},
                                                    {NULL, 0}};
 
-struct key {
-    const char *name;    /* flat name, also the name for dray_config_set */
-    const char *section; /* section it may be written in; NULL = top level only */
-    const char *inner;   /* its name inside the section */
-    enum key_type type;
-    size_t offset, size; /* field in struct dray_config; size of a string buffer */
-    double lo, hi;       /* range of numbers */
-    const struct enum_name *names;
-    int nonempty;        /* strings: "" is not allowed */
-};
 
 #define F(field) offsetof(struct dray_config, field), sizeof(((struct dray_config *)0)->field)
-static const struct key keys[] = {
-    {"log_level", NULL, NULL, T_ENUM, F(log_level), 0, 0, log_level_names, 0},
-    {"model", "model", "path", T_STR, F(model), 0, 0, NULL, 0},
-    {"context", "model", "context", T_U32, F(context), 0, 1 << 24, NULL, 0},
-    {"chat_template", "model", "chat_template", T_STR, F(chat_template), 0, 0, NULL, 0},
-    {"backend", "backend", "plugin", T_STR, F(backend), 0, 0, NULL, 1},
-    {"fallback", "backend", "fallback", T_STR, F(fallback), 0, 0, NULL, 0},
-    {"device", "backend", "device", T_STR, F(device), 0, 0, NULL, 0},
-    {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0},
-    {"threads", "backend", "threads", T_U32, F(threads), 0, 1024, NULL, 0},
-    {"reference_kernels", "backend", "reference_kernels", T_BOOL, F(reference_kernels), 0, 0, NULL, 0},
-    {"precision", "precision", "weights", T_ENUM, F(precision), 0, 0, precision_names, 0},
-    {"kv_dtype", "precision", "kv_dtype", T_ENUM, F(kv_dtype), 0, 0, kv_dtype_names, 0},
-    {"outlier_channels", "precision", "outlier_channels", T_U32, F(outlier_channels), 0, 65536, NULL, 0},
-    {"kv_budget", "memory", "kv_budget", T_SIZE, F(kv_budget), 0, 0, NULL, 0},
-    {"host_cache", "memory", "host_cache", T_SIZE, F(host_cache), 0, 0, NULL, 0},
-    {"kv_block", "memory", "kv_block", T_U32, F(kv_block), 1, 1024, NULL, 0},
-    {"prefix_cache", "memory", "prefix_cache", T_BOOL, F(prefix_cache), 0, 0, NULL, 0},
-    {"max_seqs", "scheduler", "max_seqs", T_U32, F(max_seqs), 1, 4096, NULL, 0},
-    {"chunk", "scheduler", "chunk", T_U32, F(chunk), 1, 1 << 20, NULL, 0},
-    {"temperature", "sampling", "temperature", T_FLOAT, F(temperature), 0, 100, NULL, 0},
-    {"top_k", "sampling", "top_k", T_U32, F(top_k), 0, 1 << 20, NULL, 0},
-    {"top_p", "sampling", "top_p", T_FLOAT, F(top_p), 0, 1, NULL, 0},
-    {"min_p", "sampling", "min_p", T_FLOAT, F(min_p), 0, 1, NULL, 0},
-    {"repeat_penalty", "sampling", "repeat_penalty", T_FLOAT, F(repeat_penalty), 0.01, 100, NULL, 0},
-    {"seed", "sampling", "seed", T_U64, F(seed), 0, 0, NULL, 0},
-    {"max_tokens", "sampling", "max_tokens", T_U32, F(max_tokens), 1, 1 << 24, NULL, 0},
-    {"host", "server", "host", T_STR, F(host), 0, 0, NULL, 1},
-    {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0},
-    {"replicas", "server", "replicas", T_U32, F(replicas), 1, 256, NULL, 0},
-    {"api_key", "server", "api_key", T_STR, F(api_key), 0, 0, NULL, 0},
-    {"max_body", "server", "max_body", T_SIZE, F(max_body), 1024, 0, NULL, 0},
-    {"max_queue", "server", "max_queue", T_U32, F(max_queue), 1, 65536, NULL, 0},
-    {"max_messages", "server", "max_messages", T_U32, F(max_messages), 1, 1 << 20, NULL, 0},
-    {"max_prompt_tokens", "server", "max_prompt_tokens", T_U32, F(max_prompt_tokens), 0, 1 << 24, NULL, 0},
-    {"max_completion_tokens", "server", "max_completion_tokens", T_U32, F(max_completion_tokens), 1, 1 << 24, NULL, 0},
-    {"shutdown_grace", "server", "shutdown_grace", T_U32, F(shutdown_grace), 0, 3600, NULL, 0},
+const struct key dray_config_keys[] = {
+    {"log_level", NULL, NULL, T_ENUM, F(log_level), 0, 0, log_level_names, 0,
+     "least severe message printed to stderr"},
+    {"model", "model", "path", T_STR, F(model), 0, 0, NULL, 0,
+     "GGUF model file; a relative path is read from the config file's folder; `\"\"` = the "
+     "model the README's set-up installs"},
+    {"context", "model", "context", T_U32, F(context), 0, 1 << 24, NULL, 0,
+     "most tokens per sequence (prompt + output); 0 = the model's training context"},
+    {"chat_template", "model", "chat_template", T_STR, F(chat_template), 0, 0, NULL, 0,
+     "chat format for `dray chat` and the server: `gemma` or `chatml`; `\"\"` = recognised "
+     "from the model's `tokenizer.chat_template` (Gemma files without one get `gemma`; a "
+     "template dray does not implement is an error at the first chat, naming this key). "
+     "Message text is always tokenized as text, never as control tokens"},
+    {"backend", "backend", "plugin", T_STR, F(backend), 0, 0, NULL, 1,
+     "plugin to run on: a name (`cpu`, `opencl`, `vulkan`, `cuda`, `hip`) or a path to a "
+     "`libdray-<name>.so`"},
+    {"fallback", "backend", "fallback", T_STR, F(fallback), 0, 0, NULL, 0,
+     "plugin used when `backend` cannot be loaded or opened, or does not run the configured "
+     "`precision` or `kv_dtype` (a warning says why); `\"\"` = no fallback, fail with the "
+     "reason"},
+    {"device", "backend", "device", T_STR, F(device), 0, 0, NULL, 0,
+     "device of the plugin: an index (`\"1\"`) or a case-insensitive part of its name "
+     "(`h200`); `\"\"` = the first device"},
+    {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0,
+     "extra `:`-separated folders searched for plugins before `$DRAY_PLUGIN_PATH` and the "
+     "built-in folders"},
+    {"threads", "backend", "threads", T_U32, F(threads), 0, 1024, NULL, 0,
+     "host threads for the CPU plugin; 0 = all cores"},
+    {"reference_kernels", "backend", "reference_kernels", T_BOOL, F(reference_kernels), 0, 0, NULL, 0,
+     "use the plugin's portable scalar kernels (for checking, slow)"},
+    {"precision", "precision", "weights", T_ENUM, F(precision), 0, 0, precision_names, 0,
+     "weights and matmuls: int8 (W8A8, per-channel scales) or f32 (checking path)"},
+    {"kv_dtype", "precision", "kv_dtype", T_ENUM, F(kv_dtype), 0, 0, kv_dtype_names, 0,
+     "KV cache element type (int8 with a scale per token and head)"},
+    {"outlier_channels", "precision", "outlier_channels", T_U32, F(outlier_channels), 0, 65536, NULL, 0,
+     "input channels per matmul kept in f32 inside the int8 matmul (mixed precision; half as "
+     "many for the output head); found at load by a short f32 calibration pass; 0 = off"},
+    {"kv_budget", "memory", "kv_budget", T_SIZE, F(kv_budget), 0, 0, NULL, 0,
+     "device memory for the KV cache; 0 = enough for `max_seqs` sequences of the full "
+     "`context`"},
+    {"host_cache", "memory", "host_cache", T_SIZE, F(host_cache), 0, 0, NULL, 0,
+     "host memory for the prefix cache's host tier (KV blocks spilled from the device)"},
+    {"kv_block", "memory", "kv_block", T_U32, F(kv_block), 1, 1024, NULL, 0,
+     "tokens per KV block"},
+    {"prefix_cache", "memory", "prefix_cache", T_BOOL, F(prefix_cache), 0, 0, NULL, 0,
+     "reuse the KV of shared prompt prefixes across requests and chat turns (the scheduler's "
+     "prefix cache)"},
+    {"max_seqs", "scheduler", "max_seqs", T_U32, F(max_seqs), 1, 4096, NULL, 0,
+     "sequences decoded together in one batch"},
+    {"chunk", "scheduler", "chunk", T_U32, F(chunk), 1, 1 << 20, NULL, 0,
+     "prefill tokens per step (long prompts are split so decoding keeps going)"},
+    {"temperature", "sampling", "temperature", T_FLOAT, F(temperature), 0, 100, NULL, 0,
+     "sampling temperature; 0 = greedy (always the most likely token)"},
+    {"top_k", "sampling", "top_k", T_U32, F(top_k), 0, 1 << 20, NULL, 0,
+     "keep the k most likely tokens; 0 = off"},
+    {"top_p", "sampling", "top_p", T_FLOAT, F(top_p), 0, 1, NULL, 0,
+     "keep the smallest set of tokens whose probability sums to p; 1 = off"},
+    {"min_p", "sampling", "min_p", T_FLOAT, F(min_p), 0, 1, NULL, 0,
+     "drop tokens less likely than min_p × the most likely one; 0 = off"},
+    {"repeat_penalty", "sampling", "repeat_penalty", T_FLOAT, F(repeat_penalty), 0.01, 100, NULL, 0,
+     "divide the logits of tokens already in the context by this; 1 = off"},
+    {"seed", "sampling", "seed", T_U64, F(seed), 0, 0, NULL, 0,
+     "random seed; 0 = a new seed from the clock on each run"},
+    {"max_tokens", "sampling", "max_tokens", T_U32, F(max_tokens), 1, 1 << 24, NULL, 0,
+     "most new tokens per request"},
+    {"host", "server", "host", T_STR, F(host), 0, 0, NULL, 1,
+     "address `dray serve` listens on; `0.0.0.0` or `::` opens it to other machines"},
+    {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0,
+     "TCP port of `dray serve`"},
+    {"replicas", "server", "replicas", T_U32, F(replicas), 1, 256, NULL, 0,
+     "engine replicas the server runs (each with its own device context). *Not built yet*"},
+    {"api_key", "server", "api_key", T_STR, F(api_key), 0, 0, NULL, 0,
+     "when set, every request except `GET /health` needs `Authorization: Bearer <key>` (else "
+     "401); `dray config` does not print it"},
+    {"max_body", "server", "max_body", T_SIZE, F(max_body), 1024, 0, NULL, 0,
+     "largest request body; larger → 413"},
+    {"max_queue", "server", "max_queue", T_U32, F(max_queue), 1, 65536, NULL, 0,
+     "requests waiting for a free sequence slot; one more → 429 with `Retry-After`"},
+    {"max_messages", "server", "max_messages", T_U32, F(max_messages), 1, 1 << 20, NULL, 0,
+     "most messages in one chat request; more → 400"},
+    {"max_prompt_tokens", "server", "max_prompt_tokens", T_U32, F(max_prompt_tokens), 0, 1 << 24, NULL, 0,
+     "most tokens of a rendered prompt; more → 400 (`context_length_exceeded`); 0 = the "
+     "context"},
+    {"max_completion_tokens", "server", "max_completion_tokens", T_U32, F(max_completion_tokens), 1, 1 << 24, NULL, 0,
+     "largest `max_tokens` a request may ask for; more → 400"},
+    {"shutdown_grace", "server", "shutdown_grace", T_U32, F(shutdown_grace), 0, 3600, NULL, 0,
+     "seconds that in-flight requests may run on after SIGINT/SIGTERM before they are "
+     "cancelled"},
 };
 #undef F
-#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+#define N_KEYS (sizeof(dray_config_keys) / sizeof(dray_config_keys[0]))
+const size_t dray_config_n_keys = N_KEYS;
 
-static const char *const sections[] = {"model",     "backend",  "precision", "memory",
+const char *const dray_config_sections[] = {"model",     "backend",  "precision", "memory",
                                        "scheduler", "sampling", "server"};
-#define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
+#define N_SECTIONS (sizeof(dray_config_sections) / sizeof(dray_config_sections[0]))
+const size_t dray_config_n_sections = N_SECTIONS;
 
 _Static_assert(sizeof(enum dray_precision) == sizeof(int32_t), "enums are stored as 32 bits");
 
@@ -281,23 +320,23 @@ static int set_value(struct dray_config *cfg, const struct key *k, const char *t
 static const struct key *key_by_name(const char *name)
 {
     for (size_t i = 0; i < N_KEYS; i++)
-        if (!strcmp(keys[i].name, name))
-            return &keys[i];
+        if (!strcmp(dray_config_keys[i].name, name))
+            return &dray_config_keys[i];
     return NULL;
 }
 
 static const struct key *key_in_section(const char *section, const char *inner)
 {
     for (size_t i = 0; i < N_KEYS; i++)
-        if (keys[i].section && !strcmp(keys[i].section, section) && !strcmp(keys[i].inner, inner))
-            return &keys[i];
+        if (dray_config_keys[i].section && !strcmp(dray_config_keys[i].section, section) && !strcmp(dray_config_keys[i].inner, inner))
+            return &dray_config_keys[i];
     return NULL;
 }
 
 static int section_index(const char *name)
 {
     for (size_t i = 0; i < N_SECTIONS; i++)
-        if (!strcmp(sections[i], name))
+        if (!strcmp(dray_config_sections[i], name))
             return (int)i;
     return -1;
 }
@@ -334,8 +373,8 @@ static void suggest(const char *section, const char *name, char *buf, size_t len
     const char *best = NULL;
     size_t bestd = 3;
     for (size_t i = 0; i < N_KEYS; i++) {
-        const char *cand = section ? keys[i].inner : keys[i].name;
-        if (section && (!keys[i].section || strcmp(keys[i].section, section)))
+        const char *cand = section ? dray_config_keys[i].inner : dray_config_keys[i].name;
+        if (section && (!dray_config_keys[i].section || strcmp(dray_config_keys[i].section, section)))
             continue;
         size_t d = edit_distance(name, cand);
         if (d < bestd) {
@@ -378,7 +417,7 @@ static int apply_key(struct loader *l, const struct key *k, const yaml_node_t *k
                      const yaml_node_t *vn, const char *written)
 {
     char form[160], why[256];
-    size_t idx = (size_t)(k - keys);
+    size_t idx = (size_t)(k - dray_config_keys);
     if (l->key_line[idx])
         return dray_fail(l->err, l->errlen, DRAY_EFORMAT,
                          "%s:%u: key '%s' given twice (first on line %u): keep one", l->path,
@@ -402,8 +441,8 @@ static void section_keys(const char *section, char *buf, size_t len)
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < N_KEYS && used < len; i++)
-        if (keys[i].section && !strcmp(keys[i].section, section))
-            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", keys[i].inner);
+        if (dray_config_keys[i].section && !strcmp(dray_config_keys[i].section, section))
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", dray_config_keys[i].inner);
 }
 
 static int load_section(struct loader *l, const char *section, const yaml_node_t *kn,
@@ -665,99 +704,4 @@ int dray_config_set(struct dray_config *cfg, const char *key, const char *value,
     if (set_value(cfg, k, value, why, sizeof(why)) != 0)
         return dray_fail(err, errlen, DRAY_EINVAL, "key '%s': %s", key, why);
     return 0;
-}
-
-/* ------------------------------------------------------------ printing */
-
-static void print_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\x%02x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-/* Shortest decimal that reads back as the same float: 0.7, not 0.699999988. */
-static void print_float(FILE *f, float v)
-{
-    char buf[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, sizeof(buf), "%.*g", prec, (double)v);
-        if (strtof(buf, NULL) == v)
-            break;
-    }
-    fputs(buf, f);
-}
-
-static void print_size(FILE *f, uint64_t v)
-{
-    static const char *const unit[] = {"TiB", "GiB", "MiB", "KiB"};
-    for (int i = 0; i < 4 && v; i++) {
-        uint64_t m = 1ull << (10 * (4 - i));
-        if (v % m == 0) {
-            fprintf(f, "%llu%s", (unsigned long long)(v / m), unit[i]);
-            return;
-        }
-    }
-    fprintf(f, "%llu", (unsigned long long)v);
-}
-
-static void print_value(FILE *f, const struct dray_config *cfg, const struct key *k)
-{
-    const char *field = (const char *)cfg + k->offset;
-    uint32_t u32;
-    uint64_t u64;
-    int32_t e;
-    float fl;
-    bool b;
-    if (k->offset == offsetof(struct dray_config, api_key) && field[0]) {
-        fputs("\"\"  # set, not shown (a secret)", f);
-        return;
-    }
-    switch (k->type) {
-    case T_STR: print_string(f, field); break;
-    case T_U32: memcpy(&u32, field, 4); fprintf(f, "%u", u32); break;
-    case T_U64: memcpy(&u64, field, 8); fprintf(f, "%llu", (unsigned long long)u64); break;
-    case T_SIZE: memcpy(&u64, field, 8); print_size(f, u64); break;
-    case T_BOOL: memcpy(&b, field, sizeof(b)); fputs(b ? "true" : "false", f); break;
-    case T_FLOAT: memcpy(&fl, field, 4); print_float(f, fl); break;
-    case T_ENUM: {
-        memcpy(&e, field, 4);
-        const char *name = "?";
-        for (const struct enum_name *n = k->names; n->name; n++)
-            if (n->value == e)
-                name = n->name;
-        fputs(name, f);
-        break;
-    }
-    }
-}
-
-void dray_config_print(const struct dray_config *cfg, void *file)
-{
-    FILE *f = file ? file : stdout;
-    fprintf(f, "# effective dray configuration: defaults%s%s\n", cfg->source[0] ? " + " : "",
-            cfg->source);
-    for (size_t i = 0; i < N_KEYS; i++)
-        if (!keys[i].section) {
-            fprintf(f, "%s: ", keys[i].name);
-            print_value(f, cfg, &keys[i]);
-            fputc('\n', f);
-        }
-    for (size_t s = 0; s < N_SECTIONS; s++) {
-        fprintf(f, "%s:\n", sections[s]);
-        for (size_t i = 0; i < N_KEYS; i++)
-            if (keys[i].section && !strcmp(keys[i].section, sections[s])) {
-                fprintf(f, "  %s: ", keys[i].inner);
-                print_value(f, cfg, &keys[i]);
-                fputc('\n', f);
-            }
-    }
 }

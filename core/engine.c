@@ -1,6 +1,7 @@
 /* The engine: wires config → registry/device → GGUF → model + tokenizer → KV,
  * and runs sessions (one sequence each): chunked prefill, then decode with the
  * sampler, streaming detokenized text. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calib_cache.h"
 #include "calibrate.h"
 #include "chat.h"
 #include "chat_tokenize.h"
@@ -18,6 +20,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "kv.h"
+#include "caps.h"
 #include "log.h"
 #include "model.h"
 #include "dray/plugins.h"
@@ -32,6 +35,57 @@ double dray_now_s(void)
 }
 
 /* ------------------------------------------------------------------ open */
+
+/* The model, prepared straight into int8 with its outlier channels when the
+ * calibration cache has this file's scores (calib_cache.h). */
+static int load_model(struct dray_engine *e, char *err, size_t errlen)
+{
+    struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true};
+    float *scores = NULL;
+    size_t n = 0;
+    e->calib_cache[0] = 0;
+    e->info.calibration = "none";
+    if (e->cfg.precision == DRAY_PRECISION_INT8 && e->cfg.outlier_channels) {
+        mo.outlier_channels = e->cfg.outlier_channels; /* calibrate() follows */
+        dray_calib_cache_lookup(e->gguf, e->calib_cache, sizeof(e->calib_cache), &scores, &n);
+        mo.calib_scores = scores;
+        mo.n_calib_scores = n;
+    }
+    int rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+    if (rc && scores) { /* scores that do not fit this model: calibrate instead */
+        dray_warn("calibration cache %s does not fit the model (%s); calibrating again",
+                  e->calib_cache, err);
+        mo.calib_scores = NULL;
+        mo.n_calib_scores = 0;
+        free(scores);
+        scores = NULL;
+        rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+    }
+    if (!rc && scores) {
+        e->info.calibration = "cached";
+        dray_info("outlier channels from the calibration cache %s", e->calib_cache);
+    }
+    free(scores);
+    return rc;
+}
+
+/* Calibrate when the cache had nothing, then store the scores for next time. */
+static int calibrate(struct dray_engine *e, char *err, size_t errlen)
+{
+    if (e->cfg.precision != DRAY_PRECISION_INT8 || !e->cfg.outlier_channels ||
+        !strcmp(e->info.calibration, "cached"))
+        return 0;
+    int rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, e->cfg.outlier_channels, err, errlen);
+    const float *scores = NULL;
+    size_t n = rc || !e->arch->calib_scores ? 0 : e->arch->calib_scores(e->model, &scores);
+    if (rc || !n)
+        return rc;
+    e->info.calibration = "computed";
+    char why[512];
+    if (e->calib_cache[0] && dray_calib_cache_store(e->calib_cache, e->gguf, scores, n, why, sizeof(why)))
+        dray_warn("%s (the next start calibrates again)", why);
+    return 0;
+}
 
 static int open_kv(struct dray_engine *e, char *err, size_t errlen)
 {
@@ -51,6 +105,27 @@ static int open_kv(struct dray_engine *e, char *err, size_t errlen)
     e->info.kv_bytes_per_token = p->global_bytes_per_token;
     e->info.kv_bytes_per_seq_fixed = p->window_bytes_per_seq;
     e->info.max_seqs = d.max_seqs;
+    return 0;
+}
+
+/* The model's shapes against the limits the device declared (ABI version 2),
+ * before the first forward pass: a refusal here names the limit instead of a
+ * DRAY_ENOTSUP from an op mid-generation. Models rotate whole heads (n_rot =
+ * head_dim); a family that rotates part of a head adds its n_rot here. */
+static int check_shapes(struct dray_engine *e, char *err, size_t errlen)
+{
+    const struct dray_model_info *mi = e->arch->info(e->model);
+    uint32_t q = mi->n_head * mi->head_dim;
+    struct dray_caps_shape sh = {.head_dim = mi->head_dim, .n_rot = mi->head_dim,
+                                 .n_head = mi->n_head};
+    sh.max_k = mi->n_embd > mi->n_ff ? mi->n_embd : mi->n_ff;
+    sh.max_k = q > sh.max_k ? q : sh.max_k;
+    char why[256];
+    int rc = dray_caps_check_shape(&e->dev.caps, &sh, why, sizeof(why));
+    if (rc)
+        return dray_fail(err, errlen, rc, "%s on %s device %u (%s): %s: use another backend (config "
+                         "backend/fallback)", e->cfg.model, e->dev.plugin->name, e->dev.index,
+                         e->dev.props.name, why);
     return 0;
 }
 
@@ -108,10 +183,9 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     if (rc)
         goto fail;
     e->chunk = e->cfg.chunk ? e->cfg.chunk : 512;
-    struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true};
-    if (e->cfg.precision == DRAY_PRECISION_INT8)
-        mo.outlier_channels = e->cfg.outlier_channels; /* then dray_calibrate() must follow */
-    rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+    rc = load_model(e, err, errlen);
+    if (!rc)
+        rc = check_shapes(e, err, errlen);
     if (rc)
         goto fail;
     fill_info(e);
@@ -120,8 +194,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
                   e->info.n_ctx_train);
     rc = open_kv(e, err, errlen);
-    if (!rc && e->cfg.precision == DRAY_PRECISION_INT8)
-        rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, e->cfg.outlier_channels, err, errlen);
+    if (!rc)
+        rc = calibrate(e, err, errlen);
     if (rc)
         goto fail;
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */
@@ -359,7 +433,7 @@ int dray_session_dump_logits(struct dray_session *s, const int32_t *ids, size_t 
         uint32_t m = (uint32_t)(n - i < e->chunk ? n - i : e->chunk);
         rc = step(s, ids + i, m, rows, m, buf, err, errlen);
         if (!rc && fwrite(buf, sizeof(float) * e->info.n_vocab, m, logits_out) != m)
-            rc = dray_fail(err, errlen, DRAY_EIO, "writing logits failed");
+            rc = dray_fail(err, errlen, DRAY_EIO, "writing logits failed: %s", strerror(errno));
     }
     free(rows);
     free(buf);

@@ -1,5 +1,5 @@
 /* GGUF reader: maps a file (or takes a caller's buffer), validates every field and
- * builds the metadata and tensor tables. Layout facts: shared/reference/gemma3-gguf.md §1.
+ * builds the metadata and tensor tables. Layout facts: docs/reference/gemma3-gguf.md §1.
  *
  * After a successful open nothing is read outside [base, base + size):
  *  - every length, count and offset is checked against the bytes left before use,
@@ -679,6 +679,7 @@ out_close:
 
 uint32_t dray_gguf_version(const struct dray_gguf *g) { return g->version; }
 uint64_t dray_gguf_file_size(const struct dray_gguf *g) { return g->size; }
+const void *dray_gguf_bytes(const struct dray_gguf *g) { return g->base; }
 const char *dray_gguf_name(const struct dray_gguf *g) { return g->name; }
 uint64_t dray_gguf_n_kv(const struct dray_gguf *g) { return g->n_kv; }
 uint64_t dray_gguf_n_tensors(const struct dray_gguf *g) { return g->n_tensors; }

@@ -7,6 +7,7 @@
  * driver) stays loaded with n_devices = 0 and the reason in nodev, so that
  * `dray devices` can say why and `dray_device_open` can fail with that reason. */
 #include "dray/plugins.h"
+#include "caps.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "log.h"
@@ -88,6 +90,30 @@ static const char *base_name(const char *path)
 }
 
 static const struct dray_skipped *find_skipped(const struct dray_registry *reg, const char *real);
+/* What to do about a plugin file dlopen refused. Missing libraries are the usual
+ * cause for a real plugin; an empty or non-ELF file (a failed copy, a text file named
+ * .so) needs replacing instead, and ldd would only confuse. */
+static const char *dlopen_advice(const char *path, const char *dlerr, char *buf, size_t len)
+{
+    unsigned char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(magic, 1, sizeof(magic), f) : 0;
+    if (f)
+        fclose(f);
+    if (f && n == 0)
+        snprintf(buf, len, "the file is empty (0 bytes); replace it with a built plugin or "
+                 "remove it from the plugin folder");
+    else if (f && (n < 4 || memcmp(magic, "\x7f" "ELF", 4)))
+        snprintf(buf, len, "the file is not an ELF shared library (it starts with %02x %02x %02x "
+                 "%02x); replace it with a built plugin or remove it from the plugin folder",
+                 magic[0], magic[1], magic[2], magic[3]);
+    else if (dlerr && strstr(dlerr, "wrong ELF class"))
+        snprintf(buf, len, "it was built for another architecture; rebuild it for this machine");
+    else
+        snprintf(buf, len, "install the libraries it needs (see `ldd %s`)", path);
+    return buf;
+}
+
 static int add_skipped(struct dray_registry *reg, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -167,16 +193,20 @@ static const struct dray_skipped *find_skipped(const struct dray_registry *reg, 
 #define REMEDY_REBUILD "rebuild the plugin against this dray's backend.h"
 #define REMEDY_UPGRADE "upgrade dray to a version that speaks it, or use a build of the plugin for this dray's ABI"
 
-/* Members every version-1 table must set. host_ptr is the one optional member. */
+/* Members a table must set, with the version that added them (docs/plugin-abi.md).
+ * The version-1 slot after add (host_ptr, reserved since version 2) is the one
+ * a table may leave NULL. */
 static const struct {
     const char *name;
     size_t offset;
-} mandatory_v1[] = {
-#define M(m) {#m, offsetof(struct dray_ops, m)}
-    M(device_count), M(device_props), M(open), M(close), M(last_error),
-    M(alloc), M(free), M(upload), M(download), M(copy), M(fill), M(synchronize),
-    M(embed), M(rmsnorm), M(matmul), M(rope), M(kv_store), M(attention),
-    M(gated_act), M(add),
+    uint32_t since;
+} mandatory[] = {
+#define M(m, v) {#m, offsetof(struct dray_ops, m), v}
+    M(device_count, 1), M(device_props, 1), M(open, 1), M(close, 1), M(last_error, 1),
+    M(alloc, 1), M(free, 1), M(upload, 1), M(download, 1), M(copy, 1), M(fill, 1),
+    M(synchronize, 1), M(embed, 1), M(rmsnorm, 1), M(matmul, 1), M(rope, 1), M(kv_store, 1),
+    M(attention, 1), M(gated_act, 1), M(add, 1),
+    M(op_caps, 2),
 #undef M
 };
 
@@ -187,12 +217,14 @@ static const char *missing_member(const struct dray_ops *ops)
         return "name";
     if (!ops->describe)
         return "describe";
-    for (size_t i = 0; i < sizeof(mandatory_v1) / sizeof(mandatory_v1[0]); i++) {
+    for (size_t i = 0; i < sizeof(mandatory) / sizeof(mandatory[0]); i++) {
         void (*fn)(void);
+        if (mandatory[i].since > ops->version)
+            continue; /* an older table ends before this member: never read it */
         /* function pointers all have one size on the platforms dray runs on */
-        memcpy(&fn, (const char *)ops + mandatory_v1[i].offset, sizeof(fn));
+        memcpy(&fn, (const char *)ops + mandatory[i].offset, sizeof(fn));
         if (!fn)
-            return mandatory_v1[i].name;
+            return mandatory[i].name;
     }
     return NULL;
 }
@@ -301,9 +333,9 @@ static int load_file(struct dray_registry *reg, const char *path, int explicit_p
     void *handle = dlopen(real, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *e = dlerror();
-        return add_skipped(reg, real,
-                           "%s cannot be loaded: %s: install the libraries it needs (see `ldd %s`)",
-                           file, e ? e : "unknown dlopen error", real);
+        char advice[256];
+        return add_skipped(reg, real, "%s cannot be loaded: dlopen said \"%s\": %s", file,
+                           e ? e : "unknown error", dlopen_advice(real, e, advice, sizeof(advice)));
     }
     const struct dray_ops *ops = NULL;
     uint32_t abi = 0;
@@ -625,7 +657,28 @@ int dray_device_open(struct dray_registry *reg, const char *plugin, const char *
     out->ctx = ctx;
     out->index = index;
     out->props = props;
-    return 0;
+    rc = dray_plugin_caps(p, index, &out->caps, err, errlen);
+    if (rc)
+        dray_device_close(out);
+    return rc;
+}
+
+/* Open as configured and check the device runs the configured dtypes. */
+static int open_checked(struct dray_registry *reg, const char *plugin, const char *device,
+                        const struct dray_open_options *opt, const struct dray_config *cfg,
+                        struct dray_device *out, char *err, size_t errlen)
+{
+    int rc = dray_device_open(reg, plugin, device, opt, out, err, errlen);
+    if (rc)
+        return rc;
+    char why[256];
+    rc = dray_caps_check_config(&out->caps, cfg, why, sizeof(why));
+    if (rc) {
+        dray_fail(err, errlen, rc, "%s device %u (%s): %s", out->plugin->name, out->index,
+                  out->props.name, why);
+        dray_device_close(out);
+    }
+    return rc;
 }
 
 int dray_device_open_config(struct dray_registry *reg, const struct dray_config *cfg,
@@ -637,7 +690,14 @@ int dray_device_open_config(struct dray_registry *reg, const struct dray_config 
         .reference = cfg->reference_kernels ? 1 : 0,
     };
     char why[512];
-    int rc = dray_device_open(reg, cfg->backend, cfg->device, &opt, out, why, sizeof(why));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* more workers than cores take turns at every barrier of every op: 1024 threads on
+     * 2 cores made decode 50x slower without a word */
+    if (cfg->threads && cores > 0 && cfg->threads > (unsigned long)cores)
+        dray_warn("threads %u is more than the %ld cores here, which makes every op wait on "
+                  "descheduled threads; set threads to 0 (one per core) or at most %ld",
+                  cfg->threads, cores, cores);
+    int rc = open_checked(reg, cfg->backend, cfg->device, &opt, cfg, out, why, sizeof(why));
     if (rc == 0)
         return 0;
     if (!cfg->fallback[0] || !strcmp(cfg->fallback, cfg->backend))
@@ -649,7 +709,7 @@ int dray_device_open_config(struct dray_registry *reg, const struct dray_config 
               cfg->fallback);
     /* the configured device names a device of the backend, not of the fallback */
     char why2[512];
-    int rc2 = dray_device_open(reg, cfg->fallback, "", &opt, out, why2, sizeof(why2));
+    int rc2 = open_checked(reg, cfg->fallback, "", &opt, cfg, out, why2, sizeof(why2));
     if (rc2 == 0)
         return 0;
     return dray_fail(err, errlen, rc, "backend '%s' failed: %s; fallback '%s' failed too: %s",

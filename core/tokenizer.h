@@ -1,7 +1,7 @@
 /* Tokenizer and streaming detokenizer, built from GGUF metadata (tokenizer.ggml.*).
  * Supported: tokenizer.ggml.model = "llama" (SentencePiece vocabulary, merged by
  * score as llama.cpp's SPM tokenizer does). Facts and the algorithm:
- * shared/reference/gemma3-gguf.md §6.
+ * docs/reference/gemma3-gguf.md §6.
  *
  * Tokenizing is two passes:
  *  1. special-token partition: tokens of type CONTROL, UNKNOWN (only when

@@ -57,7 +57,7 @@ static int submit(struct dray_srv *s, const struct dray_srv_request *q, struct d
     *n_prompt = (uint32_t)n;
     if ((rc = dray_srv_check_prompt(n, s->cfg->max_prompt_tokens, s->context, param, e)))
         goto out;
-    struct dray_request_params p = {.ids = ids, .n_ids = n, .gen = q->gen};
+    struct dray_request_params p = {.ids = ids, .n_ids = n, .gen = q->gen, .cache_salt = q->cache_salt};
     rc = dray_sched_submit(s->sched, &p, out, why, sizeof(why));
     if (rc)
         submit_error(rc, why, param, e);
@@ -89,35 +89,49 @@ static bool ended_badly(const struct dray_request_output *o, struct dray_srv_err
 
 /* ------------------------------------------------------------ one body */
 
+/* Wait for the whole output of r into text; *o is its last output. Returns
+ * whether the client went away (r is then cancelled, and o says so). */
+static bool collect(struct dray_srv_call *c, struct dray_request *r, struct dray_srv_buf *text,
+                    struct dray_request_output *o, bool *oom)
+{
+    bool gone = false;
+    double checked = dray_srv_now();
+    for (;;) {
+        bool got = dray_request_poll(r, o, POLL_MS);
+        /* output may come faster than POLL_MS: look at the client on a clock */
+        if (!gone && dray_srv_now() - checked >= POLL_MS * 1e-3) {
+            checked = dray_srv_now();
+            if ((gone = dray_srv_client_gone(c->mc)))
+                dray_request_cancel(r);
+        }
+        if (!got)
+            continue;
+        *oom |= o->len && dray_srv_buf_add(text, o->text, o->len) != 0;
+        if (o->done)
+            return gone;
+    }
+}
+
 static enum MHD_Result whole(struct dray_srv_call *c, struct dray_request *r, const struct dray_srv_ident *id)
 {
     struct dray_srv *s = c->srv;
     struct dray_srv_flight flight = {.req = r};
     struct dray_srv_buf text = {0};
     struct dray_request_output o = {0};
-    bool gone = false, oom = false;
+    struct dray_srv_error e = {0};
+    struct dray_srv_usage u;
+    bool oom = false;
+    char *body = NULL;
     dray_srv_flight_add(s, &flight);
-    for (;;) {
-        if (!dray_request_poll(r, &o, POLL_MS)) {
-            if (!gone && (gone = dray_srv_client_gone(c->mc)))
-                dray_request_cancel(r);
-            continue;
-        }
-        oom |= o.len && dray_srv_buf_add(&text, o.text, o.len) != 0;
-        if (o.done)
-            break;
-    }
+    bool gone = collect(c, r, &text, &o, &oom);
     dray_srv_flight_remove(s, &flight);
     dray_srv_metrics_observe(&s->metrics, &o);
     c->n_cached = o.n_cached;
     c->n_completion = o.n_generated;
-    struct dray_srv_error e = {0};
-    struct dray_srv_usage u;
     usage_of(&o, &u);
-    char *body = NULL;
     if (!gone && !ended_badly(&o, &e) && !oom)
         body = dray_srv_completion_json(id, text.data ? text.data : "", text.len, o.finish_reason, &u);
-    dray_request_free(r);
+    dray_request_free(r); /* o's pointers die here */
     dray_srv_buf_free(&text);
     if (gone) {
         /* nobody to answer: log it as nginx does (499, client closed request) */
@@ -146,7 +160,7 @@ struct stream {
     size_t off;          /* bytes of out already handed to libmicrohttpd */
     char method[16], path[128];
     double t0;
-    struct dray_request_output last;
+    struct dray_request_output last; /* the latest output polled */
 };
 
 /* The request is done: the finishing chunk (or an error event), then usage. */
@@ -155,7 +169,6 @@ static int stream_finish(struct stream *st, const struct dray_request_output *o)
     struct dray_srv_error e;
     struct dray_srv_usage u;
     int rc;
-    st->last = *o;
     st->finished = true;
     dray_srv_metrics_observe(&st->srv->metrics, o);
     if (ended_badly(o, &e))
@@ -181,6 +194,7 @@ static int stream_fill(struct stream *st)
     }
     if (!dray_request_poll(st->req, &o, POLL_MS))
         return dray_srv_client_gone(st->mc) ? -1 : 0;
+    st->last = o; /* its counts, for the log line (its pointers die at the next poll) */
     if (o.len && dray_srv_sse_chunk(&st->out, &st->id, false, o.text, o.len, NULL, st->include_usage))
         return -1;
     if (o.done)

@@ -93,9 +93,21 @@ static int print_requests(struct dray_srv_buf *b, const struct dray_srv_metrics 
     return rc;
 }
 
+static int print_outcomes(struct dray_srv_buf *b, const struct dray_sched_stats *st)
+{
+    return dray_srv_buf_printf(b, "# HELP dray_scheduler_requests_total Requests the scheduler ended, by outcome.\n"
+                                  "# TYPE dray_scheduler_requests_total counter\n"
+                                  "dray_scheduler_requests_total{outcome=\"done\"} %llu\n"
+                                  "dray_scheduler_requests_total{outcome=\"failed\"} %llu\n"
+                                  "dray_scheduler_requests_total{outcome=\"cancelled\"} %llu\n",
+                               (unsigned long long)st->requests_done, (unsigned long long)st->requests_failed,
+                               (unsigned long long)st->requests_cancelled);
+}
+
 static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st)
 {
-    return print_one(b, "dray_queue_depth", "gauge", "Requests waiting to be admitted.", st->waiting) ||
+    return print_outcomes(b, st) ||
+           print_one(b, "dray_queue_depth", "gauge", "Requests waiting to be admitted.", st->waiting) ||
            print_one(b, "dray_running_sequences", "gauge", "Sequences admitted (prefilling or decoding).",
                      st->running) ||
            print_one(b, "dray_max_sequences", "gauge", "Sequences one step can hold (max_seqs).",

@@ -324,7 +324,8 @@ int dray_srv_request_parse(enum dray_srv_kind kind, const char *body, size_t len
         rc = kind == DRAY_SRV_CHAT ? parse_messages(req, cfg, e) : parse_prompt(req, e);
     if (!rc)
         rc = get_string(req->root, "model", &req->model, e) ||
-             get_string(req->root, "user", &req->user, e) || parse_sampling(req, cfg, e) ||
+             get_string(req->root, "user", &req->user, e) ||
+             get_string(req->root, "cache_salt", &req->cache_salt, e) || parse_sampling(req, cfg, e) ||
              parse_stream(req, e) || refuse_unsupported(req->root, e);
     if (rc) {
         dray_srv_request_free(req);

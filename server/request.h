@@ -27,7 +27,9 @@ struct dray_srv_request {
     size_t n_msgs;
     const char *prompt;            /* completion */
     const char *model;             /* NULL = not given (the served model) */
-    const char *user;              /* NULL = not given; only logged */
+    const char *user;              /* NULL = not given; accepted, not used */
+    const char *cache_salt;        /* NULL = shared prefix cache; else this tenant's own
+                                    * (vLLM's field: other tenants cannot hit its prefixes) */
     struct dray_gen_params gen;    /* config defaults, overridden by the request */
     const char *stop[DRAY_SRV_MAX_STOP]; /* gen.stop points here */
     bool stream;

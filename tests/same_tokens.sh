@@ -2,7 +2,7 @@
 # The same greedy prompt gives the same int8 tokens whatever the context length
 # and the prefill chunk (issue 14: calibration once depended on both).
 # Arguments: DRAY_EXE. Exit 77 (skip, reported) when the model is not set up.
-set -u
+set -uo pipefail
 dray="$1"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 model="${DRAY_MODEL:-$root/.models/gemma-3-270m-q4_k_m.gguf}"
@@ -14,7 +14,7 @@ for opts in "-c 64" "-c 128" "-c 4096" "--chunk 1" "--chunk 16" "--chunk 512"; d
   # shellcheck disable=SC2086 # opts is two words on purpose
   got="$("$dray" run -q -m "$model" $opts -n 24 --temp 0 --print-token-ids -p "$prompt" | tail -n 1)"
   rc=$?
-  [ "$rc" -eq 0 ] && [ -n "$got" ] || { echo "FAIL: dray run $opts exited $rc"; exit 1; }
+  if [ "$rc" -ne 0 ] || [ -z "$got" ]; then echo "FAIL: dray run $opts exited $rc"; exit 1; fi
   echo "$opts: $got"
   if [ -z "$want" ]; then want="$got"
   elif [ "$got" != "$want" ]; then echo "FAIL: $opts gives other tokens than the first run"; status=1; fi

@@ -51,6 +51,26 @@ static void assert_load_error(const char *text, int line, const char *needle)
     assert_memory_equal(&cfg, &before, sizeof(cfg));
 }
 
+/* libyaml's loader is quadratic in nesting depth (100k levels ran for minutes), so
+ * depth is refused first: 32 levels still reach the key check, 33 do not. */
+static void test_config_refuses_nesting_deeper_than_32(void **state)
+{
+    (void)state;
+    char text[200];
+    for (int depth = 31; depth <= 33; depth++) {
+        int n = snprintf(text, sizeof(text), "threads: ");
+        for (int i = 0; i < depth; i++)
+            text[n++] = '[';
+        for (int i = 0; i < depth; i++)
+            text[n++] = ']';
+        text[n++] = '\n';
+        text[n] = 0;
+        /* the root mapping is level 1 */
+        assert_load_error(text, 1, depth + 1 <= 32 ? "key 'threads': expected a single value"
+                                                   : "nesting deeper than 32 levels");
+    }
+}
+
 static void test_config_defaults_are_the_documented_ones(void **state)
 {
     (void)state;
@@ -445,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_config_empty_file_keeps_defaults),
         cmocka_unit_test(test_config_print_reads_back_identically),
         cmocka_unit_test(test_config_print_shows_units_and_short_floats),
+        cmocka_unit_test(test_config_refuses_nesting_deeper_than_32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,6 +85,29 @@ static void test_conformance_cpu_fast_kernels_pass_against_reference(void **stat
     free(text);
 }
 
+/* The vendor template, built as a version-1 plugin and as the version-2 plugin
+ * it is: both certify under this version-2 kit, and the report names the ABI
+ * each negotiated. */
+static void test_conformance_certifies_version_1_and_2_templates(void **state)
+{
+    (void)state;
+    need_cpu_plugin();
+    for (int v = 1; v <= 2; v++) {
+        char path[1024], name[16], abi[16];
+        snprintf(name, sizeof(name), "tplv%d", v);
+        snprintf(abi, sizeof(abi), "ABI %d)", v);
+        fake_path(path, sizeof(path), name);
+        struct dray_conformance_opts o = {.plugin = path, .seed = 3, .reps = 3, .no_timing = 1};
+        char *text = NULL;
+        int rc = run(&o, &text);
+        if (rc != 0)
+            fail_msg("%s failed conformance (rc %d):\n%s", name, rc, text);
+        assert_contains(text, abi);
+        assert_contains(text, "PASS: 12 of 12 op variants ran, 12 passed");
+        free(text);
+    }
+}
+
 static void test_conformance_detects_a_wrong_op(void **state)
 {
     (void)state;
@@ -176,6 +199,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conformance_cpu_fast_kernels_pass_against_reference),
+        cmocka_unit_test(test_conformance_certifies_version_1_and_2_templates),
         cmocka_unit_test(test_conformance_detects_a_wrong_op),
         cmocka_unit_test(test_conformance_fails_plugin_missing_mandatory_ops),
         cmocka_unit_test(test_conformance_is_reproducible_from_the_seed),

@@ -22,7 +22,19 @@ static const struct dray_ops *ops;
 static struct dray_ctx *cref;  /* reference kernels, 2 threads */
 static struct dray_ctx *cfast; /* AVX2 kernels (DRAY_CPU_ISA=avx2; the reference if the CPU lacks AVX2), 2 threads */
 static struct dray_ctx *cone;  /* the same, 1 thread */
-static struct dray_ctx *cvnni, *cvnni1; /* AVX-VNNI matmul, 2 and 1 threads; NULL if the CPU lacks it */
+/* The int8 matmul kernel sets past AVX2, each at 2 and 1 threads (NULL where
+ * this CPU or build lacks them). All share the AVX2 integer sums and finish, so
+ * each must give the AVX2 kernels' bits. */
+struct isa_ctx {
+    const char *env, *tag;
+    struct dray_ctx *c2, *c1;
+};
+static struct isa_ctx isas[] = {
+    {"avxvnni", "(avx-vnni)", NULL, NULL},
+    {"avx512vnni", "(avx512-vnni)", NULL, NULL},
+    {"amx", "(amx-int8)", NULL, NULL},
+};
+#define N_ISA (sizeof(isas) / sizeof(isas[0]))
 static int have_avx2;          /* cfast really runs the AVX2 kernels */
 
 /* ------------------------------------------------------------ plumbing */
@@ -72,16 +84,19 @@ static int setup(void **state)
     /* The device name says which kernel set DRAY_CPU_ISA got on this CPU. */
     if (open_isa("avx2", 2, &cfast, "(avx2+fma)", &have_avx2) || open_isa("avx2", 1, &cone, NULL, NULL))
         return -1;
-    int have_vnni = 0;
-    if (open_isa("avxvnni", 2, &cvnni, "(avx-vnni)", &have_vnni) || open_isa("avxvnni", 1, &cvnni1, NULL, NULL))
-        return -1;
-    if (!have_vnni) {
-        ops->close(cvnni), ops->close(cvnni1);
-        cvnni = cvnni1 = NULL;
+    printf("# cpu kernel paths checked: reference yes, avx2 %s", have_avx2 ? "yes" : "SKIPPED (CPU or build lacks AVX2+FMA+F16C)");
+    for (size_t i = 0; i < N_ISA; i++) {
+        int have = 0;
+        if (open_isa(isas[i].env, 2, &isas[i].c2, isas[i].tag, &have) ||
+            open_isa(isas[i].env, 1, &isas[i].c1, NULL, NULL))
+            return -1;
+        if (!have) {
+            ops->close(isas[i].c2), ops->close(isas[i].c1);
+            isas[i].c2 = isas[i].c1 = NULL;
+        }
+        printf(", %s matmul %s", isas[i].env, have ? "yes" : "SKIPPED (CPU, OS or build lacks it)");
     }
-    printf("# cpu kernel paths checked: reference yes, avx2 %s, avx-vnni matmul %s\n",
-           have_avx2 ? "yes" : "SKIPPED (CPU or build lacks AVX2+FMA+F16C)",
-           have_vnni ? "yes" : "SKIPPED (CPU or build lacks AVX-VNNI)");
+    printf("\n");
     return 0;
 }
 
@@ -91,8 +106,9 @@ static int teardown(void **state)
     ops->close(cref);
     ops->close(cfast);
     ops->close(cone);
-    if (cvnni)
-        ops->close(cvnni), ops->close(cvnni1);
+    for (size_t i = 0; i < N_ISA; i++)
+        if (isas[i].c2)
+            ops->close(isas[i].c2), ops->close(isas[i].c1);
     dlclose(handle);
     return 0;
 }
@@ -158,7 +174,7 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
 {
     (void)state;
     uint32_t n = 0;
-    assert_int_equal(ops->version, 1);
+    assert_int_equal(ops->version, 2);
     assert_string_equal(ops->name, "cpu");
     assert_int_equal(ops->device_count(&n), 0);
     assert_int_equal(n, 1);
@@ -170,9 +186,24 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     assert_true(p.op_dtypes[DRAY_OP_MATMUL] & DRAY_DTYPE_BIT(DRAY_I8));
     assert_true(p.op_dtypes[DRAY_OP_MATMUL] & DRAY_DTYPE_BIT(DRAY_F32));
     assert_true(p.op_dtypes[DRAY_OP_ATTENTION] & DRAY_DTYPE_BIT(DRAY_F16));
-    for (int op = 0; op < DRAY_OP_COUNT; op++)
+    for (int op = 0; op < DRAY_OP_COUNT_V1; op++)
         assert_true(p.op_dtypes[op] != 0);
     assert_int_equal(ops->device_props(1, &p), DRAY_EINVAL);
+    /* version 2: the same dtypes through op_caps, written only below the caller's size */
+    struct dray_op_caps c = {.size = sizeof(c)};
+    assert_int_equal(ops->op_caps(0, &c), 0);
+    assert_int_equal(c.size, sizeof(c));
+    assert_int_equal(c.n_ops, DRAY_OP_COUNT);
+    assert_int_equal(c.op_dtypes[DRAY_OP_MATMUL], p.op_dtypes[DRAY_OP_MATMUL]);
+    assert_int_equal(c.max_k, 65536);
+    struct {
+        struct dray_op_caps c;
+        uint32_t canary;
+    } old = {.c = {.size = (uint32_t)offsetof(struct dray_op_caps, max_n_rot)}, .canary = 77};
+    old.c.max_k = 5; /* beyond the caller's size: must stay untouched */
+    assert_int_equal(ops->op_caps(0, &old.c), 0);
+    assert_int_equal(old.c.max_k, 5);
+    assert_int_equal(old.canary, 77);
     /* only the negotiate symbol is exported */
     assert_null(dlsym(handle, "dray_cpu_fail"));
     assert_null(dlsym(handle, "dray_cpu_ref_matmul"));
@@ -182,9 +213,12 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     const struct dray_ops *o = NULL;
     char err[128];
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
+    v = 1; /* a version-1 host: the version-2 table is refused, naming both */
+    assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
+    assert_non_null(strstr(err, "implements ABI 2"));
     v = 7;
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), 0);
-    assert_int_equal(v, 1);
+    assert_int_equal(v, 2);
 }
 
 static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
@@ -192,7 +226,6 @@ static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
     (void)state;
     struct dray_buf *b = NULL;
     assert_int_equal(ops->alloc(cfast, 100, &b), 0);
-    assert_int_equal((uintptr_t)ops->host_ptr(cfast, b) % 64, 0);
     uint8_t src[100], dst[100];
     for (int i = 0; i < 100; i++)
         src[i] = (uint8_t)i;
@@ -350,12 +383,14 @@ static void mm_case_run(const struct mm_case *c)
     near("matmul avx2 vs ref", f, r, d.nout, tol, 0);
     /* the split over threads changes nothing: each output has one owner */
     assert_memory_equal(f, o, d.nout * 4);
-    if (cvnni) {
+    for (size_t i = 0; i < N_ISA; i++) {
+        if (!isas[i].c2)
+            continue;
         /* the same integer sums and the same finish as AVX2, so the same bits */
-        float *v = mm_run(cvnni, c, &d), *v1 = mm_run(cvnni1, c, &d);
-        if (have_avx2)
-            assert_memory_equal(v, f, d.nout * 4);
-        near("matmul avx-vnni vs ref", v, r, d.nout, tol, 0);
+        float *v = mm_run(isas[i].c2, c, &d), *v1 = mm_run(isas[i].c1, c, &d);
+        if (have_avx2 && memcmp(v, f, d.nout * 4))
+            fail_msg("matmul %s differs from avx2 (n_tok %u n_out %u k %u)", isas[i].env, c->n_tok, c->n_out, c->k);
+        near("matmul fast isa vs ref", v, r, d.nout, tol, 0);
         assert_memory_equal(v, v1, d.nout * 4);
         free(v), free(v1);
     }
@@ -375,6 +410,24 @@ static void test_matmul_i8_matches_contract_and_reference(void **state)
             struct mm_case c = {toks[a], outs[(a + b) % 4], ks[b], b % 3, (a + b) % 2, 0, b % 2, DRAY_I8};
             mm_case_run(&c);
         }
+}
+
+/* Prefill shapes for the tile kernels (AMX takes 16-row x 16-token tiles where
+ * k is a multiple of 64 and leaves the edges to AVX-512 VNNI): whole and
+ * partial tile pairs, row and token edges, outlier counts around the vector
+ * finish's groups of 8 and past its 64-channel limit, accumulate. */
+static void test_matmul_i8_tile_shapes_match_every_path(void **state)
+{
+    (void)state;
+    dray_test_seed(15);
+    static const struct mm_case cs[] = {
+        {16, 16, 64, 0, 0, 0, 0, DRAY_I8},   {32, 32, 640, 1, 3, 16, 1, DRAY_I8},
+        {47, 80, 128, 0, 0, 3, 0, DRAY_I8},  {100, 53, 256, 0, 1, 13, 1, DRAY_I8},
+        {64, 48, 2048, 0, 0, 32, 0, DRAY_I8}, {20, 40, 192, 2, 0, 70, 1, DRAY_I8},
+        {130, 24, 64, 0, 0, 8, 0, DRAY_I8},  {24, 96, 100, 0, 0, 5, 0, DRAY_I8},
+    };
+    for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++)
+        mm_case_run(&cs[i]);
 }
 
 static void test_matmul_i8_outliers_are_excluded_and_added_in_f32(void **state)
@@ -404,8 +457,10 @@ static void test_matmul_i8_extreme_values_are_exact_on_every_path(void **state)
             d.w[i] = (int8_t)((i % 5 == 0) ? 127 : -128); /* row sums far from 0 */
         float *r = mm_run(cref, &c, &d);
         mm_check_ref(&c, &d, r);
-        struct dray_ctx *cs[4] = {cfast, cone, cvnni, cvnni1};
-        for (int i = 0; i < 4; i++) {
+        struct dray_ctx *cs[2 + 2 * N_ISA] = {cfast, cone};
+        for (size_t i = 0; i < N_ISA; i++)
+            cs[2 + 2 * i] = isas[i].c2, cs[3 + 2 * i] = isas[i].c1;
+        for (size_t i = 0; i < 2 + 2 * N_ISA; i++) {
             if (!cs[i])
                 continue;
             float *f = mm_run(cs[i], &c, &d);
@@ -432,16 +487,34 @@ static void test_cpu_isa_override_names_the_kernels_and_rejects_unknown(void **s
     setenv("DRAY_CPU_ISA", "avx2", 1);
     assert_int_equal(ops->device_props(0, &p), 0);
     assert_non_null(strstr(p.name, have_avx2 ? "(avx2+fma)" : "(scalar)"));
+    /* AMX where the CPU lacks it or the kernel refuses the tile state: the
+     * default set, and open still succeeds */
+    struct dray_device_props pd;
+    unsetenv("DRAY_CPU_ISA");
+    assert_int_equal(ops->device_props(0, &pd), 0);
+    setenv("DRAY_CPU_ISA", "amx", 1);
+    assert_int_equal(ops->device_props(0, &p), 0);
+    if (!isas[N_ISA - 1].c2)
+        assert_string_equal(p.name, pd.name);
+    else
+        assert_non_null(strstr(p.name, "(amx-int8)"));
+    assert_int_equal(ops->open(0, &o, &c, err, sizeof(err)), 0);
+    ops->close(c);
+    c = NULL;
     setenv("DRAY_CPU_ISA", "avx512", 1);
     int rc = ops->open(0, &o, &c, err, sizeof(err));
     unsetenv("DRAY_CPU_ISA");
     assert_int_equal(rc, DRAY_EINVAL);
     assert_null(c);
     assert_non_null(strstr(err, "DRAY_CPU_ISA=avx512"));
-    /* the default is the best set the CPU has */
+    /* the default is the best set the CPU has, AMX excepted (opt-in) */
     assert_int_equal(ops->device_props(0, &p), 0);
-    if (cvnni)
-        assert_non_null(strstr(p.name, "(avx-vnni)"));
+    const char *best = NULL;
+    for (size_t i = 0; i < N_ISA; i++)
+        if (isas[i].c2 && strcmp(isas[i].env, "amx") != 0)
+            best = isas[i].tag;
+    if (best)
+        assert_non_null(strstr(p.name, best));
     else if (have_avx2)
         assert_non_null(strstr(p.name, "(avx2+fma)"));
 }
@@ -1017,6 +1090,7 @@ int main(void)
         cmocka_unit_test(test_matmul_i8_outliers_are_excluded_and_added_in_f32),
         cmocka_unit_test(test_matmul_i8_extreme_values_are_exact_on_every_path),
         cmocka_unit_test(test_cpu_isa_override_names_the_kernels_and_rejects_unknown),
+        cmocka_unit_test(test_matmul_i8_tile_shapes_match_every_path),
         cmocka_unit_test(test_matmul_f32_checking_path),
         cmocka_unit_test(test_matmul_rejects_bad_arguments),
         cmocka_unit_test(test_embed_gathers_scaled_rows_and_rejects_bad_ids),

@@ -1,6 +1,6 @@
 /* Dequantization of every supported ggml block format, and the half-float helpers.
  * Each test picks the integer codes and scales first, packs them into bytes by
- * following the layout in shared/reference/gemma3-gguf.md §4 (the inverse of what
+ * following the layout in docs/reference/gemma3-gguf.md §4 (the inverse of what
  * dequant.c does), and expects code * scale (+ min) computed here. Scales are
  * powers of two or small integers, so every expected value is exact in f32 and the
  * comparison is bit-exact whatever the evaluation order. A few literal values,

@@ -1,6 +1,6 @@
 /* The Gemma 3 graph, end to end through the engine and the CPU plugin, on tiny
  * random-weight models: checked against a naive double-precision forward pass
- * written here from the math (../shared/reference/gemma3-gguf.md §5). */
+ * written here from the math (docs/reference/gemma3-gguf.md §5). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

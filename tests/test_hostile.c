@@ -318,6 +318,74 @@ static void test_cli_numbers_are_strict(void **state)
     expect_error(&r, "--rows", "-1:2");
 }
 
+/* ------------------------------------------------------------ issue 14.4: silently wrong */
+
+/* `run -f` on a folder ran an empty prompt with exit 0; a NUL byte cut the prompt. */
+static void test_prompt_file_folder_or_nul_refused(void **state)
+{
+    (void)state;
+    const char *model = tiny_model(), *nul = dray_test_path("nul.txt");
+    assert_int_equal(dray_test_write_file(nul, "hello\0world", 11), 0);
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-f", dray_test_tmpdir(), NULL});
+    expect_error(&r, dray_test_tmpdir(), "folder");
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-f", nul, NULL});
+    expect_error(&r, nul, "byte 5 is NUL");
+}
+
+/* log_level from the config or --set was applied by `dray devices` only. The tiny
+ * model's 256-token training context makes -c 512 warn; log_level error hides it. */
+static void test_log_level_applies_to_run(void **state)
+{
+    (void)state;
+    const char *model = tiny_model(), *cfg = dray_test_path("quiet.yaml");
+    const char *warn = "longer than the model was trained for";
+    assert_int_equal(dray_test_write_file(cfg, "log_level: error\n", 17), 0);
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hi", "-n", "1", "-c", "512", NULL});
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, warn));
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hi", "-n", "1", "-c", "512",
+                                      "--set", "log_level=error", NULL});
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, warn));
+    run_dray(&r, 60, (const char *[]){"run", "--config", cfg, "-m", model, "-p", "hi", "-n", "1",
+                                      "-c", "512", NULL});
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, warn));
+}
+
+/* threads: 1024 on 2 cores made decode 50x slower without a word. */
+static void test_threads_above_cores_warns(void **state)
+{
+    (void)state;
+    const char *model = tiny_model();
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hi", "-n", "1", "-t", "1024", NULL});
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "threads 1024 is more than the"));
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hi", "-n", "1", "-t", "1", NULL});
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, "threads 1 is more than"));
+}
+
+/* ------------------------------------------------------------ issue 14.6: messages */
+
+/* A full device said only "writing logits failed": name the path and errno. */
+static void test_dump_logits_to_full_device_names_path_and_errno(void **state)
+{
+    (void)state;
+    if (access("/dev/full", W_OK) != 0) {
+        print_message("SKIP: no /dev/full here\n");
+        skip();
+    }
+    const char *model = tiny_model();
+    struct result r;
+    run_dray(&r, 60, (const char *[]){"run", "-m", model, "-p", "hello world", "--dump-logits",
+                                      "/dev/full", NULL});
+    expect_error(&r, "--dump-logits /dev/full", strerror(ENOSPC));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -327,6 +395,10 @@ int main(void)
         cmocka_unit_test(test_deeply_nested_config_refused_quickly),
         cmocka_unit_test(test_model_hparams_validated_at_load),
         cmocka_unit_test(test_cli_numbers_are_strict),
+        cmocka_unit_test(test_prompt_file_folder_or_nul_refused),
+        cmocka_unit_test(test_log_level_applies_to_run),
+        cmocka_unit_test(test_threads_above_cores_warns),
+        cmocka_unit_test(test_dump_logits_to_full_device_names_path_and_errno),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -78,12 +78,41 @@ static void test_registry_loads_good_fake_plugin(void **state)
     if (!p)
         fail_msg("fakegood not found: %s", err);
     assert_string_equal(p->name, "fakegood");
-    assert_int_equal(p->abi, DRAY_ABI_VERSION);
+    assert_int_equal(p->abi, 1); /* the fakes are version-1 plugins */
     assert_int_equal(p->n_devices, 1);
     assert_string_equal(p->nodev, "");
     assert_contains(p->path, "/libdray-fakegood.so");
     assert_non_null(p->handle);
     assert_string_equal(p->ops->describe, "fake plugin for tests (fakegood)");
+    dray_registry_close(reg);
+}
+
+/* A zero-byte or non-ELF file in the plugin folder was skipped with advice to install
+ * missing libraries (see ldd); the reason must quote dlopen and say what is wrong. */
+static void test_registry_skips_empty_and_non_elf_files_with_dlopen_reason(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/junkplugins", dray_test_tmpdir());
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    char empty[600], text[600];
+    snprintf(empty, sizeof(empty), "%s/libdray-empty.so", dir);
+    snprintf(text, sizeof(text), "%s/libdray-text.so", dir);
+    assert_int_equal(dray_test_write_file(empty, "", 0), 0);
+    assert_int_equal(dray_test_write_file(text, "just some text\n", 15), 0);
+    struct dray_registry *reg = NULL;
+    assert_int_equal(dray_registry_open(dir, &reg, NULL, 0), 0);
+    const char *why = skip_reason(reg, "empty");
+    assert_contains(why, "dlopen said \"");
+    assert_contains(why, "file too short");
+    assert_contains(why, "the file is empty (0 bytes)");
+    assert_null(strstr(why, "ldd"));
+    why = skip_reason(reg, "text");
+    assert_contains(why, "dlopen said \"");
+    assert_contains(why, "not an ELF shared library (it starts with 6a 75 73 74)");
+    assert_null(strstr(why, "ldd"));
     dray_registry_close(reg);
 }
 
@@ -287,7 +316,7 @@ static void test_device_open_failure_carries_plugin_reason(void **state)
 
 static void config_for(struct dray_config *cfg, const char *backend, const char *fallback)
 {
-    memset(cfg, 0, sizeof(*cfg));
+    dray_config_defaults(cfg); /* int8 weights, int8 KV: what the capability check asks */
     snprintf(cfg->backend, sizeof(cfg->backend), "%s", backend);
     snprintf(cfg->fallback, sizeof(cfg->fallback), "%s", fallback);
 }
@@ -301,11 +330,11 @@ static void test_device_open_config_falls_back_to_working_backend(void **state)
     char err[512] = "";
     const char *failing[] = {"fakebadopen", "fakenodev", "fakenew", "nosuchplugin"};
     for (size_t i = 0; i < sizeof(failing) / sizeof(failing[0]); i++) {
-        config_for(&cfg, failing[i], "fakegood");
+        config_for(&cfg, failing[i], "tplv1");
         int rc = dray_device_open_config(reg, &cfg, &dev, err, sizeof(err));
         if (rc != 0)
             fail_msg("fallback from %s: %s", failing[i], err);
-        assert_string_equal(dev.plugin->name, "fakegood");
+        assert_string_equal(dev.plugin->name, "tplv1");
         dray_device_close(&dev);
     }
     dray_registry_close(reg);
@@ -358,10 +387,67 @@ static void test_registry_finds_real_cpu_plugin_when_built(void **state)
     dray_registry_close(reg);
 }
 
+/* The vendor template built as a version-1 plugin (no op_caps) and as the
+ * version-2 plugin it is: this version-2 host loads both, and reads the
+ * capabilities of each (the version-1 one's from its props, without limits). */
+static void test_registry_loads_version_1_and_2_templates(void **state)
+{
+    (void)state;
+    struct dray_registry *reg = open_fakes();
+    char err[512] = "";
+    const struct dray_plugin *v1 = dray_registry_find(reg, "tplv1", err, sizeof(err));
+    if (!v1)
+        fail_msg("tplv1: %s", err);
+    const struct dray_plugin *v2 = dray_registry_find(reg, "tplv2", err, sizeof(err));
+    if (!v2)
+        fail_msg("tplv2: %s", err);
+    assert_int_equal(v1->abi, 1);
+    assert_int_equal(v2->abi, 2);
+    struct dray_op_caps c1, c2;
+    assert_int_equal(dray_plugin_caps(v1, 0, &c1, err, sizeof(err)), 0);
+    assert_int_equal(dray_plugin_caps(v2, 0, &c2, err, sizeof(err)), 0);
+    assert_int_equal(c1.n_ops, DRAY_OP_COUNT_V1);
+    assert_int_equal(c1.max_k, 0); /* a version-1 plugin declares no limits */
+    assert_int_equal(c1.rope_partial, 1);
+    assert_int_equal(c2.n_ops, DRAY_OP_COUNT);
+    assert_int_equal(c2.max_k, 65536);
+    assert_memory_equal(c1.op_dtypes, c2.op_dtypes, DRAY_OP_COUNT_V1 * sizeof(uint32_t));
+    struct dray_device dev;
+    struct dray_config cfg;
+    config_for(&cfg, "tplv1", "");
+    assert_int_equal(dray_device_open_config(reg, &cfg, &dev, err, sizeof(err)), 0);
+    assert_int_equal(dev.caps.op_dtypes[DRAY_OP_ATTENTION], c1.op_dtypes[DRAY_OP_ATTENTION]);
+    dray_device_close(&dev);
+    dray_registry_close(reg);
+}
+
+/* A device that opens but does not run the configured dtypes counts as failed
+ * at open: the fallback is used, or the refusal names the op and the dtype. */
+static void test_device_open_config_checks_capabilities(void **state)
+{
+    (void)state;
+    struct dray_registry *reg = open_fakes();
+    struct dray_config cfg;
+    struct dray_device dev;
+    char err[512] = "";
+    config_for(&cfg, "fakegood", ""); /* runs add only */
+    assert_int_equal(dray_device_open_config(reg, &cfg, &dev, err, sizeof(err)), DRAY_ENOTSUP);
+    assert_contains(err, "fakegood device 0");
+    assert_contains(err, "does not run embed in int8 (config precision)");
+    assert_contains(err, "no fallback configured");
+    config_for(&cfg, "fakegood", "tplv1");
+    assert_int_equal(dray_device_open_config(reg, &cfg, &dev, err, sizeof(err)), 0);
+    assert_string_equal(dev.plugin->name, "tplv1");
+    dray_device_close(&dev);
+    dray_registry_close(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_loads_good_fake_plugin),
+        cmocka_unit_test(test_registry_loads_version_1_and_2_templates),
+        cmocka_unit_test(test_device_open_config_checks_capabilities),
         cmocka_unit_test(test_registry_skips_too_new_abi),
         cmocka_unit_test(test_registry_skips_too_old_abi),
         cmocka_unit_test(test_registry_skips_plugin_without_negotiate_symbol),
@@ -379,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_device_open_config_falls_back_to_working_backend),
         cmocka_unit_test(test_device_open_config_without_fallback_explains),
         cmocka_unit_test(test_registry_finds_real_cpu_plugin_when_built),
+        cmocka_unit_test(test_registry_skips_empty_and_non_elf_files_with_dlopen_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,7 +63,7 @@ static void test_chat_request_fields(void **state)
                        "{\"role\":\"user\",\"content\":\"hi <end_of_turn>\"}],\"temperature\":0.5,"
                        "\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"seed\":0,\"stop\":[\"\\n\",\"END\"],"
                        "\"max_tokens\":7,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-                       "\"user\":\"u1\",\"presence_penalty\":0,\"n\":1}";
+                       "\"user\":\"u1\",\"presence_penalty\":0,\"n\":1,\"cache_salt\":\"t9\"}";
     if (parse(DRAY_SRV_CHAT, body, &q, &e))
         fail_msg("%s", e.message);
     assert_int_equal(q.n_msgs, 2);
@@ -71,6 +71,7 @@ static void test_chat_request_fields(void **state)
     assert_string_equal(q.msgs[1].content, "hi <end_of_turn>");
     assert_string_equal(q.model, "m");
     assert_string_equal(q.user, "u1");
+    assert_string_equal(q.cache_salt, "t9");
     assert_true(q.gen.temperature == 0.5f && q.gen.top_p == 0.9f && q.gen.min_p == 0.1f);
     assert_int_equal(q.gen.top_k, 0);                /* -1 = off */
     assert_true(q.gen.seed != 0);                    /* 0 would mean "from the clock" */
@@ -93,6 +94,7 @@ static void test_defaults_come_from_config(void **state)
         fail_msg("%s", e.message);
     assert_string_equal(q.prompt, "Once upon");
     assert_null(q.model);
+    assert_null(q.cache_salt);
     assert_true(q.gen.temperature == 0.0f);
     assert_int_equal(q.gen.max_tokens, 20); /* the default is capped by the limit */
     assert_int_equal(q.gen.seed, 42);
@@ -170,6 +172,7 @@ static void test_wrong_types_and_ranges_are_refused(void **state)
                    "\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
                    "stop", "has 17 strings");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"model\":3}", "model", "must be a string");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"cache_salt\":[]}", "cache_salt", "must be a string");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2}", "n", "must be 1");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "not supported");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo", "not supported");
@@ -403,7 +406,8 @@ static void test_metrics_page(void **state)
     o.total_s = 3.05; /* gaps of 5 ms */
     dray_srv_metrics_observe(&m, &o);
     struct dray_sched_stats st = {.waiting = 3, .running = 8, .max_seqs = 8, .kv_blocks_used = 100,
-                                  .kv_blocks_total = 640, .preemptions = 2, .steps = 77};
+                                  .kv_blocks_total = 640, .preemptions = 2, .steps = 77,
+                                  .requests_done = 5, .requests_cancelled = 1};
     struct dray_srv_buf b = {0};
     assert_int_equal(dray_srv_metrics_format(&m, &st, &b), 0);
     const char *p = b.data;
@@ -429,6 +433,9 @@ static void test_metrics_page(void **state)
     assert_true(sample(p, "dray_kv_blocks_used") == 100);
     assert_true(sample(p, "dray_kv_blocks_total") == 640);
     assert_true(sample(p, "dray_preemptions_total") == 2);
+    assert_true(sample(p, "dray_scheduler_requests_total{outcome=\"done\"}") == 5);
+    assert_true(sample(p, "dray_scheduler_requests_total{outcome=\"failed\"}") == 0);
+    assert_true(sample(p, "dray_scheduler_requests_total{outcome=\"cancelled\"}") == 1);
     assert_contains(p, "# TYPE dray_inter_token_latency_seconds histogram\n");
     assert_contains(p, "# TYPE dray_preemptions_total counter\n");
     assert_contains(p, "# TYPE dray_queue_depth gauge\n");

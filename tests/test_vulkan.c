@@ -479,7 +479,7 @@ static void test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes(void **
     struct dray_view v = {b, 0};
     struct dray_add_args a = {v, v, v, 101};
     assert_int_equal(vk.ops->add(vk.ctx, &a), DRAY_EINVAL);
-    assert_non_null(strstr(vk.ops->last_error(vk.ctx), "overrun"));
+    assert_non_null(strstr(vk.ops->last_error(vk.ctx), "the buffer holds 400"));
     struct dray_matmul_args m = {.x = v, .w = v, .wscale = v, .out = v, .n_tok = 1, .n_out = 1,
                                  .k = 4, .stride_x = 4, .stride_out = 1, .wdtype = 7};
     assert_int_equal(vk.ops->matmul(vk.ctx, &m), DRAY_ENOTSUP);

@@ -105,6 +105,8 @@ int dray_cli_parse(int argc, char **argv, struct dray_config *cfg, char **rest, 
     char err[1024];
     const char *config_path = NULL;
     dray_config_defaults(cfg);
+    int default_log_level = cfg->log_level;
+    cfg->log_level = -1; /* set by the config file, --set or --log only if still -1 below */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--config") && i + 1 < argc)
             config_path = argv[++i];
@@ -150,6 +152,12 @@ int dray_cli_parse(int argc, char **argv, struct dray_config *cfg, char **rest, 
         i++;
     }
     rest[*n_rest] = NULL;
+    /* log_level applies to every command that takes a config, from here on; left
+     * unset, $DRAY_LOG (or the default) stays in force */
+    if (cfg->log_level < 0)
+        cfg->log_level = default_log_level;
+    else
+        dray_log_set_level(cfg->log_level);
     return 0;
 }
 

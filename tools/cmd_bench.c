@@ -1,12 +1,28 @@
-/* dray bench: dispatches to the benchmark drivers in bench/. Each driver is a
- * row of the table; a driver whose file is not built (weak symbol) is not listed. */
+/* dray bench: dispatches to the benchmark drivers in bench/. The model driver
+ * gets the common options (config, model, threads, precision...) parsed here, so
+ * bench/ needs nothing from tools/. */
 #include <stdio.h>
 #include <string.h>
 
+#include "bench.h" /* bench/, on the include path of the dray command */
+#include "cli.h"
 #include "cmd.h"
 
-__attribute__((weak)) int dray_bench_ops(int argc, char **argv);
-__attribute__((weak)) int dray_bench_model(int argc, char **argv);
+static int bench_model(int argc, char **argv)
+{
+    struct dray_config cfg;
+    char *rest[argc + 1];
+    int n_rest;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            dray_bench_model_help();
+            dray_cli_help();
+            return 0;
+        }
+    if (dray_cli_parse(argc, argv, &cfg, rest, &n_rest))
+        return 2;
+    return dray_bench_model(&cfg, n_rest, rest);
+}
 
 static const struct {
     const char *name;
@@ -14,15 +30,14 @@ static const struct {
     const char *help;
 } drivers[] = {
     {"ops", dray_bench_ops, "operator speed (matmul GOPS/GB/s, attention, small ops) vs machine limits"},
-    {"model", dray_bench_model, "end-to-end prefill and decode speed of a model"},
+    {"model", bench_model, "end-to-end prefill and decode (logits and greedy pick every step, as dray run)"},
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dray bench <what> [options]   (dray bench <what> -h for its options)\n\n");
     for (size_t i = 0; i < sizeof(drivers) / sizeof(drivers[0]); i++)
-        if (drivers[i].fn)
-            fprintf(f, "  %-8s %s\n", drivers[i].name, drivers[i].help);
+        fprintf(f, "  %-8s %s\n", drivers[i].name, drivers[i].help);
 }
 
 int dray_cmd_bench(int argc, char **argv)
@@ -32,7 +47,7 @@ int dray_cmd_bench(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     for (size_t i = 0; i < sizeof(drivers) / sizeof(drivers[0]); i++)
-        if (drivers[i].fn && !strcmp(argv[1], drivers[i].name))
+        if (!strcmp(argv[1], drivers[i].name))
             return drivers[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "dray bench: unknown benchmark '%s'\n", argv[1]);
     usage(stderr);

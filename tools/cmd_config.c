@@ -9,7 +9,9 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dray config [--config FILE] [--set KEY=VALUE]...\n"
+               "       dray config --markdown\n"
                "  Print every configuration key and its effective value as YAML.\n"
+               "  --markdown        print the table of keys (docs/config.md) instead\n"
                "  --config FILE     YAML config read over the defaults (docs/config.md)\n"
                "  --set KEY=VALUE   override one key, e.g. --set threads=4 or memory.kv_budget=2GiB\n");
 }
@@ -23,6 +25,10 @@ int dray_cmd_config(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--markdown") && argc == 2) {
+            dray_config_print_markdown(stdout);
             return 0;
         }
         if (strcmp(argv[i], "--config"))

@@ -101,7 +101,7 @@ static void print_matrix(const struct dray_registry *reg)
 {
     struct col {
         char label[80];
-        struct dray_device_props props;
+        struct dray_op_caps caps;
     } *cols = NULL;
     size_t n = 0;
     for (size_t k = 0; k < dray_registry_count(reg); k++) {
@@ -112,7 +112,8 @@ static void print_matrix(const struct dray_registry *reg)
                 break;
             cols = c;
             memset(&cols[n], 0, sizeof(cols[n]));
-            if (p->ops->device_props(i, &cols[n].props) != 0)
+            char err[256];
+            if (dray_plugin_caps(p, i, &cols[n].caps, err, sizeof(err)) != 0)
                 continue; /* unreadable device: no column */
             snprintf(cols[n].label, sizeof(cols[n].label), "%s:%u", p->name, i);
             n++;
@@ -136,7 +137,8 @@ static void print_matrix(const struct dray_registry *reg)
         printf("  %-10s", op_names[op]);
         for (size_t c = 0; c < n; c++) {
             char cell[32];
-            dtype_list(cols[c].props.op_dtypes[op], cell, sizeof(cell));
+            dtype_list(op < (int)cols[c].caps.n_ops ? cols[c].caps.op_dtypes[op] : 0, cell,
+                       sizeof(cell));
             printf(" %-*s", w, cell);
         }
         printf("\n");

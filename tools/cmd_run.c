@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "cmd.h"
@@ -78,25 +79,55 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n)
     return *ids ? 0 : 1;
 }
 
+#define PROMPT_FILE_MAX ((size_t)512 << 20) /* the tokenizer's limit */
+
+/* Reads the whole prompt file. Refused, with the reason: a folder (fread fails and
+ * the prompt was silently empty), a read error, more than PROMPT_FILE_MAX bytes, and
+ * a NUL byte (the prompt is a C string: everything after it was silently dropped). */
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
+    struct stat st;
+    size_t cap = 4096, n = 0, r;
+    char *buf = NULL, why[160] = "";
+    const char *nul;
     if (!f) {
         fprintf(stderr, "dray: cannot read prompt file %s: %s\n", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(why, sizeof(why), "it is a folder, expected a text file");
+        goto out;
+    }
+    buf = malloc(cap);
     while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
         n += r;
-        if (n + 1 == cap)
-            buf = realloc(buf, cap *= 2);
+        if (n + 1 < cap)
+            continue;
+        char *grown = cap <= PROMPT_FILE_MAX ? realloc(buf, cap *= 2) : NULL;
+        if (!grown) {
+            snprintf(why, sizeof(why), cap > PROMPT_FILE_MAX ? "more than %zu MiB, the most a "
+                     "prompt can be" : "out of memory at %zu MiB", cap >> 21);
+            goto out;
+        }
+        buf = grown;
     }
-    fclose(f);
-    if (buf)
+    if (!buf)
+        snprintf(why, sizeof(why), "out of memory");
+    else if (ferror(f))
+        snprintf(why, sizeof(why), "%s", strerror(errno));
+    else if ((nul = memchr(buf, 0, n)))
+        snprintf(why, sizeof(why), "byte %zu is NUL; a prompt is text, and the rest of the file "
+                 "would be lost", (size_t)(nul - buf));
+    else
         buf[n] = 0;
-    return buf;
+out:
+    fclose(f);
+    if (!why[0])
+        return buf;
+    fprintf(stderr, "dray: prompt file %s: %s\n", path, why);
+    free(buf);
+    return NULL;
 }
 
 int dray_cmd_run(int argc, char **argv)
@@ -159,8 +190,11 @@ int dray_cmd_run(int argc, char **argv)
             goto out;
         }
         int r = dray_session_dump_logits(s, ids, n, f, err, sizeof(err));
-        if (fclose(f) || r) {
-            fprintf(stderr, "dray: %s\n", r ? err : "writing the logits failed");
+        /* stdio buffers: a full disk often shows only when fclose flushes */
+        int closed = fclose(f), close_errno = errno;
+        if (r || closed) {
+            fprintf(stderr, "dray: --dump-logits %s: %s\n", dump,
+                    r ? err : strerror(close_errno));
             goto out;
         }
         rc = 0;

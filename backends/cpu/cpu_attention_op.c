@@ -5,45 +5,19 @@
 
 #include "cpu_internal.h"
 
-#define CHECK(expr)          \
-    do {                     \
-        int rc_ = (expr);    \
-        if (rc_)             \
-            return rc_;      \
-    } while (0)
-
-/* Resolve and check a KV pool. */
-static int pool_view(struct dray_ctx *ctx, const char *op, const struct dray_kv_pool *p, struct dray_cpu_kv *out)
+/* The pool, checked by the shared validator: its four views are p[0..3]. */
+static void pool_of(const struct dray_kv_pool *p, void *const *v, struct dray_cpu_kv *out)
 {
-    if (!p)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "%s: NULL pool", op);
-    if (p->dtype != DRAY_I8 && p->dtype != DRAY_F16)
-        return dray_cpu_fail(ctx, DRAY_ENOTSUP, "%s: cache dtype %u (want I8 or F16)", op, p->dtype);
-    if (!p->n_kv_head || !p->head_dim || !p->block_size || p->n_slots % p->block_size)
-        return dray_cpu_fail(ctx, DRAY_EINVAL,
-                             "%s: pool n_kv_head %u, head_dim %u, block_size %u, n_slots %u (want > 0, "
-                             "n_slots a multiple of block_size)",
-                             op, p->n_kv_head, p->head_dim, p->block_size, p->n_slots);
-    int i8 = p->dtype == DRAY_I8;
-    size_t el = i8 ? 1 : 2;
-    size_t rows = (size_t)p->n_slots * p->n_kv_head;
-    size_t nb = dray_cpu_span(rows, p->head_dim, p->head_dim, el);
     memset(out, 0, sizeof(*out));
-    CHECK(dray_cpu_view(ctx, "pool k", p->k, nb, el, &out->k));
-    CHECK(dray_cpu_view(ctx, "pool v", p->v, nb, el, &out->v));
-    if (i8) {
-        void *ks, *vs;
-        CHECK(dray_cpu_view(ctx, "pool k_scale", p->k_scale, rows * 4, 4, &ks));
-        CHECK(dray_cpu_view(ctx, "pool v_scale", p->v_scale, rows * 4, 4, &vs));
-        out->k_scale = ks;
-        out->v_scale = vs;
-    }
-    out->is_i8 = (uint32_t)i8;
+    out->k = v[0];
+    out->v = v[1];
+    out->k_scale = v[2];
+    out->v_scale = v[3];
+    out->is_i8 = p->dtype == DRAY_I8;
     out->n_kv_head = p->n_kv_head;
     out->head_dim = p->head_dim;
     out->block_size = p->block_size;
     out->n_slots = p->n_slots;
-    return 0;
 }
 
 /* ---------------------------------------------------------------- kv store */
@@ -65,20 +39,15 @@ int dray_cpu_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a)
     ctx->err[0] = '\0';
     if (!a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "kv_store: NULL args");
+    struct dray_util_needs nd;
+    void *p[DRAY_UTIL_MAX_NEEDS];
+    CHECK(dray_cpu_args(ctx, dray_util_check_kv_store(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     struct dray_cpu_kv pool;
-    CHECK(pool_view(ctx, "kv_store", a->pool, &pool));
+    pool_of(a->pool, p, &pool);
     uint64_t row = (uint64_t)pool.n_kv_head * pool.head_dim;
-    if (a->stride_k < row || a->stride_v < row)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "kv_store: stride_k %u / stride_v %u < n_kv_head*head_dim %llu",
-                             a->stride_k, a->stride_v, (unsigned long long)row);
-    void *k, *v, *slots;
-    CHECK(dray_cpu_view(ctx, "kv_store k", a->k, dray_cpu_span(a->n_tok, a->stride_k, row, 4), 4, &k));
-    CHECK(dray_cpu_view(ctx, "kv_store v", a->v, dray_cpu_span(a->n_tok, a->stride_v, row, 4), 4, &v));
-    CHECK(dray_cpu_view(ctx, "kv_store slots", a->slots, (size_t)a->n_tok * 4, 4, &slots));
-    const int32_t *s = slots;
-    for (uint32_t t = 0; t < a->n_tok; t++)
-        if (s[t] >= 0 && (uint32_t)s[t] >= pool.n_slots)
-            return dray_cpu_fail(ctx, DRAY_EINVAL, "kv_store: slots[%u] = %d >= n_slots %u", t, s[t], pool.n_slots);
+    void *k = p[4], *v = p[5];
+    const int32_t *s = p[6];
+    CHECK(dray_util_check_slots(s, a->n_tok, pool.n_slots, ctx->err, sizeof(ctx->err)));
     struct store_job j = {ctx, {k, v, s, &pool, a->stride_k, a->stride_v}};
     dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * row * 8, store_body, &j);
     return 0;
@@ -90,13 +59,8 @@ int dray_cpu_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a)
 static int check_seq(struct dray_ctx *ctx, const struct dray_attention_args *a, const struct dray_cpu_kv *p,
                      const int32_t *sq, uint32_t s)
 {
-    int32_t q_start = sq[0], n_q = sq[1], kv_len = sq[2], bt_start = sq[3];
-    if (q_start < 0 || n_q < 0 || bt_start < 0 || kv_len < n_q || (uint64_t)q_start + (uint64_t)n_q > a->n_tok ||
-        (uint32_t)kv_len > a->max_kv_len)
-        return dray_cpu_fail(ctx, DRAY_EINVAL,
-                             "attention: seqs[%u] = {q_start %d, n_q %d, kv_len %d, bt_start %d} is inconsistent "
-                             "(n_tok %u, max_kv_len %u)",
-                             s, q_start, n_q, kv_len, bt_start, a->n_tok, a->max_kv_len);
+    int32_t n_q = sq[1], kv_len = sq[2], bt_start = sq[3];
+    CHECK(dray_util_check_seq(a, sq, s, ctx->err, sizeof(ctx->err)));
     if (n_q == 0)
         return 0;
     uint32_t first_pos = (uint32_t)(kv_len - n_q);
@@ -171,22 +135,12 @@ int dray_cpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a
     ctx->err[0] = '\0';
     if (!a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "attention: NULL args");
+    struct dray_util_needs nd;
+    void *p[DRAY_UTIL_MAX_NEEDS];
+    CHECK(dray_cpu_args(ctx, dray_util_check_attention(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     struct dray_cpu_kv pool;
-    CHECK(pool_view(ctx, "attention", a->pool, &pool));
-    if (a->n_head == 0 || a->n_head % pool.n_kv_head)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "attention: n_head %u is not a multiple of n_kv_head %u", a->n_head,
-                             pool.n_kv_head);
-    uint64_t row = (uint64_t)a->n_head * pool.head_dim;
-    if (a->stride_q < row || a->stride_out < row)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "attention: stride_q %u / stride_out %u < n_head*head_dim %llu",
-                             a->stride_q, a->stride_out, (unsigned long long)row);
-    size_t nq = dray_cpu_span(a->n_tok, a->stride_q, row, 4), no = dray_cpu_span(a->n_tok, a->stride_out, row, 4);
-    void *q, *out, *seqs;
-    CHECK(dray_cpu_view(ctx, "attention q", a->q, nq, 4, &q));
-    CHECK(dray_cpu_view(ctx, "attention out", a->out, no, 4, &out));
-    if (dray_cpu_overlap(a->out, no, a->q, nq))
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "attention: out overlaps q");
-    CHECK(dray_cpu_view(ctx, "attention seqs", a->seqs, (size_t)a->n_seq * 16, 4, &seqs));
+    pool_of(a->pool, p, &pool);
+    void *q = p[4], *out = p[5], *seqs = p[6];
     const int32_t *sq = seqs;
     for (uint32_t s = 0; s < a->n_seq; s++)
         CHECK(check_seq(ctx, a, &pool, sq + 4 * s, s));

@@ -29,15 +29,6 @@ void *dray_cpu_scratch(struct dray_ctx *ctx, size_t nbytes)
     return p;
 }
 
-size_t dray_cpu_span(uint64_t n_rows, uint64_t stride, uint64_t used, size_t elsize)
-{
-    if (n_rows == 0)
-        return 0;
-    unsigned __int128 e = (unsigned __int128)(n_rows - 1) * stride + used;
-    e *= elsize;
-    return e > SIZE_MAX ? SIZE_MAX : (size_t)e;
-}
-
 int dray_cpu_view(struct dray_ctx *ctx, const char *what, struct dray_view v, size_t nbytes,
                   size_t align, void **out)
 {
@@ -55,11 +46,17 @@ int dray_cpu_view(struct dray_ctx *ctx, const char *what, struct dray_view v, si
     return 0;
 }
 
-int dray_cpu_overlap(struct dray_view a, size_t na, struct dray_view b, size_t nb)
+int dray_cpu_args(struct dray_ctx *ctx, int rc, const struct dray_util_needs *nd, void **p)
 {
-    if (a.buf != b.buf || na == 0 || nb == 0)
-        return 0;
-    return a.offset < b.offset + nb && b.offset < a.offset + na;
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < nd->n; i++) {
+        const struct dray_util_need *u = &nd->at[i];
+        p[i] = NULL;
+        if (u->nbytes && (rc = dray_cpu_view(ctx, u->what, u->v, u->nbytes, u->align, &p[i])))
+            return rc;
+    }
+    return 0;
 }
 
 struct split {

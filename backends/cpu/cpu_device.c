@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -39,34 +40,111 @@ int dray_cpu_have_avxvnni(void)
 #endif
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* XCR0: which register state the OS saves (xgetbv needs CPUID.1:ECX.OSXSAVE). */
+static uint64_t xcr0(void)
+{
+    unsigned eax, ebx, ecx = 0, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27)))
+        return 0;
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+int dray_cpu_have_avx512vnni(void)
+{
+#if defined(DRAY_CPU_AVX512VNNI) && (defined(__x86_64__) || defined(__i386__))
+    /* CPUID.(7,0): EBX 16 = F, 30 = BW, 31 = VL; ECX 11 = VNNI. XCR0 bits 1, 2
+     * (xmm, ymm) and 5, 6, 7 (opmask, upper zmm halves, zmm16-31). */
+    unsigned eax, ebx = 0, ecx = 0, edx;
+    if (!dray_cpu_have_avx2() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+        return 0;
+    unsigned need_b = (1u << 16) | (1u << 30) | (1u << 31);
+    return (ebx & need_b) == need_b && (ecx & (1u << 11)) && (xcr0() & 0xe6) == 0xe6;
+#else
+    return 0;
+#endif
+}
+
+#if defined(DRAY_CPU_AMX) && defined(__x86_64__) && defined(SYS_arch_prctl)
+/* Linux asks each process to request the 8 KiB AMX tile data state before its
+ * first tile instruction (which would otherwise fault): arch_prctl with
+ * ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA. Asked once; the answer holds for
+ * every thread of the process. */
+#define DRAY_ARCH_REQ_XCOMP_PERM 0x1023
+#define DRAY_XFEATURE_XTILEDATA 18
+static int amx_permitted(void)
+{
+    static int answer = -1; /* -1 not asked yet; racing first calls ask twice, harmlessly */
+    if (answer < 0)
+        answer = syscall(SYS_arch_prctl, DRAY_ARCH_REQ_XCOMP_PERM, DRAY_XFEATURE_XTILEDATA) == 0;
+    return answer;
+}
+#endif
+
+int dray_cpu_have_amx(void)
+{
+#if defined(DRAY_CPU_AMX) && defined(__x86_64__) && defined(SYS_arch_prctl)
+    /* CPUID.(7,0):EDX 24 = AMX-TILE, 25 = AMX-INT8; XCR0 17, 18 = tile config, data. */
+    unsigned eax, ebx, ecx, edx = 0;
+    if (!dray_cpu_have_avx512vnni() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+        return 0;
+    unsigned need = (1u << 24) | (1u << 25);
+    if ((edx & need) != need || (xcr0() & 0x60000) != 0x60000)
+        return 0;
+    return amx_permitted();
+#else
+    return 0;
+#endif
+}
+
+/* AMX is not in the default: the kernel has been checked bit for bit on a
+ * software model of the tile instructions (tests/test_amx_emul.c) but not yet
+ * on a machine that grants the tile state (the development VM hides AMX), so it
+ * runs only when DRAY_CPU_ISA=amx asks for it; test_cpu_ops checks it there. */
+int dray_cpu_best_isa(void)
+{
+    if (!dray_cpu_have_avx2())
+        return DRAY_CPU_ISA_REFERENCE;
+    if (dray_cpu_have_avx512vnni())
+        return DRAY_CPU_ISA_AVX512VNNI;
+    return dray_cpu_have_avxvnni() ? DRAY_CPU_ISA_AVXVNNI : DRAY_CPU_ISA_AVX2;
+}
+
+/* The kernel sets by name, in enum order. */
+static const char *const isa_env[] = {"reference", "avx2", "avxvnni", "avx512vnni", "amx"};
+static const char *const isa_shown[] = {"scalar", "avx2+fma", "avx-vnni", "avx512-vnni", "amx-int8"};
+
 int dray_cpu_pick_isa(int want_reference, char *err, size_t errlen)
 {
-    int best = DRAY_CPU_ISA_REFERENCE;
-    if (dray_cpu_have_avx2())
-        best = dray_cpu_have_avxvnni() ? DRAY_CPU_ISA_AVXVNNI : DRAY_CPU_ISA_AVX2;
+    int best = dray_cpu_best_isa();
     if (want_reference || dray_cpu_env_reference())
         return DRAY_CPU_ISA_REFERENCE;
     const char *e = getenv("DRAY_CPU_ISA");
     if (!e || !e[0])
         return best;
-    int want;
-    if (!strcmp(e, "reference") || !strcmp(e, "scalar"))
-        want = DRAY_CPU_ISA_REFERENCE;
-    else if (!strcmp(e, "avx2"))
-        want = DRAY_CPU_ISA_AVX2;
-    else if (!strcmp(e, "avxvnni") || !strcmp(e, "avx-vnni"))
-        want = DRAY_CPU_ISA_AVXVNNI;
-    else {
+    int want = -1;
+    for (int i = 0; i <= DRAY_CPU_ISA_AMX; i++)
+        if (!strcmp(e, isa_env[i]) || !strcmp(e, isa_shown[i]))
+            want = i;
+    if (want < 0) {
         if (err)
-            snprintf(err, errlen, "cpu: DRAY_CPU_ISA=%s (want reference, avx2 or avxvnni)", e);
+            snprintf(err, errlen, "cpu: DRAY_CPU_ISA=%s (want reference, avx2, avxvnni, avx512vnni or amx)", e);
         return DRAY_EINVAL;
     }
+    /* AMX needs the tile permission as well as the CPU: asking for it where the
+     * CPU lacks it or the kernel refused gives the default, like any set the CPU
+     * lacks */
+    if (want == DRAY_CPU_ISA_AMX)
+        return dray_cpu_have_amx() ? want : best;
     return want < best ? want : best;
 }
 
 const char *dray_cpu_isa_name(int isa)
 {
-    return isa == DRAY_CPU_ISA_AVXVNNI ? "avx-vnni" : isa == DRAY_CPU_ISA_AVX2 ? "avx2+fma" : "scalar";
+    return isa >= 0 && isa <= DRAY_CPU_ISA_AMX ? isa_shown[isa] : "scalar";
 }
 
 int dray_cpu_env_reference(void)
@@ -108,8 +186,7 @@ int dray_cpu_device_props(uint32_t index, struct dray_device_props *props)
     memset(props, 0, sizeof(*props));
     int isa = dray_cpu_pick_isa(0, NULL, 0);
     if (isa < 0) /* bad DRAY_CPU_ISA: open() reports it; describe the default here */
-        isa = dray_cpu_have_avx2() ? (dray_cpu_have_avxvnni() ? DRAY_CPU_ISA_AVXVNNI : DRAY_CPU_ISA_AVX2)
-                                   : DRAY_CPU_ISA_REFERENCE;
+        isa = dray_cpu_best_isa();
     int ref = isa == DRAY_CPU_ISA_REFERENCE;
     char model[100];
     cpuinfo_field("model name", model, sizeof(model), "CPU");

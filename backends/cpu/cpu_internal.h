@@ -7,10 +7,14 @@
 #include <stdint.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 #include "cpu_kernels.h"
 #include "cpu_pool.h"
 
 #define DRAY_CPU_HIDDEN __attribute__((visibility("hidden")))
+
+/* Return from the calling op with expr's code when it fails. */
+#define CHECK(expr) DRAY_UTIL_TRY(expr)
 
 struct dray_buf {
     void *p;        /* 64-byte aligned host memory */
@@ -42,19 +46,34 @@ struct dray_ctx {
 };
 
 /* Kernel sets, in order: each one needs the CPU features of the one before. */
-enum dray_cpu_isa { DRAY_CPU_ISA_REFERENCE, DRAY_CPU_ISA_AVX2, DRAY_CPU_ISA_AVXVNNI };
+enum dray_cpu_isa {
+    DRAY_CPU_ISA_REFERENCE,
+    DRAY_CPU_ISA_AVX2,
+    DRAY_CPU_ISA_AVXVNNI,
+    DRAY_CPU_ISA_AVX512VNNI,
+    DRAY_CPU_ISA_AMX,
+};
 
 /* The device, for props and open (cpu_device.c). */
 DRAY_CPU_HIDDEN int dray_cpu_have_avx2(void);
 DRAY_CPU_HIDDEN int dray_cpu_have_avxvnni(void);
+/* AVX-512 F/BW/VL/VNNI with the zmm and mask state enabled by the OS (XCR0). */
+DRAY_CPU_HIDDEN int dray_cpu_have_avx512vnni(void);
+/* AMX-TILE and AMX-INT8, the tile state enabled in XCR0, and the kernel granted
+ * this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once). */
+DRAY_CPU_HIDDEN int dray_cpu_have_amx(void);
+/* The default kernel set: the best this build and CPU have, AMX excepted
+ * (opt-in, see cpu_device.c). */
+DRAY_CPU_HIDDEN int dray_cpu_best_isa(void);
 DRAY_CPU_HIDDEN int dray_cpu_env_reference(void);
 /* The kernel set to use: the best this build and CPU have, lowered by
- * want_reference, DRAY_CPU_REFERENCE=1 or DRAY_CPU_ISA=reference|avx2|avxvnni
+ * want_reference, DRAY_CPU_REFERENCE=1 or
+ * DRAY_CPU_ISA=reference|avx2|avxvnni|avx512vnni|amx
  * (asking for more than the CPU has gives the best it has). Returns the
  * enum dray_cpu_isa value, or DRAY_EINVAL with a reason in err for an unknown
  * DRAY_CPU_ISA. */
 DRAY_CPU_HIDDEN int dray_cpu_pick_isa(int want_reference, char *err, size_t errlen);
-/* "scalar", "avx2+fma", "avx-vnni" (shown in the device name). */
+/* "scalar", "avx2+fma", "avx-vnni", "avx512-vnni", "amx-int8" (shown in the device name). */
 DRAY_CPU_HIDDEN const char *dray_cpu_isa_name(int isa);
 DRAY_CPU_HIDDEN int dray_cpu_device_props(uint32_t index, struct dray_device_props *props);
 
@@ -79,10 +98,12 @@ DRAY_CPU_HIDDEN int dray_cpu_add(struct dray_ctx *ctx, const struct dray_add_arg
 /* Pointer to bytes [offset, offset+nbytes) of v->buf; offset must be a multiple of align. */
 DRAY_CPU_HIDDEN int dray_cpu_view(struct dray_ctx *ctx, const char *what, struct dray_view v,
                                   size_t nbytes, size_t align, void **out);
-/* Bytes spanned by n_rows rows of `used` elements, stride elements apart; SIZE_MAX on overflow. */
-DRAY_CPU_HIDDEN size_t dray_cpu_span(uint64_t n_rows, uint64_t stride, uint64_t used, size_t elsize);
-/* Do [a, a+na) and [b, b+nb) of the same buffer overlap? */
-DRAY_CPU_HIDDEN int dray_cpu_overlap(struct dray_view a, size_t na, struct dray_view b, size_t nb);
+/* An op's argument checks: rc is what the shared validator (dray_util_check_<op>
+ * in dray/backend_util.h, which wrote its reason into ctx->err) returned; when 0,
+ * each view it listed is checked against its buffer and p[i] gets view i's
+ * pointer (NULL for an empty one). */
+DRAY_CPU_HIDDEN int dray_cpu_args(struct dray_ctx *ctx, int rc, const struct dray_util_needs *nd,
+                                  void **p);
 
 /* Run body(arg, i0, i1) over [0, n) split in contiguous slices (multiples of grain)
  * across the pool; runs inline when the work is too small to share. */

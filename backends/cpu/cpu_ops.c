@@ -7,13 +7,6 @@
 
 #include "cpu_internal.h"
 
-#define CHECK(expr)          \
-    do {                     \
-        int rc_ = (expr);    \
-        if (rc_)             \
-            return rc_;      \
-    } while (0)
-
 /* ---------------------------------------------------------------- embed */
 
 struct embed_job {
@@ -33,20 +26,13 @@ int dray_cpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
     ctx->err[0] = '\0';
     if (!a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "embed: NULL args");
-    if (a->dtype != DRAY_I8 && a->dtype != DRAY_F32)
-        return dray_cpu_fail(ctx, DRAY_ENOTSUP, "embed: table dtype %u (want I8 or F32)", a->dtype);
+    struct dray_util_needs nd;
+    void *p[DRAY_UTIL_MAX_NEEDS];
+    CHECK(dray_cpu_args(ctx, dray_util_check_embed(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     int i8 = a->dtype == DRAY_I8;
-    size_t el = i8 ? 1 : 4;
-    void *ids, *table, *rs = NULL, *out;
-    CHECK(dray_cpu_view(ctx, "embed ids", a->ids, (size_t)a->n_tok * 4, 4, &ids));
-    CHECK(dray_cpu_view(ctx, "embed table", a->table, dray_cpu_span(a->n_rows, a->dim, a->dim, el), el, &table));
-    if (i8)
-        CHECK(dray_cpu_view(ctx, "embed row_scale", a->row_scale, (size_t)a->n_rows * 4, 4, &rs));
-    CHECK(dray_cpu_view(ctx, "embed out", a->out, dray_cpu_span(a->n_tok, a->dim, a->dim, 4), 4, &out));
-    const int32_t *id = ids;
-    for (uint32_t t = 0; t < a->n_tok; t++)
-        if (id[t] < 0 || (uint32_t)id[t] >= a->n_rows)
-            return dray_cpu_fail(ctx, DRAY_EINVAL, "embed: ids[%u] = %d is outside [0, %u)", t, id[t], a->n_rows);
+    const int32_t *id = p[0];
+    void *table = p[1], *rs = p[2], *out = p[3];
+    CHECK(dray_util_check_ids(id, a->n_tok, a->n_rows, ctx->err, sizeof(ctx->err)));
     struct embed_job j = {ctx, {id, table, rs, out, (uint32_t)i8, a->dim, a->scale}};
     dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->dim, embed_body, &j);
     return 0;
@@ -66,34 +52,18 @@ static void rmsnorm_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
     j->ctx->k.rmsnorm(&j->k, i0, i1);
 }
 
-/* out may be x exactly (same offset and stride), or must not touch it. */
-static int alias_ok(struct dray_view a, uint32_t sa, size_t na, struct dray_view b, uint32_t sb, size_t nb)
-{
-    if (a.buf == b.buf && a.offset == b.offset && sa == sb)
-        return 1;
-    return !dray_cpu_overlap(a, na, b, nb);
-}
-
 int dray_cpu_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a)
 {
     ctx->err[0] = '\0';
     if (!a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "rmsnorm: NULL args");
-    uint64_t row = (uint64_t)a->n_head * a->n;
-    if (a->n == 0 || a->n_head == 0)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "rmsnorm: n = %u, n_head = %u (want > 0)", a->n, a->n_head);
-    if (a->stride_x < row || a->stride_out < row)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "rmsnorm: strides %u/%u < n_head*n = %llu", a->stride_x,
-                             a->stride_out, (unsigned long long)row);
+    struct dray_util_needs nd;
+    void *p[DRAY_UTIL_MAX_NEEDS];
+    CHECK(dray_cpu_args(ctx, dray_util_check_rmsnorm(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    /* the slices count rows of all heads in 32 bits */
     if ((uint64_t)a->n_tok * a->n_head > UINT32_MAX)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "rmsnorm: n_tok*n_head too large");
-    size_t nx = dray_cpu_span(a->n_tok, a->stride_x, row, 4), no = dray_cpu_span(a->n_tok, a->stride_out, row, 4);
-    void *x, *w, *out;
-    CHECK(dray_cpu_view(ctx, "rmsnorm x", a->x, nx, 4, &x));
-    CHECK(dray_cpu_view(ctx, "rmsnorm w", a->w, (size_t)a->n * 4, 4, &w));
-    CHECK(dray_cpu_view(ctx, "rmsnorm out", a->out, no, 4, &out));
-    if (!alias_ok(a->out, a->stride_out, no, a->x, a->stride_x, nx))
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "rmsnorm: out overlaps x without being x exactly");
+    void *x = p[0], *w = p[1], *out = p[2];
     struct rmsnorm_job j = {ctx, {x, w, out, a->n_head, a->n, a->stride_x, a->stride_out, a->eps}};
     uint32_t rows = a->n_tok * a->n_head;
     dray_cpu_parallel(ctx, rows, 1, (double)rows * a->n, rmsnorm_body, &j);
@@ -138,6 +108,8 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
         sub.sx = a->sx + t0;
         if (a->xo)
             sub.xo = a->xo + (size_t)t0 * a->xo_stride;
+        if (a->qt) /* t0 is a multiple of 16: a whole packed group */
+            sub.qt = a->qt + (size_t)t0 * a->q_stride;
     }
     j->ctx->k.matmul(&sub, o0, o1);
 }
@@ -152,8 +124,8 @@ static void matmul_task(void *arg, uint32_t ith, uint32_t nth)
 
 /* Tiles: rows in multiples of 16 (the kernels' row blocks stay whole), about 8
  * per thread; when that leaves too few (few rows, many tokens: the K/V
- * projections in prefill) the tokens are cut too, in multiples of 24 (whole
- * 8-, 4- and 3-token microkernel groups). */
+ * projections in prefill) the tokens are cut too, in multiples of 48 (whole
+ * 8-, 6-, 4- and 3-token microkernel groups, and AMX's 16-token tile groups). */
 static void matmul_split(struct matmul_job *j, uint32_t nth)
 {
     const struct dray_cpu_matmul *a = &j->k;
@@ -165,25 +137,19 @@ static void matmul_split(struct matmul_job *j, uint32_t nth)
     if (j->n_rt < want && a->n_tok >= 48) {
         uint32_t per = want / j->n_rt + 1;           /* token tiles wanted */
         uint32_t tb = (a->n_tok + per - 1) / per;
-        tb = (tb + 23) / 24 * 24;
+        tb = (tb + 47) / 48 * 48;
         j->tok_blk = tb < a->n_tok ? tb : a->n_tok;
     }
     j->n_tile = j->n_rt * ((a->n_tok + j->tok_blk - 1) / j->tok_blk);
 }
 
-static int matmul_outliers(struct dray_ctx *ctx, const struct dray_matmul_args *a, struct dray_cpu_matmul *k)
+/* Outlier channels (I8 only; ix and ow are the checked views). */
+static int matmul_outliers(struct dray_ctx *ctx, const struct dray_matmul_args *a, struct dray_cpu_matmul *k,
+                           const int32_t *ix, const float *ow)
 {
     if (!k->is_i8 || a->n_outlier == 0)
         return 0;
-    void *idx, *ow;
-    CHECK(dray_cpu_view(ctx, "matmul outlier_idx", a->outlier_idx, (size_t)a->n_outlier * 4, 4, &idx));
-    CHECK(dray_cpu_view(ctx, "matmul outlier_w", a->outlier_w,
-                        dray_cpu_span(a->n_out, a->n_outlier, a->n_outlier, 4), 4, &ow));
-    const int32_t *ix = idx;
-    for (uint32_t j = 0; j < a->n_outlier; j++)
-        if (ix[j] < 0 || (uint32_t)ix[j] >= a->k || (j > 0 && ix[j] <= ix[j - 1]))
-            return dray_cpu_fail(ctx, DRAY_EINVAL,
-                                 "matmul: outlier_idx[%u] = %d (want strictly increasing, < k = %u)", j, ix[j], a->k);
+    CHECK(dray_util_check_outliers(ix, a->n_outlier, a->k, ctx->err, sizeof(ctx->err)));
     k->outlier_idx = ix;
     k->outlier_w = ow;
     k->n_outlier = a->n_outlier;
@@ -195,31 +161,20 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
     ctx->err[0] = '\0';
     if (!a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: NULL args");
-    if (a->wdtype != DRAY_I8 && a->wdtype != DRAY_F32)
-        return dray_cpu_fail(ctx, DRAY_ENOTSUP, "matmul: weight dtype %u (want I8 or F32)", a->wdtype);
-    if (a->k == 0 || a->k > 65536)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: k = %u (want 1..65536)", a->k);
-    if (a->stride_x < a->k || a->stride_out < a->n_out)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: stride_x %u < k %u or stride_out %u < n_out %u",
-                             a->stride_x, a->k, a->stride_out, a->n_out);
+    struct dray_util_needs nd;
+    void *p[DRAY_UTIL_MAX_NEEDS];
+    CHECK(dray_cpu_args(ctx, dray_util_check_matmul(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    if (a->k == 0) /* the kernels' row loops need one column */
+        return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: k = 0 (want 1..65536)");
     int i8 = a->wdtype == DRAY_I8;
-    size_t el = i8 ? 1 : 4;
-    size_t nx = dray_cpu_span(a->n_tok, a->stride_x, a->k, 4), no = dray_cpu_span(a->n_tok, a->stride_out, a->n_out, 4);
-    void *x, *w, *ws = NULL, *out;
-    CHECK(dray_cpu_view(ctx, "matmul x", a->x, nx, 4, &x));
-    CHECK(dray_cpu_view(ctx, "matmul w", a->w, dray_cpu_span(a->n_out, a->k, a->k, el), el, &w));
-    if (i8)
-        CHECK(dray_cpu_view(ctx, "matmul wscale", a->wscale, (size_t)a->n_out * 4, 4, &ws));
-    CHECK(dray_cpu_view(ctx, "matmul out", a->out, no, 4, &out));
-    if (dray_cpu_overlap(a->out, no, a->x, nx))
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: out overlaps x");
+    void *x = p[0], *w = p[1], *ws = p[2], *out = p[3];
     struct matmul_job j = {.ctx = ctx};
     struct dray_cpu_matmul *k = &j.k;
     *k = (struct dray_cpu_matmul){.x = x, .w = w, .wscale = ws, .out = out, .n_tok = a->n_tok,
                                   .n_out = a->n_out, .k = a->k, .stride_x = a->stride_x,
                                   .stride_out = a->stride_out, .accumulate = a->accumulate != 0,
                                   .is_i8 = (uint32_t)i8};
-    CHECK(matmul_outliers(ctx, a, k));
+    CHECK(matmul_outliers(ctx, a, k, p[4], p[5]));
     if (a->n_tok == 0 || a->n_out == 0)
         return 0;
     double work = (double)a->n_tok * a->n_out * a->k;
@@ -228,13 +183,17 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         size_t qbytes = k->q_stride * a->n_tok;
         k->xo_stride = k->n_outlier ? (k->n_outlier + 7u) & ~7u : 0;
         size_t sxbytes = ((size_t)a->n_tok * 4 + 63) & ~(size_t)63;
-        size_t xobytes = (size_t)a->n_tok * k->xo_stride * 4;
-        char *s = dray_cpu_scratch(ctx, qbytes + sxbytes + xobytes + 64);
+        size_t xobytes = ((size_t)a->n_tok * k->xo_stride * 4 + 63) & ~(size_t)63;
+        /* AMX: the packed copy of whole 16-token groups for the tile B operand */
+        int amx = ctx->isa == DRAY_CPU_ISA_AMX && a->n_tok >= 16 && a->k % 64 == 0;
+        size_t qtbytes = amx ? k->q_stride * (a->n_tok & ~15u) : 0;
+        char *s = dray_cpu_scratch(ctx, qbytes + sxbytes + xobytes + qtbytes + 64);
         if (!s)
             return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %zu bytes of activations", qbytes);
         k->q = (int8_t *)s;
         k->sx = (float *)(s + ((qbytes + 63) & ~(size_t)63));
         k->xo = k->xo_stride ? (float *)((char *)k->sx + sxbytes) : NULL;
+        k->qt = amx ? (int8_t *)((char *)k->sx + sxbytes + xobytes) : NULL;
         dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->k, quantize_body, &j);
     }
     if (ctx->n_threads == 1 || work < 20000.0) {
@@ -269,15 +228,13 @@ int dray_cpu_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     ctx->err[0] = '\0';
     if (!a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "rope: NULL args");
-    uint64_t row = (uint64_t)a->n_head * a->head_dim;
-    if (a->n_rot % 2 || a->n_rot > a->head_dim || a->stride < row)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "rope: n_rot %u (even, <= head_dim %u), stride %u (>= %llu)",
-                             a->n_rot, a->head_dim, a->stride, (unsigned long long)row);
+    struct dray_util_needs nd;
+    void *p[DRAY_UTIL_MAX_NEEDS];
+    CHECK(dray_cpu_args(ctx, dray_util_check_rope(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    /* the kernels' frequency tables need a positive base and a finite scale */
     if (!(a->base > 0.0f) || !isfinite(a->freq_scale))
         return dray_cpu_fail(ctx, DRAY_EINVAL, "rope: base %g, freq_scale %g", a->base, a->freq_scale);
-    void *x, *pos;
-    CHECK(dray_cpu_view(ctx, "rope x", a->x, dray_cpu_span(a->n_tok, a->stride, row, 4), 4, &x));
-    CHECK(dray_cpu_view(ctx, "rope pos", a->pos, (size_t)a->n_tok * 4, 4, &pos));
+    void *x = p[0], *pos = p[1];
     struct rope_job j = {ctx, {x, pos, a->n_head, a->head_dim, a->n_rot, a->stride, a->base, a->freq_scale}};
     dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->n_head * a->n_rot * 8, rope_body, &j);
     return 0;
@@ -302,19 +259,10 @@ int dray_cpu_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a
     ctx->err[0] = '\0';
     if (!a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "gated_act: NULL args");
-    if (a->act != DRAY_ACT_GELU_TANH && a->act != DRAY_ACT_SILU)
-        return dray_cpu_fail(ctx, DRAY_ENOTSUP, "gated_act: activation %u", a->act);
-    if (a->stride_gate < a->n || a->stride_up < a->n || a->stride_out < a->n)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "gated_act: a stride is < n = %u", a->n);
-    size_t ng = dray_cpu_span(a->n_tok, a->stride_gate, a->n, 4), nu = dray_cpu_span(a->n_tok, a->stride_up, a->n, 4);
-    size_t no = dray_cpu_span(a->n_tok, a->stride_out, a->n, 4);
-    void *g, *u, *out;
-    CHECK(dray_cpu_view(ctx, "gated_act gate", a->gate, ng, 4, &g));
-    CHECK(dray_cpu_view(ctx, "gated_act up", a->up, nu, 4, &u));
-    CHECK(dray_cpu_view(ctx, "gated_act out", a->out, no, 4, &out));
-    if (!alias_ok(a->out, a->stride_out, no, a->gate, a->stride_gate, ng) ||
-        !alias_ok(a->out, a->stride_out, no, a->up, a->stride_up, nu))
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "gated_act: out overlaps gate or up without being it exactly");
+    struct dray_util_needs nd;
+    void *p[DRAY_UTIL_MAX_NEEDS];
+    CHECK(dray_cpu_args(ctx, dray_util_check_gated_act(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    void *g = p[0], *u = p[1], *out = p[2];
     struct gated_job j = {ctx, {g, u, out, a->n, a->stride_gate, a->stride_up, a->stride_out, a->act}};
     dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->n * 8, gated_body, &j);
     return 0;
@@ -339,15 +287,10 @@ int dray_cpu_add(struct dray_ctx *ctx, const struct dray_add_args *a)
     ctx->err[0] = '\0';
     if (!a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "add: NULL args");
-    if (a->n > SIZE_MAX / 4)
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "add: n = %llu too large", (unsigned long long)a->n);
-    size_t nb = (size_t)a->n * 4;
-    void *pa, *pb, *po;
-    CHECK(dray_cpu_view(ctx, "add a", a->a, nb, 4, &pa));
-    CHECK(dray_cpu_view(ctx, "add b", a->b, nb, 4, &pb));
-    CHECK(dray_cpu_view(ctx, "add out", a->out, nb, 4, &po));
-    if (!alias_ok(a->out, 0, nb, a->a, 0, nb) || !alias_ok(a->out, 0, nb, a->b, 0, nb))
-        return dray_cpu_fail(ctx, DRAY_EINVAL, "add: out overlaps a or b without being it exactly");
+    struct dray_util_needs nd;
+    void *p[DRAY_UTIL_MAX_NEEDS];
+    CHECK(dray_cpu_args(ctx, dray_util_check_add(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    void *pa = p[0], *pb = p[1], *po = p[2];
     /* Whole 1024-element blocks per slice; the last one is cut at n. */
     uint64_t nblk = (a->n + 1023) / 1024;
     if (nblk > UINT32_MAX)

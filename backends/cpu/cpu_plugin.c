@@ -16,9 +16,6 @@ static int cpu_device_count(uint32_t *count)
     return 0;
 }
 
-/* Read member m of the caller's options only if its struct is big enough. */
-#define OPT_HAS(opt, m) ((opt) && (opt)->size >= offsetof(struct dray_open_options, m) + sizeof((opt)->m))
-
 static void pick_kernels(struct dray_ctx *ctx)
 {
     struct dray_cpu_kernels ref = {
@@ -43,6 +40,18 @@ static void pick_kernels(struct dray_ctx *ctx)
         ctx->k.matmul = dray_cpu_avxvnni_matmul;
     }
 #endif
+#ifdef DRAY_CPU_AVX512VNNI
+    if (ctx->isa == DRAY_CPU_ISA_AVX512VNNI) {
+        ctx->k.quantize = dray_cpu_avx512vnni_quantize; /* the same biased q */
+        ctx->k.matmul = dray_cpu_avx512vnni_matmul;
+    }
+#endif
+#ifdef DRAY_CPU_AMX
+    if (ctx->isa == DRAY_CPU_ISA_AMX) {
+        ctx->k.quantize = dray_cpu_amx_quantize; /* biased q plus the packed tile copy */
+        ctx->k.matmul = dray_cpu_amx_matmul;
+    }
+#endif
 }
 
 static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct dray_ctx **out, char *err,
@@ -65,7 +74,7 @@ static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct 
             snprintf(err, errlen, "cpu: out of memory for the context");
         return DRAY_ENOMEM;
     }
-    uint32_t n = OPT_HAS(opt, n_threads) ? opt->n_threads : 0;
+    uint32_t n = DRAY_UTIL_OPT_HAS(opt, n_threads) ? opt->n_threads : 0;
     if (n == 0) {
         long np = sysconf(_SC_NPROCESSORS_ONLN);
         n = np > 0 ? (uint32_t)np : 1;
@@ -73,7 +82,7 @@ static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct 
     if (n > 256)
         n = 256;
     ctx->n_threads = n;
-    int isa = dray_cpu_pick_isa(OPT_HAS(opt, reference) && opt->reference, err, errlen);
+    int isa = dray_cpu_pick_isa(DRAY_UTIL_OPT_HAS(opt, reference) && opt->reference, err, errlen);
     if (isa < 0) {
         free(ctx);
         return isa;
@@ -196,16 +205,17 @@ static int cpu_synchronize(struct dray_ctx *ctx)
     return 0; /* every call has finished by the time it returns */
 }
 
-static void *cpu_host_ptr(struct dray_ctx *ctx, struct dray_buf *buf)
+/* Version 2: the props' dtypes and the one limit of the contract: k <= 65536. */
+static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    (void)ctx;
-    return buf ? buf->p : NULL;
+    static const struct dray_util_limits lim = {.max_k = 65536};
+    return dray_util_op_caps(index, caps, dray_cpu_device_props, &lim);
 }
 
 static const struct dray_ops cpu_ops = {
-    .version = 1,
+    .version = 2,
     .name = "cpu",
-    .describe = "host CPU: portable scalar reference kernels, AVX2+FMA and AVX-VNNI kernels (picked at run time; DRAY_CPU_ISA)",
+    .describe = "host CPU: portable scalar reference kernels, AVX2+FMA, AVX-VNNI, AVX-512 VNNI and AMX-INT8 kernels (picked at run time; DRAY_CPU_ISA)",
     .device_count = cpu_device_count,
     .device_props = dray_cpu_device_props,
     .open = cpu_open,
@@ -226,24 +236,14 @@ static const struct dray_ops cpu_ops = {
     .attention = dray_cpu_attention,
     .gated_act = dray_cpu_gated_act,
     .add = dray_cpu_add,
-    .host_ptr = cpu_host_ptr,
+    .op_caps = cpu_op_caps,
 };
 
+/* Answers with the version cpu_ops implements (its .version), whatever the
+ * host offers above it. The CPU plugin needs no host services. */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    (void)host; /* the CPU plugin needs no host services */
-    if (!version || !ops) {
-        if (err)
-            snprintf(err, errlen, "cpu: negotiate called with NULL version or ops");
-        return DRAY_EINVAL;
-    }
-    if (*version < 1) {
-        if (err)
-            snprintf(err, errlen, "cpu: host offers ABI %u, the plugin needs ABI 1", *version);
-        return DRAY_EINCOMPAT;
-    }
-    *version = 1;
-    *ops = &cpu_ops;
-    return 0;
+    (void)host;
+    return dray_util_negotiate(version, &cpu_ops, ops, err, errlen);
 }

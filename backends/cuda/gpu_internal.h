@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 #include "gpu_kernels.h"
 #include "gpu_port.h"
 

@@ -119,8 +119,6 @@ static int gpu_device_props(uint32_t index, struct dray_device_props *props)
 
 /* --------------------------------------------------------------- contexts */
 
-#define OPT_HAS(opt, m) ((opt) && (opt)->size >= offsetof(struct dray_open_options, m) + sizeof((opt)->m))
-
 static int env_on(const char *name)
 {
     const char *v = getenv(name);
@@ -166,7 +164,7 @@ static int gpu_open(uint32_t index, const struct dray_open_options *opt, struct 
         return DRAY_ENOMEM;
     }
     ctx->dev = (int)index;
-    ctx->reference = (OPT_HAS(opt, reference) && opt->reference) || env_on("DRAY_GPU_REFERENCE");
+    ctx->reference = (DRAY_UTIL_OPT_HAS(opt, reference) && opt->reference) || env_on("DRAY_GPU_REFERENCE");
     ctx->graphs = env_on("DRAY_GPU_GRAPHS");
     gpuDeviceProp dp;
     if ((e = gpuSetDevice(ctx->dev)) != gpuSuccess || (e = gpuGetDeviceProperties(&dp, ctx->dev)) != gpuSuccess)
@@ -482,8 +480,16 @@ static int gpu_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view
 
 /* -------------------------------------------------------------- the table */
 
+/* Version 2: the props' dtypes, and attention's head_dim limit (the flash
+ * kernel's tile). */
+static int gpu_op_caps(uint32_t index, struct dray_op_caps *caps)
+{
+    static const struct dray_util_limits lim = {.max_head_dim = GK_ATT_MAX_HEAD_DIM, .max_k = 65536};
+    return dray_util_op_caps(index, caps, gpu_device_props, &lim);
+}
+
 static const struct dray_ops gpu_ops = {
-    .version = DRAY_ABI_VERSION,
+    .version = 2, /* the ABI this code implements, not the header's newest */
     .name = GPU_PLUGIN_NAME,
 #if defined(DRAY_GPU_HIP)
     .describe = "AMD GPUs through ROCm/HIP (gfx90a, gfx940; int8 dot kernels, paged flash attention)",
@@ -511,27 +517,16 @@ static const struct dray_ops gpu_ops = {
     .attention = dray_gpu_attention,
     .gated_act = dray_gpu_gated_act,
     .add = dray_gpu_add,
-    .host_ptr = NULL,
+    .op_caps = gpu_op_caps,
 };
 
-/* Cheap and silent: touches no runtime, no device. */
+/* Cheap and silent: touches no runtime, no device. Answers with gpu_ops.version,
+ * never the header's DRAY_ABI_VERSION (docs/PORTING.md). */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    if (!version || !ops) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: negotiate: version or ops is NULL", GPU_PLUGIN_NAME);
-        return DRAY_EINVAL;
-    }
-    if (*version < DRAY_ABI_VERSION_MIN) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: host speaks ABI %u, the plugin needs >= %u: update the host",
-                     GPU_PLUGIN_NAME, *version, DRAY_ABI_VERSION_MIN);
-        return DRAY_EINCOMPAT;
-    }
-    if (*version > DRAY_ABI_VERSION)
-        *version = DRAY_ABI_VERSION;
-    dray_gpu_host = host;
-    *ops = &gpu_ops;
-    return 0;
+    int rc = dray_util_negotiate(version, &gpu_ops, ops, err, errlen);
+    if (rc == 0)
+        dray_gpu_host = host;
+    return rc;
 }

@@ -16,6 +16,7 @@
 #include <CL/cl.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 
 /* Every kernel of kernels/opencl, by function name; one cl_kernel each per context. */
 #define DRAY_OCL_KERNELS(X)                                                                   \
@@ -97,6 +98,20 @@ int dray_ocl_fail_cl(struct dray_ctx *ctx, cl_int rc, const char *what);
  * On failure writes "<op>: <name>: ..." into ctx->err and returns DRAY_EINVAL. */
 int dray_ocl_check_view(struct dray_ctx *ctx, const char *op, const char *name,
                         struct dray_view v, size_t nbytes, size_t elem);
+
+/* An op's argument checks, from the shared helper (dray/backend_util.h):
+ * validator is dray_util_check_<op>; it applies the contract's rules and lists
+ * the views the op touches, which are then checked against their buffers. The
+ * reason goes to ctx->err. */
+size_t dray_ocl_buf_size(const struct dray_buf *buf, int *live);
+#define DRAY_OCL_CHECK_ARGS(ctx, validator, a, nd)                                            \
+    do {                                                                                      \
+        int rc_ = validator((a), (nd), (ctx)->err, sizeof((ctx)->err));                      \
+        if (rc_ == 0)                                                                         \
+            rc_ = dray_util_check_views((nd), dray_ocl_buf_size, (ctx)->err, sizeof((ctx)->err)); \
+        if (rc_)                                                                              \
+            return rc_;                                                                       \
+    } while (0)
 
 /* Kernel argument builder: each add sets the next argument; the first failure
  * sticks and is reported by dray_ocl_launch. */

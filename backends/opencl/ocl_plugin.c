@@ -283,7 +283,7 @@ static int ocl_open(uint32_t index, const struct dray_open_options *opt, struct 
     }
     memset(ctx, 0, sizeof(*ctx));
     /* read only the members the caller's struct has */
-    if (opt && opt->size >= offsetof(struct dray_open_options, reference) + sizeof(opt->reference))
+    if (DRAY_UTIL_OPT_HAS(opt, reference))
         ctx->reference = opt->reference != 0;
     int rc = setup(ctx, devs[index]);
     if (rc != 0) {
@@ -303,8 +303,16 @@ static const char *ocl_last_error(struct dray_ctx *ctx)
 
 /* ---------------------------------------------------------------- the table */
 
+/* Version 2: the props' dtypes, and attention's head_dim limit (one
+ * work-group holds a head). */
+static int ocl_op_caps(uint32_t index, struct dray_op_caps *caps)
+{
+    static const struct dray_util_limits lim = {.max_head_dim = DRAY_OCL_HD_MAX, .max_k = 65536};
+    return dray_util_op_caps(index, caps, ocl_device_props, &lim);
+}
+
 static const struct dray_ops ocl_ops = {
-    .version = DRAY_ABI_VERSION,
+    .version = 2, /* the ABI this code implements, not the header's newest */
     .name = "opencl",
     .describe = "OpenCL 1.2+ devices through the ICD loader (kernels built from embedded "
                 "OpenCL C at open; int8 dots by hand or cl_khr_integer_dot_product)",
@@ -328,27 +336,17 @@ static const struct dray_ops ocl_ops = {
     .attention = dray_ocl_attention,
     .gated_act = dray_ocl_gated_act,
     .add = dray_ocl_add,
-    .host_ptr = NULL,
+    .op_caps = ocl_op_caps,
 };
 
+/* Answers with ocl_ops.version (what this plugin implements), never the
+ * header's DRAY_ABI_VERSION: a newer header must not make an old table claim
+ * members it does not have (docs/PORTING.md). */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    if (!version || !ops) {
-        if (err && errlen)
-            snprintf(err, errlen, "opencl: negotiate called with NULL version or ops");
-        return DRAY_EINVAL;
-    }
-    if (*version < DRAY_ABI_VERSION_MIN) {
-        if (err && errlen)
-            snprintf(err, errlen,
-                     "opencl plugin speaks ABI %u..%u but the host offers only %u: update dray",
-                     DRAY_ABI_VERSION_MIN, DRAY_ABI_VERSION, *version);
-        return DRAY_EINCOMPAT;
-    }
-    if (*version > DRAY_ABI_VERSION)
-        *version = DRAY_ABI_VERSION;
-    dray_ocl_set_host(host);
-    *ops = &ocl_ops;
-    return 0;
+    int rc = dray_util_negotiate(version, &ocl_ops, ops, err, errlen);
+    if (rc == 0)
+        dray_ocl_set_host(host);
+    return rc;
 }

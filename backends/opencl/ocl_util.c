@@ -133,6 +133,13 @@ int dray_ocl_check_view(struct dray_ctx *ctx, const char *op, const char *name,
     return 0;
 }
 
+/* OpenCL buffers carry no liveness mark: a handle is taken as live. */
+size_t dray_ocl_buf_size(const struct dray_buf *buf, int *live)
+{
+    *live = 1;
+    return buf->size;
+}
+
 /* ---------------------------------------------------------------- launches */
 
 void dray_ocl_arg(struct dray_ocl_args *a, size_t size, const void *value)

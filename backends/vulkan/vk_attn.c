@@ -6,35 +6,23 @@
 
 #define F32 4u
 
+/* Beyond the contract (checked first by the shared validator): device storage
+ * support and one binding per pool. */
 static int vk_pool_check(struct dray_ctx *ctx, const struct dray_kv_pool *p, const char *op)
 {
-    if (!p)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "%s: NULL pool", op);
-    if (p->dtype != DRAY_I8 && p->dtype != DRAY_F16)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "%s: cache dtype %u is not I8 or F16", op, p->dtype);
     if ((p->dtype == DRAY_I8 && !ctx->has_i8) || (p->dtype == DRAY_F16 && !ctx->has_f16))
         return dray_vk_fail(ctx, DRAY_ENOTSUP, "%s: device lacks %s storage buffers", op,
                             p->dtype == DRAY_I8 ? "8-bit" : "16-bit");
-    if (p->n_kv_head == 0 || p->head_dim == 0 || p->block_size == 0 ||
-        p->n_kv_head > VK_MAX_GROUPS)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "%s: n_kv_head %u, head_dim %u, block_size %u", op,
-                            p->n_kv_head, p->head_dim, p->block_size);
+    if (p->n_kv_head > VK_MAX_GROUPS)
+        return dray_vk_fail(ctx, DRAY_ENOTSUP, "%s: n_kv_head %u is more than %u", op,
+                            p->n_kv_head, VK_MAX_GROUPS);
     size_t esz = p->dtype == DRAY_I8 ? 1 : 2;
     size_t kv = (size_t)p->n_slots * p->n_kv_head * p->head_dim * esz;
     if (kv + ctx->off_align > ctx->max_range)
         return dray_vk_fail(ctx, DRAY_ENOTSUP,
                             "%s: a K/V pool of %zu bytes exceeds maxStorageBufferRange %llu", op, kv,
                             (unsigned long long)ctx->max_range);
-    int rc = dray_vk_check_view(ctx, "pool k", p->k, kv, esz);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "pool v", p->v, kv, esz);
-    if (!rc && p->dtype == DRAY_I8) {
-        size_t sc = (size_t)p->n_slots * p->n_kv_head * F32;
-        rc = dray_vk_check_view(ctx, "pool k_scale", p->k_scale, sc, F32);
-        if (!rc)
-            rc = dray_vk_check_view(ctx, "pool v_scale", p->v_scale, sc, F32);
-    }
-    return rc;
+    return 0;
 }
 
 static size_t vk_rows(uint32_t n, uint32_t stride, size_t row)
@@ -45,19 +33,15 @@ static size_t vk_rows(uint32_t n, uint32_t stride, size_t row)
 int dray_vk_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a)
 {
     const struct dray_kv_pool *p = a->pool;
-    int rc = vk_pool_check(ctx, p, "kv_store");
+    struct dray_util_needs nd;
+    int rc = dray_vk_check_args(ctx, dray_util_check_kv_store(a, &nd, ctx->err, sizeof(ctx->err)), &nd);
+    if (!rc)
+        rc = vk_pool_check(ctx, p, "kv_store");
     if (rc)
         return rc;
     bool i8 = p->dtype == DRAY_I8;
     size_t esz = i8 ? 1 : 2, row = (size_t)p->n_kv_head * p->head_dim;
     size_t pool_bytes = (size_t)p->n_slots * row * esz, sc_bytes = (size_t)p->n_slots * p->n_kv_head * F32;
-    if (a->stride_k < row || a->stride_v < row)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "kv_store: stride below n_kv_head*head_dim = %zu", row);
-    rc = dray_vk_check_view(ctx, "kv_store k", a->k, vk_rows(a->n_tok, a->stride_k, row), F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "kv_store v", a->v, vk_rows(a->n_tok, a->stride_v, row), F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "kv_store slots", a->slots, (size_t)a->n_tok * 4, 4);
     if (rc || a->n_tok == 0 || p->n_slots == 0)
         return rc;
     uint32_t smax = a->stride_k > a->stride_v ? a->stride_k : a->stride_v;
@@ -88,28 +72,18 @@ int dray_vk_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a)
 static int vk_attn_check(struct dray_ctx *ctx, const struct dray_attention_args *a)
 {
     const struct dray_kv_pool *p = a->pool;
-    int rc = vk_pool_check(ctx, p, "attention");
+    struct dray_util_needs nd;
+    int rc = dray_vk_check_args(ctx, dray_util_check_attention(a, &nd, ctx->err, sizeof(ctx->err)), &nd);
+    if (!rc)
+        rc = vk_pool_check(ctx, p, "attention");
     if (rc)
         return rc;
-    size_t row = (size_t)a->n_head * p->head_dim;
-    if (a->n_head == 0 || a->n_head % p->n_kv_head || a->n_head > VK_MAX_GROUPS)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "attention: n_head %u is not a multiple of n_kv_head %u",
-                            a->n_head, p->n_kv_head);
+    if (a->n_head > VK_MAX_GROUPS)
+        return dray_vk_fail(ctx, DRAY_ENOTSUP, "attention: n_head %u is more than %u", a->n_head,
+                            VK_MAX_GROUPS);
     if (p->head_dim > 512)
         return dray_vk_fail(ctx, DRAY_ENOTSUP, "attention: head_dim %u > 512", p->head_dim);
-    if (a->stride_q < row || a->stride_out < row)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "attention: stride below n_head*head_dim = %zu", row);
-    size_t qb = vk_rows(a->n_tok, a->stride_q, row), ob = vk_rows(a->n_tok, a->stride_out, row);
-    rc = dray_vk_check_view(ctx, "attention q", a->q, qb, F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "attention out", a->out, ob, F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "attention seqs", a->seqs, (size_t)a->n_seq * 16, 4);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "attention block_table", a->block_table, 4, 4);
-    if (!rc && dray_vk_overlap(a->q, qb, a->out, ob))
-        rc = dray_vk_fail(ctx, DRAY_EINVAL, "attention: out overlaps q");
-    return rc;
+    return 0;
 }
 
 int dray_vk_attention(struct dray_ctx *ctx, const struct dray_attention_args *a)

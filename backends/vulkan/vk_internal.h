@@ -7,6 +7,7 @@
 #include <vulkan/vulkan.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 
 #define VK_ERRLEN 512
 #define VK_MAX_BIND 8         /* storage buffers per kernel */
@@ -144,6 +145,10 @@ int dray_vk_download(struct dray_ctx *ctx, void *dst, struct dray_view src, size
 int dray_vk_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view src, size_t nbytes);
 int dray_vk_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, size_t nbytes);
 int dray_vk_scratch(struct dray_ctx *ctx, size_t nbytes);
+/* An op's contract checks: rc is what the shared validator (dray_util_check_<op>,
+ * which wrote its reason into ctx->err) returned; when 0, every view it listed
+ * is checked against its buffer. */
+int dray_vk_check_args(struct dray_ctx *ctx, int rc, const struct dray_util_needs *nd);
 int dray_vk_check_view(struct dray_ctx *ctx, const char *what, struct dray_view v, size_t nbytes,
                        size_t align);
 

@@ -242,6 +242,17 @@ int dray_vk_check_view(struct dray_ctx *ctx, const char *what, struct dray_view 
     return 0;
 }
 
+static size_t vk_buf_size(const struct dray_buf *b, int *live)
+{
+    *live = 1;
+    return b->nbytes;
+}
+
+int dray_vk_check_args(struct dray_ctx *ctx, int rc, const struct dray_util_needs *nd)
+{
+    return rc ? rc : dray_util_check_views(nd, vk_buf_size, ctx->err, sizeof(ctx->err));
+}
+
 static void vk_copy_cmd(struct dray_ctx *ctx, VkBuffer src, VkDeviceSize so, VkBuffer dst,
                         VkDeviceSize dof, VkDeviceSize n)
 {

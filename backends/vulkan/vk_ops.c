@@ -31,12 +31,8 @@ static int vk_no_room(struct dray_ctx *ctx, const char *op)
 
 int dray_vk_add(struct dray_ctx *ctx, const struct dray_add_args *a)
 {
-    size_t nb = a->n * F32;
-    int rc = dray_vk_check_view(ctx, "add a", a->a, nb, F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "add b", a->b, nb, F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "add out", a->out, nb, F32);
+    struct dray_util_needs nd;
+    int rc = dray_vk_check_args(ctx, dray_util_check_add(a, &nd, ctx->err, sizeof(ctx->err)), &nd);
     uint64_t chunk = (uint64_t)VK_MAX_GROUPS * 256;
     uint64_t room = (ctx->max_range - ctx->off_align) / F32;
     chunk = chunk < room ? chunk : room;
@@ -54,21 +50,12 @@ int dray_vk_add(struct dray_ctx *ctx, const struct dray_add_args *a)
 
 int dray_vk_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a)
 {
-    int rc = 0;
-    if (a->act != DRAY_ACT_GELU_TANH && a->act != DRAY_ACT_SILU)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "gated_act: unknown activation %u", a->act);
-    if (a->stride_gate < a->n || a->stride_up < a->n || a->stride_out < a->n)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "gated_act: a stride is below n = %u", a->n);
+    struct dray_util_needs nd;
+    int rc = dray_vk_check_args(ctx, dray_util_check_gated_act(a, &nd, ctx->err, sizeof(ctx->err)), &nd);
+    if (rc)
+        return rc;
     if (vk_div_up(a->n, 256) > VK_MAX_GROUPS)
         return dray_vk_fail(ctx, DRAY_ENOTSUP, "gated_act: n = %u is too large", a->n);
-    rc = dray_vk_check_view(ctx, "gated_act gate", a->gate,
-                            vk_rows_bytes(a->n_tok, a->stride_gate, a->n, F32), F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "gated_act up", a->up,
-                                vk_rows_bytes(a->n_tok, a->stride_up, a->n, F32), F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "gated_act out", a->out,
-                                vk_rows_bytes(a->n_tok, a->stride_out, a->n, F32), F32);
     uint32_t smax = a->stride_gate > a->stride_up ? a->stride_gate : a->stride_up;
     smax = smax > a->stride_out ? smax : a->stride_out;
     uint32_t nt = dray_vk_tok_chunk(ctx, (size_t)smax * F32, (size_t)a->n * F32);
@@ -97,18 +84,13 @@ int dray_vk_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a)
 int dray_vk_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a)
 {
     size_t row = (size_t)a->n_head * a->n;
-    int rc = 0;
+    struct dray_util_needs nd;
+    int rc = dray_vk_check_args(ctx, dray_util_check_rmsnorm(a, &nd, ctx->err, sizeof(ctx->err)), &nd);
+    if (rc)
+        return rc;
+    /* beyond the contract: one workgroup row per head, and rows of n > 0 */
     if (a->n == 0 || a->n_head == 0 || a->n_head > VK_MAX_GROUPS)
         return dray_vk_fail(ctx, DRAY_EINVAL, "rmsnorm: n = %u, n_head = %u", a->n, a->n_head);
-    if (a->stride_x < row || a->stride_out < row)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "rmsnorm: stride below n_head*n = %zu", row);
-    rc = dray_vk_check_view(ctx, "rmsnorm x", a->x, vk_rows_bytes(a->n_tok, a->stride_x, row, F32),
-                            F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "rmsnorm w", a->w, (size_t)a->n * F32, F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "rmsnorm out", a->out,
-                                vk_rows_bytes(a->n_tok, a->stride_out, row, F32), F32);
     uint32_t smax = a->stride_x > a->stride_out ? a->stride_x : a->stride_out;
     uint32_t nt = dray_vk_tok_chunk(ctx, (size_t)smax * F32, row * F32);
     if (!rc && !nt)
@@ -173,15 +155,11 @@ int dray_vk_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     uint32_t slot = 0;
     int rc;
 
-    if (a->n_rot % 2 || a->n_rot > a->head_dim || a->n_rot / 2 > VK_ROPE_MAX_PAIRS)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "rope: n_rot = %u (head_dim %u, at most %u)",
-                            a->n_rot, a->head_dim, 2 * VK_ROPE_MAX_PAIRS);
-    if (a->stride < row)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "rope: stride %u below n_head*head_dim = %zu",
-                            a->stride, row);
-    rc = dray_vk_check_view(ctx, "rope x", a->x, vk_rows_bytes(a->n_tok, a->stride, row, F32), F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "rope pos", a->pos, (size_t)a->n_tok * 4, 4);
+    struct dray_util_needs nd;
+    rc = dray_vk_check_args(ctx, dray_util_check_rope(a, &nd, ctx->err, sizeof(ctx->err)), &nd);
+    if (!rc && a->n_rot / 2 > VK_ROPE_MAX_PAIRS)
+        return dray_vk_fail(ctx, DRAY_ENOTSUP, "rope: n_rot = %u (at most %u)", a->n_rot,
+                            2 * VK_ROPE_MAX_PAIRS);
     if (rc || a->n_rot == 0 || a->n_tok == 0 || a->n_head == 0)
         return rc;
     uint32_t gx = vk_div_up((uint64_t)a->n_rot / 2 * a->n_head, 64);
@@ -210,18 +188,6 @@ int dray_vk_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
 
 /* ---------------------------------------------------------------- embed */
 
-static int vk_embed_check(struct dray_ctx *ctx, const struct dray_embed_args *a, uint32_t esz)
-{
-    int rc = dray_vk_check_view(ctx, "embed ids", a->ids, (size_t)a->n_tok * 4, 4);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "embed table", a->table, (size_t)a->n_rows * a->dim * esz, esz);
-    if (!rc && a->dtype == DRAY_I8)
-        rc = dray_vk_check_view(ctx, "embed row_scale", a->row_scale, (size_t)a->n_rows * 4, 4);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "embed out", a->out, (size_t)a->n_tok * a->dim * F32, F32);
-    return rc;
-}
-
 /* ids are read back to check them (the contract wants DRAY_EINVAL for a bad id)
  * and to skip table windows no token touches. */
 static int vk_embed_ids(struct dray_ctx *ctx, const struct dray_embed_args *a, int32_t **out)
@@ -230,10 +196,8 @@ static int vk_embed_ids(struct dray_ctx *ctx, const struct dray_embed_args *a, i
     if (!ids)
         return dray_vk_fail(ctx, DRAY_ENOMEM, "embed: out of host memory");
     int rc = dray_vk_download(ctx, ids, a->ids, (size_t)a->n_tok * 4);
-    for (uint32_t t = 0; !rc && t < a->n_tok; t++)
-        if (ids[t] < 0 || (uint32_t)ids[t] >= a->n_rows)
-            rc = dray_vk_fail(ctx, DRAY_EINVAL, "embed: ids[%u] = %d is outside [0, %u)", t, ids[t],
-                              a->n_rows);
+    if (!rc)
+        rc = dray_util_check_ids(ids, a->n_tok, a->n_rows, ctx->err, sizeof(ctx->err));
     if (rc)
         dray_vk_free(ids);
     else
@@ -248,14 +212,15 @@ int dray_vk_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
     int32_t *ids = NULL;
     int rc;
 
-    if (a->dtype != DRAY_I8 && a->dtype != DRAY_F32)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "embed: table dtype %u is not I8 or F32", a->dtype);
+    struct dray_util_needs nd;
+    if ((rc = dray_vk_check_args(ctx, dray_util_check_embed(a, &nd, ctx->err, sizeof(ctx->err)), &nd)))
+        return rc;
     if (i8 && !ctx->has_i8)
         return dray_vk_fail(ctx, DRAY_ENOTSUP, "embed: device lacks 8-bit storage");
     if (vk_div_up(a->dim, 256) > VK_MAX_GROUPS)
         return dray_vk_fail(ctx, DRAY_ENOTSUP, "embed: dim %u too large", a->dim);
-    if ((rc = vk_embed_check(ctx, a, esz)) || a->n_tok == 0 || a->dim == 0)
-        return rc;
+    if (a->n_tok == 0 || a->dim == 0)
+        return 0;
     if ((rc = vk_embed_ids(ctx, a, &ids)))
         return rc;
     /* table rows per window: one binding each; grid limits do not apply to rows */
@@ -295,39 +260,15 @@ int dray_vk_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
 
 static int vk_matmul_check(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
-    size_t xb = vk_rows_bytes(a->n_tok, a->stride_x, a->k, F32);
-    size_t ob = vk_rows_bytes(a->n_tok, a->stride_out, a->n_out, F32);
-    bool i8 = a->wdtype == DRAY_I8;
-    if (a->wdtype != DRAY_I8 && a->wdtype != DRAY_F32)
-        return dray_vk_fail(ctx, DRAY_ENOTSUP, "matmul: weight dtype %u is not I8 or F32",
-                            a->wdtype);
-    if (i8 && !ctx->has_i8)
+    struct dray_util_needs nd;
+    int rc = dray_vk_check_args(ctx, dray_util_check_matmul(a, &nd, ctx->err, sizeof(ctx->err)), &nd);
+    if (rc)
+        return rc;
+    if (a->wdtype == DRAY_I8 && !ctx->has_i8)
         return dray_vk_fail(ctx, DRAY_ENOTSUP, "matmul: device lacks 8-bit storage");
-    if (a->k == 0 || a->k > 65536)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "matmul: k = %u (want 1..65536)", a->k);
-    if (a->stride_x < a->k || a->stride_out < a->n_out)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "matmul: stride_x %u < k or stride_out %u < n_out",
-                            a->stride_x, a->stride_out);
-    if (a->n_outlier > a->k)
-        return dray_vk_fail(ctx, DRAY_EINVAL, "matmul: n_outlier %u > k %u", a->n_outlier, a->k);
-    int rc = dray_vk_check_view(ctx, "matmul x", a->x, xb, F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "matmul w", a->w, (size_t)a->n_out * a->k * (i8 ? 1 : F32),
-                                i8 ? 1 : F32);
-    if (!rc && i8)
-        rc = dray_vk_check_view(ctx, "matmul wscale", a->wscale, (size_t)a->n_out * F32, F32);
-    if (!rc)
-        rc = dray_vk_check_view(ctx, "matmul out", a->out, ob, F32);
-    if (!rc && i8 && a->n_outlier) {
-        rc = dray_vk_check_view(ctx, "matmul outlier_idx", a->outlier_idx,
-                                (size_t)a->n_outlier * 4, 4);
-        if (!rc)
-            rc = dray_vk_check_view(ctx, "matmul outlier_w", a->outlier_w,
-                                    (size_t)a->n_out * a->n_outlier * F32, F32);
-    }
-    if (!rc && dray_vk_overlap(a->out, ob, a->x, xb))
-        rc = dray_vk_fail(ctx, DRAY_EINVAL, "matmul: out overlaps x");
-    return rc;
+    if (a->k == 0) /* the shaders need one column */
+        return dray_vk_fail(ctx, DRAY_EINVAL, "matmul: k = 0 (want 1..65536)");
+    return 0;
 }
 
 /* Quantize tokens [t, t+c) into scratch, then the int8 matmul over row windows. */

@@ -181,8 +181,18 @@ static int vk_synchronize(struct dray_ctx *ctx)
     return vk_leave(ctx, dray_vk_flush(ctx));
 }
 
+/* Version 2: the props' dtypes, and the shader limits: head_dim (attention),
+ * n_rot (the rope table), heads per grid dimension. */
+static int vk_op_caps(uint32_t index, struct dray_op_caps *caps)
+{
+    static const struct dray_util_limits lim = {
+        .max_head_dim = 512, .max_n_rot = 2 * VK_ROPE_MAX_PAIRS, .max_k = 65536,
+        .max_heads = VK_MAX_GROUPS};
+    return dray_util_op_caps(index, caps, dray_vk_device_props, &lim);
+}
+
 static const struct dray_ops vk_ops = {
-    .version = 1,
+    .version = 2,
     .name = "vulkan",
     .describe = "Vulkan compute (GLSL kernels compiled to SPIR-V at build time, "
                 "int8 storage and packed int8 dot products where the device has them)",
@@ -206,24 +216,15 @@ static const struct dray_ops vk_ops = {
     .attention = vk_op_attention,
     .gated_act = vk_op_gated_act,
     .add = vk_op_add,
-    .host_ptr = NULL, /* device memory is not exposed to the host */
+    .op_caps = vk_op_caps,
 };
 
+/* Answers with vk_ops.version, the ABI this plugin implements. */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    if (!version || !ops) {
-        if (err && errlen)
-            snprintf(err, errlen, "vulkan: NULL version or ops pointer");
-        return DRAY_EINVAL;
-    }
-    if (*version < 1) {
-        if (err && errlen)
-            snprintf(err, errlen, "vulkan: host offers ABI %u, plugin needs at least 1", *version);
-        return DRAY_EINCOMPAT;
-    }
-    *version = 1;
-    vk_host = host;
-    *ops = &vk_ops;
-    return 0;
+    int rc = dray_util_negotiate(version, &vk_ops, ops, err, errlen);
+    if (rc == 0)
+        vk_host = host;
+    return rc;
 }

@@ -34,10 +34,11 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 
-#define DRAY_ABI_VERSION     1u /* newest ABI this header describes */
+#define DRAY_ABI_VERSION     2u /* newest ABI this header describes */
 #define DRAY_ABI_VERSION_MIN 1u /* oldest ABI a host built from this header accepts */
 
-/* True when a table of version v_have carries member m and the plugin set it. */
+/* True when table tab, of its own version, carries member m (added in version
+ * v) and the plugin set it. The host calls op_caps only after DRAY_HAS. */
 #define DRAY_HAS(tab, member, v) ((tab)->version >= (v) && (tab)->member != NULL)
 
 #if defined(__GNUC__)
@@ -101,8 +102,12 @@ enum dray_op {
     DRAY_OP_ATTENTION,   /* cap dtype: the cache dtype (I8, F16) */
     DRAY_OP_GATED_ACT,   /* cap dtype: F32 */
     DRAY_OP_ADD,         /* cap dtype: F32 */
+    /* ops added after version 1 go here; their dtypes are in dray_op_caps only */
     DRAY_OP_COUNT
 };
+/* The ops of version 1: the length of dray_device_props.op_dtypes, frozen so
+ * that adding an op never changes that struct's layout. */
+#define DRAY_OP_COUNT_V1 8
 
 enum dray_dev_flags {
     DRAY_DEV_INT8_DOT = 1u << 0,  /* hardware int8 dot products (dp4a, VNNI, MMA, ...) */
@@ -119,7 +124,26 @@ struct dray_device_props {
     uint64_t max_alloc;    /* largest single buffer, bytes */
     uint32_t compute_units;
     uint32_t flags;        /* enum dray_dev_flags */
-    uint32_t op_dtypes[DRAY_OP_COUNT]; /* DRAY_DTYPE_BIT mask per op, see enum dray_op */
+    uint32_t op_dtypes[DRAY_OP_COUNT_V1]; /* DRAY_DTYPE_BIT mask per version-1 op */
+};
+
+/* Version 2: what each op accepts, as a struct that grows by size. The host
+ * zeroes it and sets size = sizeof of its struct; the plugin writes only the
+ * members that lie below that size (dray_util_caps_answer in backend_util.h), so
+ * a member the plugin does not know stays 0, which means "no limit declared".
+ * A limit is the largest value an op accepts; beyond it the op returns
+ * DRAY_ENOTSUP, and the host checks the model against the limits at open
+ * instead of failing mid-generation. */
+struct dray_op_caps {
+    uint32_t size;          /* in: sizeof(struct dray_op_caps) of the caller */
+    uint32_t max_head_dim;  /* attention, kv_store, rope: largest head_dim; 0 = none */
+    uint32_t max_n_rot;     /* rope: largest n_rot (always even, <= head_dim); 0 = none */
+    uint32_t rope_partial;  /* rope: 1 if n_rot < head_dim is supported, 0 if n_rot must
+                             * equal head_dim */
+    uint32_t max_k;         /* matmul: largest k (<= 65536 by the contract); 0 = 65536 */
+    uint32_t max_heads;     /* attention: largest n_head; rmsnorm: largest n_head; 0 = none */
+    uint32_t n_ops;         /* out: entries of op_dtypes the plugin filled (its DRAY_OP_COUNT) */
+    uint32_t op_dtypes[DRAY_OP_COUNT]; /* DRAY_DTYPE_BIT mask per op, every op */
 };
 
 /* Options for opening a device. size lets the struct grow: a plugin reads only
@@ -325,9 +349,16 @@ struct dray_ops {
     int (*gated_act)(struct dray_ctx *ctx, const struct dray_gated_act_args *a);
     int (*add)(struct dray_ctx *ctx, const struct dray_add_args *a);
 
-    /* (optional) Host pointer of a buffer when DRAY_DEV_UNIFIED, else NULL. */
-    void *(*host_ptr)(struct dray_ctx *ctx, struct dray_buf *buf);
+    /* Version 1 had host_ptr here (the host address of a buffer on a unified
+     * device). No host ever called it; since version 2 the slot is reserved:
+     * set it NULL. It stays so that the members after it keep their offsets. */
+    void *(*reserved_v1)(struct dray_ctx *ctx, struct dray_buf *buf);
     /* members above: version 1. Append only; never reorder. */
+
+    /* Per-op dtypes and limits of device index, without opening it (see struct
+     * dray_op_caps). Mandatory in version 2. */
+    int (*op_caps)(uint32_t index, struct dray_op_caps *caps);
+    /* members above: version 2. */
 };
 
 /*

@@ -99,6 +99,9 @@ int dray_config_load(const char *path, struct dray_config *cfg, char *err, size_
 int dray_config_set(struct dray_config *cfg, const char *key, const char *value, char *err, size_t errlen);
 /* Print every key and its value as YAML (for `dray config`). */
 void dray_config_print(const struct dray_config *cfg, void *file /* FILE* */);
+/* Print the table of keys (key, section, type, default, meaning) as Markdown:
+ * docs/config.md's table is this output (`dray config --markdown`). */
+void dray_config_print_markdown(void *file /* FILE* */);
 
 /* ------------------------------------------------------------------ engine */
 
@@ -118,6 +121,8 @@ struct dray_engine_info {
     uint32_t max_seqs;
     const char *precision, *kv_dtype;  /* "int8"/"f32", "int8"/"f16" */
     double load_s;                     /* time to open, check and prepare everything */
+    const char *calibration;           /* int8 outlier channels: "none", "computed" (and
+                                        * stored in the calibration cache), "cached" */
 };
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen);

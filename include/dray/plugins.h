@@ -51,6 +51,12 @@ const struct dray_skipped *dray_registry_skipped_at(const struct dray_registry *
 const struct dray_plugin *dray_registry_find(struct dray_registry *reg, const char *name_or_path,
                                              char *err, size_t errlen);
 
+/* Device index's per-op dtypes and limits, from either ABI version: op_caps
+ * (version 2), or built from device_props (version 1: the eight version-1 ops,
+ * no limits declared). err says why when the plugin fails to answer. */
+int dray_plugin_caps(const struct dray_plugin *p, uint32_t index, struct dray_op_caps *caps,
+                     char *err, size_t errlen);
+
 /* An opened device. */
 struct dray_device {
     const struct dray_plugin *plugin;
@@ -58,6 +64,7 @@ struct dray_device {
     struct dray_ctx *ctx;
     uint32_t index;
     struct dray_device_props props;
+    struct dray_op_caps caps; /* per-op dtypes and limits (dray_plugin_caps) */
 };
 
 /* device: "" or NULL = first device, digits = index, else a case-insensitive
@@ -65,8 +72,11 @@ struct dray_device {
 int dray_device_open(struct dray_registry *reg, const char *plugin, const char *device,
                      const struct dray_open_options *opt, struct dray_device *out, char *err,
                      size_t errlen);
-/* From config: backend, device, threads, reference_kernels; on failure tries
- * cfg->fallback (logging why), else fails with both reasons. */
+/* From config: backend, device, threads, reference_kernels. A device that
+ * cannot be opened, or that does not declare the dtypes the configuration
+ * needs (kv_dtype for kv_store and attention, precision for matmul and embed),
+ * counts as failed: then cfg->fallback is tried (logging why), else it fails
+ * with both reasons. */
 int dray_device_open_config(struct dray_registry *reg, const struct dray_config *cfg,
                             struct dray_device *out, char *err, size_t errlen);
 void dray_device_close(struct dray_device *dev);

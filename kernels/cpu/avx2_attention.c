@@ -68,7 +68,7 @@ static void load_tile(const struct dray_cpu_kv *p, const int32_t *bt, int is_v, 
             for (; i + 8 <= hd; i += 8)
                 _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
             for (; i < hd; i++)
-                dst[i] = dray_cpu_f16_to_f32(h[i]);
+                dst[i] = dray_util_f16_to_f32(h[i]);
         }
     }
     if (n < TILE)

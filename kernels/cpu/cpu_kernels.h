@@ -15,12 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---------------------------------------------------------------- f16 */
-
-/* IEEE binary16 <-> binary32, round to nearest even, exact for every input
- * (NaN stays NaN, overflow gives inf, subnormals kept). */
-float dray_cpu_f16_to_f32(uint16_t h);
-uint16_t dray_cpu_f32_to_f16(float f);
+/* f16 <-> f32 (round to nearest even, bit-exact, portable C so the reference
+ * and any CPU give the same bits): dray_util_f16_to_f32 / dray_util_f32_to_f16
+ * from the plugin helper every plugin shares. */
+#include "dray/backend_util.h"
 
 /* ---------------------------------------------------------------- embed */
 
@@ -69,6 +67,11 @@ struct dray_cpu_matmul {
      * the epilogue reads them contiguously; NULL when n_outlier is 0. */
     float *xo;
     uint32_t xo_stride;
+    /* AMX only (NULL otherwise): the biased activations of the first
+     * n_tok & ~15 tokens again, packed for the tile B operand: 16-token groups
+     * of q_stride / 64 blocks of 1 KiB, block c of group g holding, at row r
+     * and bytes 4t..4t+3, bytes 64c+4r .. 64c+4r+3 of token 16g+t. */
+    int8_t *qt;
 };
 /* Step 1 (I8 only): quantize tokens [t0, t1) of x into a->q / a->sx. */
 void dray_cpu_ref_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
@@ -80,6 +83,19 @@ void dray_cpu_avx2_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t
  * quantize, then every byte xor 0x80), which only its matmul reads. */
 void dray_cpu_avxvnni_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_avxvnni_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+/* AVX-512 VNNI pair (avx512vnni_matmul.c): the same biased q as AVX-VNNI, and
+ * results bit-identical to the AVX2 kernels. */
+void dray_cpu_avx512vnni_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
+void dray_cpu_avx512vnni_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+/* 128 * sum of w[0 .. k) for n rows k bytes apart into corr[n] (the bias
+ * correction of the u8 x s8 products). */
+void dray_cpu_avx512vnni_row_corr(const int8_t *w, uint32_t k, uint32_t n, int32_t *corr);
+/* AMX-INT8 pair (amx_matmul.c): the AVX-512 VNNI quantize plus the packed
+ * copy in a->qt; tdpbsud on 16-row x 16-token tiles where k is a multiple of 64
+ * and qt is set, the AVX-512 VNNI kernel for the rest. The calling thread must
+ * be allowed the tile state (dray_cpu_have_amx() asked the kernel). */
+void dray_cpu_amx_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
+void dray_cpu_amx_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* The shared last step of one I8 output: scale, outliers, accumulate. */
 static inline float dray_cpu_mm_finish(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o,
                                        int32_t isum)
@@ -107,8 +123,9 @@ static inline float dray_cpu_mm_finish(const struct dray_cpu_matmul *a, uint32_t
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-/* The AVX2 and AVX-VNNI kernels' epilogue (one function, so their results stay
- * identical): the outlier channels' f32 dot product runs 8 lanes at a time over
+/* The AVX2, AVX-VNNI, AVX-512 VNNI and AMX kernels' epilogue (one function, and
+ * the AMX kernel's 16-row vector copy of it, so their results stay identical;
+ * these files are built with -ffp-contract=off, so no fma is fused in unseen): the outlier channels' f32 dot product runs 8 lanes at a time over
  * the row the quantize step gathered (a->xo), instead of a scalar chain with a
  * scattered load per channel, which dominated prefill with 32 outlier channels. */
 static inline float dray_avx2_mm_finish(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o,

@@ -36,7 +36,7 @@ static void load_row(const struct dray_cpu_kv *p, int is_v, size_t slot, uint32_
     } else {
         const uint16_t *q = (const uint16_t *)base + row * p->head_dim;
         for (uint32_t i = 0; i < p->head_dim; i++)
-            dst[i] = dray_cpu_f16_to_f32(q[i]);
+            dst[i] = dray_util_f16_to_f32(q[i]);
     }
 }
 

@@ -27,7 +27,7 @@ static void store_one(const struct dray_cpu_kv *p, void *dst, float *scale_dst, 
     } else {
         uint16_t *d = (uint16_t *)dst + row * p->head_dim;
         for (uint32_t i = 0; i < p->head_dim; i++)
-            d[i] = dray_cpu_f32_to_f16(src[i]);
+            d[i] = dray_util_f32_to_f16(src[i]);
     }
 }
 

@@ -372,7 +372,7 @@ static int add_pool(struct conf_rng *r, struct conf_case *c, struct dray_kv_pool
         for (size_t i = 0; i < cells; i++) {
             ((uint16_t *)k)[i] = rand_f16(r);
             ((uint16_t *)v)[i] = rand_f16(r);
-            double d = fabs(conf_f16_to_f32(((uint16_t *)v)[i]));
+            double d = fabs(dray_util_f16_to_f32(((uint16_t *)v)[i]));
             *max_v = d > *max_v ? d : *max_v;
         }
     }
@@ -682,28 +682,6 @@ int conf_make_add(struct conf_rng *r, struct conf_case *c, int bench)
 
 /* ------------------------------------------------------------ comparison */
 
-float conf_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | man << 13; /* inf, nan */
-    } else if (exp) {
-        bits = sign | (exp + 112) << 23 | man << 13;
-    } else if (man) { /* subnormal: normalise */
-        int e = -1;
-        do {
-            e++;
-            man <<= 1;
-        } while (!(man & 0x400));
-        bits = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
-    } else {
-        bits = sign;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 static void note(struct conf_metrics *m, double ref, double sub, int bad, size_t i)
 {
     double d = fabs(sub - ref);
@@ -808,7 +786,7 @@ int conf_check_kv_f16(const struct conf_case *c, const struct conf_tol *tol, str
             if (bad && !m->n_bad)
                 snprintf(why, whylen, "%s element %zu: reference 0x%04x, got 0x%04x", kv ? "v" : "k",
                          i, r[i], s[i]);
-            note(m, conf_f16_to_f32(r[i]), conf_f16_to_f32(s[i]), bad, i);
+            note(m, dray_util_f16_to_f32(r[i]), dray_util_f16_to_f32(s[i]), bad, i);
         }
     }
     return m->n_bad ? 1 : 0;

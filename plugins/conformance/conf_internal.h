@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h" /* f16 */
 
 /* ------------------------------------------------------------ random numbers */
 
@@ -70,7 +71,6 @@ struct conf_metrics {
  * unless both are NaN. */
 void conf_compare_f32(const float *ref, const float *sub, size_t n, const float *elem_tol,
                       double elem_scale, double abs_tol, double rel_tol, struct conf_metrics *m);
-float conf_f16_to_f32(uint16_t h);
 
 /* ------------------------------------------------------------ variants */
 
@@ -125,6 +125,7 @@ struct conf_device {
     struct dray_ctx *ctx;
     uint32_t index;
     struct dray_device_props props;
+    struct dray_op_caps caps; /* per-op dtypes, from either ABI version */
 };
 
 /* name ("cpu": libdray-cpu.so searched in extra_path, $DRAY_PLUGIN_PATH, then

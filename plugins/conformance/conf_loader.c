@@ -5,7 +5,6 @@
  * registry adds the skipped list, fallbacks and device probing on top). */
 #include <ctype.h>
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,16 +33,8 @@ const char *conf_status_name(int rc)
     return "unknown error";
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
+/* every refusal: the reason into err, the code back (dray/backend_util.h) */
+#define fail dray_util_fail
 
 /* ------------------------------------------------------------ host services */
 
@@ -120,7 +111,8 @@ static int find_file(const char *name, const char *extra, char *path, size_t len
 
 /* ------------------------------------------------------------ negotiation */
 
-/* Every member the kit calls; an ABI-1 table must set them all. */
+/* Every member the kit calls; a table must set those of its version. A member
+ * newer than the table's version is never read (an old table ends before it). */
 static const char *missing_member(const struct dray_ops *o)
 {
     const struct {
@@ -134,6 +126,7 @@ static const char *missing_member(const struct dray_ops *o)
         {"embed", !!o->embed}, {"rmsnorm", !!o->rmsnorm}, {"matmul", !!o->matmul},
         {"rope", !!o->rope}, {"kv_store", !!o->kv_store}, {"attention", !!o->attention},
         {"gated_act", !!o->gated_act}, {"add", !!o->add},
+        {"op_caps", o->version < 2 || o->op_caps},
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
         if (!m[i].set)
@@ -238,6 +231,23 @@ static int pick_device(const struct conf_plugin *p, const char *device, uint32_t
                 p->ops->name, device);
 }
 
+/* Per-op dtypes: op_caps for a version-2 plugin, else the version-1 props. */
+static int read_caps(const struct conf_plugin *p, uint32_t index,
+                     const struct dray_device_props *props, struct dray_op_caps *caps)
+{
+    dray_util_caps_from_props(caps, props);
+    caps->n_ops = DRAY_OP_COUNT_V1;
+    if (!DRAY_HAS(p->ops, op_caps, 2))
+        return 0;
+    memset(caps, 0, sizeof(*caps));
+    caps->size = (uint32_t)sizeof(*caps);
+    int rc = p->ops->op_caps(index, caps);
+    caps->size = (uint32_t)sizeof(*caps);
+    if (caps->n_ops > DRAY_OP_COUNT)
+        caps->n_ops = DRAY_OP_COUNT;
+    return rc;
+}
+
 int conf_device_open(const struct conf_plugin *p, const char *device,
                      const struct dray_open_options *opt, struct conf_device *d, char *err,
                      size_t errlen)
@@ -247,6 +257,9 @@ int conf_device_open(const struct conf_plugin *p, const char *device,
     if (rc)
         return rc;
     d->props.name[sizeof(d->props.name) - 1] = '\0';
+    if ((rc = read_caps(p, d->index, &d->props, &d->caps)))
+        return fail(err, errlen, rc, "plugin '%s': device %u: cannot read capabilities: %s",
+                    p->ops->name, d->index, conf_status_name(rc));
     char perr[256] = "";
     rc = p->ops->open(d->index, opt, &d->ctx, perr, sizeof(perr));
     perr[sizeof(perr) - 1] = '\0';

@@ -351,10 +351,10 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         uint32_t bit = DRAY_DTYPE_BIT(v->dtype);
         const char *verdict;
         int fail = 0;
-        if (!(refd->props.op_dtypes[v->id] & bit)) {
+        if (!(refd->caps.op_dtypes[v->id] & bit)) {
             verdict = "no reference";
             fail = 1;
-        } else if (!(subd->props.op_dtypes[v->id] & bit)) {
+        } else if (v->id >= subd->caps.n_ops || !(subd->caps.op_dtypes[v->id] & bit)) {
             verdict = v->mandatory ? "FAIL unsupported" : "not supported";
             fail = v->mandatory;
         } else {

@@ -5,7 +5,8 @@
  * host memory and whose kernels are plain scalar C. It exists to be read and
  * copied: replace the bodies in template_ops.c / template_kv.c with launches of
  * your kernels and the buffer code in template_plugin.c with your allocator, and
- * keep the checks. Only backend.h is included: a plugin never links against dray. */
+ * keep the checks. Only dray's installed headers are included (backend.h and the
+ * header-only helper backend_util.h): a plugin never links against dray. */
 #ifndef DRAY_TEMPLATE_H
 #define DRAY_TEMPLATE_H
 
@@ -13,8 +14,12 @@
 #include <stdint.h>
 
 #include <dray/backend.h>
+#include <dray/backend_util.h>
 
+/* The plugin's name; dray's tests build the template under other names. */
+#ifndef TPL_NAME
 #define TPL_NAME "template"
+#endif
 
 /* A buffer. On a real device `data` would be a device address or a runtime
  * handle; here it is host memory from posix_memalign (64-byte aligned, as
@@ -41,7 +46,7 @@ struct dray_ctx {
 extern const struct dray_host *dray_tpl_host;
 
 /* Allocation of the plugin's own host memory (contexts, scratch) through the
- * host, so it counts against dray's budget; NULL on failure. */
+ * host's services, so a host that accounts for memory sees it; NULL on failure. */
 void *dray_tpl_alloc(size_t nbytes);
 void dray_tpl_free(void *p);
 
@@ -50,18 +55,22 @@ void dray_tpl_begin(struct dray_ctx *ctx);
 /* Record why a call failed (for last_error) and return rc, a negative DRAY_E*. */
 int dray_tpl_fail(struct dray_ctx *ctx, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Bytes spanned by `rows` rows of `used` elements, `stride` elements apart, of
- * `elem` bytes each: ((rows-1)*stride + used) * elem, 0 when rows or used is 0.
- * Returns DRAY_ERANGE (and says so in ctx) when that does not fit in size_t. */
-int dray_tpl_span(struct dray_ctx *ctx, const char *what, uint64_t rows, uint64_t stride,
-             uint64_t used, size_t elem, size_t *bytes);
+/* Size of a buffer for dray_util_check_views (dray/backend_util.h); *live = 0
+ * for a handle that is not a live buffer of this plugin. */
+size_t dray_tpl_buf_size(const struct dray_buf *buf, int *live);
+
+/* Host address of a view (after its checks passed); NULL for an empty view. */
+static inline void *dray_tpl_at(struct dray_view v)
+{
+    return v.buf ? v.buf->data + v.offset : NULL;
+}
 
 /* Check that view v names a live buffer of this plugin, that its offset is a
- * multiple of align, and that nbytes from offset lie inside the buffer. On
- * success *p points at the first byte. nbytes = 0 needs no buffer (*p = NULL).
- * `what` names the argument in the error ("matmul x"). */
+ * multiple of align, and that nbytes from offset lie inside the buffer (the
+ * memory calls use it; ops use CHECK_ARGS below). On success *p points at the
+ * first byte. nbytes = 0 needs no buffer (*p = NULL). */
 int dray_tpl_view(struct dray_ctx *ctx, const char *what, struct dray_view v, size_t nbytes,
-             size_t align, void **p);
+                  size_t align, void **p);
 
 /* Run a check; return its code from the calling op when it fails. */
 #define TRY(expr)         \
@@ -71,12 +80,14 @@ int dray_tpl_view(struct dray_ctx *ctx, const char *what, struct dray_view v, si
             return rc_;   \
     } while (0)
 
-/* Check view v for nbytes (see dray_tpl_view) and set ptr to its first byte. */
-#define VIEW(ctx, what, v, nbytes, align, ptr)                     \
-    do {                                                           \
-        void *p_;                                                  \
-        TRY(dray_tpl_view((ctx), (what), (v), (nbytes), (align), &p_)); \
-        (ptr) = p_;                                                \
+/* An op's argument checks, all from the shared helper: validator (one of
+ * dray_util_check_<op>) applies the rules of the op's contract in backend.h and
+ * lists the views the op touches; each view is then checked against this
+ * plugin's buffers. The reason goes to last_error(). */
+#define CHECK_ARGS(ctx, validator, a, nd)                                               \
+    do {                                                                                \
+        TRY(validator((a), (nd), (ctx)->err, sizeof((ctx)->err)));                      \
+        TRY(dray_util_check_views((nd), dray_tpl_buf_size, (ctx)->err, sizeof((ctx)->err))); \
     } while (0)
 
 /* First lines of every op: a context and an argument struct are required, and
@@ -89,13 +100,6 @@ int dray_tpl_view(struct dray_ctx *ctx, const char *what, struct dray_view v, si
         if (!(a))                                                              \
             return dray_tpl_fail((ctx), DRAY_EINVAL, name ": no arguments given"); \
     } while (0)
-
-/* True when byte ranges [a, a+na) and [b, b+nb) of two views share memory. */
-int dray_tpl_overlap(struct dray_view a, size_t na, struct dray_view b, size_t nb);
-
-/* IEEE binary16 <-> binary32, round to nearest even (template_check.c). */
-uint16_t dray_tpl_f32_to_f16(float f);
-float dray_tpl_f16_to_f32(uint16_t h);
 
 /* Operators (template_ops.c, template_kv.c); contracts are in backend.h. */
 int dray_tpl_embed(struct dray_ctx *ctx, const struct dray_embed_args *a);

@@ -17,30 +17,14 @@ struct pool_ptrs {
     size_t n_blocks;
 };
 
-/* Check the pool's shape and that its four arrays fit their buffers. */
-static int pool_check(struct dray_ctx *ctx, const char *op, const struct dray_kv_pool *p,
-                      struct pool_ptrs *pp)
+/* Pointers of a pool whose shape and views the shared helper checked. */
+static void pool_ptrs_of(const struct dray_kv_pool *p, struct pool_ptrs *pp)
 {
-    memset(pp, 0, sizeof(*pp));
-    if (!p)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "%s: no KV pool given", op);
-    if (p->dtype != DRAY_I8 && p->dtype != DRAY_F16)
-        return dray_tpl_fail(ctx, DRAY_ENOTSUP, "%s: KV dtype %u is not I8 or F16", op, p->dtype);
-    if (!p->n_kv_head || !p->head_dim || !p->block_size || p->n_slots % p->block_size)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "%s: pool n_kv_head %u, head_dim %u, block_size %u must "
-                        "be > 0 and n_slots %u a multiple of block_size", op, p->n_kv_head,
-                        p->head_dim, p->block_size, p->n_slots);
-    int i8 = p->dtype == DRAY_I8;
-    uint64_t rows = (uint64_t)p->n_slots * p->n_kv_head; /* one scale per row */
-    size_t ncell, nscale;
-    TRY(dray_tpl_span(ctx, "KV pool k/v", rows, p->head_dim, p->head_dim, i8 ? 1 : 2, &ncell));
-    TRY(dray_tpl_span(ctx, "KV pool scales", 1, 0, i8 ? rows : 0, 4, &nscale));
-    VIEW(ctx, "KV pool k", p->k, ncell, i8 ? 1 : 2, pp->k);
-    VIEW(ctx, "KV pool v", p->v, ncell, i8 ? 1 : 2, pp->v);
-    VIEW(ctx, "KV pool k_scale", p->k_scale, nscale, 4, pp->k_scale);
-    VIEW(ctx, "KV pool v_scale", p->v_scale, nscale, 4, pp->v_scale);
+    pp->k = dray_tpl_at(p->k);
+    pp->v = dray_tpl_at(p->v);
+    pp->k_scale = dray_tpl_at(p->k_scale);
+    pp->v_scale = dray_tpl_at(p->v_scale);
     pp->n_blocks = p->n_slots / p->block_size;
-    return 0;
 }
 
 /* ------------------------------------------------------------ kv_store */
@@ -69,7 +53,7 @@ static void store_head(const struct dray_kv_pool *p, void *base, float *scales, 
     } else {
         uint16_t *d = (uint16_t *)base + row * p->head_dim;
         for (uint32_t i = 0; i < p->head_dim; i++)
-            d[i] = dray_tpl_f32_to_f16(x[i]);
+            d[i] = dray_util_f32_to_f16(x[i]);
     }
 }
 
@@ -80,26 +64,14 @@ static void store_head(const struct dray_kv_pool *p, void *base, float *scales, 
 int dray_tpl_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a)
 {
     OP_BEGIN(ctx, a, "kv_store");
+    struct dray_util_needs nd;
     struct pool_ptrs pp;
-    TRY(pool_check(ctx, "kv_store", a->pool, &pp));
+    CHECK_ARGS(ctx, dray_util_check_kv_store, a, &nd);
+    pool_ptrs_of(a->pool, &pp);
     const struct dray_kv_pool *p = a->pool;
-    uint64_t row = (uint64_t)p->n_kv_head * p->head_dim;
-    if (a->stride_k < row || a->stride_v < row)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "kv_store: strides %u/%u are below n_kv_head*head_dim = "
-                        "%llu", a->stride_k, a->stride_v, (unsigned long long)row);
-    size_t nk, nv, ns;
-    const float *k, *v;
-    const int32_t *slots;
-    TRY(dray_tpl_span(ctx, "kv_store k", a->n_tok, a->stride_k, row, 4, &nk));
-    TRY(dray_tpl_span(ctx, "kv_store v", a->n_tok, a->stride_v, row, 4, &nv));
-    TRY(dray_tpl_span(ctx, "kv_store slots", 1, 0, a->n_tok, 4, &ns));
-    VIEW(ctx, "kv_store k", a->k, nk, 4, k);
-    VIEW(ctx, "kv_store v", a->v, nv, 4, v);
-    VIEW(ctx, "kv_store slots", a->slots, ns, 4, slots);
-    for (uint32_t t = 0; t < a->n_tok; t++)
-        if (slots[t] >= 0 && (uint32_t)slots[t] >= p->n_slots)
-            return dray_tpl_fail(ctx, DRAY_EINVAL, "kv_store: slots[%u] = %d but the pool has %u slots",
-                            t, slots[t], p->n_slots);
+    const float *k = dray_tpl_at(a->k), *v = dray_tpl_at(a->v);
+    const int32_t *slots = dray_tpl_at(a->slots);
+    TRY(dray_util_check_slots(slots, a->n_tok, p->n_slots, ctx->err, sizeof(ctx->err)));
 
     for (uint32_t t = 0; t < a->n_tok; t++) {
         if (slots[t] < 0) /* padding: not stored */
@@ -135,11 +107,7 @@ static int seq_check(struct dray_ctx *ctx, const struct dray_attention_args *a,
                      struct dray_view btv, const int32_t *bt_base, struct seq *out)
 {
     const struct dray_kv_pool *p = a->pool;
-    if (e[0] < 0 || e[1] < 0 || e[2] < 0 || e[3] < 0 || (uint64_t)e[0] + (uint32_t)e[1] > a->n_tok ||
-        e[1] > e[2] || (uint32_t)e[2] > a->max_kv_len)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "attention: seqs[%u] = {q_start %d, n_q %d, kv_len %d, "
-                        "bt_start %d}: need q_start+n_q <= n_tok %u and n_q <= kv_len <= max_kv_len %u",
-                        s, e[0], e[1], e[2], e[3], a->n_tok, a->max_kv_len);
+    TRY(dray_util_check_seq(a, e, s, ctx->err, sizeof(ctx->err)));
     out->q_start = (uint32_t)e[0];
     out->n_q = (uint32_t)e[1];
     out->kv_len = (uint32_t)e[2];
@@ -174,7 +142,7 @@ static void load_head(const struct dray_kv_pool *p, const struct pool_ptrs *pp, 
     } else {
         const uint16_t *h = (const uint16_t *)(is_v ? pp->v : pp->k) + row * p->head_dim;
         for (uint32_t i = 0; i < p->head_dim; i++)
-            dst[i] = dray_tpl_f16_to_f32(h[i]);
+            dst[i] = dray_util_f16_to_f32(h[i]);
     }
 }
 
@@ -231,27 +199,15 @@ static int attention_check(struct dray_ctx *ctx, const struct dray_attention_arg
                            struct pool_ptrs *pp, const float **q, float **out,
                            const int32_t **seqs, const int32_t **bt)
 {
-    TRY(pool_check(ctx, "attention", a->pool, pp));
+    struct dray_util_needs nd;
+    CHECK_ARGS(ctx, dray_util_check_attention, a, &nd);
+    pool_ptrs_of(a->pool, pp);
     const struct dray_kv_pool *p = a->pool;
-    if (!a->n_head || a->n_head % p->n_kv_head)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "attention: n_head %u is not a positive multiple of "
-                        "n_kv_head %u", a->n_head, p->n_kv_head);
-    uint64_t row = (uint64_t)a->n_head * p->head_dim;
-    if (a->stride_q < row || a->stride_out < row)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "attention: strides %u/%u are below n_head*head_dim = "
-                        "%llu", a->stride_q, a->stride_out, (unsigned long long)row);
-    size_t nq, no, ns;
-    TRY(dray_tpl_span(ctx, "attention q", a->n_tok, a->stride_q, row, 4, &nq));
-    TRY(dray_tpl_span(ctx, "attention out", a->n_tok, a->stride_out, row, 4, &no));
-    TRY(dray_tpl_span(ctx, "attention seqs", 1, 0, (uint64_t)a->n_seq * 4, 4, &ns));
-    VIEW(ctx, "attention q", a->q, nq, 4, *q);
-    VIEW(ctx, "attention out", a->out, no, 4, *out);
-    VIEW(ctx, "attention seqs", a->seqs, ns, 4, *seqs);
-    if (dray_tpl_overlap(a->out, no, a->q, nq))
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "attention: out overlaps q");
-    /* at least one entry must exist if any sequence has a query; seq_check
-     * bounds each sequence's reads by the buffer's end */
-    VIEW(ctx, "attention block_table", a->block_table, a->n_seq ? 4 : 0, 4, *bt);
+    *q = dray_tpl_at(a->q);
+    *out = dray_tpl_at(a->out);
+    *seqs = dray_tpl_at(a->seqs);
+    /* seq_check bounds each sequence's block-table reads by the buffer's end */
+    *bt = dray_tpl_at(a->block_table);
     struct seq sq;
     for (uint32_t s = 0; s < a->n_seq; s++)
         TRY(seq_check(ctx, a, pp, *seqs + 4 * (size_t)s, s, a->block_table, *bt, &sq));

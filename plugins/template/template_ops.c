@@ -8,16 +8,6 @@
 
 #include "template.h"
 
-/* An output that may alias an input only exactly (same buffer, offset, stride):
- * then each element is read before it is written. Any other overlap is refused. */
-static int alias_ok(struct dray_view out, size_t nout, uint32_t sout, struct dray_view in,
-                    size_t nin, uint32_t sin)
-{
-    if (!dray_tpl_overlap(out, nout, in, nin))
-        return 1;
-    return out.offset == in.offset && sout == sin;
-}
-
 /* ------------------------------------------------------------ embed */
 
 /* out[t][i] = table[ids[t]][i] * row_scale[ids[t]] * scale.
@@ -27,25 +17,13 @@ static int alias_ok(struct dray_view out, size_t nout, uint32_t sout, struct dra
 int dray_tpl_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
 {
     OP_BEGIN(ctx, a, "embed");
-    if (a->dtype != DRAY_I8 && a->dtype != DRAY_F32)
-        return dray_tpl_fail(ctx, DRAY_ENOTSUP, "embed: table dtype %u is not I8 or F32", a->dtype);
-    size_t esz = a->dtype == DRAY_I8 ? 1 : 4, n_ids, n_table, n_scale, n_out;
-    const int32_t *ids;
-    const void *table;
-    const float *rs = NULL;
-    float *out;
-    TRY(dray_tpl_span(ctx, "embed ids", 1, 0, a->n_tok, 4, &n_ids));
-    TRY(dray_tpl_span(ctx, "embed table", a->n_rows, a->dim, a->dim, esz, &n_table));
-    TRY(dray_tpl_span(ctx, "embed row_scale", 1, 0, a->dtype == DRAY_I8 ? a->n_rows : 0, 4, &n_scale));
-    TRY(dray_tpl_span(ctx, "embed out", a->n_tok, a->dim, a->dim, 4, &n_out));
-    VIEW(ctx, "embed ids", a->ids, n_ids, 4, ids);
-    VIEW(ctx, "embed table", a->table, n_table, esz, table);
-    VIEW(ctx, "embed row_scale", a->row_scale, n_scale, 4, rs);
-    VIEW(ctx, "embed out", a->out, n_out, 4, out);
-    for (uint32_t t = 0; t < a->n_tok; t++)
-        if (ids[t] < 0 || (uint32_t)ids[t] >= a->n_rows)
-            return dray_tpl_fail(ctx, DRAY_EINVAL, "embed: ids[%u] = %d is outside the table's %u rows",
-                            t, ids[t], a->n_rows);
+    struct dray_util_needs nd;
+    CHECK_ARGS(ctx, dray_util_check_embed, a, &nd);
+    const int32_t *ids = dray_tpl_at(a->ids);
+    const void *table = dray_tpl_at(a->table);
+    const float *rs = dray_tpl_at(a->row_scale);
+    float *out = dray_tpl_at(a->out);
+    TRY(dray_util_check_ids(ids, a->n_tok, a->n_rows, ctx->err, sizeof(ctx->err)));
     if (a->dim == 0)
         return 0;
 
@@ -75,24 +53,10 @@ int dray_tpl_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
 int dray_tpl_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a)
 {
     OP_BEGIN(ctx, a, "rmsnorm");
-    uint64_t row = (uint64_t)a->n_head * a->n;
-    if (a->n_tok && (a->n == 0 || a->n_head == 0))
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "rmsnorm: n = %u and n_head = %u must be > 0", a->n,
-                        a->n_head);
-    if (a->stride_x < row || a->stride_out < row)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "rmsnorm: strides %u/%u are below n_head*n = %llu",
-                        a->stride_x, a->stride_out, (unsigned long long)row);
-    size_t nx, nw, no;
-    const float *x, *w;
-    float *out;
-    TRY(dray_tpl_span(ctx, "rmsnorm x", a->n_tok, a->stride_x, row, 4, &nx));
-    TRY(dray_tpl_span(ctx, "rmsnorm w", 1, 0, a->n_tok ? a->n : 0, 4, &nw));
-    TRY(dray_tpl_span(ctx, "rmsnorm out", a->n_tok, a->stride_out, row, 4, &no));
-    VIEW(ctx, "rmsnorm x", a->x, nx, 4, x);
-    VIEW(ctx, "rmsnorm w", a->w, nw, 4, w);
-    VIEW(ctx, "rmsnorm out", a->out, no, 4, out);
-    if (!alias_ok(a->out, no, a->stride_out, a->x, nx, a->stride_x))
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "rmsnorm: out overlaps x without being x");
+    struct dray_util_needs nd;
+    CHECK_ARGS(ctx, dray_util_check_rmsnorm, a, &nd);
+    const float *x = dray_tpl_at(a->x), *w = dray_tpl_at(a->w);
+    float *out = dray_tpl_at(a->out);
 
     for (uint32_t t = 0; t < a->n_tok; t++)
         for (uint32_t h = 0; h < a->n_head; h++) {
@@ -136,7 +100,7 @@ static float quantize_row(const float *x, uint32_t k, const int32_t *idx, uint32
     return sx;
 }
 
-/* Argument checks of matmul: sizes, strides, outlier list, and every view. */
+/* Argument checks of matmul (the shared helper), then the outlier list. */
 struct mm_views {
     const float *x, *wscale, *ow;
     const void *w;
@@ -146,35 +110,17 @@ struct mm_views {
 
 static int matmul_check(struct dray_ctx *ctx, const struct dray_matmul_args *a, struct mm_views *m)
 {
-    int i8 = a->wdtype == DRAY_I8;
-    uint32_t n_outlier = i8 ? a->n_outlier : 0; /* ignored for F32 weights */
-    size_t nx, nw, ns, no, ni, now;
-    if (a->k > 65536)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "matmul: k = %u exceeds 65536", a->k);
-    if (a->stride_x < a->k || a->stride_out < a->n_out)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "matmul: stride_x %u < k %u or stride_out %u < n_out %u",
-                        a->stride_x, a->k, a->stride_out, a->n_out);
-    if (n_outlier > a->k)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "matmul: %u outliers but k = %u", n_outlier, a->k);
-    TRY(dray_tpl_span(ctx, "matmul x", a->n_tok, a->stride_x, a->k, 4, &nx));
-    TRY(dray_tpl_span(ctx, "matmul w", a->n_out, a->k, a->k, i8 ? 1 : 4, &nw));
-    TRY(dray_tpl_span(ctx, "matmul wscale", 1, 0, i8 ? a->n_out : 0, 4, &ns));
-    TRY(dray_tpl_span(ctx, "matmul out", a->n_tok, a->stride_out, a->n_out, 4, &no));
-    TRY(dray_tpl_span(ctx, "matmul outlier_idx", 1, 0, n_outlier, 4, &ni));
-    TRY(dray_tpl_span(ctx, "matmul outlier_w", a->n_out, n_outlier, n_outlier, 4, &now));
-    VIEW(ctx, "matmul x", a->x, nx, 4, m->x);
-    VIEW(ctx, "matmul w", a->w, nw, i8 ? 1 : 4, m->w);
-    VIEW(ctx, "matmul wscale", a->wscale, ns, 4, m->wscale);
-    VIEW(ctx, "matmul out", a->out, no, 4, m->out);
-    VIEW(ctx, "matmul outlier_idx", a->outlier_idx, ni, 4, m->idx);
-    VIEW(ctx, "matmul outlier_w", a->outlier_w, now, 4, m->ow);
-    if (dray_tpl_overlap(a->out, no, a->x, nx))
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "matmul: out overlaps x");
-    for (uint32_t j = 0; j < n_outlier; j++)
-        if (m->idx[j] < 0 || (uint32_t)m->idx[j] >= a->k || (j && m->idx[j] <= m->idx[j - 1]))
-            return dray_tpl_fail(ctx, DRAY_EINVAL, "matmul: outlier_idx[%u] = %d: channels must be "
-                            "strictly increasing and below k = %u", j, m->idx[j], a->k);
-    return 0;
+    struct dray_util_needs nd;
+    CHECK_ARGS(ctx, dray_util_check_matmul, a, &nd);
+    m->x = dray_tpl_at(a->x);
+    m->w = dray_tpl_at(a->w);
+    m->wscale = dray_tpl_at(a->wscale);
+    m->out = dray_tpl_at(a->out);
+    m->idx = dray_tpl_at(a->outlier_idx);
+    m->ow = dray_tpl_at(a->outlier_w);
+    if (a->wdtype != DRAY_I8)
+        return 0; /* outliers are ignored for F32 weights */
+    return dray_util_check_outliers(m->idx, a->n_outlier, a->k, ctx->err, sizeof(ctx->err));
 }
 
 /* out[t][o] (+)= sum_k x[t][k] * W[o][k].
@@ -186,8 +132,6 @@ static int matmul_check(struct dray_ctx *ctx, const struct dray_matmul_args *a, 
 int dray_tpl_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
     OP_BEGIN(ctx, a, "matmul");
-    if (a->wdtype != DRAY_I8 && a->wdtype != DRAY_F32)
-        return dray_tpl_fail(ctx, DRAY_ENOTSUP, "matmul: weight dtype %u is not I8 or F32", a->wdtype);
     struct mm_views m;
     memset(&m, 0, sizeof(m));
     TRY(matmul_check(ctx, a, &m));
@@ -232,20 +176,10 @@ int dray_tpl_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 int dray_tpl_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
 {
     OP_BEGIN(ctx, a, "rope");
-    uint64_t row = (uint64_t)a->n_head * a->head_dim;
-    if (a->n_rot % 2 || a->n_rot > a->head_dim)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "rope: n_rot = %u must be even and <= head_dim = %u",
-                        a->n_rot, a->head_dim);
-    if (a->stride < row)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "rope: stride %u is below n_head*head_dim = %llu",
-                        a->stride, (unsigned long long)row);
-    size_t nx, np;
-    float *x;
-    const int32_t *pos;
-    TRY(dray_tpl_span(ctx, "rope x", a->n_tok, a->stride, row, 4, &nx));
-    TRY(dray_tpl_span(ctx, "rope pos", 1, 0, a->n_tok, 4, &np));
-    VIEW(ctx, "rope x", a->x, nx, 4, x);
-    VIEW(ctx, "rope pos", a->pos, np, 4, pos);
+    struct dray_util_needs nd;
+    CHECK_ARGS(ctx, dray_util_check_rope, a, &nd);
+    float *x = dray_tpl_at(a->x);
+    const int32_t *pos = dray_tpl_at(a->pos);
 
     uint32_t half = a->n_rot / 2;
     for (uint32_t t = 0; t < a->n_tok; t++)
@@ -276,23 +210,10 @@ static double act(uint32_t kind, double x)
 int dray_tpl_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a)
 {
     OP_BEGIN(ctx, a, "gated_act");
-    if (a->act != DRAY_ACT_GELU_TANH && a->act != DRAY_ACT_SILU)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "gated_act: unknown activation %u", a->act);
-    if (a->stride_gate < a->n || a->stride_up < a->n || a->stride_out < a->n)
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "gated_act: strides %u/%u/%u must be >= n = %u",
-                        a->stride_gate, a->stride_up, a->stride_out, a->n);
-    size_t ng, nu, no;
-    const float *g, *u;
-    float *out;
-    TRY(dray_tpl_span(ctx, "gated_act gate", a->n_tok, a->stride_gate, a->n, 4, &ng));
-    TRY(dray_tpl_span(ctx, "gated_act up", a->n_tok, a->stride_up, a->n, 4, &nu));
-    TRY(dray_tpl_span(ctx, "gated_act out", a->n_tok, a->stride_out, a->n, 4, &no));
-    VIEW(ctx, "gated_act gate", a->gate, ng, 4, g);
-    VIEW(ctx, "gated_act up", a->up, nu, 4, u);
-    VIEW(ctx, "gated_act out", a->out, no, 4, out);
-    if (!alias_ok(a->out, no, a->stride_out, a->gate, ng, a->stride_gate) ||
-        !alias_ok(a->out, no, a->stride_out, a->up, nu, a->stride_up))
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "gated_act: out overlaps gate or up without being it");
+    struct dray_util_needs nd;
+    CHECK_ARGS(ctx, dray_util_check_gated_act, a, &nd);
+    const float *g = dray_tpl_at(a->gate), *u = dray_tpl_at(a->up);
+    float *out = dray_tpl_at(a->out);
 
     for (uint32_t t = 0; t < a->n_tok; t++) {
         const float *gr = g + (size_t)t * a->stride_gate, *ur = u + (size_t)t * a->stride_up;
@@ -309,15 +230,10 @@ int dray_tpl_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a
 int dray_tpl_add(struct dray_ctx *ctx, const struct dray_add_args *a)
 {
     OP_BEGIN(ctx, a, "add");
-    size_t n;
-    const float *x, *y;
-    float *out;
-    TRY(dray_tpl_span(ctx, "add", 1, 0, a->n, 4, &n));
-    VIEW(ctx, "add a", a->a, n, 4, x);
-    VIEW(ctx, "add b", a->b, n, 4, y);
-    VIEW(ctx, "add out", a->out, n, 4, out);
-    if (!alias_ok(a->out, n, 0, a->a, n, 0) || !alias_ok(a->out, n, 0, a->b, n, 0))
-        return dray_tpl_fail(ctx, DRAY_EINVAL, "add: out overlaps a or b without being it");
+    struct dray_util_needs nd;
+    CHECK_ARGS(ctx, dray_util_check_add, a, &nd);
+    const float *x = dray_tpl_at(a->a), *y = dray_tpl_at(a->b);
+    float *out = dray_tpl_at(a->out);
     for (uint64_t i = 0; i < a->n; i++)
         out[i] = x[i] + y[i];
     return 0;

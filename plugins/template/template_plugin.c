@@ -12,9 +12,13 @@
 #include "template.h"
 
 /* The ABI version whose members this table fills. It is pinned, not
- * DRAY_ABI_VERSION: when backend.h grows a version 2, this plugin still fills
- * only the version-1 members until someone implements the new ones and bumps it. */
-#define TPL_ABI 1u
+ * DRAY_ABI_VERSION: when backend.h grows a version 3, this plugin still fills
+ * only the version-2 members until someone implements the new ones and bumps it.
+ * Building with -DTPL_ABI=1 gives a version-1 plugin (no op_caps), which dray's
+ * tests load to prove a version-2 host still takes version-1 plugins. */
+#ifndef TPL_ABI
+#define TPL_ABI 2u
+#endif
 
 /* ------------------------------------------------------------ devices */
 
@@ -50,7 +54,7 @@ static int tpl_device_props(uint32_t index, struct dray_device_props *props)
     props->mem_free = host_bytes(_SC_AVPHYS_PAGES); /* 0 = unknown is allowed too */
     props->max_alloc = props->mem_total;
     props->compute_units = 1; /* every op runs on the calling thread */
-    /* Unified: buffers are host memory (so host_ptr is implemented). No int8 dot
+    /* Unified: buffers are host memory. No int8 dot
      * product hardware and no fp16 arithmetic are used: plain C loops. */
     props->flags = DRAY_DEV_UNIFIED;
     props->op_dtypes[DRAY_OP_EMBED] = DRAY_DTYPE_BIT(DRAY_I8) | DRAY_DTYPE_BIT(DRAY_F32);
@@ -63,11 +67,6 @@ static int tpl_device_props(uint32_t index, struct dray_device_props *props)
     props->op_dtypes[DRAY_OP_ADD] = DRAY_DTYPE_BIT(DRAY_F32);
     return 0;
 }
-
-/* True when the caller's options struct is big enough to hold member m: an
- * older host passes a smaller struct, and the bytes past its size are not ours. */
-#define OPT_HAS(opt, m) \
-    ((opt) && (opt)->size >= offsetof(struct dray_open_options, m) + sizeof((opt)->m))
 
 /* Open device index. On failure *out is NULL and err says why. */
 static int tpl_open(uint32_t index, const struct dray_open_options *opt, struct dray_ctx **out,
@@ -93,7 +92,7 @@ static int tpl_open(uint32_t index, const struct dray_open_options *opt, struct 
     memset(ctx, 0, sizeof(*ctx));
     /* The template always runs plain C, so `reference` changes nothing here; a
      * plugin with fast and portable kernels picks the portable ones when it is 1. */
-    ctx->n_threads = OPT_HAS(opt, n_threads) && opt->n_threads ? opt->n_threads : 1;
+    ctx->n_threads = DRAY_UTIL_OPT_HAS(opt, n_threads) && opt->n_threads ? opt->n_threads : 1;
     *out = ctx;
     return 0;
 }
@@ -222,18 +221,21 @@ static int tpl_synchronize(struct dray_ctx *ctx)
     return 0;
 }
 
-/* (optional) The host address of a buffer, because the device is host memory
- * (DRAY_DEV_UNIFIED). A discrete device leaves this member NULL. */
-static void *tpl_host_ptr(struct dray_ctx *ctx, struct dray_buf *buf)
+#if TPL_ABI >= 2
+/* Version 2: each op's dtypes (the same as device_props) and its limits. The
+ * template has none beyond the contract's k <= 65536; a device whose attention
+ * keeps a head in on-chip memory declares max_head_dim here, and so on. */
+static int tpl_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    (void)ctx;
-    return buf && buf->magic == TPL_BUF_MAGIC ? buf->data : NULL;
+    static const struct dray_util_limits lim = {.max_k = 65536};
+    return dray_util_op_caps(index, caps, tpl_device_props, &lim);
 }
+#endif
 
 /* ------------------------------------------------------------ the table */
 
-/* Every version-1 member is set; the registry refuses a table that leaves a
- * mandatory one NULL (docs/plugin-abi.md lists them). */
+/* Every mandatory member of its version is set; the registry refuses a table
+ * that leaves one NULL (docs/plugin-abi.md lists them). */
 static const struct dray_ops tpl_ops = {
     .version = TPL_ABI,
     .name = TPL_NAME,
@@ -258,32 +260,24 @@ static const struct dray_ops tpl_ops = {
     .attention = dray_tpl_attention,
     .gated_act = dray_tpl_gated_act,
     .add = dray_tpl_add,
-    .host_ptr = tpl_host_ptr,
-    /* members above: version 1 */
+    /* members above: version 1 (the slot after add, reserved_v1, stays NULL) */
+#if TPL_ABI >= 2
+    .op_caps = tpl_op_caps,
+    /* members above: version 2 */
+#endif
 };
 
 /* The one exported symbol. The host offers the newest ABI it speaks in
- * *version; we answer with the version we fill (TPL_ABI), which must be <= the
- * host's, or refuse. Cheap and without side effects beyond remembering the
- * host's services: no device is touched before open(). */
+ * *version; dray_util_negotiate answers with the version our table implements
+ * (TPL_ABI, never the header's newest) or refuses a host that is too old.
+ * Cheap and without side effects beyond remembering the host's services: no
+ * device is touched before open(). */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    if (!version || !ops) {
-        if (err && errlen)
-            snprintf(err, errlen, TPL_NAME ": negotiate called without version or ops");
-        return DRAY_EINVAL;
-    }
-    *ops = NULL;
-    if (*version < TPL_ABI) {
-        if (err && errlen)
-            snprintf(err, errlen, TPL_NAME " needs ABI %u or newer, the host offers %u", TPL_ABI,
-                     *version);
-        return DRAY_EINCOMPAT;
-    }
+    int rc = dray_util_negotiate(version, &tpl_ops, ops, err, errlen);
     /* Read host members only as far as its version allows: all of them are v1. */
-    dray_tpl_host = host && host->version >= 1 ? host : NULL;
-    *version = TPL_ABI;
-    *ops = &tpl_ops;
-    return 0;
+    if (rc == 0)
+        dray_tpl_host = host && host->version >= 1 ? host : NULL;
+    return rc;
 }

@@ -3,7 +3,7 @@
 
 Reads a GGUF with the PyPI `gguf` package (weights dequantized with its
 `gguf.quants.dequantize`), runs one sequence through the model in float32
-(norm sums of squares in float64) following /work/shared/reference/gemma3-gguf.md
+(norm sums of squares in float64) following docs/reference/gemma3-gguf.md
 section 5, and writes the logits of every position.
 
 It shares no code with the C engine on purpose: it is the check.

@@ -1,5 +1,5 @@
 /* GGUF writer: collects metadata and tensors (copying every input), then lays the
- * file out as the reader expects (shared/reference/gemma3-gguf.md §1.2): header,
+ * file out as the reader expects (docs/reference/gemma3-gguf.md §1.2): header,
  * key/values, tensor infos, zero padding to the alignment, tensor data with each
  * tensor starting at a multiple of the alignment. Little-endian host assumed
  * (gguf.c refuses to build otherwise). */
@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "gguf.h"
+#include "gguf_write.h"
 
 #define DEFAULT_ALIGNMENT 32u
 

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Multi-turn chat replay against any OpenAI-compatible server (dray serve,
+llama-server, vLLM, ...).
+
+Each conversation is a fixed list of user turns; every turn resends the whole
+history (system prompt, earlier turns and the server's own earlier replies), as
+a chat front end does. Conversations run concurrently, N at a time ("in flight");
+the turns of one conversation run one after another. Every request streams, so
+the time to first token is measured at the client.
+
+Reported per level of concurrency: completion tokens per second (all completion
+tokens / wall time), TTFT p50/p99 overall and by turn, prompt tokens sent and how
+many of them the server says it served from cache (usage.prompt_tokens_details.
+cached_tokens; "n/a" when the server does not report it).
+
+Only the Python standard library is used, so it runs anywhere:
+    python3 bench/chat_replay.py --url http://127.0.0.1:8080 --inflight 1,4,16
+    python3 bench/chat_replay.py --url http://127.0.0.1:8081 --json results.jsonl  # llama-server
+"""
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+
+SYSTEM = "You are a helpful assistant. Answer in a few sentences."
+TOPICS = ["the ocean", "volcanoes", "bread baking", "chess openings", "the moon", "honey bees",
+          "old maps", "rain forests", "jazz", "glaciers", "bicycles", "tea", "lighthouses",
+          "origami", "deserts", "comets", "coral reefs", "windmills", "owls", "paper making"]
+FOLLOW_UPS = ["Tell me something surprising about {t}.", "Why does that happen?",
+              "Can you give an example?", "How did people learn this?", "What is a common mistake?",
+              "Summarise what we discussed.", "What should I read next?", "Explain it to a child."]
+
+
+def user_turn(conv, turn):
+    topic = TOPICS[conv % len(TOPICS)]
+    if turn == 0:
+        return f"Conversation {conv}: I would like to learn about {topic}."
+    return FOLLOW_UPS[(turn - 1 + conv) % len(FOLLOW_UPS)].format(t=topic)
+
+
+def percentile(xs, p):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+class Client:
+    def __init__(self, url, api_key, model, max_tokens, temperature, timeout):
+        u = urllib.parse.urlparse(url)
+        self.host, self.port = u.hostname, u.port or (443 if u.scheme == "https" else 80)
+        self.https = u.scheme == "https"
+        self.prefix = u.path.rstrip("/")
+        if not self.prefix.endswith("/v1"):
+            self.prefix += "/v1"
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.model, self.max_tokens, self.temperature, self.timeout = model, max_tokens, temperature, timeout
+
+    def conn(self):
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=self.timeout)
+
+    def models(self):
+        c = self.conn()
+        c.request("GET", self.prefix + "/models", headers=self.headers)
+        r = c.getresponse()
+        body = r.read()
+        if r.status != 200:
+            sys.exit(f"GET /v1/models: HTTP {r.status}: {body[:300]!r}")
+        return [m["id"] for m in json.loads(body)["data"]]
+
+    def chat(self, messages):
+        """One streamed request: (reply text, dict of measurements)."""
+        body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
+                "temperature": self.temperature, "stream": True,
+                "stream_options": {"include_usage": True}}
+        c = self.conn()
+        t0 = time.perf_counter()
+        c.request("POST", self.prefix + "/chat/completions", json.dumps(body), self.headers)
+        r = c.getresponse()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
+        text, ttft, chunks, usage = [], None, 0, None
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            ev = json.loads(data)
+            if "error" in ev:
+                raise RuntimeError(f"stream error: {ev['error']}")
+            usage = ev.get("usage") or usage
+            for ch in ev.get("choices") or []:
+                piece = (ch.get("delta") or {}).get("content")
+                if piece:
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                    text.append(piece)
+                    chunks += 1
+        total = time.perf_counter() - t0
+        c.close()
+        usage = usage or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return "".join(text), {
+            "ttft": ttft if ttft is not None else total, "total": total,
+            # without usage (some servers), one content chunk is counted as one token
+            "completion": usage.get("completion_tokens", chunks),
+            "prompt": usage.get("prompt_tokens"),
+            "cached": details.get("cached_tokens"),
+        }
+
+
+def run_conversation(cli, conv, turns, results, lock):
+    messages = [{"role": "system", "content": SYSTEM}]
+    for t in range(turns):
+        messages.append({"role": "user", "content": user_turn(conv, t)})
+        reply, m = cli.chat(messages)
+        messages.append({"role": "assistant", "content": reply})
+        m["turn"] = t
+        with lock:
+            results.append(m)
+
+
+def run_level(cli, inflight, conversations, turns):
+    results, lock = [], threading.Lock()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(inflight) as ex:
+        futs = [ex.submit(run_conversation, cli, c, turns, results, lock) for c in range(conversations)]
+        for f in futs:
+            f.result()
+    wall = time.perf_counter() - t0
+    ttfts = [r["ttft"] for r in results]
+    prompt = [r["prompt"] for r in results if r["prompt"] is not None]
+    cached = [r["cached"] for r in results if r["cached"] is not None]
+    completion = sum(r["completion"] for r in results)
+    by_turn = {}
+    for t in range(turns):
+        xs = [r["ttft"] for r in results if r["turn"] == t]
+        by_turn[t] = {"p50": percentile(xs, 50), "p99": percentile(xs, 99)}
+    return {
+        "inflight": inflight, "conversations": conversations, "turns": turns, "requests": len(results),
+        "wall_s": wall, "completion_tokens": completion, "completion_tok_s": completion / wall,
+        "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
+        "ttft_by_turn": by_turn,
+        "prompt_tokens": sum(prompt) if prompt else None,
+        "cached_tokens": sum(cached) if len(cached) == len(results) else None,
+    }
+
+
+def show(res, label):
+    p, c = res["prompt_tokens"], res["cached_tokens"]
+    reuse = f"{c} ({100 * c / p:.0f}%)" if c is not None and p else "n/a"
+    print(f"\n[{label}] {res['inflight']} in flight: {res['conversations']} conversations x {res['turns']} "
+          f"turns, {res['requests']} requests in {res['wall_s']:.1f} s")
+    print(f"  completion: {res['completion_tokens']} tokens, {res['completion_tok_s']:.1f} tok/s")
+    print(f"  TTFT: p50 {res['ttft_p50_s'] * 1e3:.0f} ms, p99 {res['ttft_p99_s'] * 1e3:.0f} ms")
+    print(f"  prompt tokens: {p if p is not None else 'n/a'}, of them cached: {reuse}")
+    print("  TTFT by turn (ms, p50/p99): " + "  ".join(
+        f"{t + 1}: {v['p50'] * 1e3:.0f}/{v['p99'] * 1e3:.0f}" for t, v in res["ttft_by_turn"].items()))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default="http://127.0.0.1:8080", help="server base URL (with or without /v1)")
+    ap.add_argument("--api-key", default="", help="sent as Authorization: Bearer")
+    ap.add_argument("--model", default="", help="model id (default: the first of GET /v1/models)")
+    ap.add_argument("--inflight", default="1,4,16", help="comma-separated concurrency levels")
+    ap.add_argument("--conversations", type=int, default=0,
+                    help="conversations per level (default: max(8, in flight))")
+    ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--max-tokens", type=int, default=32, help="most tokens per reply")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--label", default="", help="name of the server in the report (default: the URL)")
+    ap.add_argument("--json", default="", help="append one JSON line per level to this file")
+    a = ap.parse_args()
+    cli = Client(a.url, a.api_key, a.model, a.max_tokens, a.temperature, a.timeout)
+    if not cli.model:
+        cli.model = cli.models()[0]
+    label = a.label or a.url
+    print(f"chat replay against {a.url} (model {cli.model}), {a.turns} turns, "
+          f"{a.max_tokens} tokens per reply, temperature {a.temperature}")
+    for level in (int(x) for x in a.inflight.split(",")):
+        res = run_level(cli, level, a.conversations or max(8, level), a.turns)
+        res.update({"server": label, "model": cli.model, "max_tokens": a.max_tokens, "time": time.time()})
+        show(res, label)
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(res) + "\n")
+
+
+if __name__ == "__main__":
+    main()

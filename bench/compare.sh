@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# dray next to llama.cpp on the same GGUF with the same threads: prefill of 512
+# tokens (pp512) and 128 decode steps (tg128, logits and a greedy pick every step
+# in dray, as llama-bench's tg does), plus dray's batch-8 decode. Medians of REPS
+# runs. llama.cpp is only run when its build folder is given (never built here).
+#   bench/compare.sh [-m MODEL] [-t THREADS] [-r REPS] [LLAMA_BUILD_DIR]
+# LLAMA_BUILD_DIR holds llama-bench (or bin/llama-bench). Env: DRAY (the binary).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dray="${DRAY:-$root/build/tools/dray}"
+model="$root/.models/gemma-3-270m-q4_k_m.gguf"
+threads=2
+reps=3
+while getopts "m:t:r:" o; do
+  case $o in m) model="$OPTARG" ;; t) threads="$OPTARG" ;; r) reps="$OPTARG" ;; *) exit 2 ;; esac
+done
+shift $((OPTIND - 1))
+llama_dir="${1:-}"
+llama_bench=""
+if [ -n "$llama_dir" ]; then
+  for c in "$llama_dir/llama-bench" "$llama_dir/bin/llama-bench"; do
+    [ -x "$c" ] && llama_bench="$c" && break
+  done
+  [ -n "$llama_bench" ] || { echo "compare.sh: no llama-bench in $llama_dir or $llama_dir/bin" >&2; exit 2; }
+fi
+[ -s "$model" ] || { echo "compare.sh: no model at $model (run ci/setup.sh or pass -m)" >&2; exit 2; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+for _ in $(seq "$reps"); do
+  "$dray" bench model -m "$model" -t "$threads" --prefill 512 --decode 128 --json "$tmp/dray.jsonl" >/dev/null
+  "$dray" bench model -m "$model" -t "$threads" --prefill 64 --decode 128 --batch 8 \
+    --json "$tmp/dray8.jsonl" >/dev/null
+done
+if [ -n "$llama_bench" ]; then
+  "$llama_bench" -m "$model" -t "$threads" -p 512 -n 128 -r "$reps" -o json >"$tmp/llama.json"
+fi
+
+python3 - "$tmp" "$threads" "$reps" "$model" <<'PY'
+import json, os, statistics, sys
+tmp, threads, reps, model = sys.argv[1:]
+def lines(name):
+    with open(os.path.join(tmp, name)) as f:
+        return [json.loads(l) for l in f if l.strip()]
+d1, d8 = lines("dray.jsonl"), lines("dray8.jsonl")
+med = lambda rows, key: statistics.median(r[key] for r in rows)
+llama = {}
+path = os.path.join(tmp, "llama.json")
+if os.path.exists(path):
+    with open(path) as f:
+        for r in json.load(f):
+            test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+            llama[test] = r["avg_ts"]
+rows = [("pp512", med(d1, "prefill_tps")), ("tg128", med(d1, "decode_tps")),
+        ("tg128, batch 8 (tok/s of all 8)", med(d8, "decode_tps"))]
+print(f"{os.path.basename(model)}, {threads} threads, medians of {reps} runs "
+      f"(dray {d1[0]['precision']} weights, {d1[0]['kv']} KV, plugin {d1[0]['plugin']})")
+print("| test | dray tok/s | llama.cpp tok/s | dray / llama.cpp |")
+print("| --- | --- | --- | --- |")
+for test, v in rows:
+    l = llama.get(test.split(",")[0]) if "batch" not in test else None
+    print(f"| {test} | {v:.1f} | {f'{l:.1f}' if l else '-'} | {f'{v / l:.2f}x' if l else '-'} |")
+PY

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Fuzz one parser with clang's libFuzzer under ASan + UBSan (issue 14 "Fuzzing").
+#   ci/fuzz.sh TARGET SECONDS [WORK_DIR]   TARGET: gguf | config | tokenizer
+#   ci/fuzz.sh smoke [SECONDS] [WORK_DIR]  every target for SECONDS (default 5) each (CI)
+# Builds tests/fuzz/fuzz_TARGET.c with the core sources it needs into WORK_DIR
+# (default build-fuzz/), runs it on a scratch corpus seeded from
+# tests/fuzz/corpus/TARGET (the committed seeds are never written), and prints the
+# execution count. Crashes, leaks, timeouts and out-of-memory leave their input in
+# WORK_DIR/TARGET/ and fail. Exit 77 (meson's "skipped") if clang or its libFuzzer
+# runtime is missing (Debian: clang and libclang-rt-14-dev, or clang-14 with its
+# runtime in libclang-common-14-dev).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+target="${1:?usage: ci/fuzz.sh gguf|config|tokenizer|smoke SECONDS [WORK_DIR]}"
+secs="${2:-5}"
+work="${3:-$root/build-fuzz}"
+cc="${CC_FUZZ:-clang}"
+
+# Core files each target links (the parser and what it calls; no engine, no plugins).
+declare -A srcs=(
+  [gguf]="core/gguf.c core/ggml_types.c core/dequant.c core/error.c core/log.c"
+  [config]="core/config.c core/config_print.c core/error.c core/log.c"
+  [tokenizer]="core/tokenizer.c core/tokenizer_bpe.c core/utf8.c core/gguf.c core/ggml_types.c tests/gguf_write.c core/dequant.c core/error.c core/log.c"
+)
+declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm")
+# Longest input: headers and configs are small; the tokenizer takes MiBs so that
+# size-dependent memory blow-ups (issue 18) are reachable.
+declare -A maxlen=([gguf]=65536 [config]=65536 [tokenizer]=4194304)
+
+have_fuzzer() {
+  command -v "$cc" >/dev/null 2>&1 || return 1
+  echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }' \
+    > "$work/probe.c"
+  "$cc" -fsanitize=fuzzer,address,undefined "$work/probe.c" -o "$work/probe" 2>/dev/null
+}
+
+build() { # TARGET -> $work/fuzz_TARGET
+  local t="$1" src=()
+  for f in ${srcs[$t]}; do src+=("$root/$f"); done
+  "$cc" -g -O1 -fno-omit-frame-pointer -std=gnu11 -D_GNU_SOURCE \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -I"$root/include" -I"$root/core" -I"$root/tests" "$root/tests/fuzz/fuzz_$t.c" "${src[@]}" \
+    ${libs[$t]} -o "$work/fuzz_$t"
+}
+
+run() { # TARGET SECONDS
+  local t="$1" s="$2"
+  local dir="$work/$t"
+  mkdir -p "$dir/corpus" "$dir/artifacts"
+  build "$t"
+  local log="$dir/fuzz.log"
+  local rc=0
+  ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$work/fuzz_$t" "$dir/corpus" "$root/tests/fuzz/corpus/$t" \
+      -max_total_time="$s" -max_len="${maxlen[$t]}" -timeout=20 -rss_limit_mb=2048 \
+      -artifact_prefix="$dir/artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
+  local execs
+  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
+  if [ "$rc" -ne 0 ]; then
+    echo "fuzz $t: FAILED after ${execs:-?} execs (exit $rc); inputs in $dir/artifacts/"
+    grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$log" | head -20
+    return 1
+  fi
+  echo "fuzz $t: ${execs:-?} execs in ${s}s, no crash, leak, timeout or OOM" \
+       "(corpus $(ls "$dir/corpus" | wc -l) inputs)"
+}
+
+mkdir -p "$work"
+if ! have_fuzzer; then
+  echo "fuzz: SKIPPED: $cc with the libFuzzer runtime (-fsanitize=fuzzer) is not available"
+  exit 77
+fi
+case "$target" in
+  smoke) fail=0; for name in gguf config tokenizer; do run "$name" "$secs" || fail=1; done; exit $fail ;;
+  gguf|config|tokenizer) run "$target" "$secs" ;;
+  *) echo "ci/fuzz.sh: unknown target '$target' (gguf, config, tokenizer, smoke)" >&2; exit 2 ;;
+esac

@@ -1,0 +1,33 @@
+/* Capability checks: what a device declares it can run (struct dray_op_caps,
+ * ABI version 2, or built from version-1 props) against what the configuration
+ * and the model will ask of it, so that a missing dtype or a shape beyond a
+ * declared limit is found when the device is opened, not at the first forward
+ * pass. The query itself (dray_plugin_caps) is public in dray/plugins.h. */
+#ifndef DRAY_CORE_CAPS_H
+#define DRAY_CORE_CAPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dray/backend.h"
+#include "dray/dray.h"
+
+/* The dtypes the configuration needs: KV dtype for kv_store and attention, the
+ * weights' dtype for matmul and embed, F32 for the rest. 0, or DRAY_ENOTSUP with
+ * the first op and dtype missing in why ("attention with KV dtype f16"). */
+int dray_caps_check_config(const struct dray_op_caps *c, const struct dray_config *cfg, char *why,
+                           size_t whylen);
+
+/* The shapes a model will use. */
+struct dray_caps_shape {
+    uint32_t head_dim;
+    uint32_t n_rot;   /* rotary dimensions per head (= head_dim for a full rotation) */
+    uint32_t n_head;  /* query heads */
+    uint32_t max_k;   /* the largest input width of any matmul */
+};
+
+/* 0, or DRAY_ENOTSUP naming the limit and both values. */
+int dray_caps_check_shape(const struct dray_op_caps *c, const struct dray_caps_shape *s, char *why,
+                          size_t whylen);
+
+#endif

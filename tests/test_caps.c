@@ -1,0 +1,84 @@
+/* Capability checks at open (core/caps.c): the configured dtypes against a
+ * device's per-op dtypes, and a model's shapes against the declared limits;
+ * each refusal names the op or the limit and both values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "caps.h"
+#include "dray/backend_util.h"
+
+static void full_caps(struct dray_op_caps *c)
+{
+    struct dray_device_props p;
+    memset(&p, 0, sizeof(p));
+    for (int op = 0; op < DRAY_OP_COUNT_V1; op++)
+        p.op_dtypes[op] = DRAY_DTYPE_BIT(DRAY_F32) | DRAY_DTYPE_BIT(DRAY_I8) | DRAY_DTYPE_BIT(DRAY_F16);
+    dray_util_caps_from_props(c, &p);
+}
+
+static void test_config_dtypes(void **state)
+{
+    (void)state;
+    struct dray_config cfg;
+    struct dray_op_caps c;
+    char why[256];
+    dray_config_defaults(&cfg);
+    full_caps(&c);
+    assert_int_equal(dray_caps_check_config(&c, &cfg, why, sizeof(why)), 0);
+    c.op_dtypes[DRAY_OP_ATTENTION] = DRAY_DTYPE_BIT(DRAY_I8);
+    cfg.kv_dtype = DRAY_F16;
+    assert_int_equal(dray_caps_check_config(&c, &cfg, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_string_equal(why, "the device does not run attention in f16 (config kv_dtype)");
+    cfg.kv_dtype = DRAY_I8;
+    cfg.precision = DRAY_PRECISION_F32;
+    c.op_dtypes[DRAY_OP_MATMUL] = DRAY_DTYPE_BIT(DRAY_I8);
+    assert_int_equal(dray_caps_check_config(&c, &cfg, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_string_equal(why, "the device does not run matmul in f32 (config precision)");
+    c.n_ops = 3; /* a table that stops before rope */
+    cfg.precision = DRAY_PRECISION_INT8;
+    assert_int_equal(dray_caps_check_config(&c, &cfg, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_string_equal(why, "the device does not run rope in f32");
+}
+
+static void test_shape_limits(void **state)
+{
+    (void)state;
+    struct dray_op_caps c;
+    char why[256];
+    full_caps(&c);
+    struct dray_caps_shape s = {.head_dim = 256, .n_rot = 256, .n_head = 8, .max_k = 6912};
+    assert_int_equal(dray_caps_check_shape(&c, &s, why, sizeof(why)), 0); /* no limits declared */
+    c.max_head_dim = 128;
+    assert_int_equal(dray_caps_check_shape(&c, &s, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_non_null(strstr(why, "head_dim 256 is above the device's limit 128"));
+    c.max_head_dim = 256;
+    c.max_n_rot = 128;
+    assert_int_equal(dray_caps_check_shape(&c, &s, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_non_null(strstr(why, "at most 128"));
+    c.max_n_rot = 0;
+    s.n_rot = 64;
+    c.rope_partial = 0;
+    assert_int_equal(dray_caps_check_shape(&c, &s, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_non_null(strstr(why, "whole heads only"));
+    c.rope_partial = 1;
+    c.max_heads = 4;
+    assert_int_equal(dray_caps_check_shape(&c, &s, why, sizeof(why)), DRAY_ENOTSUP);
+    c.max_heads = 0;
+    s.max_k = 70000; /* beyond the contract's 65536 even with no limit declared */
+    assert_int_equal(dray_caps_check_shape(&c, &s, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_non_null(strstr(why, "k = 70000"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_dtypes),
+        cmocka_unit_test(test_shape_limits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
