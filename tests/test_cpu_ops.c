@@ -487,6 +487,20 @@ static void test_cpu_isa_override_names_the_kernels_and_rejects_unknown(void **s
     setenv("DRAY_CPU_ISA", "avx2", 1);
     assert_int_equal(ops->device_props(0, &p), 0);
     assert_non_null(strstr(p.name, have_avx2 ? "(avx2+fma)" : "(scalar)"));
+    /* AMX where the CPU lacks it or the kernel refuses the tile state: the
+     * default set, and open still succeeds */
+    struct dray_device_props pd;
+    unsetenv("DRAY_CPU_ISA");
+    assert_int_equal(ops->device_props(0, &pd), 0);
+    setenv("DRAY_CPU_ISA", "amx", 1);
+    assert_int_equal(ops->device_props(0, &p), 0);
+    if (!isas[N_ISA - 1].c2)
+        assert_string_equal(p.name, pd.name);
+    else
+        assert_non_null(strstr(p.name, "(amx-int8)"));
+    assert_int_equal(ops->open(0, &o, &c, err, sizeof(err)), 0);
+    ops->close(c);
+    c = NULL;
     setenv("DRAY_CPU_ISA", "avx512", 1);
     int rc = ops->open(0, &o, &c, err, sizeof(err));
     unsetenv("DRAY_CPU_ISA");

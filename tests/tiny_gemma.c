@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "gguf_write.h"
 #include "testutil.h"
 
 void tiny_gemma_defaults(struct tiny_gemma *t)

@@ -7,7 +7,9 @@
  * Two sets with the same signatures: dray_cpu_ref_* (portable scalar C, the
  * specification of each op in code) and dray_cpu_avx2_* (AVX2+FMA+F16C, built
  * with those flags only for their own files and called only when the CPU has
- * them). Layouts and rounding rules are the ones in include/dray/backend.h.
+ * them); the int8 matmul also has AVX-VNNI, AVX-512 VNNI and AMX-INT8 pairs
+ * below, each in a library of its own with its own flags. Layouts and rounding
+ * rules are the ones in include/dray/backend.h.
  */
 #ifndef DRAY_CPU_KERNELS_H
 #define DRAY_CPU_KERNELS_H
