@@ -7,17 +7,18 @@
  * xor 0x80), vpdpbusd sums u8 x s8 products exactly mod 2^32, and per output
  *     sum_c q[c] w[c] = sum_c (q[c] + 128) w[c] - 128 sum_c w[c].
  * The row correction 128 * sum w is computed once per row block (vpdpbusd of
- * the constant 0x80 with the weights), shared by every token. A k that is not
- * a multiple of 64 ends in one masked step: the weight bytes past k load as 0,
- * so the activation padding (q_stride is a multiple of 64) adds nothing, and
- * there is no scalar tail. The integer sums therefore equal the reference sums
- * bit for bit, and the finish is the shared dray_avx2_mm_finish, so results are
- * the same bits as the AVX2 and AVX-VNNI kernels.
+ * the constant 0x80 with the weights) and shared by every token; for one or
+ * two tokens (decode) each tile computes it alongside instead, so the weights
+ * stream through the core once. A k that is not a multiple of 64 ends in one
+ * masked step: the weight bytes past k load as 0, so the activation padding
+ * (q_stride is a multiple of 64) adds nothing, and there is no scalar tail.
+ * The integer sums therefore equal the reference sums bit for bit. The finish
+ * is dray_avx2_mm_finish per output in decode and its 16-lane copy
+ * (avx512_finish.h) in prefill, so results are the AVX2 kernels' bits.
  *
- * Weights stay row-major [n_out][k] (ABI; no repacking). A tile is 4 rows x up
- * to 6 tokens: 24 accumulators + 4 weight vectors + 1 activation vector of the
- * 32 zmm registers, so each weight load feeds up to 6 vpdpbusd (prefill) and
- * decode (1..8 tokens) streams the weights once per group of 6 tokens.
+ * Weights stay row-major [n_out][k] (ABI; no repacking). A prefill tile is 4
+ * rows x up to 6 tokens: 24 accumulators + 4 weight vectors + 1 activation
+ * vector of the 32 zmm registers, so each weight load feeds up to 6 vpdpbusd.
  * F32 weights go to the AVX2 kernel. */
 #include <string.h>
 
