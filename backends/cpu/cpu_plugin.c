@@ -45,6 +45,8 @@ static void pick_kernels(struct dray_ctx *ctx)
         ctx->k.quantize = dray_cpu_avx512vnni_quantize; /* the same biased q */
         ctx->k.matmul = dray_cpu_avx512vnni_matmul;
     }
+    if (ctx->isa >= DRAY_CPU_ISA_AVX512VNNI)
+        ctx->k.attention = dray_cpu_avx512_attention;
 #endif
 #ifdef DRAY_CPU_AMX
     if (ctx->isa == DRAY_CPU_ISA_AMX) {

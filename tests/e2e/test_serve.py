@@ -8,6 +8,7 @@ usage: test_serve.py --dray build/tools/dray --model .models/gemma-3-270m-q4_k_m
 import argparse
 import concurrent.futures as cf
 import json
+import os
 import re
 import signal
 import socket
@@ -39,11 +40,13 @@ class Server:
     def __init__(self, dray, model):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [dray, "serve", "--model", model, "--port", str(self.port), "--api-key", KEY,
+        cmd = [dray, "serve", "--model", model, "--port", str(self.port),
                "-t", "2", "-c", "1024", "--set", "max_seqs=16", "--set", "max_prompt_tokens=200",
                "--set", "max_completion_tokens=64", "--set", "shutdown_grace=5"]
         print("starting:", " ".join(cmd))
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        # the key comes from the environment (--api-key would show it in ps)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, DRAY_API_KEY=KEY))
         self.log = []
         self.ready = threading.Event()
         threading.Thread(target=self._read_log, daemon=True).start()
