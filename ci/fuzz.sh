@@ -19,7 +19,7 @@ cc="${CC_FUZZ:-clang}"
 # Core files each target links (the parser and what it calls; no engine, no plugins).
 declare -A srcs=(
   [gguf]="core/gguf.c core/dequant.c core/error.c core/log.c"
-  [config]="core/config.c core/error.c core/log.c"
+  [config]="core/config.c core/config_print.c core/error.c core/log.c"
   [tokenizer]="core/tokenizer.c core/tokenizer_bpe.c core/utf8.c core/gguf.c core/gguf_write.c core/dequant.c core/error.c core/log.c"
 )
 declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm")
