@@ -169,9 +169,9 @@ static void report(const struct dray_config *cfg, const struct dray_engine_info 
     if (f) {
         fprintf(f, "{\"bench\":\"model\",\"model\":\"%s\",\"precision\":\"%s\",\"kv\":\"%s\",\"plugin\":\"%s\","
                 "\"threads\":%u,\"prefill_tokens\":%u,\"prefill_tps\":%.2f,\"decode_steps\":%u,\"batch\":%u,"
-                "\"decode_tps\":%.2f,\"step_bytes\":%.0f,\"roofline_steps_per_s\":%.2f}\n",
+                "\"decode_tps\":%.2f,\"step_bytes\":%.0f,\"roofline_steps_per_s\":%.2f,\"n_vocab\":%u}\n",
                 in->model_name, in->precision, in->kv_dtype, in->plugin, cfg->threads, o->prefill, pre_tps,
-                o->decode, o->batch, steps * o->batch, r->bytes, roof);
+                o->decode, o->batch, steps * o->batch, r->bytes, roof, in->n_vocab);
         fclose(f);
     }
 }

@@ -27,8 +27,16 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
+# dray run on the prompt bench model uses (its token stream), greedy, 128 tokens:
+# the bench must report what a user sees
+"$dray" bench model -m "$model" -t "$threads" --prefill 8 --decode 1 --json "$tmp/vocab.jsonl" >/dev/null
+ids="$(python3 -c "import json, sys
+v = json.loads(open(sys.argv[1]).readline())['n_vocab']
+span, base = (v - 2000, 1000) if v > 3000 else (v - 1, 1)  # bench_model.c token_at()
+print(','.join(str(base + (i * 2654435761 % 2**32) % span) for i in range(512)))" "$tmp/vocab.jsonl")"
 for _ in $(seq "$reps"); do
   "$dray" bench model -m "$model" -t "$threads" --prefill 512 --decode 128 --json "$tmp/dray.jsonl" >/dev/null
+  "$dray" run -m "$model" -t "$threads" -c 656 --prompt-ids "$ids" -n 128 --temp 0 2>>"$tmp/run.txt" >/dev/null
   "$dray" bench model -m "$model" -t "$threads" --prefill 64 --decode 128 --batch 8 \
     --json "$tmp/dray8.jsonl" >/dev/null
 done
@@ -51,13 +59,20 @@ if os.path.exists(path):
         for r in json.load(f):
             test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
             llama[test] = r["avg_ts"]
+import re
+runs = [tuple(map(float, m)) for m in re.findall(
+    r"prefill \d+ tokens in [0-9.]+ s \(([0-9.]+) tok/s\); decode \d+ tokens in [0-9.]+ s \(([0-9.]+) tok/s\)",
+    open(os.path.join(tmp, "run.txt")).read())]
 rows = [("pp512", med(d1, "prefill_tps")), ("tg128", med(d1, "decode_tps")),
         ("tg128, batch 8 (tok/s of all 8)", med(d8, "decode_tps"))]
+if runs:
+    rows += [("dray run: prefill 512", statistics.median(r[0] for r in runs)),
+             ("dray run: decode 128 (greedy)", statistics.median(r[1] for r in runs))]
 print(f"{os.path.basename(model)}, {threads} threads, medians of {reps} runs "
       f"(dray {d1[0]['precision']} weights, {d1[0]['kv']} KV, plugin {d1[0]['plugin']})")
 print("| test | dray tok/s | llama.cpp tok/s | dray / llama.cpp |")
 print("| --- | --- | --- | --- |")
 for test, v in rows:
-    l = llama.get(test.split(",")[0]) if "batch" not in test else None
+    l = llama.get(test.split(",")[0]) if test in ("pp512", "tg128") else None
     print(f"| {test} | {v:.1f} | {f'{l:.1f}' if l else '-'} | {f'{v / l:.2f}x' if l else '-'} |")
 PY

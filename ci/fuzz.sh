@@ -18,9 +18,9 @@ cc="${CC_FUZZ:-clang}"
 
 # Core files each target links (the parser and what it calls; no engine, no plugins).
 declare -A srcs=(
-  [gguf]="core/gguf.c core/dequant.c core/error.c core/log.c"
+  [gguf]="core/gguf.c core/ggml_types.c core/dequant.c core/error.c core/log.c"
   [config]="core/config.c core/config_print.c core/error.c core/log.c"
-  [tokenizer]="core/tokenizer.c core/tokenizer_bpe.c core/utf8.c core/gguf.c core/gguf_write.c core/dequant.c core/error.c core/log.c"
+  [tokenizer]="core/tokenizer.c core/tokenizer_bpe.c core/utf8.c core/gguf.c core/ggml_types.c tests/gguf_write.c core/dequant.c core/error.c core/log.c"
 )
 declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm")
 # Longest input: headers and configs are small; the tokenizer takes MiBs so that
@@ -39,7 +39,7 @@ build() { # TARGET -> $work/fuzz_TARGET
   for f in ${srcs[$t]}; do src+=("$root/$f"); done
   "$cc" -g -O1 -fno-omit-frame-pointer -std=gnu11 -D_GNU_SOURCE \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/include" -I"$root/core" "$root/tests/fuzz/fuzz_$t.c" "${src[@]}" \
+    -I"$root/include" -I"$root/core" -I"$root/tests" "$root/tests/fuzz/fuzz_$t.c" "${src[@]}" \
     ${libs[$t]} -o "$work/fuzz_$t"
 }
 

@@ -1,5 +1,5 @@
-/* Calibration of the int8 outlier channels (calibrate.h): the text, its own KV,
- * and the call into the model's hook. */
+/* Calibration of the int8 outlier channels and of the int8 KV's K smoothing
+ * (calibrate.h): the text, its own KV, and the call into the model's hook. */
 #include <stdlib.h>
 #include <time.h>
 
@@ -47,9 +47,10 @@ static int calib_kv(struct dray_device *dev, const struct dray_model_info *mi, u
 }
 
 int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struct dray_device *dev,
-                   const struct dray_tokenizer *tok, uint32_t n_outlier, char *err, size_t errlen)
+                   const struct dray_tokenizer *tok, uint32_t n_outlier, bool smooth_k, char *err,
+                   size_t errlen)
 {
-    if (!n_outlier || !arch->calibrate)
+    if ((!n_outlier && !smooth_k) || !arch->calibrate)
         return 0;
     double t0 = now_s();
     int32_t *ids = NULL;
@@ -64,10 +65,10 @@ int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struc
         n = DRAY_CALIB_MAX_TOKENS;
     rc = calib_kv(dev, arch->info(model), (uint32_t)n, &kv, err, errlen);
     if (!rc)
-        rc = arch->calibrate(model, kv, ids, (uint32_t)n, n_outlier, err, errlen);
+        rc = arch->calibrate(model, kv, ids, (uint32_t)n, n_outlier, smooth_k, err, errlen);
     if (!rc)
-        dray_info("calibrated %u outlier channels per matmul on %zu tokens in %.2f s", n_outlier, n,
-                  now_s() - t0);
+        dray_info("calibrated %u outlier channels per matmul%s on %zu tokens in %.2f s", n_outlier,
+                  smooth_k ? " and K smoothing for the int8 KV" : "", n, now_s() - t0);
 out:
     if (kv)
         dray_kv_free(kv);

@@ -5,6 +5,7 @@
 #ifndef DRAY_CORE_CALIBRATE_H
 #define DRAY_CORE_CALIBRATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,8 +18,11 @@
 
 /* Tokenize the calibration text with tok (BOS first), run it through arch's
  * calibrate hook in one step over a fresh f16 KV sized for exactly that text, and
- * free the KV. A model without the hook, or n_outlier 0, is left as it is. */
+ * free the KV. n_outlier: f32 input channels per int8 matmul (0: none); smooth_k:
+ * the KV cache will be int8, rescale K channels for it. A model without the hook,
+ * or with nothing to do, is left as it is. */
 int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struct dray_device *dev,
-                   const struct dray_tokenizer *tok, uint32_t n_outlier, char *err, size_t errlen);
+                   const struct dray_tokenizer *tok, uint32_t n_outlier, bool smooth_k, char *err,
+                   size_t errlen);
 
 #endif

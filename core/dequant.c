@@ -1,118 +1,25 @@
-/* ggml tensor types: the size table, half-float conversion, and dequantization of
- * the supported block formats to f32. Block layouts: docs/reference/gemma3-gguf.md §4.
+/* Dequantization of the supported ggml block formats to f32 (the type table is
+ * ggml_types.c). Block layouts: docs/reference/gemma3-gguf.md §4.
  * All multi-byte fields are little-endian and blocks are packed, so fields are read
  * through memcpy (a Q8_0 block is 34 bytes: its halves are not 2-aligned in a row). */
 #include <string.h>
 
+#include "dray/backend_util.h"
 #include "error.h"
 #include "gguf.h"
 
-/* ------------------------------------------------------------ type table */
-
-struct type_info {
-    const char *name;
-    uint16_t block_elems; /* elements per block */
-    uint16_t block_bytes; /* bytes per block */
-    bool supported;       /* dray_dequant_row handles it */
-};
-
-/* Indexed by ggml type id. Sizes of the types dray does not dequantize are known
- * anyway so that the reader can bounds-check their data and `dray info` can name
- * them. Ids 4, 5, 31-33, 36-38 were removed from ggml and stay unknown. */
-static const struct type_info types[] = {
-    [0] = {"F32", 1, 4, true},          [1] = {"F16", 1, 2, true},
-    [2] = {"Q4_0", 32, 18, true},       [3] = {"Q4_1", 32, 20, true},
-    [6] = {"Q5_0", 32, 22, true},       [7] = {"Q5_1", 32, 24, true},
-    [8] = {"Q8_0", 32, 34, true},       [9] = {"Q8_1", 32, 36, false},
-    [10] = {"Q2_K", 256, 84, false},    [11] = {"Q3_K", 256, 110, false},
-    [12] = {"Q4_K", 256, 144, true},    [13] = {"Q5_K", 256, 176, true},
-    [14] = {"Q6_K", 256, 210, true},    [15] = {"Q8_K", 256, 292, false},
-    [16] = {"IQ2_XXS", 256, 66, false}, [17] = {"IQ2_XS", 256, 74, false},
-    [18] = {"IQ3_XXS", 256, 98, false}, [19] = {"IQ1_S", 256, 50, false},
-    [20] = {"IQ4_NL", 32, 18, false},   [21] = {"IQ3_S", 256, 110, false},
-    [22] = {"IQ2_S", 256, 82, false},   [23] = {"IQ4_XS", 256, 136, false},
-    [24] = {"I8", 1, 1, false},         [25] = {"I16", 1, 2, false},
-    [26] = {"I32", 1, 4, false},        [27] = {"I64", 1, 8, false},
-    [28] = {"F64", 1, 8, false},        [29] = {"IQ1_M", 256, 56, false},
-    [30] = {"BF16", 1, 2, true},        [34] = {"TQ1_0", 256, 54, false},
-    [35] = {"TQ2_0", 256, 66, false},   [39] = {"MXFP4", 32, 17, false},
-    [40] = {"NVFP4", 64, 36, false},    [41] = {"Q1_0", 128, 18, false},
-};
-
-static const struct type_info *type_info(uint32_t type)
-{
-    if (type >= sizeof(types) / sizeof(types[0]) || !types[type].name)
-        return NULL;
-    return &types[type];
-}
-
-uint32_t dray_ggml_block_elems(uint32_t type)
-{
-    const struct type_info *t = type_info(type);
-    return t ? t->block_elems : 0;
-}
-
-uint32_t dray_ggml_block_bytes(uint32_t type)
-{
-    const struct type_info *t = type_info(type);
-    return t ? t->block_bytes : 0;
-}
-
-const char *dray_ggml_type_name(uint32_t type)
-{
-    const struct type_info *t = type_info(type);
-    return t ? t->name : NULL;
-}
-
-bool dray_ggml_type_supported(uint32_t type)
-{
-    const struct type_info *t = type_info(type);
-    return t && t->supported;
-}
-
 /* ------------------------------------------------------------ half floats */
 
+/* One implementation of f16 in the tree: the plugin helper's (dray/backend_util.h),
+ * which the plugins and the conformance kit use too. */
 float dray_f16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-    float f;
-    if (exp == 0x1F) {            /* inf / NaN: keep the payload */
-        bits = sign | 0x7F800000u | (man << 13);
-    } else if (exp) {             /* normal: rebias 15 -> 127 */
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else {                      /* zero / subnormal: man * 2^-24, exact in f32 */
-        f = (float)man * 0x1p-24f;
-        return sign ? -f : f;
-    }
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* Shift right by s (1..31) rounding to nearest, ties to even. */
-static uint32_t shift_rne(uint32_t v, unsigned s)
-{
-    uint32_t q = v >> s, rem = v & ((1u << s) - 1), half = 1u << (s - 1);
-    return q + (rem > half || (rem == half && (q & 1)));
+    return dray_util_f16_to_f32(h);
 }
 
 uint16_t dray_f32_to_f16(float f)
 {
-    uint32_t x, ax;
-    memcpy(&x, &f, 4);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-    ax = x & 0x7FFFFFFFu;
-    if (ax > 0x7F800000u)         /* NaN: quiet, keep the top payload bits */
-        return sign | 0x7E00 | (uint16_t)((ax >> 13) & 0x3FF);
-    if (ax >= 0x477FF000u)        /* >= 65520 (halfway past 65504) and inf -> inf */
-        return sign | 0x7C00;
-    if (ax >= 0x38800000u)        /* >= 2^-14: normal half; rounding may carry into exp */
-        return sign | (uint16_t)shift_rne(ax - (112u << 23), 13);
-    if (ax <= 0x33000000u)        /* <= 2^-25: rounds to zero (2^-25 ties to even 0) */
-        return sign;
-    /* Subnormal half: value / 2^-24 = m * 2^(e - 126), with e in 102..112. */
-    uint32_t m = (ax & 0x7FFFFF) | 0x800000, e = ax >> 23;
-    return sign | (uint16_t)shift_rne(m, 126 - e);
+    return dray_util_f32_to_f16(f);
 }
 
 /* ------------------------------------------------------------ block readers */
@@ -283,11 +190,10 @@ static void deq_scalar(uint32_t type, const uint8_t *src, float *dst, uint64_t n
 
 int dray_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
 {
-    const struct type_info *ti = type_info(type);
     void (*fn)(const uint8_t *, float *) = NULL;
-    if (!ti || !ti->supported)
+    if (!dray_ggml_type_supported(type))
         return DRAY_ENOTSUP;
-    if (n % ti->block_elems)
+    if (n % dray_ggml_block_elems(type))
         return DRAY_EINVAL;
     switch (type) {
     case DRAY_GGML_F32: case DRAY_GGML_F16: case DRAY_GGML_BF16:
@@ -304,8 +210,9 @@ int dray_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
     default: return DRAY_ENOTSUP;
     }
     const uint8_t *b = src;
-    for (uint64_t i = 0; i < n / ti->block_elems; i++)
-        fn(b + i * ti->block_bytes, dst + i * ti->block_elems);
+    uint32_t be = dray_ggml_block_elems(type), bb = dray_ggml_block_bytes(type);
+    for (uint64_t i = 0; i < n / be; i++)
+        fn(b + i * bb, dst + i * be);
     return 0;
 }
 

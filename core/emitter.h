@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "dray/dray.h"
-#include "sampler.h"
+#include "stop.h"
 #include "tokenizer.h"
 
 struct dray_emitter {

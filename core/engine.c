@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calib_cache.h"
 #include "calibrate.h"
 #include "chat.h"
 #include "chat_tokenize.h"
@@ -34,6 +35,62 @@ double dray_now_s(void)
 }
 
 /* ------------------------------------------------------------------ open */
+
+/* The model, prepared straight into int8 with its outlier channels when the
+ * calibration cache has this file's scores (calib_cache.h). */
+static int load_model(struct dray_engine *e, char *err, size_t errlen)
+{
+    struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true,
+                                 .smooth_k = e->cfg.kv_dtype == DRAY_I8};
+    float *scores = NULL;
+    size_t n = 0;
+    e->calib_cache[0] = 0;
+    e->info.calibration = "none";
+    if (e->cfg.precision == DRAY_PRECISION_INT8 && e->cfg.outlier_channels) {
+        mo.outlier_channels = e->cfg.outlier_channels; /* calibrate() follows */
+        dray_calib_cache_lookup(e->gguf, e->calib_cache, sizeof(e->calib_cache), &scores, &n);
+        mo.calib_scores = scores;
+        mo.n_calib_scores = n;
+    }
+    int rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+    if (rc && scores) { /* scores that do not fit this model: calibrate instead */
+        dray_warn("calibration cache %s does not fit the model (%s); calibrating again",
+                  e->calib_cache, err);
+        mo.calib_scores = NULL;
+        mo.n_calib_scores = 0;
+        free(scores);
+        scores = NULL;
+        rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+    }
+    if (!rc && scores) {
+        e->info.calibration = "cached";
+        dray_info("outlier channels from the calibration cache %s", e->calib_cache);
+    }
+    free(scores);
+    return rc;
+}
+
+/* Calibrate when the cache had nothing, then store the scores for next time.
+ * An int8 KV cache wants calibration too (K smoothing), even with f32 weights;
+ * those runs have no outlier scores, so nothing is cached for them. */
+static int calibrate(struct dray_engine *e, char *err, size_t errlen)
+{
+    bool outliers = e->cfg.precision == DRAY_PRECISION_INT8 && e->cfg.outlier_channels;
+    bool smooth_k = e->cfg.kv_dtype == DRAY_I8;
+    if ((!outliers && !smooth_k) || !strcmp(e->info.calibration, "cached"))
+        return 0;
+    int rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, outliers ? e->cfg.outlier_channels : 0,
+                            smooth_k, err, errlen);
+    const float *scores = NULL;
+    size_t n = rc || !e->arch->calib_scores ? 0 : e->arch->calib_scores(e->model, &scores);
+    if (rc || !n)
+        return rc;
+    e->info.calibration = "computed";
+    char why[512];
+    if (e->calib_cache[0] && dray_calib_cache_store(e->calib_cache, e->gguf, scores, n, why, sizeof(why)))
+        dray_warn("%s (the next start calibrates again)", why);
+    return 0;
+}
 
 static int open_kv(struct dray_engine *e, char *err, size_t errlen)
 {
@@ -131,10 +188,7 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     if (rc)
         goto fail;
     e->chunk = e->cfg.chunk ? e->cfg.chunk : 512;
-    struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true};
-    if (e->cfg.precision == DRAY_PRECISION_INT8)
-        mo.outlier_channels = e->cfg.outlier_channels; /* then dray_calibrate() must follow */
-    rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+    rc = load_model(e, err, errlen);
     if (!rc)
         rc = check_shapes(e, err, errlen);
     if (rc)
@@ -145,8 +199,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
                   e->info.n_ctx_train);
     rc = open_kv(e, err, errlen);
-    if (!rc && e->cfg.precision == DRAY_PRECISION_INT8)
-        rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, e->cfg.outlier_channels, err, errlen);
+    if (!rc)
+        rc = calibrate(e, err, errlen);
     if (rc)
         goto fail;
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */

@@ -32,6 +32,7 @@ struct dray_engine {
     uint32_t chunk;     /* most tokens in one forward step */
     float *logits;      /* host [n_vocab] for the one row a session samples from */
     struct dray_chat_template chat; /* style NONE when the model has none dray knows */
+    char calib_cache[4200];    /* this model's calibration cache file, "" = none */
 };
 
 struct dray_session {

@@ -679,6 +679,7 @@ out_close:
 
 uint32_t dray_gguf_version(const struct dray_gguf *g) { return g->version; }
 uint64_t dray_gguf_file_size(const struct dray_gguf *g) { return g->size; }
+const void *dray_gguf_bytes(const struct dray_gguf *g) { return g->base; }
 const char *dray_gguf_name(const struct dray_gguf *g) { return g->name; }
 uint64_t dray_gguf_n_kv(const struct dray_gguf *g) { return g->n_kv; }
 uint64_t dray_gguf_n_tensors(const struct dray_gguf *g) { return g->n_tensors; }

@@ -1,6 +1,6 @@
-/* Core's side of GGUF: the reader itself is public (dray/gguf.h); here are what
- * only the engine and the tests use: block dequantization, f16 conversion, the
- * int8 quantizer and the in-memory writer. */
+/* Core's side of GGUF data: the reader and the ggml type table are public
+ * (dray/gguf.h); here is turning block data into f32 (dequant.c, f16). The int8
+ * quantizer is quant.h; the writer the tests use is tests/gguf_write.h. */
 #ifndef DRAY_CORE_GGUF_H
 #define DRAY_CORE_GGUF_H
 
@@ -16,38 +16,5 @@ int dray_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n);
 /* float <-> half helpers (IEEE binary16, round to nearest even) */
 float dray_f16_to_f32(uint16_t h);
 uint16_t dray_f32_to_f16(float f);
-
-/* dray's int8 layout: per-output-channel (row) symmetric int8.
- * scale[r] = max|w[r][:]| / 127, q = round-nearest-even(w/scale) in [-127,127],
- * a zero row gets scale 0. w is [rows][cols] f32. */
-void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
-
-/* ---------------------------------------------------------------- writer */
-/* Builds a GGUF (v3) in memory and writes it. Tests write tiny models with it;
- * `dray quantize` uses it. Every add copies its inputs. */
-struct dray_gguf_writer;
-struct dray_gguf_writer *dray_gguf_writer_new(void);
-void dray_gguf_writer_free(struct dray_gguf_writer *w);
-int dray_gguf_writer_set_version(struct dray_gguf_writer *w, uint32_t version); /* 2 or 3 */
-int dray_gguf_writer_set_alignment(struct dray_gguf_writer *w, uint32_t alignment);
-int dray_gguf_add_u32(struct dray_gguf_writer *w, const char *key, uint32_t v);
-int dray_gguf_add_i32(struct dray_gguf_writer *w, const char *key, int32_t v);
-int dray_gguf_add_u64(struct dray_gguf_writer *w, const char *key, uint64_t v);
-int dray_gguf_add_f32(struct dray_gguf_writer *w, const char *key, float v);
-int dray_gguf_add_bool(struct dray_gguf_writer *w, const char *key, bool v);
-int dray_gguf_add_str(struct dray_gguf_writer *w, const char *key, const char *v);
-/* Any scalar type from enum dray_gguf_vtype, value bytes as stored (little-endian). */
-int dray_gguf_add_scalar(struct dray_gguf_writer *w, const char *key, uint32_t type, const void *v);
-/* Array of scalars (elem_type not STRING/ARRAY): n elements, packed. */
-int dray_gguf_add_arr(struct dray_gguf_writer *w, const char *key, uint32_t elem_type,
-                      const void *data, uint64_t n);
-int dray_gguf_add_arr_str(struct dray_gguf_writer *w, const char *key, const char *const *strs,
-                          uint64_t n);
-/* Tensor: data holds exactly the bytes its type and dims imply. */
-int dray_gguf_add_tensor(struct dray_gguf_writer *w, const char *name, uint32_t type,
-                         uint32_t n_dims, const uint64_t *ne, const void *data);
-/* Serialize: to a file, or to a malloc'd buffer (*out, *size; caller frees). */
-int dray_gguf_writer_write(struct dray_gguf_writer *w, const char *path, char *err, size_t errlen);
-int dray_gguf_writer_to_mem(struct dray_gguf_writer *w, void **out, size_t *size);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "quant.h"
 
 
 const char *dray_model_supported(void)

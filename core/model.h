@@ -36,6 +36,14 @@ struct dray_model_opts {
     uint32_t max_batch;        /* most tokens in one forward step (sizes the activations) */
     uint32_t max_logits;       /* most rows of logits in one step */
     bool progress;             /* print weight preparation progress to stderr */
+    /* Scores of an earlier calibration of the same file (calibrate.h's cache): the
+     * layers are prepared in int8 with their outlier channels at once, and the
+     * calibrate hook must not follow. NULL = calibrate after loading. */
+    const float *calib_scores;
+    size_t n_calib_scores;
+    /* The KV cache will be int8: K channels rescaled from the calibration (the
+     * given scores, or the calibrate hook's smooth_k), see models/kv_smooth.c. */
+    bool smooth_k;
 };
 
 /* One forward step. Tokens are grouped by sequence in the same order as the
@@ -63,9 +71,15 @@ struct dray_arch {
      * max_batch: the model sizes that step itself; kv is the caller's, sized for
      * n tokens, see calibrate.h) while recording the largest |activation| of every
      * matmul input channel, then re-prepare the int8 weights keeping the n_outlier
-     * loudest input channels of each matmul in f32. */
+     * loudest input channels of each matmul in f32 (0: none). smooth_k: also
+     * rescale K channels for an int8 KV cache where the model can do it at no
+     * cost (models/kv_smooth.c); the scores q.k stay the same. */
     int (*calibrate)(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                     uint32_t n_outlier, char *err, size_t errlen);
+                     uint32_t n_outlier, bool smooth_k, char *err, size_t errlen);
+    /* (optional) The per-channel scores the outlier channels were picked from, by
+     * calibrate or given at load; their count, 0 when there are none. They depend
+     * only on the file and the calibration text, so they can be cached. */
+    size_t (*calib_scores)(const struct dray_model *m, const float **scores);
 };
 
 /* The architectures, one per file in models/, listed by models/meson.build into

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "gguf.h"
+#include "quant.h"
 
 /* Round half to even without libm, so the loop vectorizes with plain SSE2/AVX:
  * adding and subtracting 1.5 * 2^23 leaves the nearest integer (ties to even, in

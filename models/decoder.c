@@ -172,6 +172,57 @@ static int load_qkv_bias(struct dray_model *m, uint32_t il, char *err, size_t er
     return rc;
 }
 
+/* ------------------------------------------------------------------- outlier picks */
+
+/* Input width of each layer matmul, and the width of a calibration score row. */
+static uint32_t mm_k(const struct dray_model *m, int which)
+{
+    const uint32_t ks[MM_COUNT] = {m->info.n_embd, m->q_dim, m->info.n_embd, m->info.n_ff};
+    return ks[which];
+}
+
+static void set_calib_k(struct dray_model *m)
+{
+    m->calib_k = m->info.n_embd > m->q_dim ? m->info.n_embd : m->q_dim;
+    m->calib_k = m->info.n_ff > m->calib_k ? m->info.n_ff : m->calib_k;
+}
+
+/* The outlier scores, then (models with head norms) the K maxima. */
+static size_t matmul_scores(const struct dray_model *m)
+{
+    return ((size_t)m->info.n_layer * MM_COUNT + 1) * m->calib_k;
+}
+
+static size_t calib_count(const struct dray_model *m)
+{
+    return matmul_scores(m) + (m->head_norms ? (size_t)m->info.n_layer * m->info.head_dim : 0);
+}
+
+float *dec_calib_kmax(struct dray_model *m)
+{
+    return m->calib && m->head_norms ? m->calib + matmul_scores(m) : NULL;
+}
+
+/* The loudest n input channels of score row `slot` (k wide) into m->pick. */
+static int pick_outliers(struct dray_model *m, size_t slot, uint32_t k, uint32_t n, char *err,
+                         size_t errlen)
+{
+    int rc = dray_pick_outliers(m->calib + slot * m->calib_k, k, n, m->pick);
+    return rc ? dray_fail(err, errlen, rc, "calibration: out of memory") : 0;
+}
+
+/* Layer matmul `which` of layer il, in int8 with its outlier channels when there
+ * are scores to pick them from. */
+static int load_layer_matrix_picked(struct dray_model *m, uint32_t il, int which, uint32_t dtype,
+                                    char *err, size_t errlen)
+{
+    uint32_t k = mm_k(m, which), no = m->n_outlier < k / 8 ? m->n_outlier : k / 8;
+    if (!m->calib || dtype != DRAY_I8 || !no)
+        return load_layer_matrix(m, il, which, dtype, NULL, 0, err, errlen);
+    int rc = pick_outliers(m, (size_t)il * MM_COUNT + (size_t)which, k, no, err, errlen);
+    return rc ? rc : load_layer_matrix(m, il, which, dtype, m->pick, no, err, errlen);
+}
+
 static int load_layer(struct dray_model *m, uint32_t il, uint32_t dtype, char *err, size_t errlen)
 {
     const struct dray_model_info *in = &m->info;
@@ -189,7 +240,7 @@ static int load_layer(struct dray_model *m, uint32_t il, uint32_t dtype, char *e
             rc = dray_vector_prepare(m->dev, bo, in->n_embd, &L->bo, err, errlen);
     }
     for (int w = 0; w < MM_COUNT && !rc; w++)
-        rc = load_layer_matrix(m, il, w, dtype, NULL, 0, err, errlen);
+        rc = load_layer_matrix_picked(m, il, w, dtype, err, errlen);
     return rc;
 }
 
@@ -251,6 +302,9 @@ void dec_free(struct dray_model *m)
     if (m->output_norm)
         dev->ops->free(dev->ctx, m->output_norm);
     free(m->layer);
+    free(m->calib);
+    free(m->calib_host);
+    free(m->pick);
     free(m);
 }
 
@@ -311,6 +365,26 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, char *err, size
     return rc;
 }
 
+static int calib_head(struct dray_model *m, uint32_t n_outlier, char *err, size_t errlen);
+
+/* Scores from the calibration cache: they must be the size this model's would be. */
+static int adopt_scores(struct dray_model *m, const struct dray_model_opts *o, char *err,
+                        size_t errlen)
+{
+    set_calib_k(m);
+    if (o->n_calib_scores != calib_count(m))
+        return dray_fail(err, errlen, DRAY_EINVAL,
+                         "calibration scores: %zu given, this model has %zu", o->n_calib_scores,
+                         calib_count(m));
+    m->calib = malloc(calib_count(m) * sizeof(float));
+    m->pick = malloc(m->calib_k * sizeof(int32_t));
+    if (!m->calib || !m->pick)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
+    memcpy(m->calib, o->calib_scores, calib_count(m) * sizeof(float));
+    m->n_outlier = o->outlier_channels;
+    return 0;
+}
+
 int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_device *dev,
              const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen)
 {
@@ -344,6 +418,12 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
      * calibration pass would carry each plugin's rounding into the choice), and
      * re-prepares them in int8. */
     uint32_t layer_dtype = dtype == DRAY_I8 && o->outlier_channels ? DRAY_F32 : dtype;
+    /* ... unless the scores of an earlier calibration are given: then the layers
+     * are prepared in int8 with their outlier channels right away */
+    if (!rc && dtype == DRAY_I8 && o->outlier_channels && o->calib_scores) {
+        rc = adopt_scores(m, o, err, errlen);
+        layer_dtype = dtype;
+    }
     for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
         if (o->progress && isatty(2))
             fprintf(stderr, "\rdray: preparing weights (%s): layer %u/%u", dtype == DRAY_I8 ? "int8" : "f32",
@@ -352,6 +432,10 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
     }
     if (o->progress && isatty(2))
         fprintf(stderr, "\n");
+    if (!rc && m->calib && layer_dtype == DRAY_I8)
+        rc = calib_head(m, m->n_outlier, err, errlen);
+    if (!rc && m->calib && o->smooth_k && m->head_norms)
+        rc = dec_kv_smooth_apply(m, err, errlen);
     if (!rc)
         rc = alloc_acts(m, err, errlen);
     if (rc)
@@ -394,7 +478,7 @@ static int matmul(struct dray_model *m, struct dray_view x, uint32_t stride_x,
 static int observe(struct dray_model *m, uint32_t il, int which, struct dray_buf *x, uint32_t stride,
                    uint32_t k, uint32_t T)
 {
-    if (!m->calib)
+    if (!m->calib_host) /* only while calibrating: the scores outlive it */
         return 0;
     int rc = m->dev->ops->download(m->dev->ctx, m->calib_host, (struct dray_view){x, 0}, (size_t)T * stride * 4);
     float *amax = m->calib + ((size_t)il * MM_COUNT + (size_t)which) * m->calib_k;
@@ -455,6 +539,8 @@ int dec_qk_norms(struct dray_model *m, uint32_t il, uint32_t T)
     int rc = rmsnorm(m, q, m->qkv_dim, L->q_norm, q, m->qkv_dim, T, in->n_head, in->head_dim);
     if (!rc)
         rc = rmsnorm(m, k, m->qkv_dim, L->k_norm, k, m->qkv_dim, T, in->n_kv_head, in->head_dim);
+    if (!rc)
+        rc = dec_kv_smooth_observe(m, il, T);
     return rc;
 }
 
@@ -664,47 +750,41 @@ static void log_outliers(uint32_t il, int which, const int32_t *pick, uint32_t n
     dray_debug("layer %u matmul %d outlier channels:%s", il, which, list);
 }
 
-/* The head: a separate output matrix is re-prepared with its outliers; a tied one
- * keeps the embedding table and gets f32 columns beside it. */
-static int calib_head(struct dray_model *m, const int32_t *pick, uint32_t no, char *err, size_t errlen)
+/* The head gets half as many outlier channels as a layer matmul: its f32
+ * columns are read for all n_vocab outputs on every step (32 channels would add
+ * 12% to a decode step). A separate output matrix is re-prepared with them; a
+ * tied one keeps the embedding table and gets f32 columns beside it. */
+static int calib_head(struct dray_model *m, uint32_t n_outlier, char *err, size_t errlen)
 {
+    const struct dray_model_info *in = &m->info;
+    uint32_t no = n_outlier / 2 < in->n_embd / 8 ? n_outlier / 2 : in->n_embd / 8;
+    int rc = pick_outliers(m, (size_t)in->n_layer * MM_COUNT, in->n_embd, no, err, errlen);
+    if (rc)
+        return rc;
     if (m->output.n_out) {
         const struct dray_gguf_tensor *t = dray_gguf_find_tensor(m->g, "output.weight");
         dray_weight_release(m->dev, &m->output);
-        return t ? dray_weight_prepare(m->dev, &t, 1, DRAY_I8, pick, no, &m->output, err, errlen)
+        return t ? dray_weight_prepare(m->dev, &t, 1, DRAY_I8, m->pick, no, &m->output, err, errlen)
                  : DRAY_ENOTFOUND;
     }
     const struct dray_gguf_tensor *te = dray_gguf_find_tensor(m->g, "token_embd.weight");
-    return te ? dray_weight_set_outliers(m->dev, te, pick, no, &m->embd, err, errlen) : DRAY_ENOTFOUND;
+    return te ? dray_weight_set_outliers(m->dev, te, m->pick, no, &m->embd, err, errlen)
+              : DRAY_ENOTFOUND;
 }
 
-/* Pick each matmul's loudest input channels from m->calib and re-prepare the
- * layer matmuls in int8 with them; give the head half as many. pick: [calib_k]. */
-static int calib_apply(struct dray_model *m, uint32_t n_outlier, int32_t *pick, char *err, size_t errlen)
+/* Re-prepare every layer matmul in int8 with the outlier channels picked from
+ * m->calib, then the head. */
+static int calib_apply(struct dray_model *m, char *err, size_t errlen)
 {
-    const struct dray_model_info *in = &m->info;
-    const uint32_t ks[MM_COUNT] = {in->n_embd, m->q_dim, in->n_embd, in->n_ff};
     int rc = 0;
-    for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
+    for (uint32_t il = 0; !rc && il < m->info.n_layer; il++)
         for (int w = 0; !rc && w < MM_COUNT; w++) {
-            uint32_t k = ks[w], no = n_outlier < k / 8 ? n_outlier : k / 8;
-            rc = dray_pick_outliers(m->calib + ((size_t)il * MM_COUNT + (size_t)w) * m->calib_k, k, no, pick);
-            if (rc)
-                return dray_fail(err, errlen, rc, "calibration: out of memory");
-            log_outliers(il, w, pick, no);
             dray_weight_release(m->dev, layer_matrix(&m->layer[il], w));
-            rc = load_layer_matrix(m, il, w, DRAY_I8, pick, no, err, errlen);
+            rc = load_layer_matrix_picked(m, il, w, DRAY_I8, err, errlen);
+            if (!rc)
+                log_outliers(il, w, m->pick, m->n_outlier < mm_k(m, w) / 8 ? m->n_outlier : mm_k(m, w) / 8);
         }
-    }
-    if (rc)
-        return rc;
-    /* half as many for the head: its f32 columns are read for all n_vocab
-     * outputs on every step (32 channels would add 12% to a decode step) */
-    uint32_t no = n_outlier / 2 < in->n_embd / 8 ? n_outlier / 2 : in->n_embd / 8;
-    rc = dray_pick_outliers(m->calib + (size_t)in->n_layer * MM_COUNT * m->calib_k, in->n_embd, no, pick);
-    if (rc)
-        return dray_fail(err, errlen, rc, "calibration: out of memory");
-    return calib_head(m, pick, no, err, errlen);
+    return rc ? rc : calib_head(m, m->n_outlier, err, errlen);
 }
 
 /* Mixed precision without scheduling overhead: a few input channels of each
@@ -713,28 +793,38 @@ static int calib_apply(struct dray_model *m, uint32_t n_outlier, int32_t *pick, 
  * Calibration finds those channels once, on a short text; the matmul op then
  * keeps them in f32 inside the same kernel, so there is no second op. */
 int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                  uint32_t n_outlier, char *err, size_t errlen)
+                  uint32_t n_outlier, bool smooth_k, char *err, size_t errlen)
 {
-    const struct dray_model_info *in = &m->info;
-    if (n_outlier == 0 || m->embd.dtype != DRAY_I8)
-        return 0;
+    bool outliers = n_outlier && m->embd.dtype == DRAY_I8;
+    smooth_k = smooth_k && m->head_norms; /* the factors live in the head norms */
+    if ((!outliers && !smooth_k) || m->calib)
+        return 0; /* nothing to do, or prepared from cached scores already */
     if (n == 0)
         return dray_fail(err, errlen, DRAY_EINVAL, "calibration: no tokens");
-    m->calib_k = in->n_embd > m->q_dim ? in->n_embd : m->q_dim;
-    m->calib_k = in->n_ff > m->calib_k ? in->n_ff : m->calib_k;
-    /* slots: [n_layer][MM_COUNT] layer matmuls, then one for the output head */
-    m->calib = calloc(((size_t)in->n_layer * MM_COUNT + 1) * m->calib_k, sizeof(float));
-    m->calib_host = malloc((size_t)n * m->calib_k * sizeof(float));
-    int32_t *pick = malloc(m->calib_k * sizeof(int32_t));
-    int rc = m->calib && m->calib_host && pick ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "calibration: out of memory");
+    set_calib_k(m);
+    m->calib = calloc(calib_count(m), sizeof(float));
+    m->calib_host = malloc((size_t)n * (m->calib_k > m->qkv_dim ? m->calib_k : m->qkv_dim) * sizeof(float));
+    m->pick = malloc(m->calib_k * sizeof(int32_t));
+    m->n_outlier = outliers ? n_outlier : 0;
+    int rc = m->calib && m->calib_host && m->pick ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "calibration: out of memory");
     if (!rc)
         rc = calib_forward(m, kv, ids, n, err, errlen);
-    if (!rc)
-        rc = calib_apply(m, n_outlier, pick, err, errlen);
+    if (!rc && smooth_k)
+        rc = dec_kv_smooth_apply(m, err, errlen);
+    if (!rc && outliers)
+        rc = calib_apply(m, err, errlen);
     account(m);
-    free(m->calib);
     free(m->calib_host);
-    m->calib = m->calib_host = NULL;
-    free(pick);
+    m->calib_host = NULL;
+    if (rc || !outliers) { /* no scores to hand out: failed, or K smoothing alone */
+        free(m->calib);
+        m->calib = NULL;
+    }
     return rc;
+}
+
+size_t dec_calib_scores(const struct dray_model *m, const float **scores)
+{
+    *scores = m->calib;
+    return m->calib ? calib_count(m) : 0;
 }

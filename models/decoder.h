@@ -80,10 +80,14 @@ struct dray_model {
     int32_t *meta_host;        /* [2][max_batch] staging for ids and positions */
     struct dec_layer *layer;   /* [n_layer] */
     struct dray_gguf *g;       /* the file, for re-preparing weights after calibration */
-    /* while calibrating: largest |x| per input channel of each layer matmul,
-     * [n_layer][MM_COUNT][calib_k] then the head, and a host copy of one input */
+    /* calibration scores: largest |x| per input channel of each layer matmul,
+     * [n_layer][MM_COUNT][calib_k] then the head, then (head norms only) the K
+     * maxima of dec_calib_kmax (kept after calibrating, or given at load from the
+     * cache), and while calibrating a host copy of one input or of qkv */
     float *calib, *calib_host;
     uint32_t calib_k;
+    uint32_t n_outlier;        /* outlier channels per layer matmul picked from calib */
+    int32_t *pick;             /* [calib_k] scratch for the picks */
 };
 
 /* ---------------------------------------------------------------- the arch hooks */
@@ -95,7 +99,16 @@ int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batc
 void dec_free(struct dray_model *m);
 const struct dray_model_info *dec_info(const struct dray_model *m);
 int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                  uint32_t n_outlier, char *err, size_t errlen);
+                  uint32_t n_outlier, bool smooth_k, char *err, size_t errlen);
+size_t dec_calib_scores(const struct dray_model *m, const float **scores);
+
+/* K smoothing of the int8 KV cache (kv_smooth.c). Models with head norms keep
+ * max |k| per head channel after the k norm, [n_layer][head_dim], at the end of
+ * the calibration scores (dec_calib_kmax: NULL when there is none); observe
+ * records it while calibrating, apply folds the factors into the q/k norms. */
+float *dec_calib_kmax(struct dray_model *m);
+int dec_kv_smooth_observe(struct dray_model *m, uint32_t il, uint32_t T);
+int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen);
 
 /* "<arch>.<key>" as u32 in [lo, hi] (dray_hparam_u32: dflt NULL = required). */
 int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t lo, uint32_t hi,

@@ -85,4 +85,5 @@ const struct dray_arch dray_arch_gemma3 = {
     .free = dec_free,
     .info = dec_info,
     .calibrate = dec_calibrate,
+    .calib_scores = dec_calib_scores,
 };

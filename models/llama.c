@@ -99,4 +99,5 @@ const struct dray_arch dray_arch_llama = {
     .free = dec_free,
     .info = dec_info,
     .calibrate = dec_calibrate,
+    .calib_scores = dec_calib_scores,
 };

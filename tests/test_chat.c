@@ -12,6 +12,7 @@
 #include "chat.h"
 #include "dray/backend.h"
 #include "gguf.h"
+#include "gguf_write.h"
 
 static char *render(const struct dray_chat_msg *m, size_t n, bool gen)
 {

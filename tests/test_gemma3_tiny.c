@@ -576,6 +576,46 @@ static void test_gemma3_calibration_ignores_context_and_chunk(void **state)
     free(ids);
 }
 
+/* Keys with always-loud channels (Gemma's k norm makes such) leave the other
+ * channels a few int8 steps when the KV cache is int8 with one scale per token
+ * and head; calibration rescales K channels (and Q inversely, scores unchanged),
+ * which must take most of that extra error away. */
+static void test_gemma3_int8_kv_smooths_loud_key_channels(void **state)
+{
+    (void)state;
+    const uint32_t n = 24;
+    int32_t *ids = prompt(n);
+    double e[2][2]; /* [normal, loud keys][int8 KV, f16 KV] */
+    char err[1024];
+    int rc;
+    for (int loud = 0; loud < 2; loud++) {
+        struct tiny_gemma t;
+        tiny_gemma_defaults(&t);
+        t.loud_k = loud ? 40.0f : 0.0f;
+        const char *path = write_model(&t, loud ? "tiny_loud_k.gguf" : "tiny_k.gguf");
+        struct ref r = {.t = t};
+        assert_int_equal(dray_gguf_open(path, &r.g, err, sizeof(err)), 0);
+        double *want = ref_forward(&r, ids, n);
+        for (int kv = 0; kv < 2; kv++) {
+            struct dray_engine *eng = open_engine(path, "f32", kv ? "f16" : "int8", 64, err, sizeof(err), &rc);
+            if (rc)
+                fail_msg("engine: %s", err);
+            float *got = dray_logits(eng, ids, n);
+            e[loud][kv] = rel_error(got, want, n);
+            free(got);
+            dray_engine_close(eng);
+        }
+        dray_gguf_close(r.g);
+        free(want);
+    }
+    printf("# relative logit error, int8 KV: %.2e plain, %.2e with loud key channels "
+           "(f16 KV: %.2e, %.2e)\n", e[0][0], e[1][0], e[0][1], e[1][1]);
+    /* measured: 7.8x with the rescaling, 33x without it */
+    assert_true(e[1][0] < 15.0 * e[0][0]);
+    assert_true(e[1][1] < 1e-2 && e[0][1] < 1e-3);
+    free(ids);
+}
+
 /* Every other plugin that has a device here runs the same model to the same
  * logits as the CPU plugin (int8 weights, int8 KV: integer sums are exact, the f32
  * scale products and softmax sums may round differently). */
@@ -638,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_engine_refuses_prompt_longer_than_context),
         cmocka_unit_test(test_gemma3_outlier_channels_rescue_int8),
         cmocka_unit_test(test_gemma3_calibration_ignores_context_and_chunk),
+        cmocka_unit_test(test_gemma3_int8_kv_smooths_loud_key_channels),
         cmocka_unit_test(test_gemma3_same_logits_on_every_plugin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,6 +15,7 @@
 
 #include "dray/backend.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------ byte builder */

@@ -29,7 +29,7 @@ TEXT = (
     "Then the tide turned: waves at 3.5 m, wind 20 km/h; sailors ran home.\n"
     "def f(x): return x * x  # squares\n"
     "La mer est calme, the hello and the world again and again?\n"
-)
+) * 4  # several contexts' worth of bytes: the whole file is tokenized at once
 
 
 def sh(args, expect=0):

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "gguf.h"
+#include "quant.h"
 #include "testutil.h"
 
 static void test_quant_row_with_max_127_rounds_half_to_even(void **state)

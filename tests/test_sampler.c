@@ -14,6 +14,7 @@
 
 #include "dray/backend.h"
 #include "sampler.h"
+#include "stop.h"
 #include "testutil.h"
 
 static char err[256];

@@ -14,6 +14,7 @@
 
 #include "dray/dray.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "tokenizer.h"
 
 /* "Ġ" is the byte alphabet's space (U+0120), "Ċ" its newline (U+010A). */

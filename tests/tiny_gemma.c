@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "gguf_write.h"
 #include "testutil.h"
 
 void tiny_gemma_defaults(struct tiny_gemma *t)
@@ -98,6 +99,10 @@ static int add_tensor(struct dray_gguf_writer *w, const struct tiny_gemma *t, co
     if (t->loud > 0 && (strstr(name, ".attn_norm.") || strstr(name, ".ffn_norm.")))
         for (uint64_t c = 3; c < n; c += c == 3 ? 14 : 23) /* 3, 17, 40 */
             x[c] *= t->loud;
+    if (t->loud_k > 0 && strstr(name, ".attn_k_norm.")) {
+        x[1] *= t->loud_k;
+        x[6] *= t->loud_k;
+    }
     int rc;
     if (ne1 > 1 && t->weight_type == DRAY_GGML_Q8_0 && ne0 % 32 == 0) {
         void *q = to_q8_0(x, n);

@@ -14,6 +14,8 @@ struct tiny_gemma {
     const char *omit_tensor;   /* leave this tensor out (error-path tests) */
     int biases;                /* also write attn_{q,k,v,output}.bias (Llama-family tests) */
     int output_head;           /* also write a separate output.weight */
+    float loud_k;              /* > 0: the k norm scales head channels 1 and 6 by this
+                                * (keys with always-loud channels, as Gemma's) */
     float loud;                /* > 0: the attention and FFN input norms scale channels
                                 * 3, 17 and 40 by this, making them activation outliers */
 };

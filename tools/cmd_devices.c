@@ -96,6 +96,27 @@ static void print_device(const struct dray_plugin *p, uint32_t i)
            pr.compute_units, pr.compute_units == 1 ? "" : "s", flags);
 }
 
+/* Row `row` (1..5) of the limits under the matrix, for one device (ABI version
+ * 2's op_caps; "-" = none declared). */
+static const char *const limit_names[] = {"head_dim", "n_rot", "rope part", "matmul k",
+                                          "heads"};
+
+static void print_limits(const struct dray_op_caps *c, int row, int w)
+{
+    char cell[32];
+    uint32_t v = 0;
+    switch (row) {
+    case 1: v = c->max_head_dim; break;
+    case 2: v = c->max_n_rot; break;
+    case 3: snprintf(cell, sizeof(cell), "%s", c->rope_partial ? "yes" : "no"); break;
+    case 4: v = c->max_k; break;
+    default: v = c->max_heads; break;
+    }
+    if (row != 3)
+        snprintf(cell, sizeof(cell), v ? "%u" : "-", v);
+    printf(" %-*s", w, cell);
+}
+
 /* Rows = ops, columns = every device of every plugin ("cpu:0"). */
 static void print_matrix(const struct dray_registry *reg)
 {
@@ -141,6 +162,13 @@ static void print_matrix(const struct dray_registry *reg)
                        sizeof(cell));
             printf(" %-*s", w, cell);
         }
+        printf("\n");
+    }
+    printf("\nlimits (largest value each op accepts; - = none declared):\n");
+    for (int l = 1; l <= 5; l++) {
+        printf("  %-10s", limit_names[l - 1]);
+        for (size_t c = 0; c < n; c++)
+            print_limits(&cols[c].caps, l, w);
         printf("\n");
     }
     free(cols);

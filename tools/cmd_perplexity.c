@@ -16,9 +16,13 @@
 #include "cli.h"
 #include "cmd.h"
 #include "dray/dray.h"
+#include "dray/gguf.h"
+#include "dray/tokenizer.h"
 #include "kld.h"
 
 #define DEFAULT_CTX 512u
+/* Largest text scored: tokenizing takes memory in proportion to its bytes. */
+#define MAX_TEXT_BYTES (256ll << 20)
 
 enum mode { PLAIN, WRITE_BASE, COMPARE };
 
@@ -126,9 +130,10 @@ static char *read_text(const char *path)
         fprintf(stderr, "dray: cannot read %s: %s\n", path, fd < 0 ? strerror(errno) : "not a regular file");
         goto out;
     }
-    buf = st.st_size > 0 && st.st_size < (1ll << 31) ? malloc((size_t)st.st_size + 1) : NULL;
+    buf = st.st_size > 0 && st.st_size <= MAX_TEXT_BYTES ? malloc((size_t)st.st_size + 1) : NULL;
     if (!buf) {
-        fprintf(stderr, "dray: %s: %s\n", path, st.st_size ? "too large or out of memory" : "the file is empty");
+        fprintf(stderr, "dray: %s: %s\n", path, !st.st_size ? "the file is empty"
+                : st.st_size > MAX_TEXT_BYTES ? "larger than 256 MiB: score a part of it" : "out of memory");
         goto out;
     }
     if (read(fd, buf, (size_t)st.st_size) != (ssize_t)st.st_size) {
@@ -276,13 +281,33 @@ static int load_base(const struct ppl_opts *o, struct dray_config *cfg, struct p
     return 0;
 }
 
-static int tokenize_text(struct dray_engine *e, const struct ppl_opts *o, uint32_t n_ctx, struct ppl_input *in)
+/* The whole text is tokenized at once, as llama-perplexity does (cutting it first
+ * would change the tokens at the cuts), with the model file's tokenizer: the
+ * engine's refuses text longer than one context, and this text is many. */
+static int tokenize_all(const char *model, const char *text, struct ppl_input *in)
 {
     char err[1024];
-    char *text = read_text(o->text_path);
-    int rc = text ? dray_engine_tokenize(e, text, true, false, &in->h.tokens, &in->n_tok, err, sizeof(err)) : 1;
-    if (text && rc)
+    struct dray_gguf *g = NULL;
+    struct dray_tokenizer *t = NULL;
+    int rc = dray_gguf_open(model, &g, err, sizeof(err));
+    if (!rc)
+        rc = dray_tokenizer_load(g, &t, err, sizeof(err));
+    dray_gguf_close(g);
+    if (rc) {
         fprintf(stderr, "dray: %s\n", err);
+        return 1;
+    }
+    rc = dray_tokenize(t, text, strlen(text), true, false, &in->h.tokens, &in->n_tok);
+    if (rc)
+        fprintf(stderr, "dray: tokenizing %s failed: %s\n", model, dray_strerror(rc));
+    dray_tokenizer_free(t);
+    return rc ? 1 : 0;
+}
+
+static int tokenize_text(struct dray_engine *e, const struct ppl_opts *o, uint32_t n_ctx, struct ppl_input *in)
+{
+    char *text = read_text(o->text_path);
+    int rc = text ? tokenize_all(dray_engine_get_info(e)->model_path, text, in) : 1;
     free(text);
     if (rc)
         return 1;

@@ -1,6 +1,7 @@
 /* dray serve: the OpenAI-compatible HTTP server (server/). Thin: flags to
  * config keys, open the engine, hand over to dray_serve. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -15,7 +16,8 @@ static void usage(void)
     printf("usage: dray serve [options]\n"
            "  --host H              address to listen on (default 127.0.0.1: this machine only)\n"
            "  --port P              TCP port (default 8080)\n"
-           "  --api-key KEY         require 'Authorization: Bearer KEY' (config key api_key)\n"
+           "  --api-key KEY         require 'Authorization: Bearer KEY' (config key api_key;\n"
+           "                        or $DRAY_API_KEY, which keeps the key out of ps)\n"
            "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
            "GET /health, GET /metrics. SIGINT/SIGTERM drain and exit 0.\n");
     dray_cli_help();
@@ -34,6 +36,12 @@ int dray_cmd_serve(int argc, char **argv)
     dray_serve_block_signals(); /* before any thread exists, so all of them inherit it */
     if (dray_cli_parse(argc, argv, &cfg, rest, &n_rest))
         return 2;
+    const char *env_key = getenv("DRAY_API_KEY"); /* below a config file's key and the flag */
+    if (env_key && env_key[0] && !cfg.api_key[0] &&
+        dray_config_set(&cfg, "api_key", env_key, err, sizeof(err))) {
+        fprintf(stderr, "dray serve: DRAY_API_KEY: %s\n", err);
+        return 2;
+    }
     for (int i = 1; i < n_rest; i++) {
         size_t j = 0;
         while (j < sizeof(flags) / sizeof(flags[0]) && strcmp(rest[i], flags[j].flag))

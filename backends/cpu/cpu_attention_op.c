@@ -5,13 +5,6 @@
 
 #include "cpu_internal.h"
 
-#define CHECK(expr)          \
-    do {                     \
-        int rc_ = (expr);    \
-        if (rc_)             \
-            return rc_;      \
-    } while (0)
-
 /* The pool, checked by the shared validator: its four views are p[0..3]. */
 static void pool_of(const struct dray_kv_pool *p, void *const *v, struct dray_cpu_kv *out)
 {

@@ -13,6 +13,9 @@
 
 #define DRAY_CPU_HIDDEN __attribute__((visibility("hidden")))
 
+/* Return from the calling op with expr's code when it fails. */
+#define CHECK(expr) DRAY_UTIL_TRY(expr)
+
 struct dray_buf {
     void *p;        /* 64-byte aligned host memory */
     size_t size;    /* bytes */

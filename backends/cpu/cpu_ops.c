@@ -7,13 +7,6 @@
 
 #include "cpu_internal.h"
 
-#define CHECK(expr)          \
-    do {                     \
-        int rc_ = (expr);    \
-        if (rc_)             \
-            return rc_;      \
-    } while (0)
-
 /* ---------------------------------------------------------------- embed */
 
 struct embed_job {

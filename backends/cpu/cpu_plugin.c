@@ -45,6 +45,8 @@ static void pick_kernels(struct dray_ctx *ctx)
         ctx->k.quantize = dray_cpu_avx512vnni_quantize; /* the same biased q */
         ctx->k.matmul = dray_cpu_avx512vnni_matmul;
     }
+    if (ctx->isa >= DRAY_CPU_ISA_AVX512VNNI)
+        ctx->k.attention = dray_cpu_avx512_attention;
 #endif
 #ifdef DRAY_CPU_AMX
     if (ctx->isa == DRAY_CPU_ISA_AMX) {
@@ -208,15 +210,8 @@ static int cpu_synchronize(struct dray_ctx *ctx)
 /* Version 2: the props' dtypes and the one limit of the contract: k <= 65536. */
 static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    struct dray_device_props props;
-    memset(&props, 0, sizeof(props));
-    int rc = dray_cpu_device_props(index, &props);
-    if (rc)
-        return rc;
-    struct dray_op_caps mine;
-    dray_util_caps_from_props(&mine, &props);
-    mine.max_k = 65536;
-    return dray_util_caps_answer(caps, &mine);
+    static const struct dray_util_limits lim = {.max_k = 65536};
+    return dray_util_op_caps(index, caps, dray_cpu_device_props, &lim);
 }
 
 static const struct dray_ops cpu_ops = {

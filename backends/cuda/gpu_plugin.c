@@ -484,16 +484,8 @@ static int gpu_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view
  * kernel's tile). */
 static int gpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    struct dray_device_props props;
-    memset(&props, 0, sizeof(props));
-    int rc = gpu_device_props(index, &props);
-    if (rc)
-        return rc;
-    struct dray_op_caps mine;
-    dray_util_caps_from_props(&mine, &props);
-    mine.max_head_dim = GK_ATT_MAX_HEAD_DIM;
-    mine.max_k = 65536;
-    return dray_util_caps_answer(caps, &mine);
+    static const struct dray_util_limits lim = {.max_head_dim = GK_ATT_MAX_HEAD_DIM, .max_k = 65536};
+    return dray_util_op_caps(index, caps, gpu_device_props, &lim);
 }
 
 static const struct dray_ops gpu_ops = {

@@ -307,16 +307,8 @@ static const char *ocl_last_error(struct dray_ctx *ctx)
  * work-group holds a head). */
 static int ocl_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    struct dray_device_props props;
-    memset(&props, 0, sizeof(props));
-    int rc = ocl_device_props(index, &props);
-    if (rc)
-        return rc;
-    struct dray_op_caps mine;
-    dray_util_caps_from_props(&mine, &props);
-    mine.max_head_dim = DRAY_OCL_HD_MAX;
-    mine.max_k = 65536;
-    return dray_util_caps_answer(caps, &mine);
+    static const struct dray_util_limits lim = {.max_head_dim = DRAY_OCL_HD_MAX, .max_k = 65536};
+    return dray_util_op_caps(index, caps, ocl_device_props, &lim);
 }
 
 static const struct dray_ops ocl_ops = {

@@ -185,18 +185,10 @@ static int vk_synchronize(struct dray_ctx *ctx)
  * n_rot (the rope table), heads per grid dimension. */
 static int vk_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    struct dray_device_props props;
-    memset(&props, 0, sizeof(props));
-    int rc = dray_vk_device_props(index, &props);
-    if (rc)
-        return rc;
-    struct dray_op_caps mine;
-    dray_util_caps_from_props(&mine, &props);
-    mine.max_head_dim = 512;
-    mine.max_n_rot = 2 * VK_ROPE_MAX_PAIRS;
-    mine.max_heads = VK_MAX_GROUPS;
-    mine.max_k = 65536;
-    return dray_util_caps_answer(caps, &mine);
+    static const struct dray_util_limits lim = {
+        .max_head_dim = 512, .max_n_rot = 2 * VK_ROPE_MAX_PAIRS, .max_k = 65536,
+        .max_heads = VK_MAX_GROUPS};
+    return dray_util_op_caps(index, caps, dray_vk_device_props, &lim);
 }
 
 static const struct dray_ops vk_ops = {

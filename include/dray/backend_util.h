@@ -106,6 +106,34 @@ static inline int dray_util_caps_answer(struct dray_op_caps *caps, const struct 
     return DRAY_OK;
 }
 
+/* The limits a plugin declares in version 2 (0 = none); whole_heads_only: its
+ * rope rotates whole heads only (n_rot must equal head_dim). */
+struct dray_util_limits {
+    uint32_t max_head_dim, max_n_rot, max_k, max_heads;
+    int whole_heads_only;
+};
+
+/* A whole op_caps member: the dtypes from the plugin's device_props, its
+ * limits, answered only as far as the caller's size. */
+static inline int dray_util_op_caps(uint32_t index, struct dray_op_caps *caps,
+                                    int (*device_props)(uint32_t, struct dray_device_props *),
+                                    const struct dray_util_limits *lim)
+{
+    struct dray_device_props props;
+    struct dray_op_caps mine;
+    memset(&props, 0, sizeof(props));
+    int rc = device_props(index, &props);
+    if (rc)
+        return rc;
+    dray_util_caps_from_props(&mine, &props);
+    mine.max_head_dim = lim->max_head_dim;
+    mine.max_n_rot = lim->max_n_rot;
+    mine.max_k = lim->max_k;
+    mine.max_heads = lim->max_heads;
+    mine.rope_partial = !lim->whole_heads_only;
+    return dray_util_caps_answer(caps, &mine);
+}
+
 /* True when the caller's open options (size = sizeof of its struct) carry m. */
 #define DRAY_UTIL_OPT_HAS(opt, m)                                                           \
     ((opt) && (opt)->size >= offsetof(struct dray_open_options, m) + sizeof((opt)->m))

@@ -121,6 +121,8 @@ struct dray_engine_info {
     uint32_t max_seqs;
     const char *precision, *kv_dtype;  /* "int8"/"f32", "int8"/"f16" */
     double load_s;                     /* time to open, check and prepare everything */
+    const char *calibration;           /* int8 outlier channels: "none", "computed" (and
+                                        * stored in the calibration cache), "cached" */
 };
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen);

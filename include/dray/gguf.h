@@ -70,6 +70,8 @@ void dray_gguf_close(struct dray_gguf *g);
 
 uint32_t dray_gguf_version(const struct dray_gguf *g);
 uint64_t dray_gguf_file_size(const struct dray_gguf *g);
+/* The whole file's bytes (dray_gguf_file_size of them), e.g. to hash its content. */
+const void *dray_gguf_bytes(const struct dray_gguf *g);
 const char *dray_gguf_name(const struct dray_gguf *g); /* path or name given at open */
 
 /* Metadata */

@@ -24,8 +24,7 @@
  * groups, tmm4/5 = A, tmm6/7 = B, all 16 rows x 64 bytes. */
 #include <string.h>
 
-#include "avx2_util.h"
-#include "cpu_kernels.h"
+#include "avx512_finish.h"
 
 /* The 64-byte operand of ldtilecfg (palette 1). */
 struct tilecfg {
@@ -34,10 +33,6 @@ struct tilecfg {
     uint16_t colsb[16];
     uint8_t rows[16];
 };
-
-/* Outlier channels the vector finish handles (their weights transposed on the
- * stack); more go to the per-output finish of the AVX2 kernels. */
-#define MAX_OUTL 64u
 
 /* ---------------------------------------------------------------- quantize */
 
@@ -62,43 +57,16 @@ void dray_cpu_amx_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_
 
 struct rowblk {
     int32_t corr[16];
-    float ws[16];
-    float owt[MAX_OUTL][16]; /* outlier weights transposed: [channel][row] */
-    uint32_t vec;            /* the vector finish applies (n_outlier <= MAX_OUTL) */
+    float owt[DRAY_AVX512_MAX_OUTL][16]; /* outlier weights transposed: [channel][row] */
+    uint32_t vec;                        /* the vector finish applies */
 };
 
 static void rowblk_init(const struct dray_cpu_matmul *a, uint32_t o, struct rowblk *rb)
 {
     dray_cpu_avx512vnni_row_corr((const int8_t *)a->w + (size_t)o * a->k, a->k, 16, rb->corr);
-    memcpy(rb->ws, a->wscale + o, sizeof(rb->ws));
-    rb->vec = a->n_outlier <= MAX_OUTL;
-    if (!rb->vec)
-        return;
-    for (uint32_t j = 0; j < a->n_outlier; j++)
-        for (uint32_t i = 0; i < 16; i++)
-            rb->owt[j][i] = a->outlier_w[(size_t)(o + i) * a->n_outlier + j];
-}
-
-/* The outlier sums of 16 rows, in exactly the order of dray_avx2_mm_finish for
- * each row (these files are built with -ffp-contract=off, so every rounding is
- * the written one): 8 fma chains over the channels j = l mod 8 below the last
- * multiple of 8, reduced as ((0+4) + (2+6)) + ((1+5) + (3+7)), then one
- * multiply and add per channel left over. */
-static __m512 outliers(const struct dray_cpu_matmul *a, const struct rowblk *rb, const float *xo)
-{
-    uint32_t n8 = a->n_outlier & ~7u;
-    __m512 p[8];
-    for (uint32_t l = 0; l < 8; l++)
-        p[l] = _mm512_setzero_ps();
-    for (uint32_t j = 0; j < n8; j += 8)
-        for (uint32_t l = 0; l < 8; l++)
-            p[l] = _mm512_fmadd_ps(_mm512_loadu_ps(rb->owt[j + l]), _mm512_set1_ps(xo[j + l]), p[l]);
-    __m512 q0 = _mm512_add_ps(p[0], p[4]), q1 = _mm512_add_ps(p[1], p[5]);
-    __m512 q2 = _mm512_add_ps(p[2], p[6]), q3 = _mm512_add_ps(p[3], p[7]);
-    __m512 s = _mm512_add_ps(_mm512_add_ps(q0, q2), _mm512_add_ps(q1, q3));
-    for (uint32_t j = n8; j < a->n_outlier; j++)
-        s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_loadu_ps(rb->owt[j]), _mm512_set1_ps(xo[j])));
-    return s;
+    rb->vec = a->n_outlier <= DRAY_AVX512_MAX_OUTL;
+    if (rb->vec)
+        dray_avx512_transpose_outliers(a, o, 16, &rb->owt[0][0], 16);
 }
 
 /* Outputs of 16 rows (from o) x 16 tokens (from t) given C[row][token]. */
@@ -106,30 +74,23 @@ static void finish_tile(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o,
                         const int32_t c[16][16])
 {
     const __m512i corr = _mm512_loadu_si512((const void *)rb->corr);
-    const __m512 ws = _mm512_loadu_ps(rb->ws);
     /* column j of C: elements j, j + 16, ... */
     const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                            _mm512_set1_epi32(16));
     for (uint32_t j = 0; j < 16; j++) {
         uint32_t tt = t + j;
-        float *y = a->out + (size_t)tt * a->stride_out + o;
         __m512i isum = _mm512_sub_epi32(_mm512_i32gather_epi32(col, &c[0][j], 4), corr);
-        if (!rb->vec) {
-            int32_t s[16];
-            _mm512_storeu_si512((void *)s, isum);
-            for (uint32_t i = 0; i < 16; i++) {
-                float v = dray_avx2_mm_finish(a, tt, o + i, s[i]);
-                y[i] = a->accumulate ? y[i] + v : v;
-            }
+        if (rb->vec) {
+            dray_avx512_finish16(a, tt, o, 16, isum, &rb->owt[0][0], 16);
             continue;
         }
-        /* (isum * sx) * ws, the order of the scalar finish */
-        __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a->sx[tt])), ws);
-        if (a->n_outlier)
-            v = _mm512_add_ps(v, outliers(a, rb, a->xo + (size_t)tt * a->xo_stride));
-        if (a->accumulate)
-            v = _mm512_add_ps(_mm512_loadu_ps(y), v);
-        _mm512_storeu_ps(y, v);
+        int32_t s[16];
+        float *y = a->out + (size_t)tt * a->stride_out + o;
+        _mm512_storeu_si512((void *)s, isum);
+        for (uint32_t i = 0; i < 16; i++) {
+            float v = dray_avx2_mm_finish(a, tt, o + i, s[i]);
+            y[i] = a->accumulate ? y[i] + v : v;
+        }
     }
 }
 

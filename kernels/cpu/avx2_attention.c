@@ -14,7 +14,11 @@
  * softmax scale), one multiply per key instead of one per element.
  * Probabilities below e^-60 of the running maximum are flushed to 0: their
  * contribution is far below any tolerance, and products of ~1e-38 weights
- * would be denormals, which cost a microcode assist per FMA. */
+ * would be denormals, which cost a microcode assist per FMA.
+ *
+ * avx512_attention.c builds this file a second time with DRAY_ATT_512: the
+ * two products then run 16-lane steps first (qk_512, pv_512) and the 8-lane
+ * code takes what is left; everything else is shared. */
 #include <math.h>
 #include <string.h>
 
@@ -83,6 +87,93 @@ DRAY_AI __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d)
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+#ifdef DRAY_ATT_512
+/* The 8 lanes of sums of a 16-lane vector's halves. */
+DRAY_AI __m256 fold_ps(__m512 v)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* qk_block's dimensions in steps of 16 (from *d while 16 remain), folded into
+ * its 8-lane accumulators, which then take the rest. */
+DRAY_AI void qk_512(const float *q0, const float *q1, int two, const float *k0, const float *k1, const float *k2,
+                    const float *k3, uint32_t hd, uint32_t *dp, __m256 *a0, __m256 *a1, __m256 *a2, __m256 *a3,
+                    __m256 *b0, __m256 *b1, __m256 *b2, __m256 *b3)
+{
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, e0 = c0, e1 = c0, e2 = c0, e3 = c0;
+    uint32_t d = *dp;
+    for (; d + 16 <= hd; d += 16) {
+        __m512 x = _mm512_loadu_ps(q0 + d);
+        __m512 v0 = _mm512_loadu_ps(k0 + d), v1 = _mm512_loadu_ps(k1 + d);
+        __m512 v2 = _mm512_loadu_ps(k2 + d), v3 = _mm512_loadu_ps(k3 + d);
+        c0 = _mm512_fmadd_ps(x, v0, c0);
+        c1 = _mm512_fmadd_ps(x, v1, c1);
+        c2 = _mm512_fmadd_ps(x, v2, c2);
+        c3 = _mm512_fmadd_ps(x, v3, c3);
+        if (two) {
+            __m512 y = _mm512_loadu_ps(q1 + d);
+            e0 = _mm512_fmadd_ps(y, v0, e0);
+            e1 = _mm512_fmadd_ps(y, v1, e1);
+            e2 = _mm512_fmadd_ps(y, v2, e2);
+            e3 = _mm512_fmadd_ps(y, v3, e3);
+        }
+    }
+    *dp = d;
+    *a0 = fold_ps(c0), *a1 = fold_ps(c1), *a2 = fold_ps(c2), *a3 = fold_ps(c3);
+    *b0 = fold_ps(e0), *b1 = fold_ps(e1), *b2 = fold_ps(e2), *b3 = fold_ps(e3);
+}
+
+/* pv_block's dimensions in steps of 64 (from *dp while 64 remain). Per
+ * element the same operations in the same order as the 8-lane code. */
+DRAY_AI void pv_512(float *y0, float *y1, int two, float c0, float c1, const float *p0, const float *p1,
+                    const float *tile, uint32_t nj, uint32_t hd, uint32_t *dp)
+{
+    __m512 vc0 = _mm512_set1_ps(c0), vc1 = _mm512_set1_ps(c1);
+    uint32_t d = *dp;
+    for (; d + 64 <= hd; d += 64) {
+        __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(y0 + d), vc0);
+        __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(y0 + d + 16), vc0);
+        __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(y0 + d + 32), vc0);
+        __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(y0 + d + 48), vc0);
+        __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        if (two) {
+            b0 = _mm512_mul_ps(_mm512_loadu_ps(y1 + d), vc1);
+            b1 = _mm512_mul_ps(_mm512_loadu_ps(y1 + d + 16), vc1);
+            b2 = _mm512_mul_ps(_mm512_loadu_ps(y1 + d + 32), vc1);
+            b3 = _mm512_mul_ps(_mm512_loadu_ps(y1 + d + 48), vc1);
+        }
+        const float *v = tile + d;
+        for (uint32_t j = 0; j < nj; j++, v += hd) {
+            __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+            __m512 v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
+            __m512 x = _mm512_set1_ps(p0[j]);
+            a0 = _mm512_fmadd_ps(x, v0, a0);
+            a1 = _mm512_fmadd_ps(x, v1, a1);
+            a2 = _mm512_fmadd_ps(x, v2, a2);
+            a3 = _mm512_fmadd_ps(x, v3, a3);
+            if (two) {
+                __m512 z = _mm512_set1_ps(p1[j]);
+                b0 = _mm512_fmadd_ps(z, v0, b0);
+                b1 = _mm512_fmadd_ps(z, v1, b1);
+                b2 = _mm512_fmadd_ps(z, v2, b2);
+                b3 = _mm512_fmadd_ps(z, v3, b3);
+            }
+        }
+        _mm512_storeu_ps(y0 + d, a0);
+        _mm512_storeu_ps(y0 + d + 16, a1);
+        _mm512_storeu_ps(y0 + d + 32, a2);
+        _mm512_storeu_ps(y0 + d + 48, a3);
+        if (two) {
+            _mm512_storeu_ps(y1 + d, b0);
+            _mm512_storeu_ps(y1 + d + 16, b1);
+            _mm512_storeu_ps(y1 + d + 32, b2);
+            _mm512_storeu_ps(y1 + d + 48, b3);
+        }
+    }
+    *dp = d;
+}
+#endif
+
 /* Dot products of q0 (and q1 when two) with the 4 rows k[0..3] (stride hd):
  * o0[0..3], o1[0..3]. */
 DRAY_AI void qk_block(const float *q0, const float *q1, int two, const float *k, uint32_t hd, float *o0,
@@ -91,6 +182,9 @@ DRAY_AI void qk_block(const float *q0, const float *q1, int two, const float *k,
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     const float *k0 = k, *k1 = k + hd, *k2 = k + 2 * (size_t)hd, *k3 = k + 3 * (size_t)hd;
     uint32_t d = 0;
+#ifdef DRAY_ATT_512
+    qk_512(q0, q1, two, k0, k1, k2, k3, hd, &d, &a0, &a1, &a2, &a3, &b0, &b1, &b2, &b3);
+#endif
     for (; d + 8 <= hd; d += 8) {
         __m256 x = _mm256_loadu_ps(q0 + d);
         __m256 v0 = _mm256_loadu_ps(k0 + d), v1 = _mm256_loadu_ps(k1 + d);
@@ -130,6 +224,9 @@ DRAY_AI void pv_block(float *y0, float *y1, int two, float c0, float c1, const f
                       const float *tile, uint32_t nj, uint32_t hd)
 {
     uint32_t d = 0;
+#ifdef DRAY_ATT_512
+    pv_512(y0, y1, two, c0, c1, p0, p1, tile, nj, hd, &d);
+#endif
     __m256 vc0 = _mm256_set1_ps(c0), vc1 = _mm256_set1_ps(c1);
     for (; d + 32 <= hd; d += 32) {
         __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(y0 + d), vc0);
@@ -325,7 +422,10 @@ static void do_item(const struct dray_cpu_attention *a, const uint32_t it[4], vo
     }
 }
 
-void dray_cpu_avx2_attention(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1, void *scratch)
+#ifndef DRAY_ATT_ENTRY
+#define DRAY_ATT_ENTRY dray_cpu_avx2_attention
+#endif
+void DRAY_ATT_ENTRY(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1, void *scratch)
 {
     uint32_t group = a->n_head / a->pool->n_kv_head;
     if (group > 64) { /* more query vectors than the stack arrays hold */

@@ -7,22 +7,22 @@
  * xor 0x80), vpdpbusd sums u8 x s8 products exactly mod 2^32, and per output
  *     sum_c q[c] w[c] = sum_c (q[c] + 128) w[c] - 128 sum_c w[c].
  * The row correction 128 * sum w is computed once per row block (vpdpbusd of
- * the constant 0x80 with the weights), shared by every token. A k that is not
- * a multiple of 64 ends in one masked step: the weight bytes past k load as 0,
- * so the activation padding (q_stride is a multiple of 64) adds nothing, and
- * there is no scalar tail. The integer sums therefore equal the reference sums
- * bit for bit, and the finish is the shared dray_avx2_mm_finish, so results are
- * the same bits as the AVX2 and AVX-VNNI kernels.
+ * the constant 0x80 with the weights) and shared by every token; for one or
+ * two tokens (decode) each tile computes it alongside instead, so the weights
+ * stream through the core once. A k that is not a multiple of 64 ends in one
+ * masked step: the weight bytes past k load as 0, so the activation padding
+ * (q_stride is a multiple of 64) adds nothing, and there is no scalar tail.
+ * The integer sums therefore equal the reference sums bit for bit. The finish
+ * is dray_avx2_mm_finish per output in decode and its 16-lane copy
+ * (avx512_finish.h) in prefill, so results are the AVX2 kernels' bits.
  *
- * Weights stay row-major [n_out][k] (ABI; no repacking). A tile is 4 rows x up
- * to 6 tokens: 24 accumulators + 4 weight vectors + 1 activation vector of the
- * 32 zmm registers, so each weight load feeds up to 6 vpdpbusd (prefill) and
- * decode (1..8 tokens) streams the weights once per group of 6 tokens.
+ * Weights stay row-major [n_out][k] (ABI; no repacking). A prefill tile is 4
+ * rows x up to 6 tokens: 24 accumulators + 4 weight vectors + 1 activation
+ * vector of the 32 zmm registers, so each weight load feeds up to 6 vpdpbusd.
  * F32 weights go to the AVX2 kernel. */
 #include <string.h>
 
-#include "avx2_util.h"
-#include "cpu_kernels.h"
+#include "avx512_finish.h"
 
 /* Full unrolling of the constant-trip loops over rows and tokens, so the
  * accumulator arrays are scalar-replaced into registers (without it gcc 12
@@ -211,32 +211,67 @@ static void matmul_i8_decode(const struct dray_cpu_matmul *a, uint32_t o0, uint3
         }
 }
 
-static void matmul_i8_block(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
+/* Tokens [t, t+T) of a row block: every tile's corrected sums into
+ * s[token][row - o0]. */
+static void block_sums(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1, uint32_t t, uint32_t T,
+                       const int32_t *corr, int32_t s[TT][64])
 {
     const int8_t *W = a->w;
     uint32_t k = a->k;
     size_t qs = a->q_stride;
+    const int8_t *q = a->q + (size_t)t * qs;
+    int32_t r[TR][TT + 1];
+    uint32_t o = o0;
+    for (; o + TR <= o1; o += TR) {
+        tiles4[T](W + (size_t)o * k, k, q, qs, r);
+        for (uint32_t i = 0; i < TR; i++)
+            for (uint32_t j = 0; j < T; j++)
+                s[j][o - o0 + i] = (int32_t)((uint32_t)r[i][j] - (uint32_t)corr[o - o0 + i]);
+    }
+    for (; o < o1; o++) {
+        if (T == TT) {
+            tile_1x6_0(W + (size_t)o * k, k, q, qs, r);
+        } else {
+            for (uint32_t j = 0; j < T; j++) {
+                int32_t r1[TR][TT + 1];
+                tile_1x1_0(W + (size_t)o * k, k, q + j * qs, qs, r1);
+                r[0][j] = r1[0][0];
+            }
+        }
+        for (uint32_t j = 0; j < T; j++)
+            s[j][o - o0] = (int32_t)((uint32_t)r[0][j] - (uint32_t)corr[o - o0]);
+    }
+}
+
+/* Prefill: rows [o0, o1) (at most 64) for every token, T <= 6 tokens at a time;
+ * the finish runs 16 rows at once (avx512_finish.h) with this block's outlier
+ * weights transposed once, or per output when there are too many outliers. */
+static void matmul_i8_block(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
+{
+    uint32_t n = o1 - o0;
     int32_t corr[64]; /* the block has at most 64 rows */
-    dray_cpu_avx512vnni_row_corr(W + (size_t)o0 * k, k, o1 - o0, corr);
+    float owt[DRAY_AVX512_MAX_OUTL * 64];
+    int vec = a->n_outlier <= DRAY_AVX512_MAX_OUTL;
+    dray_cpu_avx512vnni_row_corr((const int8_t *)a->w + (size_t)o0 * a->k, a->k, n, corr);
+    if (vec && a->n_outlier)
+        dray_avx512_transpose_outliers(a, o0, n, owt, 64);
     for (uint32_t t = 0; t < a->n_tok; t += TT) {
         uint32_t T = a->n_tok - t < TT ? a->n_tok - t : TT;
-        const int8_t *q = a->q + (size_t)t * qs;
-        uint32_t o = o0;
-        for (; o + TR <= o1; o += TR) {
-            int32_t r[TR][TT + 1];
-            tiles4[T](W + (size_t)o * k, k, q, qs, r);
-            put_tile(a, t, o, TR, T, r, corr + (o - o0));
-        }
-        for (; o < o1; o++) {
-            int32_t r[TR][TT + 1];
-            if (T == TT) {
-                tile_1x6_0(W + (size_t)o * k, k, q, qs, r);
-                put_tile(a, t, o, 1, T, r, corr + (o - o0));
-            } else {
-                for (uint32_t j = 0; j < T; j++) {
-                    tile_1x1_0(W + (size_t)o * k, k, q + j * qs, qs, r);
-                    put_tile(a, t + j, o, 1, 1, r, corr + (o - o0));
+        int32_t s[TT][64];
+        block_sums(a, o0, o1, t, T, corr, s);
+        for (uint32_t j = 0; j < T; j++) {
+            if (vec) {
+                for (uint32_t r0 = 0; r0 < n; r0 += 16) {
+                    uint32_t m = n - r0 < 16 ? n - r0 : 16;
+                    __m512i isum = _mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), s[j] + r0);
+                    dray_avx512_finish16(a, t + j, o0 + r0, m, isum, owt + r0, 64);
                 }
+                continue;
+            }
+            float *y = a->out + (size_t)(t + j) * a->stride_out + o0;
+            for (uint32_t i = 0; i < n; i++) {
+                float v = dray_avx2_mm_finish(a, t + j, o0 + i, s[j][i]);
+                y[i] = a->accumulate ? y[i] + v : v;
             }
         }
     }

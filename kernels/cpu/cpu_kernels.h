@@ -7,7 +7,9 @@
  * Two sets with the same signatures: dray_cpu_ref_* (portable scalar C, the
  * specification of each op in code) and dray_cpu_avx2_* (AVX2+FMA+F16C, built
  * with those flags only for their own files and called only when the CPU has
- * them). Layouts and rounding rules are the ones in include/dray/backend.h.
+ * them); the int8 matmul also has AVX-VNNI, AVX-512 VNNI and AMX-INT8 pairs
+ * below, each in a library of its own with its own flags. Layouts and rounding
+ * rules are the ones in include/dray/backend.h.
  */
 #ifndef DRAY_CPU_KERNELS_H
 #define DRAY_CPU_KERNELS_H
@@ -201,6 +203,9 @@ void dray_cpu_ref_attention(const struct dray_cpu_attention *a, uint32_t i0, uin
                             void *scratch);
 void dray_cpu_avx2_attention(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1,
                              void *scratch);
+/* The same with AVX-512 dot products (avx512_attention.c); AVX-512 VNNI and AMX sets. */
+void dray_cpu_avx512_attention(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1,
+                               void *scratch);
 /* Bytes of scratch one thread needs: max_kv_len scores + a head_dim vector for
  * the reference; tiles of the query block for AVX2 (max_rows query rows). */
 size_t dray_cpu_attention_scratch(uint32_t max_kv_len, uint32_t head_dim, uint32_t max_rows);

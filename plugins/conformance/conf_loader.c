@@ -5,7 +5,6 @@
  * registry adds the skipped list, fallbacks and device probing on top). */
 #include <ctype.h>
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,16 +33,8 @@ const char *conf_status_name(int rc)
     return "unknown error";
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
+/* every refusal: the reason into err, the code back (dray/backend_util.h) */
+#define fail dray_util_fail
 
 /* ------------------------------------------------------------ host services */
 

@@ -227,14 +227,8 @@ static int tpl_synchronize(struct dray_ctx *ctx)
  * keeps a head in on-chip memory declares max_head_dim here, and so on. */
 static int tpl_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    struct dray_device_props props;
-    int rc = tpl_device_props(index, &props);
-    if (rc)
-        return rc;
-    struct dray_op_caps mine;
-    dray_util_caps_from_props(&mine, &props);
-    mine.max_k = 65536;
-    return dray_util_caps_answer(caps, &mine);
+    static const struct dray_util_limits lim = {.max_k = 65536};
+    return dray_util_op_caps(index, caps, tpl_device_props, &lim);
 }
 #endif
 

@@ -8,6 +8,7 @@ usage: test_serve.py --dray build/tools/dray --model .models/gemma-3-270m-q4_k_m
 import argparse
 import concurrent.futures as cf
 import json
+import os
 import re
 import signal
 import socket
@@ -39,11 +40,13 @@ class Server:
     def __init__(self, dray, model):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [dray, "serve", "--model", model, "--port", str(self.port), "--api-key", KEY,
+        cmd = [dray, "serve", "--model", model, "--port", str(self.port),
                "-t", "2", "-c", "1024", "--set", "max_seqs=16", "--set", "max_prompt_tokens=200",
                "--set", "max_completion_tokens=64", "--set", "shutdown_grace=5"]
         print("starting:", " ".join(cmd))
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        # the key comes from the environment (--api-key would show it in ps)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, DRAY_API_KEY=KEY))
         self.log = []
         self.ready = threading.Event()
         threading.Thread(target=self._read_log, daemon=True).start()
@@ -102,11 +105,11 @@ def test_basics(cli, model):
 
 
 def test_stop(cli, model):
-    full = cli.completions.create(model=model, prompt="Once upon a time", max_tokens=24,
+    full = cli.completions.create(model=model, prompt="Once upon a time", max_tokens=16,
                                   temperature=0).choices[0].text
     words = full.split()
     stop = words[len(words) // 2]
-    r = cli.completions.create(model=model, prompt="Once upon a time", max_tokens=24, temperature=0,
+    r = cli.completions.create(model=model, prompt="Once upon a time", max_tokens=16, temperature=0,
                                stop=[stop, "@@never@@"])
     check(r.choices[0].text == full[:full.index(stop)] and r.choices[0].finish_reason == "stop",
           f"stop {stop!r} cuts {full!r} to {r.choices[0].text!r}")
@@ -128,11 +131,11 @@ def test_stream(cli, model):
 
 def test_seed(cli, model):
     def sample(seed):
-        return cli.completions.create(model=model, prompt="My favourite animal is", max_tokens=16,
+        return cli.completions.create(model=model, prompt="My favourite animal is", max_tokens=10,
                                       temperature=1.0, top_p=1, seed=seed).choices[0].text
     a, b = sample(1234), sample(1234)
     check(a == b, f"seed 1234 twice gives the same text: {a!r}")
-    others = {sample(s) for s in (1, 2, 3, 4)}
+    others = {sample(s) for s in (1, 2, 3)}
     check(len(others | {a}) > 1, f"other seeds give other texts ({len(others | {a})} distinct)")
 
 
@@ -166,10 +169,10 @@ def test_errors(srv, cli, model):
 
 def test_concurrent(cli, model):
     def alone(p):
-        return cli.completions.create(model=model, prompt=p, max_tokens=12, temperature=0).choices[0].text
+        return cli.completions.create(model=model, prompt=p, max_tokens=8, temperature=0).choices[0].text
 
     def streamed(p):
-        s = cli.completions.create(model=model, prompt=p, max_tokens=12, temperature=0, stream=True)
+        s = cli.completions.create(model=model, prompt=p, max_tokens=8, temperature=0, stream=True)
         return "".join(c.choices[0].text for c in s if c.choices)
 
     ref = [alone(p) for p in PROMPTS]
@@ -259,13 +262,14 @@ def main():
     try:
         cli = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
         model = cli.models.list().data[0].id
-        for t in (test_basics, test_stop, test_stream, test_seed):
-            t(cli, model)
-        test_errors(srv, cli, model)
-        test_concurrent(cli, model)
-        test_disconnect(srv)
-        test_curl(srv)
-        test_shutdown(srv)
+        steps = [lambda: test_basics(cli, model), lambda: test_stop(cli, model),
+                 lambda: test_stream(cli, model), lambda: test_seed(cli, model),
+                 lambda: test_errors(srv, cli, model), lambda: test_concurrent(cli, model),
+                 lambda: test_disconnect(srv), lambda: test_curl(srv), lambda: test_shutdown(srv)]
+        for step in steps:
+            t0 = time.time()
+            step()
+            print(f"  ({time.time() - t0:.1f} s)")
     finally:
         if srv.proc.poll() is None:
             srv.proc.kill()

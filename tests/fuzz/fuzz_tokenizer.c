@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "gguf_write.h"
 #include "tokenizer.h"
 
 static struct dray_tokenizer *spm, *bpe;

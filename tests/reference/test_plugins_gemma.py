@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The real Gemma 3 on every plugin that has a device here, against the CPU plugin.
+"""A real model (Gemma 3: plugins_gemma; SmolLM2: plugins_llama) on every plugin that has a device here, against the CPU plugin.
 
 f32 path (--precision f32 --kv-dtype f16): greedy tokens must be identical to the
 CPU plugin's for N_TOKENS tokens on each prompt. The ops compute the same f32

@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "gguf.h"
+#include "gguf_write.h"
 
 #define DEFAULT_ALIGNMENT 32u
 

@@ -1,0 +1,134 @@
+/* Calibration cache on disk (calib_cache.h). */
+#include "calib_cache.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "dray/dray.h"
+#include "dray/gguf.h"
+#include "error.h"
+#include "log.h"
+
+static const char magic[8] = {'D', 'R', 'A', 'Y', 'C', 'A', 'L', '1'};
+
+struct header {
+    char magic[8];
+    uint32_t version, zero;
+    unsigned char file_hash[16];
+    uint64_t file_size, n;
+};
+
+static void file_hash(const struct dray_gguf *g, unsigned char out[16])
+{
+    XXH128_hash_t h = XXH3_128bits(dray_gguf_bytes(g), (size_t)dray_gguf_file_size(g));
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    memcpy(out, c.digest, 16);
+}
+
+/* The cache folder, created if needed; false when the cache is off. */
+static bool cache_dir(char *dir, size_t len)
+{
+    const char *d = getenv("DRAY_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (d && !strcmp(d, "none"))
+        return false;
+    if (d && d[0])
+        snprintf(dir, len, "%s", d);
+    else if (x && x[0])
+        snprintf(dir, len, "%s/dray", x);
+    else if (home && home[0])
+        snprintf(dir, len, "%s/.cache/dray", home);
+    else
+        return false;
+    /* mkdir -p, one level at a time */
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    return mkdir(dir, 0755) == 0 || errno == EEXIST;
+}
+
+/* Read and check the file; its scores or NULL with the reason in why. */
+static float *read_scores(FILE *f, const struct header *want, size_t *n, const char **why)
+{
+    struct header h;
+    if (fread(&h, sizeof(h), 1, f) != 1 || memcmp(h.magic, magic, sizeof(magic))) {
+        *why = "not a calibration cache file";
+        return NULL;
+    }
+    if (h.version != want->version) {
+        *why = "written by another calibration version";
+        return NULL;
+    }
+    if (memcmp(h.file_hash, want->file_hash, 16) || h.file_size != want->file_size) {
+        *why = "made for another model file";
+        return NULL;
+    }
+    float *s = h.n && h.n < (1ull << 32) ? malloc(h.n * sizeof(float)) : NULL;
+    uint64_t sum = 0;
+    if (!s || fread(s, sizeof(float), h.n, f) != h.n || fread(&sum, sizeof(sum), 1, f) != 1 ||
+        sum != XXH3_64bits(s, h.n * sizeof(float))) {
+        *why = "short or corrupt";
+        free(s);
+        return NULL;
+    }
+    *n = (size_t)h.n;
+    return s;
+}
+
+void dray_calib_cache_lookup(const struct dray_gguf *g, char *path, size_t path_len,
+                             float **scores, size_t *n)
+{
+    char dir[4096];
+    struct header want = {.version = DRAY_CALIB_VERSION, .file_size = dray_gguf_file_size(g)};
+    *scores = NULL;
+    *n = 0;
+    path[0] = 0;
+    if (!cache_dir(dir, sizeof(dir)))
+        return;
+    file_hash(g, want.file_hash);
+    int len = snprintf(path, path_len, "%s/calib-", dir);
+    for (int i = 0; i < 16 && len > 0 && (size_t)len + 3 < path_len; i++)
+        len += snprintf(path + len, path_len - (size_t)len, "%02x", want.file_hash[i]);
+    if (len > 0 && (size_t)len < path_len)
+        snprintf(path + len, path_len - (size_t)len, "-v%u.bin", DRAY_CALIB_VERSION);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return; /* first start with this model */
+    const char *why = NULL;
+    *scores = read_scores(f, &want, n, &why);
+    fclose(f);
+    if (!*scores)
+        dray_warn("calibration cache %s: %s; calibrating again", path, why);
+}
+
+int dray_calib_cache_store(const char *path, const struct dray_gguf *g, const float *scores,
+                           size_t n, char *err, size_t errlen)
+{
+    char tmp[4200];
+    struct header h = {.version = DRAY_CALIB_VERSION, .file_size = dray_gguf_file_size(g), .n = n};
+    memcpy(h.magic, magic, sizeof(magic));
+    file_hash(g, h.file_hash);
+    uint64_t sum = XXH3_64bits(scores, n * sizeof(float));
+    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(&h, sizeof(h), 1, f) == 1 && fwrite(scores, sizeof(float), n, f) == n &&
+              fwrite(&sum, sizeof(sum), 1, f) == 1;
+    if (f && fclose(f))
+        ok = false;
+    if (!ok || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return dray_fail(err, errlen, DRAY_EIO, "writing the calibration cache %s: %s", path,
+                         strerror(e));
+    }
+    return 0;
+}
