@@ -188,7 +188,8 @@ def check_numpy_base(a, tmp, tokens, lp_f32, n_vocab, kl_dray_base):
     out = sh([a.dray, "perplexity", "-q", "-m", a.model, "--precision", "f32", "--kv-dtype", "f16",
               "--kl-divergence", "--kl-divergence-base", path])
     kl0, top0 = printed(out, "mean KL"), printed(out, "same top token")
-    ok = kl0 < 1e-6 and top0 == 100.0
+    # only the format's rounding of log-probs (steps of 16/65535) separates them
+    ok = abs(kl0) < 1e-5 and top0 == 100.0
     print(f"{'ok  ' if ok else 'FAIL'} f32 against the numpy-written base: mean KL {kl0}, same top {top0}%")
     out = sh([a.dray, "perplexity", "-q", "-m", a.model, "--kl-divergence", "--kl-divergence-base", path])
     ok &= close("int8 KL against the numpy base", printed(out, "mean KL"), float(kl_dray_base), 1e-3, 1e-6)
