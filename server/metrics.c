@@ -104,6 +104,33 @@ static int print_outcomes(struct dray_srv_buf *b, const struct dray_sched_stats 
                                (unsigned long long)st->requests_cancelled);
 }
 
+/* The prefix cache: lookups and hits (hit rate = hit tokens / lookup tokens),
+ * what it holds in each tier, and what moved between them. */
+static int print_cache(struct dray_srv_buf *b, const struct dray_sched_stats *st)
+{
+    return print_one(b, "dray_prefix_cache_lookup_tokens_total", "counter",
+                     "Prompt tokens looked up in the prefix cache.",
+                     (unsigned long long)st->cache_lookup_tokens) ||
+           print_one(b, "dray_prefix_cache_hit_tokens_total", "counter",
+                     "Prompt tokens served from the prefix cache.",
+                     (unsigned long long)st->cache_hit_tokens) ||
+           print_one(b, "dray_prefix_cache_device_blocks", "gauge",
+                     "KV block references the prefix cache holds on the device.",
+                     (unsigned long long)st->cache_blocks) ||
+           print_one(b, "dray_prefix_cache_host_bytes", "gauge",
+                     "Bytes of KV the prefix cache holds in host memory.",
+                     (unsigned long long)st->cache_host_bytes) ||
+           print_one(b, "dray_prefix_cache_evictions_total", "counter",
+                     "Cached prefixes and checkpoints dropped.",
+                     (unsigned long long)st->cache_evictions) ||
+           print_one(b, "dray_prefix_cache_spills_total", "counter",
+                     "Cached blocks moved from the device to host memory.",
+                     (unsigned long long)st->cache_spills) ||
+           print_one(b, "dray_prefix_cache_restores_total", "counter",
+                     "Cached blocks moved back from host memory to the device.",
+                     (unsigned long long)st->cache_restores);
+}
+
 static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st)
 {
     return print_outcomes(b, st) ||
@@ -120,7 +147,8 @@ static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st
                      "Sequences preempted (blocks freed, recomputed later).",
                      (unsigned long long)st->preemptions) ||
            print_one(b, "dray_scheduler_steps_total", "counter", "Batches the scheduler ran.",
-                     (unsigned long long)st->steps)
+                     (unsigned long long)st->steps) ||
+           print_cache(b, st)
                ? DRAY_ENOMEM
                : 0;
 }
