@@ -128,7 +128,10 @@ static int print_cache(struct dray_srv_buf *b, const struct dray_sched_stats *st
                      (unsigned long long)st->cache_spills) ||
            print_one(b, "dray_prefix_cache_restores_total", "counter",
                      "Cached blocks moved back from host memory to the device.",
-                     (unsigned long long)st->cache_restores);
+                     (unsigned long long)st->cache_restores) ||
+           print_one(b, "dray_prefix_cache_microseconds_total", "counter",
+                     "Time the scheduler spent in prefix-cache lookups and inserts.",
+                     (unsigned long long)st->cache_us);
 }
 
 static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st)
