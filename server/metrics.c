@@ -154,7 +154,9 @@ static int print_cache(struct dray_srv_buf *b, const struct dray_sched_stats *st
            FAMILY(b, "dray_prefix_cache_spills_total", "counter",
                   "Cached blocks moved from the device to host memory.", cache_spills) ||
            FAMILY(b, "dray_prefix_cache_restores_total", "counter",
-                  "Cached blocks moved back from host memory to the device.", cache_restores);
+                  "Cached blocks moved back from host memory to the device.", cache_restores) ||
+           FAMILY(b, "dray_prefix_cache_microseconds_total", "counter",
+                  "Time the scheduler spent in prefix-cache lookups and inserts.", cache_us);
 }
 
 static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st, uint32_t n,
