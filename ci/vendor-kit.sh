@@ -4,12 +4,12 @@
 #      (meson install --destdir) and check what a vendor gets: dray/backend.h,
 #      dray-backend.pc with Cflags, a plugindir that holds the installed plugins,
 #      and no Libs (a plugin links nothing of dray);
-#   2. build plugins/template OUT of tree against that install, found only
-#      through pkg-config (PKG_CONFIG_PATH + PKG_CONFIG_SYSROOT_DIR), warnings
-#      as errors, and check it exports exactly one symbol;
-#   3. certify it with the standalone kit (no engine):
-#      <build>/plugins/conformance/dray-conformance --plugin <the built .so>;
-#   4. find it by name (libdray-<name>.so on a plugin path) through `dray conformance`.
+#   2. `dray plugin new acme` with the installed dray (its installed template),
+#      check nothing in the copy says "template", and build it out of tree with
+#      only the pkg-config lines it printed (PKG_CONFIG_PATH + PKG_CONFIG_SYSROOT_DIR),
+#      warnings as errors, exporting exactly one symbol; install it into the stage;
+#   3. the installed `dray devices`, without DRAY_PLUGIN_PATH, lists it as acme;
+#   4. certify it by name with the installed standalone kit (dray-conformance).
 # Usage: ci/vendor-kit.sh BUILD_DIR      (tests/meson.build runs it as `vendor_kit`)
 # Needs meson, ninja, pkg-config and a C compiler; no network. Exit 0 when all
 # passes, 1 on any failure, 77 (meson's "skipped") when pkg-config is absent.
@@ -75,13 +75,34 @@ grep -q "^  cpu .*$plugindir/libdray-cpu.so" "$tmp/devices.log" ||
   fail "the installed dray loaded plugins from the build tree $build"
 step "installed dray loads its own plugins from $plugindir"
 
-# ---- 2. build the template out of tree -------------------------------------
-step "building plugins/template out of tree"
-meson setup "$tmp/template" "$src/plugins/template" -Dwerror=true --wrap-mode=nodownload \
-  >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log" >&2; fail "meson setup of plugins/template failed"; }
-ninja -C "$tmp/template" >"$tmp/ninja.log" 2>&1 ||
-  { cat "$tmp/ninja.log" >&2; fail "plugins/template does not build warning-clean"; }
-so="$tmp/template/libdray-template.so"
+# ---- 2. a new plugin from the installed SDK only -----------------------------
+# `dray plugin new` copies the installed template (share/dray/template) renamed and
+# prints the pkg-config lines; the build below uses exactly those lines and nothing
+# of the source or build tree.
+tpl=$(find "$stage" -path '*/share/dray/template/template.h' -print -quit)
+[ -n "$tpl" ] || fail "the plugin template is not installed (<datadir>/dray/template)"
+"$installed" plugin new acme "$tmp/acme" >"$tmp/new.log" 2>&1 ||
+  { cat "$tmp/new.log" >&2; fail "the installed dray plugin new acme failed"; }
+cat "$tmp/new.log"
+[ -f "$tmp/acme/acme.h" ] && [ -f "$tmp/acme/acme_plugin.c" ] && [ -f "$tmp/acme/meson.build" ] ||
+  fail "plugin new did not write acme.h, acme_plugin.c and meson.build: $(ls "$tmp/acme")"
+! grep -rniE 'template|tpl' "$tmp/acme" >"$tmp/left.log" ||
+  { cat "$tmp/left.log" >&2; fail "the renamed plugin still says 'template' or 'tpl'"; }
+! ls "$tmp/acme" | grep -qiE 'template|tpl' || fail "file names still say template: $(ls "$tmp/acme")"
+grep -q "^  export PKG_CONFIG_PATH=$(dirname "$pc")\$" "$tmp/new.log" ||
+  fail "plugin new did not print PKG_CONFIG_PATH=$(dirname "$pc")"
+grep -q "^  export PKG_CONFIG_SYSROOT_DIR=$stage " "$tmp/new.log" ||
+  fail "plugin new did not print PKG_CONFIG_SYSROOT_DIR=$stage for the staged install"
+exports=$(grep '^  export ' "$tmp/new.log" | sed 's/#.*//')
+
+step "building acme out of tree with the printed lines only"
+so="$tmp/acme/build/libdray-acme.so"
+( unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR
+  eval "$exports"
+  meson setup "$tmp/acme/build" "$tmp/acme" -Dwerror=true --wrap-mode=nodownload &&
+  ninja -C "$tmp/acme/build" &&
+  meson install -C "$tmp/acme/build" --no-rebuild
+) >"$tmp/acme.log" 2>&1 || { cat "$tmp/acme.log" >&2; fail "the new plugin acme does not build warning-clean and install"; }
 [ -f "$so" ] || fail "the build made no $so"
 if command -v nm >/dev/null; then
   syms=$(nm -D --defined-only "$so" | awk '$2 ~ /^[TDBRVWiu]$/ { print $3 }' | sort | tr '\n' ' ')
@@ -89,16 +110,24 @@ if command -v nm >/dev/null; then
     fail "$so must export only dray_plugin_negotiate, it exports: $syms"
   step "exports: $syms"
 fi
+[ -f "$plugindir/libdray-acme.so" ] || fail "meson install did not put libdray-acme.so into $plugindir"
 
-# ---- 3. certify it ----------------------------------------------------------
-[ -x "$kit" ] || fail "$kit is missing: build dray first (ninja -C $build)"
-step "$kit --plugin $so"
-"$kit" --plugin "$so" || fail "the template plugin does not pass conformance"
+# ---- 3. the installed dray lists it as acme, without any environment -----------
+env -u DRAY_PLUGIN_PATH "$installed" devices >"$tmp/devices.log" 2>&1 ||
+  { cat "$tmp/devices.log" >&2; fail "$installed devices failed after installing acme"; }
+grep -q "^  acme .*$plugindir/libdray-acme.so" "$tmp/devices.log" ||
+  { cat "$tmp/devices.log" >&2; fail "the installed dray does not list the plugin acme"; }
+grep -A3 "^  acme " "$tmp/devices.log" | grep -q "acme (host memory" ||
+  { cat "$tmp/devices.log" >&2; fail "acme's device is not named after it"; }
+! grep -qi template "$tmp/devices.log" ||
+  { cat "$tmp/devices.log" >&2; fail "a renamed plugin reports itself as template"; }
+step "dray devices: $(grep -A1 "^  acme " "$tmp/devices.log" | tr -s ' ' | tr '\n' ' ')"
 
-# ---- 4. found by name on a plugin path ---------------------------------------
-mkdir -p "$tmp/plugins"
-cp "$so" "$tmp/plugins/"
-"$dray" conformance --plugin template --plugin-path "$tmp/plugins" --op add --reps 2 --no-timing \
-  >"$tmp/byname.log" 2>&1 || { cat "$tmp/byname.log" >&2; fail "dray conformance does not find libdray-template.so by the name 'template'"; }
-step "found by name: $(grep '^subject:' "$tmp/byname.log")"
+# ---- 4. certify it with the installed kit, by name ------------------------------
+ikit=$(find "$stage" -path '*/bin/dray-conformance' -type f -print -quit)
+[ -x "$ikit" ] || fail "no bin/dray-conformance was installed"
+step "$ikit --plugin acme"
+env -u DRAY_PLUGIN_PATH "$ikit" --plugin acme --no-timing >"$tmp/conf.log" 2>&1 ||
+  { cat "$tmp/conf.log" >&2; fail "the plugin acme does not pass conformance"; }
+grep '^subject:\|^PASS' "$tmp/conf.log"
 step "PASS"
