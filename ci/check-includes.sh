@@ -34,6 +34,7 @@ rules='
 ^bench/                                   dray/dray.h flags.h
 ^tools/flags/                             -
 ^tools/cmd_devices\.c$                    dray/dray.h dray/plugins.h
+^tools/cert_json\.c$                      dray/backend.h
 ^tools/cmd_(info|tokenize|perplexity)\.c$ dray/dray.h dray/gguf.h dray/tokenizer.h flags.h
 ^tools/                                   dray/dray.h flags.h bench.h bench_ops.h conformance.h server.h
 ^server/                                  dray/dray.h
