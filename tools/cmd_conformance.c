@@ -11,6 +11,7 @@
 #include "cmd.h"
 #include "certify.h"
 #include "conformance.h"
+#include "flags.h"
 
 #define PROG "dray conformance"
 
@@ -60,7 +61,7 @@ int dray_cmd_conformance(int argc, char **argv)
         } else if (!strcmp(a, "--certify")) {
             cert = v;
         } else if (!strcmp(a, "--tokens")) {
-            if (dray_cli_u32("--tokens", v, 1, 4096, &tokens)) {
+            if (dray_flag_u32("--tokens", v, 1, 4096, &tokens)) {
                 free(rest);
                 return 2;
             }
