@@ -97,7 +97,7 @@ class Server:
 
     def metric(self, name):
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10).read().decode()
-        m = re.search(rf"^{name} (\d+)", text, re.M)
+        m = re.search(rf"^{name}(?:\{{[^}}]*\}})? (\d+)", text, re.M)  # labels or not
         return int(m.group(1)) if m else None
 
     def stderr(self):
