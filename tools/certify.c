@@ -2,14 +2,12 @@
  * plugin under test (the subject) and on the CPU plugin (the reference), with the
  * same configuration otherwise, and compared through the public API only:
  *
- *   logits        prefill logits of one prompt, every position: the largest
- *                 |subject - reference| relative to the largest |reference| of
- *                 that position; the argmax must agree wherever the reference's
- *                 top-2 margin exceeds twice the measured absolute error;
+ *   logits        prefill logits of one prompt, every position: mean KL(cpu ||
+ *                 subject) and argmax agreement (LOGIT_KL_TOL, LOGIT_TOP1_MIN);
  *   greedy        one greedy request through each scheduler: the same tokens, or a
  *                 first divergence at a near-tie of the reference (margin within
- *                 twice the measured logit error: two correct devices may round it
- *                 either way);
+ *                 twice the largest RMS logit error measured: two correct devices
+ *                 may round it either way);
  *   batched       three requests decoded together by the subject's scheduler give
  *                 the tokens each gives alone;
  *   prefix_cache  a chat's second turn on the subject reuses the first turn's
@@ -31,13 +29,16 @@ static const char *const prompts[N_PROMPTS] = {
     "1, 2, 3, 4, 5, 6, 7,",
 };
 
-/* Tolerance of the logits check: max |Δ| / max |reference| per position. Two
- * int8 paths that quantize the same activations agree to rounding; a plugin that
- * accumulates in another order, or keeps f16 where the CPU keeps f32, stays well
- * inside 2%. */
-#define LOGIT_REL_TOL 0.02
-/* A divergence or an argmax disagreement is a near-tie when the reference's margin
- * between the two tokens is at most this times the measured max |Δ|. */
+/* The logits check's bounds, those of the real-model plugin test
+ * (tests/reference/test_plugins_gemma.py): int8 paths are not bit-identical by
+ * design (a value within an ulp of a rounding boundary may take the neighbouring
+ * int8 code on another device, and 18 layers carry it on), so the check is
+ * distributional: mean KL(cpu || subject) over the positions, and the share of
+ * positions whose argmax agrees. A wrong op moves both by orders of magnitude. */
+#define LOGIT_KL_TOL 0.02
+#define LOGIT_TOP1_MIN 0.8
+/* A greedy divergence is a near-tie when the CPU's margin between the two tokens
+ * is at most this times the largest RMS logit error the logits check measured. */
 #define TIE_FACTOR 2.0
 
 struct side {
@@ -102,17 +103,38 @@ static size_t argmax(const float *v, size_t n)
     return b;
 }
 
-/* Returns the largest absolute error measured (for the near-tie rule), < 0 on failure. */
+/* KL(p || q) of the softmaxes of logits a (p) and b (q), in nats, in double. */
+static double kl_logits(const float *a, const float *b, size_t n)
+{
+    double ma = a[0], mb = b[0], za = 0, zb = 0, kl = 0;
+    for (size_t k = 1; k < n; k++) {
+        ma = a[k] > ma ? a[k] : ma;
+        mb = b[k] > mb ? b[k] : mb;
+    }
+    for (size_t k = 0; k < n; k++) {
+        za += exp(a[k] - ma);
+        zb += exp(b[k] - mb);
+    }
+    double la = ma + log(za), lb = mb + log(zb); /* log-sum-exp */
+    for (size_t k = 0; k < n; k++) {
+        double lpa = a[k] - la, lpb = b[k] - lb;
+        kl += exp(lpa) * (lpa - lpb);
+    }
+    return kl > 0 ? kl : 0;
+}
+
+/* Returns the largest RMS logit error of any position (the near-tie scale of the
+ * greedy check), < 0 on failure. */
 static double check_logits(struct side *sub, struct side *ref, const struct prompt *p,
                            struct dray_cert_model *m, FILE *log)
 {
-    struct dray_cert_check *c = add_check(m, "logits", "max |subject - cpu| / max |cpu| per position",
-                                          LOGIT_REL_TOL);
+    struct dray_cert_check *c = add_check(m, "logits", "mean KL(cpu || subject) per position, nats",
+                                          LOGIT_KL_TOL);
     char err[1024] = "";
     size_t vocab = ref->in->n_vocab;
     struct rows a = {calloc(p->n * vocab, sizeof(float)), p->n, vocab};
     struct rows b = {calloc(p->n * vocab, sizeof(float)), p->n, vocab};
-    double worst_rel = 0, worst_abs = 0;
+    double worst_rel = 0, worst_rms = 0, kl_sum = 0;
     int rc = a.v && b.v ? 0 : DRAY_ENOMEM;
     if (rc == 0 && (rc = eval_rows(ref->e, p, &a, err, sizeof(err))))
         snprintf(c->detail, sizeof(c->detail), "the CPU plugin failed: %s", err);
@@ -120,43 +142,40 @@ static double check_logits(struct side *sub, struct side *ref, const struct prom
         snprintf(c->detail, sizeof(c->detail), "the subject failed: %s", err);
     else if (rc)
         snprintf(c->detail, sizeof(c->detail), "out of memory for %zu x %zu logits", p->n, vocab);
-    size_t same = 0, bad_top = 0, first_bad = 0;
+    size_t same = 0;
     int finite = 1;
     for (size_t i = 0; rc == 0 && i < p->n; i++) {
         const float *r = a.v + i * vocab, *s = b.v + i * vocab;
-        double dmax = 0, rmax = 0;
+        double dmax = 0, rmax = 0, d2 = 0;
         for (size_t k = 0; k < vocab; k++) {
             double d = fabs((double)s[k] - r[k]);
             finite &= isfinite(s[k]) != 0;
             dmax = d > dmax ? d : dmax;
+            d2 += d * d;
             rmax = fabs(r[k]) > rmax ? fabs(r[k]) : rmax;
         }
-        double rel = rmax > 0 ? dmax / rmax : dmax;
+        double rel = rmax > 0 ? dmax / rmax : dmax, rms = sqrt(d2 / (double)vocab);
         worst_rel = rel > worst_rel ? rel : worst_rel;
-        worst_abs = dmax > worst_abs ? dmax : worst_abs;
-        size_t tr = argmax(r, vocab), ts = argmax(s, vocab);
-        same += tr == ts;
-        /* a disagreement is allowed only where the reference itself nearly ties */
-        if (tr != ts && (double)r[tr] - r[ts] > TIE_FACTOR * dmax && !bad_top++)
-            first_bad = i;
+        worst_rms = rms > worst_rms ? rms : worst_rms;
+        if (finite)
+            kl_sum += kl_logits(r, s, vocab);
+        same += argmax(r, vocab) == argmax(s, vocab);
     }
     if (rc == 0) {
+        double kl = finite ? kl_sum / (double)p->n : INFINITY, top1 = (double)same / (double)p->n;
         c->ran = 1;
-        c->measured = finite ? worst_rel : INFINITY;
-        c->passed = finite && worst_rel <= LOGIT_REL_TOL && bad_top == 0;
+        c->measured = kl;
+        c->passed = finite && kl < LOGIT_KL_TOL && top1 >= LOGIT_TOP1_MIN;
         snprintf(c->detail, sizeof(c->detail),
-                 "%zu positions x %zu logits: max rel error %.3g (tolerance %.3g), max abs %.3g; "
-                 "same argmax at %zu/%zu%s%s", p->n, vocab, worst_rel, LOGIT_REL_TOL, worst_abs,
-                 same, p->n, finite ? "" : "; NaN or Inf in the subject's logits",
-                 bad_top ? "; the argmax differs beyond a near-tie" : "");
-        if (bad_top)
-            snprintf(c->detail + strlen(c->detail), sizeof(c->detail) - strlen(c->detail),
-                     " (%zu positions, first %zu)", bad_top, first_bad);
+                 "%zu positions x %zu logits: mean KL %.3g (< %g), same argmax at %zu/%zu (>= %.0f%%); "
+                 "max |error| / max |cpu| %.3g, largest RMS error %.3g%s", p->n, vocab, kl,
+                 LOGIT_KL_TOL, same, p->n, 100 * LOGIT_TOP1_MIN, worst_rel, worst_rms,
+                 finite ? "" : "; NaN or Inf in the subject's logits");
     }
     report(c, log);
     free(a.v);
     free(b.v);
-    return rc == 0 ? worst_abs : -1;
+    return rc == 0 ? worst_rms : -1;
 }
 
 /* ------------------------------------------------------------ requests */
@@ -324,7 +343,7 @@ int dray_certify_model(const struct dray_config *base, const char *plugin, const
     m->gen_tokens = gen;
     m->ran = 1;
 
-    double abs_err = check_logits(&sub, &ref, &p[0], m, log);
+    double rms_err = check_logits(&sub, &ref, &p[0], m, log);
 
     /* the schedulers: from here on no sessions but the reference's margin probe,
      * which runs after the reference scheduler is gone */
@@ -418,17 +437,17 @@ int dray_certify_model(const struct dray_config *base, const char *plugin, const
             cg->passed = 1;
             snprintf(cg->detail, sizeof(cg->detail), "%zu greedy tokens through the scheduler, "
                      "identical to the CPU plugin's", d);
-        } else if (d < rg.n && d < one[0].n && abs_err >= 0) {
+        } else if (d < rg.n && d < one[0].n && rms_err >= 0) {
             double margin = 0;
             if (ref_margin(&ref, &p[0], rg.ids, d, rg.ids[d], one[0].ids[d], &margin, err, sizeof(err)))
                 snprintf(cg->detail, sizeof(cg->detail), "differs at token %zu; the CPU plugin's "
                          "margin could not be measured: %s", d, err);
             else {
-                cg->passed = margin <= TIE_FACTOR * abs_err;
+                cg->passed = margin <= TIE_FACTOR * rms_err;
                 snprintf(cg->detail, sizeof(cg->detail), "differs at token %zu of %zu (cpu %d, "
-                         "subject %d): the CPU plugin's margin %.3g is %s %.0fx the measured logit "
-                         "error %.3g%s", d, rg.n, rg.ids[d], one[0].ids[d], margin,
-                         cg->passed ? "within" : "beyond", TIE_FACTOR, abs_err,
+                         "subject %d): the CPU plugin's margin %.3g is %s %.0fx the largest RMS "
+                         "logit error %.3g%s", d, rg.n, rg.ids[d], one[0].ids[d], margin,
+                         cg->passed ? "within" : "beyond", TIE_FACTOR, rms_err,
                          cg->passed ? " (a near-tie)" : "");
             }
         } else {
