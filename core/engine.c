@@ -50,7 +50,10 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
         mo.n_calib_scores = n;
     }
     int rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
-    if (rc && scores) { /* scores that do not fit this model: calibrate instead */
+    /* scores that do not fit this model (DRAY_EFORMAT): calibrate instead. Any
+     * other failure (the device's memory, an upload) is the load's error, not
+     * the cache's, and retrying would only hide it. */
+    if (rc == DRAY_EFORMAT && scores) {
         dray_warn("calibration cache %s does not fit the model (%s); calibrating again",
                   e->calib_cache, err);
         mo.calib_scores = NULL;
