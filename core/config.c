@@ -69,7 +69,8 @@ const struct key dray_config_keys[] = {
      "reason"},
     {"device", "backend", "device", T_STR, F(device), 0, 0, NULL, 0,
      "device of the plugin: an index (`\"1\"`) or a case-insensitive part of its name "
-     "(`h200`); `\"\"` = the first device"},
+     "(`h200`); `\"\"` = the first device. With `replicas` > 1, `dray serve` takes a "
+     "comma-separated list, one device per replica (`\"0,1\"`)"},
     {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0,
      "extra `:`-separated folders searched for plugins before `$DRAY_PLUGIN_PATH` and the "
      "built-in folders"},
@@ -120,7 +121,10 @@ const struct key dray_config_keys[] = {
     {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0,
      "TCP port of `dray serve`"},
     {"replicas", "server", "replicas", T_U32, F(replicas), 1, 256, NULL, 0,
-     "engine replicas the server runs (each with its own device context). *Not built yet*"},
+     "engines `dray serve` runs in one process, each with its own scheduler and KV cache; a "
+     "request goes to the replica its conversation hashes to (`X-Session-Id`, else `user`, else "
+     "the client address). `device` may list one device per replica (`0,1`); one device is "
+     "shared. `threads: 0` splits the cores between replicas; a set `threads` is per replica"},
     {"api_key", "server", "api_key", T_STR, F(api_key), 0, 0, NULL, 0,
      "when set, every request except `GET /health` needs `Authorization: Bearer <key>` (else "
      "401); `dray config` does not print it"},

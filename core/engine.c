@@ -1,9 +1,9 @@
-/* The engine: wires config → registry/device → GGUF → model + tokenizer → KV,
- * and runs sessions (one sequence each): chunked prefill, then decode with the
- * sampler, streaming detokenized text. */
-#include <errno.h>
+/* The engine: wires config -> registry/device -> GGUF -> model + tokenizer -> KV
+ * (with calibration and its cache), closes it again, and answers questions about
+ * it (info, tokenize). Sessions run in session.c, generation in
+ * session_generate.c, chat turns in engine_chat.c; all share struct dray_engine
+ * from engine_internal.h. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,19 +12,16 @@
 
 #include "calib_cache.h"
 #include "calibrate.h"
+#include "caps.h"
 #include "chat.h"
-#include "chat_tokenize.h"
 #include "dray/dray.h"
+#include "dray/plugins.h"
 #include "engine_internal.h"
-#include "emitter.h"
 #include "error.h"
 #include "gguf.h"
 #include "kv.h"
-#include "caps.h"
 #include "log.h"
 #include "model.h"
-#include "dray/plugins.h"
-#include "sampler.h"
 #include "tokenizer.h"
 
 double dray_now_s(void)
@@ -53,7 +50,10 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
         mo.n_calib_scores = n;
     }
     int rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
-    if (rc && scores) { /* scores that do not fit this model: calibrate instead */
+    /* scores that do not fit this model (DRAY_EFORMAT): calibrate instead. Any
+     * other failure (the device's memory, an upload) is the load's error, not
+     * the cache's, and retrying would only hide it. */
+    if (rc == DRAY_EFORMAT && scores) {
         dray_warn("calibration cache %s does not fit the model (%s); calibrating again",
                   e->calib_cache, err);
         mo.calib_scores = NULL;
@@ -282,302 +282,4 @@ void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_
     p->repeat_last_n = 64;
     p->seed = cfg->seed;
     p->max_tokens = cfg->max_tokens;
-}
-
-/* --------------------------------------------------------------- sessions */
-
-int dray_session_new(struct dray_engine *e, struct dray_session **out, char *err, size_t errlen)
-{
-    struct dray_session *s = calloc(1, sizeof(*s));
-    *out = NULL;
-    if (!s)
-        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
-    int rc = dray_kv_seq_new(e->kv, &s->seq);
-    if (rc) {
-        free(s);
-        return dray_fail(err, errlen, rc, "no free sequence slot (max_seqs = %u)", e->info.max_seqs);
-    }
-    s->e = e;
-    *out = s;
-    return 0;
-}
-
-void dray_session_free(struct dray_session *s)
-{
-    if (!s)
-        return;
-    dray_kv_seq_free(s->e->kv, s->seq);
-    free(s->hist);
-    free(s);
-}
-
-uint32_t dray_session_len(const struct dray_session *s)
-{
-    return (uint32_t)s->n_hist;
-}
-
-static int hist_push(struct dray_session *s, const int32_t *ids, size_t n)
-{
-    if (s->n_hist + n > s->cap_hist) {
-        size_t cap = s->cap_hist ? s->cap_hist : 256;
-        while (cap < s->n_hist + n)
-            cap *= 2;
-        int32_t *h = realloc(s->hist, cap * sizeof(*h));
-        if (!h)
-            return DRAY_ENOMEM;
-        s->hist = h;
-        s->cap_hist = cap;
-    }
-    memcpy(s->hist + s->n_hist, ids, n * sizeof(*ids));
-    s->n_hist += n;
-    return 0;
-}
-
-int dray_session_adopt(struct dray_session *s, const int32_t *ids, size_t n)
-{
-    return hist_push(s, ids, n);
-}
-
-static int check_fits(struct dray_session *s, size_t n, char *err, size_t errlen);
-static int prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen);
-
-/* One forward step over several sessions: session i appends n[i] tokens (ids are
- * concatenated in session order). The logits of the listed batch rows go to logits. */
-int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint32_t *n,
-                     const int32_t *ids, const uint32_t *logit_rows, uint32_t n_logits,
-                     float *logits, char *err, size_t errlen)
-{
-    struct dray_engine *e = ss[0]->e;
-    uint32_t T = 0, seq_ids[n_seq];
-    for (uint32_t i = 0; i < n_seq; i++) {
-        seq_ids[i] = ss[i]->seq;
-        T += n[i];
-    }
-    int32_t *pos = malloc(T * sizeof(int32_t));
-    if (!pos)
-        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
-    for (uint32_t i = 0, t = 0; i < n_seq; i++)
-        for (uint32_t j = 0; j < n[i]; j++)
-            pos[t++] = (int32_t)(ss[i]->n_hist + j);
-    int rc = dray_kv_step_begin(e->kv, n_seq, seq_ids, n, err, errlen);
-    if (!rc) {
-        struct dray_batch b = {.n_tok = T, .ids = ids, .pos = pos, .n_logits = n_logits,
-                               .logit_rows = logit_rows, .logits = logits};
-        rc = e->arch->forward(e->model, e->kv, &b, err, errlen);
-        if (rc)
-            dray_kv_step_abort(e->kv);
-        else
-            dray_kv_step_end(e->kv);
-    }
-    for (uint32_t i = 0, t = 0; !rc && i < n_seq; t += n[i], i++)
-        if (hist_push(ss[i], ids + t, n[i]))
-            rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
-    free(pos);
-    return rc;
-}
-
-static int step(struct dray_session *s, const int32_t *ids, uint32_t n, const uint32_t *logit_rows,
-                uint32_t n_logits, float *logits, char *err, size_t errlen)
-{
-    return dray_engine_step(&s, 1, &n, ids, logit_rows, n_logits, logits, err, errlen);
-}
-
-int dray_sessions_decode(struct dray_session *const *ss, uint32_t n_seq, const int32_t *ids,
-                         float *logits, char *err, size_t errlen)
-{
-    uint32_t ones[n_seq], rows[n_seq];
-    if (n_seq == 0 || n_seq > ss[0]->e->chunk)
-        return dray_fail(err, errlen, DRAY_EINVAL, "decode step of %u sequences (1..%u)", n_seq,
-                         ss[0]->e->chunk);
-    for (uint32_t i = 0; i < n_seq; i++) {
-        if (ss[i]->e != ss[0]->e || ss[i]->n_hist + 1 > ss[i]->e->info.context)
-            return dray_fail(err, errlen, DRAY_ERANGE, "session %u cannot take another token", i);
-        ones[i] = 1;
-        rows[i] = i;
-    }
-    return dray_engine_step(ss, n_seq, ones, ids, rows, logits ? n_seq : 0, logits, err, errlen);
-}
-
-int dray_session_prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen)
-{
-    int rc = check_fits(s, n, err, errlen);
-    return rc ? rc : prefill(s, ids, n, err, errlen);
-}
-
-static int check_fits(struct dray_session *s, size_t n, char *err, size_t errlen)
-{
-    uint32_t ctx = s->e->info.context;
-    if (s->n_hist + n > ctx)
-        return dray_fail(err, errlen, DRAY_ERANGE,
-                         "the prompt is %zu tokens and the session already holds %zu, but the "
-                         "context is %u tokens: shorten the prompt or raise 'context' (-c)",
-                         n, s->n_hist, ctx);
-    return 0;
-}
-
-/* Prefill in chunks; the logits of the last token land in e->logits. */
-static int prefill(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen)
-{
-    struct dray_engine *e = s->e;
-    for (size_t i = 0; i < n; i += e->chunk) {
-        uint32_t m = (uint32_t)(n - i < e->chunk ? n - i : e->chunk);
-        uint32_t last = m - 1;
-        bool final = i + m == n;
-        int rc = step(s, ids + i, m, &last, final ? 1 : 0, e->logits, err, errlen);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-int dray_session_dump_logits(struct dray_session *s, const int32_t *ids, size_t n, void *logits_out,
-                             char *err, size_t errlen)
-{
-    struct dray_engine *e = s->e;
-    int rc = check_fits(s, n, err, errlen);
-    uint32_t *rows = malloc(e->chunk * sizeof(uint32_t));
-    float *buf = malloc((size_t)e->chunk * e->info.n_vocab * sizeof(float));
-    if (!rows || !buf)
-        rc = rc ? rc : dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for %u rows of logits", e->chunk);
-    for (uint32_t i = 0; rows && i < e->chunk; i++)
-        rows[i] = i;
-    for (size_t i = 0; !rc && i < n; i += e->chunk) {
-        uint32_t m = (uint32_t)(n - i < e->chunk ? n - i : e->chunk);
-        rc = step(s, ids + i, m, rows, m, buf, err, errlen);
-        if (!rc && fwrite(buf, sizeof(float) * e->info.n_vocab, m, logits_out) != m)
-            rc = dray_fail(err, errlen, DRAY_EIO, "writing logits failed: %s", strerror(errno));
-    }
-    free(rows);
-    free(buf);
-    return rc;
-}
-
-static int decode(struct dray_session *s, const struct dray_gen_params *p, struct dray_emitter *em,
-                  struct dray_gen_stats *st, char *err, size_t errlen)
-{
-    struct dray_engine *e = s->e;
-    struct dray_sampler_params sp = {
-        .temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
-        .repeat_penalty = p->repeat_penalty, .repeat_last_n = p->repeat_last_n, .seed = p->seed,
-    };
-    struct dray_sampler *smp = NULL;
-    int rc = dray_sampler_create(&sp, &smp, err, errlen);
-    if (rc)
-        return rc;
-    double t0 = dray_now_s();
-    st->stop_reason = "max tokens";
-    for (uint32_t i = 0; i < p->max_tokens; i++) {
-        int32_t id = dray_sampler_sample(smp, e->logits, e->info.n_vocab, s->hist, s->n_hist);
-        if (id < 0) {
-            rc = dray_fail(err, errlen, id, "sampling failed: %s", dray_strerror(id));
-            break;
-        }
-        if (dray_tokenizer_is_eog(e->tok, id)) {
-            st->stop_reason = "eog";
-            break;
-        }
-        st->n_generated++;
-        bool stopped;
-        if (dray_emitter_token(em, id, &stopped)) {
-            st->stop_reason = "caller";
-            rc = step(s, &id, 1, NULL, 0, NULL, err, errlen);
-            break;
-        }
-        if (stopped) {
-            st->stop_reason = "stop string";
-            rc = step(s, &id, 1, NULL, 0, NULL, err, errlen);
-            break;
-        }
-        if (s->n_hist + 1 > e->info.context) {
-            st->stop_reason = "context full";
-            break;
-        }
-        uint32_t row = 0;
-        /* the last token of max_tokens still goes into the KV so the session can go on */
-        bool want = i + 1 < p->max_tokens;
-        rc = step(s, &id, 1, &row, want ? 1 : 0, e->logits, err, errlen);
-        if (rc)
-            break;
-    }
-    st->decode_s = dray_now_s() - t0;
-    dray_sampler_free(smp);
-    if (!rc)
-        dray_emitter_flush(em);
-    return rc;
-}
-
-int dray_session_generate(struct dray_session *s, const int32_t *ids, size_t n,
-                          const struct dray_gen_params *p, dray_emit_fn emit, void *user,
-                          struct dray_gen_stats *st, char *err, size_t errlen)
-{
-    struct dray_engine *e = s->e;
-    memset(st, 0, sizeof(*st));
-    st->n_prompt = (uint32_t)n;
-    st->n_reused = (uint32_t)s->n_hist;
-    if (n == 0)
-        return dray_fail(err, errlen, DRAY_EINVAL, "empty prompt");
-    int rc = check_fits(s, n, err, errlen);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || (uint32_t)ids[i] >= e->info.n_vocab)
-            return dray_fail(err, errlen, DRAY_EINVAL, "token id %d at %zu is outside the vocabulary (0..%u)",
-                             ids[i], i, e->info.n_vocab - 1);
-    double t0 = dray_now_s();
-    rc = prefill(s, ids, n, err, errlen);
-    st->prefill_s = dray_now_s() - t0;
-    st->n_prefilled = (uint32_t)n;
-    if (rc)
-        return rc;
-    struct dray_emitter em;
-    rc = dray_emitter_init(&em, e->tok, p->stop, p->n_stop, emit, user, err, errlen);
-    if (rc)
-        return rc;
-    rc = decode(s, p, &em, st, err, errlen);
-    dray_emitter_free(&em);
-    return rc;
-}
-
-int dray_chat_turn(struct dray_session *s, const char *system, const char *user_text,
-                   const struct dray_gen_params *p, dray_emit_fn emit, void *user,
-                   struct dray_gen_stats *st, char *err, size_t errlen)
-{
-    struct dray_chat_msg msgs[2];
-    size_t n_msgs = 0, n = 0;
-    int32_t *ids = NULL;
-    /* later turns continue the KV: the reply ended at the end-of-turn marker,
-     * which was sampled but not fed */
-    bool cont = s->chatted || s->n_hist > 0;
-    if (!cont && system && system[0])
-        msgs[n_msgs++] = (struct dray_chat_msg){"system", system};
-    msgs[n_msgs++] = (struct dray_chat_msg){"user", user_text};
-    int rc = dray_chat_tokenize(s->e->tok, &s->e->chat, msgs, n_msgs, cont, false, true, &ids, &n,
-                                err, errlen);
-    if (!rc) {
-        rc = dray_session_generate(s, ids, n, p, emit, user, st, err, errlen);
-        if (!rc)
-            s->chatted = true;
-    }
-    free(ids);
-    return rc;
-}
-
-const char *dray_engine_chat_template(const struct dray_engine *e)
-{
-    return e->chat.name;
-}
-
-int dray_engine_chat_tokenize(const struct dray_engine *e, const struct dray_chat_message *msgs,
-                              size_t n, bool add_generation_prompt, int32_t **ids, size_t *n_ids,
-                              char *err, size_t errlen)
-{
-    struct dray_chat_msg *m = malloc((n ? n : 1) * sizeof(*m));
-    if (!m)
-        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        m[i] = (struct dray_chat_msg){msgs[i].role, msgs[i].content};
-    int rc = dray_chat_tokenize(e->tok, &e->chat, m, n, false, false, add_generation_prompt, ids,
-                                n_ids, err, errlen);
-    free(m);
-    return rc;
 }

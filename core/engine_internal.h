@@ -1,5 +1,7 @@
 /* The engine's private state, shared by the files that make up the engine
- * (engine.c: wiring and sessions; scheduler.c: many requests over one engine).
+ * (engine.c: wiring, open and close; session.c: sessions, forward steps, prefill;
+ * session_generate.c: the decode loop; session_eval.c: logits of every position;
+ * engine_chat.c: chat turns; scheduler.c: many requests over one engine).
  * Core only: nothing outside core/ includes this. */
 #ifndef DRAY_CORE_ENGINE_INTERNAL_H
 #define DRAY_CORE_ENGINE_INTERNAL_H
@@ -54,6 +56,17 @@ double dray_now_s(void);
 int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint32_t *n,
                      const int32_t *ids, const uint32_t *logit_rows, uint32_t n_logits,
                      float *logits, char *err, size_t errlen);
+
+/* One session's forward step: dray_engine_step over just s. */
+int dray_session_step(struct dray_session *s, const int32_t *ids, uint32_t n, const uint32_t *logit_rows,
+                      uint32_t n_logits, float *logits, char *err, size_t errlen);
+
+/* 0 when n more tokens fit in s's context, else DRAY_ERANGE with the reason. */
+int dray_session_check_fits(struct dray_session *s, size_t n, char *err, size_t errlen);
+
+/* Prefill n tokens in chunks of the engine's chunk; the logits of the last token
+ * land in e->logits. The caller checked they fit (dray_session_check_fits). */
+int dray_session_feed(struct dray_session *s, const int32_t *ids, size_t n, char *err, size_t errlen);
 
 /* The session's KV already holds ids (attached from the prefix cache): record
  * them as its history. 0 or DRAY_ENOMEM. */

@@ -283,6 +283,13 @@ void dray_kv_free(struct dray_kv *kv)
     free(kv);
 }
 
+/* The plugin's reason for its last failed call (for messages that also name it). */
+static const char *why(const struct dray_kv *kv)
+{
+    const char *w = kv->ops->last_error ? kv->ops->last_error(kv->ctx) : NULL;
+    return w && *w ? w : "no reason given";
+}
+
 static struct dray_view view_at(struct dray_buf *b, uint64_t off)
 {
     struct dray_view v = {b, (size_t)off};
@@ -314,14 +321,13 @@ static int group_init(struct dray_kv *kv, uint32_t g, char *err, size_t errlen)
     if (kv->ops->alloc(kv->ctx, (size_t)total, &gr->buf) || !gr->buf) {
         gr->buf = NULL;
         return dray_fail(err, errlen, DRAY_ENOMEM,
-                         "kv: device allocation of %llu bytes for %u layers (window %u) failed: %s",
-                         (unsigned long long)total, gp->n_layers, gp->window,
-                         kv->ops->last_error ? kv->ops->last_error(kv->ctx) : "");
+                         "kv: device allocation of %llu bytes for %u layers (window %u) on %s failed: %s",
+                         (unsigned long long)total, gp->n_layers, gp->window, kv->ops->name, why(kv));
     }
     /* Zeroed so that a kernel reading a never-written slot sees 0, not NaN. */
     if (kv->ops->fill && kv->ops->fill(kv->ctx, view_at(gr->buf, 0), 0, (size_t)total))
-        return dray_fail(err, errlen, DRAY_EBACKEND, "kv: clearing the window-%u pool failed",
-                         gp->window);
+        return dray_fail(err, errlen, DRAY_EBACKEND, "kv: clearing the window-%u pool on %s failed: %s",
+                         gp->window, kv->ops->name, why(kv));
 
     uint64_t n_slots = (uint64_t)gp->n_blocks * d->block_size;
     uint64_t kbytes = align_up(n_slots * d->n_kv_head * d->head_dim * el_size(d->dtype), KV_ALIGN);
@@ -586,6 +592,75 @@ static int step_check(struct dray_kv *kv, uint32_t n_seq, const uint32_t *ids, c
     return rc;
 }
 
+/* Copy on write. A block may be shared (the prefix cache hands out, and keeps,
+ * the partial last block of a prefix); a sequence about to write into it gets
+ * its own copy first, so no holder ever sees another's writes. The only block a
+ * step can write into that already exists is the one holding position len when
+ * len is not block-aligned (later positions go to fresh blocks). */
+
+/* Table entry of seq's partial last block in group g if it is shared, else -1. */
+static int32_t shared_tail(const struct dray_kv *kv, uint32_t g, uint32_t seq)
+{
+    uint32_t len = kv->seq_len[seq], bs = kv->d.block_size;
+    if (len % bs == 0)
+        return -1;
+    int32_t b = table_of(kv, g, seq)[len / bs];
+    return b >= 0 && kv->group[g].ref[b] > 1 ? (int32_t)(len / bs) : -1;
+}
+
+static void block_regions(const struct dray_kv *kv, const struct dray_kv_pool *pool, uint32_t block,
+                          struct dray_view v[4], size_t n[4]);
+
+/* Device copy of block src into block dst of group g, every layer: through the
+ * plugin's copy, or download + upload where a plugin has none. */
+static int block_copy(struct dray_kv *kv, uint32_t g, uint32_t dst, uint32_t src)
+{
+    unsigned char *tmp = NULL;
+    int rc = 0;
+    for (uint32_t li = 0; li < kv->plan.group[g].n_layers && !rc; li++) {
+        struct dray_view vd[4], vs[4];
+        size_t n[4];
+        block_regions(kv, &kv->group[g].pools[li], dst, vd, n);
+        block_regions(kv, &kv->group[g].pools[li], src, vs, n);
+        for (int i = 0; i < 4 && !rc; i++) {
+            if (!n[i])
+                continue;
+            if (kv->ops->copy) {
+                rc = kv->ops->copy(kv->ctx, vd[i], vs[i], n[i]);
+                continue;
+            }
+            if (!tmp && !(tmp = malloc(n[0])))
+                return DRAY_ENOMEM;
+            rc = kv->ops->download(kv->ctx, tmp, vs[i], n[i]) ||
+                 kv->ops->upload(kv->ctx, vd[i], tmp, n[i]) ||
+                 (kv->ops->synchronize && kv->ops->synchronize(kv->ctx));
+        }
+    }
+    free(tmp);
+    return rc ? DRAY_EBACKEND : 0;
+}
+
+/* Give seq a private copy of its shared partial last block in group g (a free
+ * block must be there: step_begin checked). */
+static int unshare_tail(struct dray_kv *kv, uint32_t g, uint32_t seq)
+{
+    int32_t e = shared_tail(kv, g, seq);
+    if (e < 0)
+        return 0;
+    struct kv_group *gr = &kv->group[g];
+    int32_t *t = table_of(kv, g, seq);
+    uint32_t old = (uint32_t)t[e], nb = gr->free_list[--gr->n_free];
+    gr->ref[nb] = 1;
+    int rc = block_copy(kv, g, nb, old);
+    if (rc) {
+        unref(gr, nb);
+        return rc;
+    }
+    unref(gr, old);
+    t[e] = (int32_t)nb;
+    return 0;
+}
+
 /* Lay out the metadata of every group; returns total bytes. */
 static size_t meta_layout(struct dray_kv *kv, uint32_t n_seq, const uint32_t *ids,
                           const uint32_t *n_new, uint32_t n_tok)
@@ -622,8 +697,10 @@ static int meta_reserve(struct dray_kv *kv, size_t n, char *err, size_t errlen)
         return 0;
     size_t cap = kv->meta_buf_cap * 2 > n ? kv->meta_buf_cap * 2 : n;
     if (kv->meta_buf) {
-        if (kv->ops->synchronize)
-            kv->ops->synchronize(kv->ctx);
+        /* a queued op may still read the old metadata: free it only once idle */
+        if (kv->ops->synchronize && kv->ops->synchronize(kv->ctx))
+            return dray_fail(err, errlen, DRAY_EBACKEND, "kv: waiting for %s before growing the step "
+                             "metadata failed: %s", kv->ops->name, why(kv));
         kv->ops->free(kv->ctx, kv->meta_buf);
         kv->meta_buf = NULL;
         kv->meta_buf_cap = 0;
@@ -631,7 +708,8 @@ static int meta_reserve(struct dray_kv *kv, size_t n, char *err, size_t errlen)
     if (kv->ops->alloc(kv->ctx, cap, &kv->meta_buf) || !kv->meta_buf) {
         kv->meta_buf = NULL;
         return dray_fail(err, errlen, DRAY_ENOMEM,
-                         "kv: device allocation of %zu bytes for step metadata failed", cap);
+                         "kv: device allocation of %zu bytes for step metadata on %s failed: %s", cap,
+                         kv->ops->name, why(kv));
     }
     kv->meta_buf_cap = cap;
     return 0;
@@ -719,15 +797,27 @@ int dray_kv_step_begin(struct dray_kv *kv, uint32_t n_seq, const uint32_t *seq_i
         if (len + n_new[i] > max_kv)
             max_kv = len + n_new[i];
     }
-    /* every group gives each new table entry one block: same need everywhere */
+    /* every group gives each new table entry one block, plus one per shared
+     * partial block this step writes into (copy on write) */
+    uint32_t need_g[DRAY_KV_MAX_GROUPS];
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        need_g[g] = need;
+        for (uint32_t i = 0; i < n_seq; i++)
+            need_g[g] += shared_tail(kv, g, seq_ids[i]) >= 0;
+        if (need_g[g] > kv->group[g].n_free && kv->reclaim)
+            kv->reclaim(kv->reclaim_user, g, need_g[g] - kv->group[g].n_free);
+    }
     for (uint32_t g = 0; g < kv->plan.n_group; g++)
-        if (need > kv->group[g].n_free && kv->reclaim)
-            kv->reclaim(kv->reclaim_user, g, need - kv->group[g].n_free);
-    for (uint32_t g = 0; g < kv->plan.n_group; g++)
-        if (need > kv->group[g].n_free)
+        if (need_g[g] > kv->group[g].n_free)
             return dray_fail(err, errlen, DRAY_ENOMEM,
-                             "kv: step needs %u blocks in the window-%u group, %u free", need,
+                             "kv: step needs %u blocks in the window-%u group, %u free", need_g[g],
                              kv->plan.group[g].window, kv->group[g].n_free);
+    for (uint32_t g = 0; g < kv->plan.n_group; g++)
+        for (uint32_t i = 0; i < n_seq; i++)
+            if ((rc = unshare_tail(kv, g, seq_ids[i])))
+                return dray_fail(err, errlen, rc,
+                                 "kv: copy of a shared block before writing failed: %s",
+                                 kv->ops->last_error ? kv->ops->last_error(kv->ctx) : "");
     rc = meta_reserve(kv, meta_layout(kv, n_seq, seq_ids, n_new, n_tok), err, errlen);
     if (rc)
         return rc;
@@ -746,8 +836,8 @@ int dray_kv_step_begin(struct dray_kv *kv, uint32_t n_seq, const uint32_t *seq_i
     if (rc) {
         unreserve(kv);
         return dray_fail(err, errlen, rc < 0 ? rc : DRAY_EBACKEND,
-                         "kv: upload of %zu bytes of step metadata failed: %s", total,
-                         kv->ops->last_error ? kv->ops->last_error(kv->ctx) : "");
+                         "kv: upload of %zu bytes of step metadata to %s failed: %s", total,
+                         kv->ops->name, why(kv));
     }
     fill_layer_steps(kv);
     kv->in_step = true;
@@ -850,19 +940,19 @@ int dray_kv_block_alloc(struct dray_kv *kv, uint32_t g, uint32_t *block)
 int dray_kv_seq_attach(struct dray_kv *kv, uint32_t seq_id, uint32_t len,
                        const int32_t *const *blocks)
 {
-    uint32_t bs = kv->d.block_size, n_ent = len / bs;
-    if (!seq_ok(kv, seq_id) || kv->seq_len[seq_id] || len % bs || len > kv->d.max_ctx ||
+    uint32_t bs = kv->d.block_size, n_ent = div_up(len, bs);
+    if (!seq_ok(kv, seq_id) || kv->seq_len[seq_id] || len > kv->d.max_ctx ||
         in_current_step(kv, seq_id))
         return DRAY_EINVAL;
     for (uint32_t g = 0; g < kv->plan.n_group; g++) {
-        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len, w, bs) : 0;
+        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len / bs * bs, w, bs) : 0;
         for (uint32_t e = first; e < n_ent; e++)
             if (blocks[g][e] < 0 || (uint32_t)blocks[g][e] >= kv->plan.group[g].n_blocks)
                 return DRAY_EINVAL;
     }
     for (uint32_t g = 0; g < kv->plan.n_group; g++) {
         struct kv_group *gr = &kv->group[g];
-        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len, w, bs) : 0;
+        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len / bs * bs, w, bs) : 0;
         int32_t *t = table_of(kv, g, seq_id);
         for (uint32_t e = first; e < n_ent; e++) {
             t[e] = blocks[g][e];

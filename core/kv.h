@@ -160,8 +160,11 @@ void dray_kv_step_abort(struct dray_kv *kv);
 /* ------------------------------------------------------------ shared blocks
  * Blocks are reference counted: every sequence table entry holding a block is
  * one reference, and the prefix cache may hold more. A block returns to the free
- * list when its count reaches 0. Only full blocks are ever shared: a sequence
- * writes only at positions >= its length, which lie in blocks of its own. */
+ * list when its count reaches 0. A sequence writes only at positions >= its
+ * length: full blocks below it are never written again; a partial last block may
+ * be shared (the prefix cache keeps the tail of a finished request and hands it
+ * to the next one), and step_begin gives a sequence its own copy of it (through
+ * the plugin's copy op) before writing into it: copy on write. */
 
 /* Called when a step (or dray_kv_block_alloc) needs `need` more blocks than group
  * g has free; the callback drops references (evicts cached blocks) if it can. */
@@ -181,10 +184,12 @@ int dray_kv_block_alloc(struct dray_kv *kv, uint32_t g, uint32_t *block);
 /* First table entry a sequence of length len still needs in group g (0 for
  * global groups; window groups drop entries no future query can see). */
 uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len);
-/* Give an empty sequence the first len tokens (a multiple of the block size) from
- * shared blocks: blocks[g][e] for entries dray_kv_live_from(g, len) .. len/bs - 1
- * of every group (each gains a reference). DRAY_EINVAL if the sequence is not
- * empty, len is not block-aligned or a block id is out of range. */
+/* Give an empty sequence the first len tokens from shared blocks: blocks[g][e]
+ * for entries dray_kv_live_from(g, len / bs * bs) .. ceil(len / bs) - 1 of every
+ * group (each gains a reference). When len is not block-aligned the last block
+ * is partial: its positions >= len % bs are overwritten by the sequence, after
+ * the copy on write of step_begin. DRAY_EINVAL if the sequence is not empty or a
+ * block id is out of range. */
 int dray_kv_seq_attach(struct dray_kv *kv, uint32_t seq_id, uint32_t len,
                        const int32_t *const *blocks);
 

@@ -112,7 +112,7 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * k * 4}, p->f32, n * k * 4);
         }
         if (rc)
-            return dray_fail(err, errlen, rc, "uploading %s: %s", t->name,
+            return dray_fail(err, errlen, rc, "uploading %s to %s: %s", t->name, ops->name,
                              ops->last_error(dev->ctx));
     }
     return 0;
@@ -132,8 +132,8 @@ static int alloc_weight(struct dray_device *dev, struct dray_weight *w, const ch
     if (!rc && w->n_outlier)
         rc = ops->alloc(dev->ctx, (size_t)w->n_out * w->n_outlier * 4, &w->outlier_w);
     if (rc)
-        return dray_fail(err, errlen, rc, "device memory for %s (%zu bytes): %s", name, bytes,
-                         ops->last_error(dev->ctx));
+        return dray_fail(err, errlen, rc, "device memory for %s (%zu bytes) on %s: %s", name, bytes,
+                         ops->name, ops->last_error(dev->ctx));
     return 0;
 }
 
@@ -210,8 +210,8 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
             rc = dev->ops->upload(dev->ctx, (struct dray_view){out->outlier_w, 0}, p.ow,
                                   n_out * out->n_outlier * 4);
         if (rc)
-            dray_fail(err, errlen, rc, "uploading outliers of %s: %s", parts[0]->name,
-                      dev->ops->last_error(dev->ctx));
+            dray_fail(err, errlen, rc, "uploading outliers of %s to %s: %s", parts[0]->name,
+                      dev->ops->name, dev->ops->last_error(dev->ctx));
     }
 out:
     free(p.f32);
@@ -248,7 +248,8 @@ int dray_weight_set_outliers(struct dray_device *dev, const struct dray_gguf_ten
     if (!rc)
         rc = ops->upload(dev->ctx, (struct dray_view){w->outlier_w, 0}, ow, rows * n_outlier * 4);
     if (rc) {
-        dray_fail(err, errlen, rc, "outlier channels of %s: %s", t->name, ops->last_error(dev->ctx));
+        dray_fail(err, errlen, rc, "outlier channels of %s on %s: %s", t->name, ops->name,
+                  ops->last_error(dev->ctx));
         if (w->outlier_idx)
             ops->free(dev->ctx, w->outlier_idx);
         if (w->outlier_w)
@@ -328,7 +329,8 @@ int dray_vector_prepare(struct dray_device *dev, const struct dray_gguf_tensor *
         if (*out)
             dev->ops->free(dev->ctx, *out);
         *out = NULL;
-        return dray_fail(err, errlen, rc, "uploading %s: %s", t->name, dev->ops->last_error(dev->ctx));
+        return dray_fail(err, errlen, rc, "uploading %s to %s: %s", t->name, dev->ops->name,
+                         dev->ops->last_error(dev->ctx));
     }
     return 0;
 }

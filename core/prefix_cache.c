@@ -11,20 +11,25 @@
 
 struct pc_entry {
     uint64_t hash;            /* chained hash of the prefix up to this block's end */
+    uint64_t salt;            /* tenant (compared where entries are scanned, not hashed) */
     struct pc_entry *parent;  /* the entry one block shorter, NULL for block 0 */
     struct pc_entry *next;    /* bucket chain */
     struct pc_entry *newer, *older; /* LRU list */
-    uint32_t n_tok;           /* prefix length: (block index + 1) * block size */
+    struct pc_entry *child, *sibling; /* children list (full and partial) */
+    uint32_t n_tok;           /* prefix length: parent's n_tok + n_part */
+    uint32_t n_part;          /* tokens of this block: block size, or fewer for a partial
+                               * tail (the end of an inserted sequence; always a leaf) */
     uint32_t n_children;
     int32_t gblock[DRAY_KV_MAX_GROUPS]; /* this block in each global group, -1 in window groups */
     int32_t *ckpt;            /* window checkpoint: per window group, the blocks of entries
-                               * live_from(n_tok) .. n_tok/bs - 1, concatenated; NULL if none */
+                               * live_from(n_tok/bs*bs) .. ceil(n_tok/bs) - 1, concatenated
+                               * (the last one partial for a tail); NULL if none */
     uint32_t n_ckpt;
     /* host tier: the same blocks in kv.h's vendor-neutral layout, once spilled */
     unsigned char *host_g;    /* every global group's block, in group order; NULL if on device */
     unsigned char *host_ckpt; /* the checkpoint's blocks, in ckpt order; NULL if none */
     bool pinned;              /* on the path of an attach in progress: never spilled */
-    int32_t tok[];            /* the block's tokens [bs] */
+    int32_t tok[];            /* the block's tokens [n_part] (room for bs) */
 };
 
 struct dray_pcache {
@@ -35,6 +40,7 @@ struct dray_pcache {
     struct pc_entry **bucket;
     size_t n_bucket;          /* power of two */
     struct pc_entry *newest, *oldest;
+    struct pc_entry *roots;   /* entries of block 0, every tenant */
     uint64_t host_budget;     /* bytes of host memory for spilled blocks */
     uint64_t g_bytes;         /* host bytes of one entry's global blocks */
     uint64_t wblock_bytes[DRAY_KV_MAX_GROUPS];
@@ -48,13 +54,29 @@ static struct pc_entry **slot_of(struct dray_pcache *pc, uint64_t h)
     return &pc->bucket[h & (pc->n_bucket - 1)];
 }
 
+/* The full-block entry of hash h under parent with these bs tokens. */
 static struct pc_entry *find(struct dray_pcache *pc, uint64_t h, const struct pc_entry *parent,
                              const int32_t *tok)
 {
     for (struct pc_entry *e = *slot_of(pc, h); e; e = e->next)
-        if (e->hash == h && e->parent == parent && !memcmp(e->tok, tok, pc->bs * sizeof(int32_t)))
+        if (e->hash == h && e->parent == parent && e->n_part == pc->bs &&
+            !memcmp(e->tok, tok, pc->bs * sizeof(int32_t)))
             return e;
     return NULL;
+}
+
+static struct pc_entry **children_of(struct dray_pcache *pc, struct pc_entry *parent)
+{
+    return parent ? &parent->child : &pc->roots;
+}
+
+/* Tokens a and b have in common from the start, at most n. */
+static uint32_t common_len(const int32_t *a, const int32_t *b, uint32_t n)
+{
+    uint32_t m = 0;
+    while (m < n && a[m] == b[m])
+        m++;
+    return m;
 }
 
 static void grow_table(struct dray_pcache *pc)
@@ -118,8 +140,8 @@ static void touch_path(struct dray_pcache *pc, struct pc_entry *leaf)
 /* Blocks of e's checkpoint, walked group by group: calls fn(g, index in ckpt). */
 #define FOR_CKPT(pc, e, g, k, i)                                                              \
     for (uint32_t g = 0, i = 0; g < (pc)->n_group; g++)                                        \
-        for (uint32_t k = dray_kv_live_from((pc)->kv, g, (e)->n_tok);                          \
-             (pc)->window[g] && k < (e)->n_tok / (pc)->bs; k++, i++)
+        for (uint32_t k = dray_kv_live_from((pc)->kv, g, (e)->n_tok / (pc)->bs * (pc)->bs);    \
+             (pc)->window[g] && k < ((e)->n_tok + (pc)->bs - 1) / (pc)->bs; k++, i++)
 
 static uint64_t ckpt_host_bytes(const struct dray_pcache *pc, const struct pc_entry *e)
 {
@@ -174,6 +196,9 @@ static void drop_entry(struct dray_pcache *pc, struct pc_entry *e)
     while (*p != e)
         p = &(*p)->next;
     *p = e->next;
+    for (p = children_of(pc, e->parent); *p != e;)
+        p = &(*p)->sibling;
+    *p = e->sibling;
     lru_unlink(pc, e);
     if (e->parent)
         e->parent->n_children--;
@@ -419,9 +444,9 @@ uint64_t dray_pcache_salt(const char *tenant)
     return tenant && tenant[0] ? XXH3_64bits(tenant, strlen(tenant)) : 0;
 }
 
-static uint64_t block_hash(const int32_t *tok, uint32_t bs, uint64_t prev)
+static uint64_t block_hash(const int32_t *tok, uint32_t n, uint64_t prev)
 {
-    return XXH3_64bits_withSeed(tok, bs * sizeof(int32_t), prev);
+    return XXH3_64bits_withSeed(tok, n * sizeof(int32_t), prev);
 }
 
 /* Window blocks a query at position e->n_tok sees, taken from seq; false (and
@@ -448,8 +473,10 @@ static bool take_ckpt(struct dray_pcache *pc, struct pc_entry *e, uint32_t seq)
     return true;
 }
 
-static struct pc_entry *add_entry(struct dray_pcache *pc, uint64_t h, struct pc_entry *parent,
-                                  const int32_t *tok, uint32_t k, uint32_t seq)
+/* Entry for block k of seq (n_part of its tokens, from tok) under parent. */
+static struct pc_entry *add_entry(struct dray_pcache *pc, uint64_t h, uint64_t salt,
+                                  struct pc_entry *parent, const int32_t *tok, uint32_t k,
+                                  uint32_t n_part, uint32_t seq)
 {
     struct pc_entry *e = calloc(1, sizeof(*e) + pc->bs * sizeof(int32_t));
     if (!e)
@@ -467,12 +494,17 @@ static struct pc_entry *add_entry(struct dray_pcache *pc, uint64_t h, struct pc_
             pc->st.blocks++;
         }
     e->hash = h;
+    e->salt = salt;
     e->parent = parent;
-    e->n_tok = (k + 1) * pc->bs;
-    memcpy(e->tok, tok, pc->bs * sizeof(int32_t));
+    e->n_part = n_part;
+    e->n_tok = k * pc->bs + n_part;
+    memcpy(e->tok, tok, n_part * sizeof(int32_t));
     struct pc_entry **slot = slot_of(pc, h);
     e->next = *slot;
     *slot = e;
+    struct pc_entry **kids = children_of(pc, parent);
+    e->sibling = *kids;
+    *kids = e;
     if (parent)
         parent->n_children++;
     if (++pc->st.entries > pc->n_bucket)
@@ -480,94 +512,197 @@ static struct pc_entry *add_entry(struct dray_pcache *pc, uint64_t h, struct pc_
     return e;
 }
 
+/* The tail of an inserted sequence: the partial block after e (p tokens, tok),
+ * unless a tail that covers it is there already. Tails it covers go: every query
+ * they would serve, it serves at least as far. */
+static struct pc_entry *insert_tail(struct dray_pcache *pc, uint64_t salt, struct pc_entry *e,
+                                    uint64_t h, const int32_t *tok, uint32_t p, uint32_t seq)
+{
+    uint32_t k = e ? e->n_tok / pc->bs : 0;
+    for (struct pc_entry **c = children_of(pc, e), *cur; (cur = *c);) {
+        bool mine = cur->salt == salt && cur->n_part < pc->bs;
+        uint32_t m = mine ? common_len(cur->tok, tok, cur->n_part < p ? cur->n_part : p) : 0;
+        if (mine && m == p && cur->n_part >= p && (has_ckpt(cur) || !pc->has_window))
+            return cur; /* covers ours */
+        if (mine && m == cur->n_part && !cur->pinned) {
+            drop_entry(pc, cur); /* ours covers it */
+            continue;
+        }
+        c = &cur->sibling;
+    }
+    struct pc_entry *t = add_entry(pc, block_hash(tok, p, h), salt, e, tok, k, p, seq);
+    if (t && pc->has_window && !take_ckpt(pc, t, seq)) {
+        drop_entry(pc, t);
+        return NULL;
+    }
+    return t;
+}
+
 void dray_pcache_insert(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t len,
                         uint32_t seq)
 {
-    uint32_t n_full = (uint32_t)(len / pc->bs);
+    uint32_t n_full = (uint32_t)(len / pc->bs), p = (uint32_t)(len % pc->bs), k = 0;
     uint64_t h = salt;
     struct pc_entry *e = NULL;
-    for (uint32_t k = 0; k < n_full; k++) {
+    for (; k < n_full; k++) {
         const int32_t *tok = ids + (size_t)k * pc->bs;
-        h = block_hash(tok, pc->bs, h);
-        struct pc_entry *next = find(pc, h, e, tok);
+        uint64_t hk = block_hash(tok, pc->bs, h);
+        struct pc_entry *next = find(pc, hk, e, tok);
         if (!next)
-            next = add_entry(pc, h, e, tok, k, seq);
+            next = add_entry(pc, hk, salt, e, tok, k, pc->bs, seq);
         if (!next)
             break;
         e = next;
+        h = hk;
     }
-    if (!e)
+    /* the checkpoint goes at the very end: the tail's also serves a query at its
+     * block boundary, so the full entry before it needs none */
+    struct pc_entry *last = e;
+    if (k == n_full && p) {
+        struct pc_entry *t = insert_tail(pc, salt, e, h, ids + (size_t)k * pc->bs, p, seq);
+        if (t)
+            last = t;
+    }
+    if (!last)
         return;
-    if (pc->has_window && !has_ckpt(e))
-        take_ckpt(pc, e, seq);
-    touch_path(pc, e);
+    if (pc->has_window && !has_ckpt(last))
+        take_ckpt(pc, last, seq);
+    touch_path(pc, last);
 }
 
-/* Bring the path root..best back to the device where it was spilled. */
-static bool restore_path(struct dray_pcache *pc, struct pc_entry *best)
+/* A hit: the path root..leaf of full entries, then (optionally) the first
+ * len - leaf's n_tok tokens of tail, a child of leaf. src holds the window
+ * checkpoint (tail or leaf; NULL without window groups). */
+struct pc_hit {
+    struct pc_entry *leaf, *tail, *src;
+    uint32_t len;
+};
+
+/* Bring what the hit uses back to the device where it was spilled. */
+static bool restore_hit(struct dray_pcache *pc, const struct pc_hit *h)
 {
-    for (struct pc_entry *e = best; e; e = e->parent)
+    for (struct pc_entry *e = h->leaf; e; e = e->parent)
         if (e->host_g && !restore_global(pc, e))
             return false;
-    return !best->host_ckpt || restore_ckpt(pc, best);
+    if (h->tail && h->tail->host_g && !restore_global(pc, h->tail))
+        return false;
+    return !h->src || !h->src->host_ckpt || restore_ckpt(pc, h->src);
 }
 
-static void pin_path(struct pc_entry *best, bool pin)
+static void pin_hit(const struct pc_hit *h, bool pin)
 {
-    for (struct pc_entry *e = best; e; e = e->parent)
+    for (struct pc_entry *e = h->leaf; e; e = e->parent)
         e->pinned = pin;
+    if (h->tail)
+        h->tail->pinned = pin;
 }
 
-static int attach_device(struct dray_pcache *pc, struct pc_entry *best, uint32_t seq)
+static int attach_device(struct dray_pcache *pc, const struct pc_hit *h, uint32_t seq)
 {
-    uint32_t n_ent = best->n_tok / pc->bs;
-    int32_t *tab = malloc((size_t)pc->n_group * n_ent * sizeof(int32_t));
+    uint32_t n_ent = (h->len + pc->bs - 1) / pc->bs, w = n_ent + 1; /* src may hold one more */
+    int32_t *tab = malloc((size_t)pc->n_group * w * sizeof(int32_t));
     const int32_t *rows[DRAY_KV_MAX_GROUPS];
     if (!tab)
         return DRAY_ENOMEM;
     for (uint32_t g = 0; g < pc->n_group; g++) {
-        int32_t *row = tab + (size_t)g * n_ent;
+        int32_t *row = tab + (size_t)g * w;
         rows[g] = row;
+        for (uint32_t k = 0; k < w; k++)
+            row[k] = -1;
         if (!pc->window[g]) {
-            uint32_t k = n_ent;
-            for (struct pc_entry *p = best; p; p = p->parent)
+            uint32_t k = h->leaf ? h->leaf->n_tok / pc->bs : 0;
+            if (h->tail && k < n_ent)
+                row[k] = h->tail->gblock[g];
+            for (struct pc_entry *p = h->leaf; p; p = p->parent)
                 row[--k] = p->gblock[g];
         }
     }
-    FOR_CKPT(pc, best, g, k, i)
-        tab[(size_t)g * n_ent + k] = best->ckpt[i];
-    int rc = dray_kv_seq_attach(pc->kv, seq, best->n_tok, rows);
+    if (h->src)
+        FOR_CKPT(pc, h->src, g, k, i)
+            tab[(size_t)g * w + k] = h->src->ckpt[i];
+    int rc = dray_kv_seq_attach(pc->kv, seq, h->len, rows);
     free(tab);
     return rc;
+}
+
+/* Does the checkpoint of e hold every window block a query at len needs? */
+static bool ckpt_serves(struct dray_pcache *pc, const struct pc_entry *e, uint32_t len)
+{
+    if (!pc->has_window)
+        return true;
+    uint32_t bs = pc->bs;
+    if (!has_ckpt(e) || len > e->n_tok || (len + bs - 1) / bs > (e->n_tok + bs - 1) / bs)
+        return false;
+    for (uint32_t g = 0; g < pc->n_group; g++)
+        if (pc->window[g] && dray_kv_live_from(pc->kv, g, len / pc->bs * pc->bs) <
+                                 dray_kv_live_from(pc->kv, g, e->n_tok / pc->bs * pc->bs))
+            return false;
+    return true;
+}
+
+/* Offer the children of e (the match of ids[0..base)) as hits: each is used up
+ * to where it stops matching (a partial tail, or a full block the query diverges
+ * inside or ends in). */
+static void scan_children(struct dray_pcache *pc, uint64_t salt, struct pc_entry *e,
+                          const int32_t *ids, size_t n, struct pc_hit *best)
+{
+    uint32_t base = e ? e->n_tok : 0;
+    uint32_t avail = n - base < pc->bs ? (uint32_t)(n - base) : pc->bs;
+    for (struct pc_entry *c = *children_of(pc, e); c; c = c->sibling) {
+        if (c->salt != salt)
+            continue;
+        uint32_t m = common_len(c->tok, ids + base, c->n_part < avail ? c->n_part : avail);
+        if (base + m > best->len && (m || pc->has_window) && ckpt_serves(pc, c, base + m))
+            *best = (struct pc_hit){.leaf = e, .tail = m ? c : NULL,
+                                    .src = pc->has_window ? c : NULL, .len = base + m};
+    }
+}
+
+/* The longest hit for ids[0..n): full blocks as far as they match; at each
+ * level, a full entry that can serve (with a checkpoint where there are window
+ * groups) or a child used up to where it stops matching. The root's children
+ * (every tenant's first blocks) are scanned only when nothing else matched. */
+static struct pc_hit longest_hit(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n)
+{
+    uint32_t n_full = (uint32_t)(n / pc->bs);
+    uint64_t h = salt;
+    struct pc_entry *e = NULL;
+    struct pc_hit best = {0};
+    for (uint32_t k = 0; k < n_full; k++) {
+        const int32_t *tok = ids + (size_t)k * pc->bs;
+        struct pc_entry *next = find(pc, h = block_hash(tok, pc->bs, h), e, tok);
+        if (!next)
+            break;
+        e = next;
+        if (ckpt_serves(pc, e, e->n_tok))
+            best = (struct pc_hit){.leaf = e, .src = pc->has_window ? e : NULL, .len = e->n_tok};
+        if (e->parent)
+            scan_children(pc, salt, e->parent, ids, n, &best);
+    }
+    scan_children(pc, salt, e, ids, n, &best);
+    return best;
 }
 
 uint32_t dray_pcache_attach(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n,
                             uint32_t seq)
 {
-    uint32_t n_full = (uint32_t)(n / pc->bs);
-    uint64_t h = salt;
-    struct pc_entry *e = NULL, *best = NULL;
     pc->st.lookups++;
     pc->st.lookup_tokens += n;
-    for (uint32_t k = 0; k < n_full; k++) {
-        const int32_t *tok = ids + (size_t)k * pc->bs;
-        h = block_hash(tok, pc->bs, h);
-        e = find(pc, h, e, tok);
-        if (!e)
-            break;
-        if (!pc->has_window || has_ckpt(e))
-            best = e;
-    }
-    if (!best)
+    struct pc_hit h = longest_hit(pc, salt, ids, n);
+    if (!h.len)
         return 0;
-    pin_path(best, true);
-    bool ok = restore_path(pc, best) && attach_device(pc, best, seq) == 0;
-    pin_path(best, false);
+    pin_hit(&h, true);
+    if (h.src)
+        h.src->pinned = true;
+    bool ok = restore_hit(pc, &h) && attach_device(pc, &h, seq) == 0;
+    pin_hit(&h, false);
+    if (h.src)
+        h.src->pinned = false;
     if (!ok)
         return 0;
-    touch_path(pc, best);
-    pc->st.hit_tokens += best->n_tok;
-    return best->n_tok;
+    touch_path(pc, h.tail ? h.tail : h.src && h.src != h.leaf ? h.src : h.leaf);
+    pc->st.hit_tokens += h.len;
+    return h.len;
 }
 
 void dray_pcache_get_stats(const struct dray_pcache *pc, struct dray_pcache_stats *st)

@@ -8,6 +8,11 @@
  * so equal keys mean equal prefixes (the block's tokens are also stored and
  * compared, so a hash collision can never hand out the wrong KV). Entries form a
  * radix tree over blocks: each entry's parent is the entry one block shorter.
+ * The end of an inserted sequence rarely falls on a block boundary: its partial
+ * last block is a tail entry (fewer tokens, always a leaf). A lookup uses an
+ * entry's block up to where the query stops matching it, so a request reuses a
+ * tail, or diverges inside a cached block and reuses up to the divergence. The
+ * block it continues in is shared; kv.c copies it on write (kv.h).
  *
  * What an entry holds. Global-attention layers need the KV of every position,
  * so an entry holds its block of every global group. Sliding-window layers only
@@ -15,8 +20,11 @@
  * blocks are recycled as a sequence grows; so the window groups' blocks are kept
  * only at checkpoints: the entry at the end of an inserted sequence (the end of a
  * finished request: prompt plus reply) holds a reference to the window blocks a
- * query there can see. A lookup reuses the longest cached prefix that ends at a
- * checkpoint: the next turn of a chat extends exactly such a prefix.
+ * query there can see (from the last block boundary on, so it also serves a
+ * query anywhere inside its last block). A lookup reuses the longest cached
+ * prefix that a checkpoint serves: the next turn of a chat extends exactly such
+ * a prefix. (A divergence further back would need the window layers recomputed
+ * from window tokens before it: not built, such a request reuses less.)
  *
  * Memory. Every block the cache holds is one reference (kv.h); blocks in use by
  * running sequences are shared, never copied. When the KV pool runs short, the
@@ -58,15 +66,17 @@ void dray_pcache_free(struct dray_pcache *pc);
  * never match. NULL or "" is the shared tenant 0. */
 uint64_t dray_pcache_salt(const char *tenant);
 
-/* Give the empty KV sequence seq the longest cached prefix of ids[0..n) that ends
- * at a checkpoint; returns its length in tokens (a multiple of the block size,
- * 0 on a miss). Pass n = tokens that may be reused: leave at least the last
- * prompt token out, since its logits must be computed. */
+/* Give the empty KV sequence seq the longest cached prefix of ids[0..n) that a
+ * checkpoint serves; returns its length in tokens (any length, 0 on a miss).
+ * Pass n = tokens that may be reused: leave at least the last prompt token out,
+ * since its logits must be computed. */
 uint32_t dray_pcache_attach(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n,
                             uint32_t seq);
 
-/* Record the full blocks of sequence seq, whose first len tokens (all in its KV)
- * are ids, and a checkpoint at its last full block. */
+/* Record sequence seq, whose first len tokens (all in its KV) are ids: its full
+ * blocks, its partial last block as a tail, and a checkpoint at its end. The
+ * sequence must not grow after this unless through a step (which copies the
+ * shared tail block before writing). */
 void dray_pcache_insert(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t len,
                         uint32_t seq);
 

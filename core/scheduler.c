@@ -85,6 +85,7 @@ struct req_list {
 struct dray_sched {
     struct dray_engine *e;
     struct dray_pcache *pc;          /* NULL when prefix_cache is off */
+    double cache_s;                  /* seconds spent in pc's lookup and insert */
     pthread_mutex_t mu;
     pthread_cond_t work;             /* the loop sleeps here when idle */
     pthread_t thread;
@@ -205,8 +206,11 @@ static void release_kv(struct dray_sched *s, struct dray_request *r, bool keep)
 {
     if (!r->sess)
         return;
-    if (s->pc && keep)
+    if (s->pc && keep) {
+        double t0 = dray_now_s();
         dray_pcache_insert(s->pc, r->salt, r->toks, dray_session_len(r->sess), r->sess->seq);
+        s->cache_s += dray_now_s() - t0;
+    }
     dray_session_free(r->sess);
     r->sess = NULL;
 }
@@ -281,8 +285,11 @@ static bool start_sequence(struct dray_sched *s, struct dray_request *r)
     if (dray_session_new(s->e, &r->sess, err, sizeof(err)))
         return false;
     uint32_t L = 0;
-    if (s->pc)
+    if (s->pc) {
+        double t0 = dray_now_s();
         L = dray_pcache_attach(s->pc, r->salt, r->toks, r->n_toks - 1, r->sess->seq);
+        s->cache_s += dray_now_s() - t0;
+    }
     if ((L && dray_session_adopt(r->sess, r->toks, L)) || !blocks_fit(s, r->n_toks - L)) {
         dray_session_free(r->sess); /* gives the attached blocks back too */
         r->sess = NULL;
@@ -407,6 +414,7 @@ static void note_kv_usage(struct dray_sched *s)
         s->st.cache_host_bytes = c.host_bytes;
         s->st.cache_spills = c.spills;
         s->st.cache_restores = c.restores;
+        s->st.cache_us = (uint64_t)(s->cache_s * 1e6);
     }
 }
 

@@ -275,8 +275,8 @@ static int alloc_acts(struct dray_model *m, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         int rc = ops->alloc(m->dev->ctx, want[i].bytes, want[i].buf);
         if (rc)
-            return dray_fail(err, errlen, rc, "device memory for activations (%zu bytes): %s",
-                             want[i].bytes, ops->last_error(m->dev->ctx));
+            return dray_fail(err, errlen, rc, "device memory for activations (%zu bytes) on %s: %s",
+                             want[i].bytes, ops->name, ops->last_error(m->dev->ctx));
     }
     m->meta_host = malloc(T * 2 * sizeof(int32_t));
     return m->meta_host ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
@@ -375,7 +375,7 @@ static int adopt_scores(struct dray_model *m, const struct dray_model_opts *o, c
 {
     set_calib_k(m);
     if (o->n_calib_scores != calib_count(m))
-        return dray_fail(err, errlen, DRAY_EINVAL,
+        return dray_fail(err, errlen, DRAY_EFORMAT, /* engine.c: calibrate instead */
                          "calibration scores: %zu given, this model has %zu", o->n_calib_scores,
                          calib_count(m));
     m->calib = malloc(calib_count(m) * sizeof(float));

@@ -745,6 +745,80 @@ static void test_kv_pools_start_zeroed(void **state)
     dray_kv_free(kv);
 }
 
+/* Copy on write: a sequence attached to a shared partial block gets its own copy
+ * (same bytes, another block) when a step writes into it, so the other holder's
+ * block keeps what it had. Through the plugin's copy op, and through download +
+ * upload for a plugin without one. */
+static void test_kv_shared_partial_block_is_copied_before_write(void **state)
+{
+    (void)state;
+    struct dray_ops no_copy = fake_ops;
+    no_copy.copy = NULL;
+    const struct dray_ops *tables[2] = {&fake_ops, &no_copy};
+    for (int t = 0; t < 2; t++) {
+        struct dray_kv_desc d = small_desc(32, 16, 2, 256, 64);
+        struct dray_kv *kv = NULL;
+        assert_int_equal(dray_kv_create(tables[t], NULL, &d, &kv, err, sizeof(err)), 0);
+        uint32_t a, b, n = 20;
+        assert_int_equal(dray_kv_seq_new(kv, &a), 0);
+        assert_int_equal(step1(kv, a, n), 0);
+        dray_kv_step_end(kv);
+        /* A's blocks, a recognisable tail block, one extra holder (the cache) */
+        int32_t blocks[2][2];
+        const int32_t *rows[2] = {blocks[0], blocks[1]};
+        unsigned char want[2][4096], got[4096];
+        for (uint32_t g = 0; g < 2; g++) {
+            uint64_t nb = dray_kv_block_host_bytes(kv, g);
+            assert_true(nb <= sizeof(got));
+            for (uint32_t e = 0; e < 2; e++)
+                blocks[g][e] = dray_kv_seq_block(kv, a, g, e);
+            for (uint64_t i = 0; i < nb; i++)
+                want[g][i] = (unsigned char)(i * 7 + g + 1);
+            assert_int_equal(dray_kv_block_upload(kv, g, (uint32_t)blocks[g][1], want[g]), 0);
+            dray_kv_block_ref(kv, g, (uint32_t)blocks[g][0]);
+            dray_kv_block_ref(kv, g, (uint32_t)blocks[g][1]);
+        }
+        dray_kv_seq_free(kv, a);
+        assert_int_equal(dray_kv_seq_new(kv, &b), 0);
+        assert_int_equal(dray_kv_seq_attach(kv, b, 18, rows), 0);
+        assert_int_equal(dray_kv_seq_len(kv, b), 18);
+        assert_int_equal(dray_kv_block_refs(kv, 0, (uint32_t)blocks[0][1]), 2);
+        n = 3; /* positions 18..20: into the shared block */
+        assert_int_equal(step1(kv, b, n), 0);
+        for (uint32_t g = 0; g < 2; g++) {
+            int32_t mine = dray_kv_seq_block(kv, b, g, 1);
+            assert_true(mine >= 0);
+            assert_int_not_equal(mine, blocks[g][1]);
+            /* the full block stays shared; the partial one is B's own copy */
+            assert_int_equal(dray_kv_seq_block(kv, b, g, 0), blocks[g][0]);
+            assert_int_equal(dray_kv_block_refs(kv, g, (uint32_t)blocks[g][1]), 1);
+            assert_int_equal(dray_kv_block_refs(kv, g, (uint32_t)mine), 1);
+            uint64_t nb = dray_kv_block_host_bytes(kv, g);
+            assert_int_equal(dray_kv_block_download(kv, g, (uint32_t)mine, got), 0);
+            assert_memory_equal(got, want[g], nb);
+            const int32_t *slots = dray_kv_step_host(kv, g, NULL, NULL, NULL);
+            assert_int_equal(slots[0], mine * 16 + 2);
+            check_step_group(kv, g, 1, &b, &n);
+        }
+        dray_kv_step_end(kv);
+        /* a second step writes into B's own block: no further copy */
+        int32_t before = dray_kv_seq_block(kv, b, 0, 1);
+        assert_int_equal(step1(kv, b, 1), 0);
+        assert_int_equal(dray_kv_seq_block(kv, b, 0, 1), before);
+        dray_kv_step_end(kv);
+        dray_kv_seq_free(kv, b);
+        for (uint32_t g = 0; g < 2; g++) {
+            assert_int_equal(dray_kv_block_download(kv, g, (uint32_t)blocks[g][1], got), 0);
+            assert_memory_equal(got, want[g], dray_kv_block_host_bytes(kv, g));
+            dray_kv_block_unref(kv, g, (uint32_t)blocks[g][0]);
+            dray_kv_block_unref(kv, g, (uint32_t)blocks[g][1]);
+            assert_int_equal(dray_kv_group_free_blocks(kv, g),
+                             dray_kv_get_plan(kv)->group[g].n_blocks);
+        }
+        dray_kv_free(kv);
+    }
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 static const struct CMUnitTest tests[] = {
     T(test_kv_plan_gemma3_bytes_per_token_and_capacity),
@@ -763,6 +837,7 @@ static const struct CMUnitTest tests[] = {
     T(test_kv_truncate_frees_tail_and_guards_window),
     T(test_kv_create_survives_every_device_alloc_failure),
     T(test_kv_pools_start_zeroed),
+    T(test_kv_shared_partial_block_is_copied_before_write),
 };
 
 int main(void) { return cmocka_run_group_tests(tests, NULL, NULL); }

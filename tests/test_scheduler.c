@@ -402,10 +402,11 @@ static void cache_hit_equals_cold(const char *kv_dtype)
     assert_int_equal(warm.n, reply.n);
     assert_memory_equal(warm.ids, reply.ids, reply.n * sizeof(int32_t));
     struct dray_request_output b = run_one(s, t2, n2, 16, NULL, &warm);
-    /* turn 1 minus its partial last block (and the reply's last token, which was
-     * sampled but never fed) comes from the cache */
+    /* all of turn 1 that is in its KV (the reply's last token was sampled but
+     * never fed) comes from the cache, its partial last block included */
     size_t in_kv = n1 + reply.n - 1;
-    assert_int_equal(b.n_cached, in_kv / 4 * 4);
+    assert_int_not_equal(in_kv % 4, 0);
+    assert_int_equal(b.n_cached, in_kv);
     assert_int_equal(warm.n, cold.n);
     assert_memory_equal(warm.ids, cold.ids, cold.n * sizeof(int32_t));
     struct dray_sched_stats st;
@@ -414,6 +415,66 @@ static void cache_hit_equals_cold(const char *kv_dtype)
     assert_true(st.cache_checkpoints >= 2);
     dray_sched_destroy(s);
     dray_engine_close(e);
+}
+
+/* The partial last block of a cached prefix is shared with the requests that
+ * extend it, and each gets its own copy before writing (copy on write). Turn 1
+ * ends inside a block; request Z diverges inside that block and reuses turn 1 up
+ * to the divergence, then writes its own tokens where turn 1's last ones are.
+ * Turn 2 afterwards still gets all of turn 1 from the cache and the cold run's
+ * tokens: Z's writes went to Z's copy. Twice, so the second turn 2 reads the
+ * block after a request that had it attached as well. */
+static void partial_block_copy_on_write(const char *kv_dtype)
+{
+    struct opts o = {.max_seqs = 4, .chunk = 16, .kv_dtype = kv_dtype};
+    struct dray_engine *e = open_with(&o);
+    char err[512];
+    int32_t t1[64], t2[128], z[128];
+    size_t n1 = prompt_for(3, t1);
+    struct collected reply, cold2, coldz, got;
+    run_alone(e, t1, n1, 21, &reply);
+    size_t n2 = second_turn(t1, n1, &reply, t2);
+    size_t in_kv = n1 + reply.n - 1;
+    assert_true(in_kv % 4 >= 2); /* a divergence point inside turn 1's last block */
+    size_t nz = in_kv - 1;
+    memcpy(z, t2, nz * sizeof(int32_t));
+    for (int i = 0; i < 7; i++)
+        z[nz++] = (int32_t)(77 + i * 5);
+    assert_int_not_equal(z[in_kv - 1], t2[in_kv - 1]);
+    run_alone(e, t2, n2, 16, &cold2);
+    run_alone(e, z, nz, 16, &coldz);
+
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    run_one(s, t1, n1, 21, NULL, &got);
+    for (int round = 0; round < 2; round++) {
+        struct dray_request_output a = run_one(s, z, nz, 16, NULL, &got);
+        if (round == 0)
+            assert_int_equal(a.n_cached, in_kv - 1); /* up to the divergence */
+        assert_int_equal(got.n, coldz.n);
+        assert_memory_equal(got.ids, coldz.ids, coldz.n * sizeof(int32_t));
+        run_one(s, t2, n2 - 5, 16, NULL, &got);
+        /* the full turn 2: turn 1's tail block was not touched by Z or by the
+         * shorter request that extended it */
+        struct dray_request_output c = run_one(s, t2, n2, 16, NULL, &got);
+        assert_true(c.n_cached >= in_kv);
+        assert_int_equal(got.n, cold2.n);
+        assert_memory_equal(got.ids, cold2.ids, cold2.n * sizeof(int32_t));
+    }
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+static void test_cache_partial_block_copy_on_write_int8_kv(void **state)
+{
+    (void)state;
+    partial_block_copy_on_write("int8");
+}
+
+static void test_cache_partial_block_copy_on_write_f16_kv(void **state)
+{
+    (void)state;
+    partial_block_copy_on_write("f16");
 }
 
 static void test_cache_hit_gives_the_cold_tokens_int8_kv(void **state)
@@ -532,6 +593,8 @@ int main(void)
         cmocka_unit_test(test_bad_requests_and_shutdown),
         cmocka_unit_test(test_cache_hit_gives_the_cold_tokens_int8_kv),
         cmocka_unit_test(test_cache_hit_gives_the_cold_tokens_f16_kv),
+        cmocka_unit_test(test_cache_partial_block_copy_on_write_int8_kv),
+        cmocka_unit_test(test_cache_partial_block_copy_on_write_f16_kv),
         cmocka_unit_test(test_cache_tenants_are_isolated),
         cmocka_unit_test(test_cache_off_reuses_nothing),
         cmocka_unit_test(test_cache_host_tier_spills_and_restores),

@@ -1,5 +1,14 @@
 /* dray chat: a multi-turn conversation on stdin/stdout. The conversation's KV
- * stays in one session, so each turn prefills only its own new tokens. */
+ * stays in one session, so each turn prefills only its own new tokens.
+ *
+ * Ctrl-C (SIGINT) never kills the conversation: during a reply it stops the reply
+ * after the token being generated; what was printed stays in the conversation
+ * (the engine fed those tokens to the KV, and the next turn closes the cut reply
+ * with the end-of-turn marker, as for a reply cut by max tokens). At the prompt,
+ * Ctrl-C right after an interrupted reply, or twice in a row, exits; so does
+ * end of input (Ctrl-D). */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +27,44 @@ static void usage(void)
     dray_cli_help();
 }
 
+/* Set by the SIGINT handler, read and cleared by the loop (only a flag: nothing
+ * else is safe in a handler). */
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+}
+
+/* No SA_RESTART: a Ctrl-C at the prompt must make getline return (EINTR). */
+static void catch_sigint(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* Prints the text of each token; non-zero (stop) once Ctrl-C was pressed. The
+ * token whose text is printed here is in the KV either way, so the screen and
+ * the conversation agree. */
 static int on_token(void *user, const char *text, size_t len, int32_t id)
 {
     (void)user;
     (void)id;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-    return 0;
+    return g_interrupted ? 1 : 0;
+}
+
+/* The turn failed or stopped because the conversation fills the context: say so
+ * and how to go on, since every later turn would fail the same way. */
+static void suggest_reset(const struct dray_session *s, const struct dray_engine *e)
+{
+    fprintf(stderr, "dray: the conversation holds %u of the %u tokens of the context: "
+            "/reset starts a new one (or raise -c)\n", dray_session_len(s), dray_engine_get_info(e)->context);
 }
 
 static void chomp(char *s)
@@ -67,13 +107,29 @@ int dray_cmd_chat(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0;
     int rc = 0;
+    /* the last Ctrl-C (a stopped reply, or one at the prompt) asks for the next to exit */
+    bool armed = false;
+    catch_sigint();
     for (;;) {
         if (tty) {
             printf("> ");
             fflush(stdout);
         }
-        if (getline(&line, &cap, stdin) < 0)
-            break;
+        g_interrupted = 0;
+        errno = 0;
+        if (getline(&line, &cap, stdin) < 0) {
+            if (!g_interrupted && errno != EINTR)
+                break; /* end of input */
+            clearerr(stdin);
+            if (armed) {
+                printf("\n");
+                break;
+            }
+            armed = true;
+            printf("\n(Ctrl-C again, /exit or Ctrl-D quits)\n");
+            continue;
+        }
+        armed = false;
         chomp(line);
         if (!line[0])
             continue;
@@ -90,18 +146,29 @@ int dray_cmd_chat(int argc, char **argv)
             continue;
         }
         struct dray_gen_stats st;
-        if (dray_chat_turn(s, system, line, &p, on_token, NULL, &st, err, sizeof(err))) {
+        g_interrupted = 0;
+        int trc = dray_chat_turn(s, system, line, &p, on_token, NULL, &st, err, sizeof(err));
+        if (trc) {
             /* a bad turn (too long, ...) is reported; the conversation goes on */
             fprintf(stderr, "dray: %s\n", err);
+            if (trc == DRAY_ERANGE && dray_session_len(s) > 0)
+                suggest_reset(s, e);
             continue;
         }
         printf("\n");
+        if (!strcmp(st.stop_reason, "caller")) {
+            armed = true;
+            fprintf(stderr, "[reply stopped by Ctrl-C; it stays in the conversation. "
+                    "Ctrl-C again at the prompt quits]\n");
+        }
         if (!quiet)
             fprintf(stderr, "[turn: %u new tokens prefilled (%u already cached) at %.1f tok/s; "
                     "%u generated at %.1f tok/s; stopped: %s; context %u/%u]\n",
                     st.n_prefilled, st.n_reused, st.n_prefilled / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
                     st.n_generated, st.n_generated / (st.decode_s > 0 ? st.decode_s : 1e-9), st.stop_reason,
                     dray_session_len(s), dray_engine_get_info(e)->context);
+        if (!strcmp(st.stop_reason, "context full"))
+            suggest_reset(s, e);
         fflush(stdout);
     }
     free(line);

@@ -400,8 +400,11 @@ struct dray_ops {
  *   In:  *version = newest ABI the host speaks; host = its services.
  *   Out: *version = the ABI the plugin will use (<= the host's), *ops = its table.
  * Return 0, or DRAY_EINCOMPAT when the plugin cannot speak any version the host
- * offers, DRAY_ENODEV when its runtime is absent; write a reason into err.
- * Must be cheap and side-effect free: no device is touched before open().
+ * offers; write a reason into err. A missing runtime (no driver, no device) is
+ * not a refusal: negotiate succeeds and device_count reports 0 devices and logs
+ * why through host->log (docs/plugin-abi.md, "A missing runtime").
+ * Must be cheap and side-effect free: no runtime or device is touched before
+ * device_count/open().
  */
 typedef int (*dray_plugin_negotiate_fn)(uint32_t *version, const struct dray_host *host,
                                         const struct dray_ops **ops, char *err, size_t errlen);

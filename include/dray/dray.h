@@ -285,6 +285,8 @@ struct dray_sched_stats {
     uint64_t cache_lookups, cache_lookup_tokens, cache_hit_tokens;
     uint64_t cache_entries, cache_checkpoints, cache_blocks, cache_evictions;
     uint64_t cache_host_bytes, cache_spills, cache_restores; /* host-memory tier */
+    uint64_t cache_us;        /* loop-thread time in the cache's lookup+attach and insert
+                               * (with the spills and restores they cause), microseconds */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says

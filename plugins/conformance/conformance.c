@@ -345,6 +345,18 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         return rc;
     const struct conf_device *refd = &sd.ref, *subd = &sd.sub;
     struct side ref = {sd.ref_p.ops, refd->ctx}, sub = {sd.sub_p.ops, subd->ctx};
+    struct dray_conformance_report *rep = o->report;
+    if (rep) {
+        snprintf(rep->plugin, sizeof(rep->plugin), "%s", sd.sub_p.ops->name);
+        snprintf(rep->path, sizeof(rep->path), "%s", sd.sub_p.path);
+        snprintf(rep->device, sizeof(rep->device), "%s", subd->props.name);
+        snprintf(rep->vendor, sizeof(rep->vendor), "%s", subd->props.vendor);
+        rep->abi = sd.sub_p.abi;
+        rep->device_index = subd->index;
+        rep->seed = o->seed ? o->seed : 1;
+        rep->reps = o->reps ? o->reps : 12;
+        rep->opened = 1;
+    }
     fprintf(out, "subject:   %s device %u: %s (%s, ABI %u)\nreference: cpu device %u: %s, "
                  "scalar reference kernels\nseed %llu, %u cases per op\n\n",
             sd.sub_p.ops->name, subd->index, subd->props.name, sd.sub_p.path, sd.sub_p.abi,
@@ -388,6 +400,23 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         fprintf(out, "\n");
         if (row->failed)
             fprintf(out, "    %u of %u cases failed; first: %s\n", row->failed, row->cases, row->why);
+        if (rep && rep->n_rows < DRAY_CONF_MAX_ROWS) {
+            struct dray_conformance_row *r = &rep->rows[rep->n_rows++];
+            snprintf(r->op, sizeof(r->op), "%s", v->op);
+            snprintf(r->dtype, sizeof(r->dtype), "%s", dtype_name(v->dtype));
+            snprintf(r->verdict, sizeof(r->verdict), "%s", verdict);
+            snprintf(r->tolerance, sizeof(r->tolerance), "%s", v->tol.text);
+            r->passed = !fail && row->cases;
+            r->cases = row->cases;
+            r->failed = row->failed;
+            r->max_abs = row->m.max_abs;
+            r->max_rel = row->m.max_rel;
+            r->nmse = row->m.ref2 > 0 ? row->m.err2 / row->m.ref2 : 0.0;
+        }
+    }
+    if (rep) {
+        rep->n_run = n_run;
+        rep->n_pass = n_pass;
     }
     if (!o->no_timing) {
         fprintf(out, "\ntimed shapes (median of %u runs, op + synchronize, microseconds):\n",

@@ -22,7 +22,6 @@ reference.
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gemma3_ref  # noqa: E402
+from refcommon import dray_greedy, dray_ids, dray_logits, log_softmax, ref_greedy  # noqa: E402
 
 F32_MAX_ABS = 5e-2
 F32_P90 = 1.5e-2
@@ -64,47 +64,6 @@ LONG_TEXT = (
     "Reformers printed pamphlets in the languages people actually spoke. Merchants "
     "printed price lists, governments printed laws, and universities printed textbooks. "
 )
-
-
-def dray_ids(dray, model, text):
-    out = subprocess.run([dray, "tokenize", "-m", model, "--ids"], input=text.encode(),
-                         capture_output=True, check=True)
-    return [int(x) for x in out.stdout.split()]
-
-
-def dray_logits(dray, model, ids, extra, path):
-    cmd = [dray, "run", "-m", model, "--prompt-ids", ",".join(map(str, ids)),
-           "--dump-logits", path, "-q", "-c", str(len(ids) + 8)] + extra
-    subprocess.run(cmd, check=True)
-    return np.fromfile(path, dtype=np.float32).reshape(len(ids), -1)
-
-
-def dray_greedy(dray, model, ids, extra):
-    cmd = [dray, "run", "-m", model, "--prompt-ids", ",".join(map(str, ids)), "-n", str(N_GREEDY),
-           "--temp", "0", "--print-token-ids", "-q"] + extra
-    out = subprocess.run(cmd, capture_output=True, check=True).stdout.decode("utf-8", "replace")
-    last = out.rstrip("\n").split("\n")[-1]
-    return [int(x) for x in last.split()] if last.strip() else []
-
-
-def ref_greedy(m, ids, n):
-    seq = list(ids)
-    gaps = []
-    for _ in range(n):
-        logits = gemma3_ref.forward(m, seq, all_logits=False)[0]
-        top2 = np.partition(logits, -2)[-2:]
-        nxt = int(np.argmax(logits))
-        gaps.append(float(abs(top2[1] - top2[0])))
-        if nxt in (m.eos, 106):  # <eos>, <end_of_turn>: dray stops there too
-            break
-        seq.append(nxt)
-    return seq[len(ids):], gaps
-
-
-def log_softmax(x):
-    x = x.astype(np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
 def main():
@@ -156,8 +115,8 @@ def main():
                              0, None))
                 print(f"prompt {pi}: {len(ids)} tokens checked ({time.time() - t0:.0f} s)", flush=True)
                 continue
-            g_dray = dray_greedy(a.dray, a.model, ids, ["--precision", "f32", "--kv-dtype", "f16"])
-            g_ref, gaps = ref_greedy(m, ids, N_GREEDY)
+            g_dray = dray_greedy(a.dray, a.model, ids, N_GREEDY, ["--precision", "f32", "--kv-dtype", "f16"])
+            g_ref, gaps = ref_greedy(gemma3_ref.forward, m, ids, N_GREEDY, (m.eos, 106))  # <eos>, <end_of_turn>
             same = g_dray == g_ref
             if not same:
                 k = next((i for i, (x, y) in enumerate(zip(g_dray, g_ref)) if x != y),
