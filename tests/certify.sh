@@ -40,12 +40,13 @@ checks = {k["name"]: k for k in m["checks"]}
 if result == "pass":
     need(c["ops"]["passed"] and all(r["passed"] or r["verdict"] == "not supported" for r in v), "ops")
     need(m["passed"] and m["error"] is None, "model")
-    for k in ("logits", "greedy", "batched", "prefix_cache"):
-        off = k == "prefix_cache" and "off in the configuration" in checks[k]["detail"]
+    for k in ("logits", "greedy", "batched", "prefix_cache", "kv_spill"):
+        off = k in ("prefix_cache", "kv_spill") and not checks["prefix_cache"]["ran"]
         need(checks[k]["ran"] and checks[k]["passed"] or (off and not checks[k]["ran"]), f"check {k}")
     need(checks["logits"]["measured"] <= checks["logits"]["tolerance"], "logits within tolerance")
     need(checks["greedy"]["measured"] == checks["greedy"]["tolerance"] > 0, "greedy tokens")
     need(not checks["prefix_cache"]["ran"] or checks["prefix_cache"]["measured"] >= 1, "prefix cache reuse")
+    need(not checks["kv_spill"]["ran"] or checks["kv_spill"]["measured"] >= 1, "KV restored from the host")
     need(checks["kv_transfer"]["ran"] is False, "kv_transfer is reported as not run")
 else:
     need(not c["ops"]["passed"] or not m["passed"], "a failing certificate says where")
