@@ -4,13 +4,15 @@
 #      (meson install --destdir) and check what a vendor gets: dray/backend.h,
 #      dray-backend.pc with Cflags, a plugindir that holds the installed plugins,
 #      and no Libs (a plugin links nothing of dray);
-#   2. build plugins/template OUT of tree against that install, found only
-#      through pkg-config (PKG_CONFIG_PATH + PKG_CONFIG_SYSROOT_DIR), warnings
-#      as errors, and check it exports exactly one symbol;
-#   3. certify it with the standalone kit (no engine):
-#      <build>/plugins/conformance/dray-conformance --plugin <the built .so>;
-#   4. find it by name (libdray-<name>.so on a plugin path) through `dray conformance`.
-# Usage: ci/vendor-kit.sh BUILD_DIR      (tests/meson.build runs it as `vendor_kit`)
+#   2. `dray plugin new acme` with the installed dray (its installed template),
+#      check nothing in the copy says "template", and build it out of tree with
+#      only the pkg-config lines it printed (PKG_CONFIG_PATH + PKG_CONFIG_SYSROOT_DIR),
+#      warnings as errors, exporting exactly one symbol; install it into the stage;
+#   3. the installed `dray devices`, without DRAY_PLUGIN_PATH, lists it as acme;
+#   4. certify it by name with the installed standalone kit (dray-conformance);
+#   5. with WRITE_TINY_GEMMA, certify its serving path with the installed
+#      `dray conformance --model tiny.gguf --certify acme.json` (tools/certify.c).
+# Usage: ci/vendor-kit.sh BUILD_DIR [WRITE_TINY_GEMMA]   (tests/meson.build runs it as `vendor_kit`)
 # Needs meson, ninja, pkg-config and a C compiler; no network. Exit 0 when all
 # passes, 1 on any failure, 77 (meson's "skipped") when pkg-config is absent.
 # KEEP_VENDOR_KIT=1 keeps the temporary folder for a look afterwards.
@@ -19,8 +21,9 @@ set -euo pipefail
 fail() { echo "vendor-kit: FAIL: $*" >&2; exit 1; }
 step() { echo "vendor-kit: $*"; }
 
-[ $# -eq 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $0 BUILD_DIR [WRITE_TINY_GEMMA]" >&2; exit 2; }
 build=$(cd "$1" && pwd) || fail "build folder '$1' does not exist"
+writer=${2:-}
 src=$(cd "$(dirname "$0")/.." && pwd)
 dray="$build/tools/dray"
 kit="$build/plugins/conformance/dray-conformance"
@@ -75,13 +78,34 @@ grep -q "^  cpu .*$plugindir/libdray-cpu.so" "$tmp/devices.log" ||
   fail "the installed dray loaded plugins from the build tree $build"
 step "installed dray loads its own plugins from $plugindir"
 
-# ---- 2. build the template out of tree -------------------------------------
-step "building plugins/template out of tree"
-meson setup "$tmp/template" "$src/plugins/template" -Dwerror=true --wrap-mode=nodownload \
-  >"$tmp/setup.log" 2>&1 || { cat "$tmp/setup.log" >&2; fail "meson setup of plugins/template failed"; }
-ninja -C "$tmp/template" >"$tmp/ninja.log" 2>&1 ||
-  { cat "$tmp/ninja.log" >&2; fail "plugins/template does not build warning-clean"; }
-so="$tmp/template/libdray-template.so"
+# ---- 2. a new plugin from the installed SDK only -----------------------------
+# `dray plugin new` copies the installed template (share/dray/template) renamed and
+# prints the pkg-config lines; the build below uses exactly those lines and nothing
+# of the source or build tree.
+tpl=$(find "$stage" -path '*/share/dray/template/template.h' -print -quit)
+[ -n "$tpl" ] || fail "the plugin template is not installed (<datadir>/dray/template)"
+"$installed" plugin new acme "$tmp/acme" >"$tmp/new.log" 2>&1 ||
+  { cat "$tmp/new.log" >&2; fail "the installed dray plugin new acme failed"; }
+cat "$tmp/new.log"
+[ -f "$tmp/acme/acme.h" ] && [ -f "$tmp/acme/acme_plugin.c" ] && [ -f "$tmp/acme/meson.build" ] ||
+  fail "plugin new did not write acme.h, acme_plugin.c and meson.build: $(ls "$tmp/acme")"
+! grep -rniE 'template|tpl' "$tmp/acme" >"$tmp/left.log" ||
+  { cat "$tmp/left.log" >&2; fail "the renamed plugin still says 'template' or 'tpl'"; }
+! ls "$tmp/acme" | grep -qiE 'template|tpl' || fail "file names still say template: $(ls "$tmp/acme")"
+grep -q "^  export PKG_CONFIG_PATH=$(dirname "$pc")\$" "$tmp/new.log" ||
+  fail "plugin new did not print PKG_CONFIG_PATH=$(dirname "$pc")"
+grep -q "^  export PKG_CONFIG_SYSROOT_DIR=$stage " "$tmp/new.log" ||
+  fail "plugin new did not print PKG_CONFIG_SYSROOT_DIR=$stage for the staged install"
+exports=$(grep '^  export ' "$tmp/new.log" | sed 's/#.*//')
+
+step "building acme out of tree with the printed lines only"
+so="$tmp/acme/build/libdray-acme.so"
+( unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR
+  eval "$exports"
+  meson setup "$tmp/acme/build" "$tmp/acme" -Dwerror=true --wrap-mode=nodownload &&
+  ninja -C "$tmp/acme/build" &&
+  meson install -C "$tmp/acme/build" --no-rebuild
+) >"$tmp/acme.log" 2>&1 || { cat "$tmp/acme.log" >&2; fail "the new plugin acme does not build warning-clean and install"; }
 [ -f "$so" ] || fail "the build made no $so"
 if command -v nm >/dev/null; then
   syms=$(nm -D --defined-only "$so" | awk '$2 ~ /^[TDBRVWiu]$/ { print $3 }' | sort | tr '\n' ' ')
@@ -89,16 +113,39 @@ if command -v nm >/dev/null; then
     fail "$so must export only dray_plugin_negotiate, it exports: $syms"
   step "exports: $syms"
 fi
+[ -f "$plugindir/libdray-acme.so" ] || fail "meson install did not put libdray-acme.so into $plugindir"
 
-# ---- 3. certify it ----------------------------------------------------------
-[ -x "$kit" ] || fail "$kit is missing: build dray first (ninja -C $build)"
-step "$kit --plugin $so"
-"$kit" --plugin "$so" || fail "the template plugin does not pass conformance"
+# ---- 3. the installed dray lists it as acme, without any environment -----------
+env -u DRAY_PLUGIN_PATH "$installed" devices >"$tmp/devices.log" 2>&1 ||
+  { cat "$tmp/devices.log" >&2; fail "$installed devices failed after installing acme"; }
+grep -q "^  acme .*$plugindir/libdray-acme.so" "$tmp/devices.log" ||
+  { cat "$tmp/devices.log" >&2; fail "the installed dray does not list the plugin acme"; }
+grep -A3 "^  acme " "$tmp/devices.log" | grep -q "acme (host memory" ||
+  { cat "$tmp/devices.log" >&2; fail "acme's device is not named after it"; }
+! grep -qi template "$tmp/devices.log" ||
+  { cat "$tmp/devices.log" >&2; fail "a renamed plugin reports itself as template"; }
+step "dray devices: $(grep -A1 "^  acme " "$tmp/devices.log" | tr -s ' ' | tr '\n' ' ')"
 
-# ---- 4. found by name on a plugin path ---------------------------------------
-mkdir -p "$tmp/plugins"
-cp "$so" "$tmp/plugins/"
-"$dray" conformance --plugin template --plugin-path "$tmp/plugins" --op add --reps 2 --no-timing \
-  >"$tmp/byname.log" 2>&1 || { cat "$tmp/byname.log" >&2; fail "dray conformance does not find libdray-template.so by the name 'template'"; }
-step "found by name: $(grep '^subject:' "$tmp/byname.log")"
+# ---- 4. certify it with the installed kit, by name ------------------------------
+ikit=$(find "$stage" -path '*/bin/dray-conformance' -type f -print -quit)
+[ -x "$ikit" ] || fail "no bin/dray-conformance was installed"
+step "$ikit --plugin acme"
+env -u DRAY_PLUGIN_PATH "$ikit" --plugin acme --no-timing >"$tmp/conf.log" 2>&1 ||
+  { cat "$tmp/conf.log" >&2; fail "the plugin acme does not pass conformance"; }
+grep '^subject:\|^PASS' "$tmp/conf.log"
+
+# ---- 5. certify the serving path with the installed dray ------------------------
+# a model on acme and on the CPU plugin: logits, greedy tokens through the
+# scheduler, batched decode, prefix-cache reuse; the JSON certificate must pass
+if [ -n "$writer" ]; then
+  "$writer" "$tmp/tiny.gguf" || fail "cannot write the tiny model with $writer"
+  env -u DRAY_PLUGIN_PATH DRAY_CACHE_DIR="$tmp/cache" "$installed" conformance --plugin acme \
+    --no-timing --reps 2 --model "$tmp/tiny.gguf" --certify "$tmp/acme.json" >"$tmp/cert.log" 2>&1 ||
+    { cat "$tmp/cert.log" >&2; fail "acme does not certify on the serving path"; }
+  grep -q '"result": "pass"' "$tmp/acme.json" && grep -q '"name": "acme"' "$tmp/acme.json" ||
+    { cat "$tmp/acme.json" >&2; fail "acme's certificate does not say pass for acme"; }
+  sed -n '/^serving path/,$p' "$tmp/cert.log"
+else
+  step "no WRITE_TINY_GEMMA given: the serving-path certificate is not checked"
+fi
 step "PASS"

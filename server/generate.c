@@ -2,6 +2,8 @@
  * limits and submitted to the scheduler; its output is then either collected
  * into one body or streamed as server-sent events. A client that goes away
  * cancels its request, so its sequence stops at the scheduler's next step. */
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "policy.h"
 #include "request.h"
 #include "response.h"
+#include "route.h"
 
 #define POLL_MS 100 /* how often a waiting handler checks that its client is still there */
 
@@ -39,17 +42,17 @@ static void submit_error(int rc, const char *why, const char *param, struct dray
         dray_srv_fail(e, 500, "server_error", NULL, NULL, "%s", why);
 }
 
-/* Tokenize, check the prompt's length and submit. */
-static int submit(struct dray_srv *s, const struct dray_srv_request *q, struct dray_request **out,
-                  uint32_t *n_prompt, struct dray_srv_error *e)
+/* Tokenize, check the prompt's length and submit to replica rep. */
+static int submit(struct dray_srv *s, struct dray_srv_replica *rep, const struct dray_srv_request *q,
+                  struct dray_request **out, uint32_t *n_prompt, struct dray_srv_error *e)
 {
     char why[512];
     int32_t *ids = NULL;
     size_t n = 0;
     const char *param = q->kind == DRAY_SRV_CHAT ? "messages" : "prompt";
     int rc = q->kind == DRAY_SRV_CHAT
-                 ? dray_engine_chat_tokenize(s->engine, q->msgs, q->n_msgs, true, &ids, &n, why, sizeof(why))
-                 : dray_engine_tokenize(s->engine, q->prompt, true, false, &ids, &n, why, sizeof(why));
+                 ? dray_engine_chat_tokenize(rep->engine, q->msgs, q->n_msgs, true, &ids, &n, why, sizeof(why))
+                 : dray_engine_tokenize(rep->engine, q->prompt, true, false, &ids, &n, why, sizeof(why));
     if (rc) {
         submit_error(rc == DRAY_ENOMEM ? rc : DRAY_EINVAL, why, param, e);
         goto out;
@@ -58,7 +61,7 @@ static int submit(struct dray_srv *s, const struct dray_srv_request *q, struct d
     if ((rc = dray_srv_check_prompt(n, s->cfg->max_prompt_tokens, s->context, param, e)))
         goto out;
     struct dray_request_params p = {.ids = ids, .n_ids = n, .gen = q->gen, .cache_salt = q->cache_salt};
-    rc = dray_sched_submit(s->sched, &p, out, why, sizeof(why));
+    rc = dray_sched_submit(rep->sched, &p, out, why, sizeof(why));
     if (rc)
         submit_error(rc, why, param, e);
 out:
@@ -125,7 +128,7 @@ static enum MHD_Result whole(struct dray_srv_call *c, struct dray_request *r, co
     dray_srv_flight_add(s, &flight);
     bool gone = collect(c, r, &text, &o, &oom);
     dray_srv_flight_remove(s, &flight);
-    dray_srv_metrics_observe(&s->metrics, &o);
+    dray_srv_metrics_observe(&s->rep[c->replica].metrics, &o);
     c->n_cached = o.n_cached;
     c->n_completion = o.n_generated;
     usage_of(&o, &u);
@@ -152,6 +155,7 @@ struct stream {
     struct dray_request *req;
     struct dray_srv_flight flight;
     struct dray_srv_ident id;
+    int replica;         /* the replica generating it */
     bool include_usage;
     bool role_pending;   /* chat: the first chunk names the role */
     bool finished;       /* the last chunk is written; [DONE] comes next */
@@ -170,7 +174,7 @@ static int stream_finish(struct stream *st, const struct dray_request_output *o)
     struct dray_srv_usage u;
     int rc;
     st->finished = true;
-    dray_srv_metrics_observe(&st->srv->metrics, o);
+    dray_srv_metrics_observe(&st->srv->rep[st->replica].metrics, o);
     if (ended_badly(o, &e))
         return dray_srv_sse_error(&st->out, &e);
     rc = dray_srv_sse_chunk(&st->out, &st->id, false, NULL, 0, o->finish_reason, st->include_usage);
@@ -229,7 +233,7 @@ static void stream_free(void *cls)
     dray_srv_flight_remove(st->srv, &st->flight);
     dray_request_free(st->req);
     dray_srv_log(st->method, st->path, st->ended ? 200 : 499, st->last.n_prompt, st->last.n_cached,
-                 st->last.n_generated, (dray_srv_now() - st->t0) * 1e3);
+                 st->last.n_generated, (dray_srv_now() - st->t0) * 1e3, st->replica);
     if (!st->ended)
         dray_srv_metrics_count_status(&st->srv->metrics, 499);
     dray_srv_buf_free(&st->out);
@@ -249,19 +253,38 @@ static enum MHD_Result stream(struct dray_srv_call *c, struct dray_request *r,
         return MHD_NO;
     }
     *st = (struct stream){.srv = c->srv, .mc = c->mc, .req = r, .flight = {.req = r}, .id = *id,
-                          .include_usage = include_usage, .role_pending = id->kind == DRAY_SRV_CHAT,
+                          .replica = c->replica, .include_usage = include_usage, .role_pending = id->kind == DRAY_SRV_CHAT,
                           .t0 = c->t0, .last = {.n_prompt = n_prompt}};
     memcpy(st->method, c->method, sizeof(st->method));
     memcpy(st->path, c->path, sizeof(st->path));
     dray_srv_flight_add(c->srv, &st->flight);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    dray_srv_add_replica_header(resp, c->replica);
     enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
     MHD_destroy_response(resp); /* stream_free runs when libmicrohttpd lets go of it */
     c->status = 200;
     c->logged = true;
     dray_srv_metrics_count_status(&c->srv->metrics, 200);
     return ok;
+}
+
+/* The replica that holds this conversation: see route.h for the key. */
+static uint32_t pick(struct dray_srv_call *c, const char *user)
+{
+    struct dray_srv *s = c->srv;
+    if (s->n_rep == 1)
+        return 0;
+    const char *session = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "X-Session-Id");
+    char addr[INET6_ADDRSTRLEN] = "";
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr)
+        getnameinfo(ci->client_addr, ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                            : sizeof(struct sockaddr_in),
+                    addr, sizeof(addr), NULL, 0, NI_NUMERICHOST);
+    const char *key;
+    dray_srv_route_key(session, user, addr, &key);
+    return dray_srv_pick_replica(key, strlen(key), s->n_rep);
 }
 
 enum MHD_Result dray_srv_generate(struct dray_srv_call *c, int kind)
@@ -277,7 +300,9 @@ enum MHD_Result dray_srv_generate(struct dray_srv_call *c, int kind)
     }
     if (dray_srv_request_parse(kind, c->body.data ? c->body.data : "", c->body.len, s->cfg, &q, &e))
         return dray_srv_send_error(c, &e);
-    if (dray_srv_check_model(q.model, s->model_id, &e) || submit(s, &q, &r, &c->n_prompt, &e)) {
+    c->replica = (int)pick(c, q.user);
+    if (dray_srv_check_model(q.model, s->model_id, &e) ||
+        submit(s, &s->rep[c->replica], &q, &r, &c->n_prompt, &e)) {
         dray_srv_request_free(&q);
         return dray_srv_send_error(c, &e);
     }

@@ -2,6 +2,7 @@
  * sending, the per-request log line. */
 #include "http.h"
 
+#include <jansson.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
@@ -22,12 +23,24 @@ double dray_srv_now(void)
 }
 
 void dray_srv_log(const char *method, const char *path, int status, uint32_t n_prompt,
-                  uint32_t n_cached, uint32_t n_completion, double ms)
+                  uint32_t n_cached, uint32_t n_completion, double ms, int replica)
 {
+    char rep[24] = "";
+    if (replica >= 0)
+        snprintf(rep, sizeof(rep), " replica=%d", replica);
     /* one fprintf per line: stdio locks the stream, so lines of concurrent
      * requests do not interleave */
-    fprintf(stderr, "dray serve: %s %s %d prompt=%u cached=%u completion=%u ms=%.1f\n", method, path,
-            status, n_prompt, n_cached, n_completion, ms);
+    fprintf(stderr, "dray serve: %s %s %d prompt=%u cached=%u completion=%u ms=%.1f%s\n", method, path,
+            status, n_prompt, n_cached, n_completion, ms, rep);
+}
+
+void dray_srv_add_replica_header(struct MHD_Response *r, int replica)
+{
+    char v[16];
+    if (replica < 0)
+        return;
+    snprintf(v, sizeof(v), "%d", replica);
+    MHD_add_response_header(r, "X-Dray-Replica", v);
 }
 
 enum MHD_Result dray_srv_send(struct dray_srv_call *c, int status, const char *content_type,
@@ -48,6 +61,7 @@ enum MHD_Result dray_srv_send(struct dray_srv_call *c, int status, const char *c
     }
     if (c->allow)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, c->allow);
+    dray_srv_add_replica_header(r, c->replica);
     enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
     MHD_destroy_response(r);
     c->status = status;
@@ -134,20 +148,45 @@ static enum MHD_Result send_json(struct dray_srv_call *c, int status, char *json
 
 static enum MHD_Result get_metrics(struct dray_srv_call *c)
 {
-    struct dray_sched_stats st;
+    struct dray_srv *s = c->srv;
+    struct dray_sched_stats *st = calloc(s->n_rep, sizeof(*st));
+    struct dray_srv_metrics **rep = calloc(s->n_rep, sizeof(*rep));
     struct dray_srv_buf b = {0};
-    dray_sched_get_stats(c->srv->sched, &st);
-    if (dray_srv_metrics_format(&c->srv->metrics, &st, &b)) {
+    int rc = st && rep ? 0 : DRAY_ENOMEM;
+    for (uint32_t i = 0; !rc && i < s->n_rep; i++) {
+        dray_sched_get_stats(s->rep[i].sched, &st[i]);
+        rep[i] = &s->rep[i].metrics;
+    }
+    if (!rc)
+        rc = dray_srv_metrics_format(&s->metrics, rep, st, s->n_rep, &b);
+    free(st);
+    free(rep);
+    if (rc) {
         dray_srv_buf_free(&b);
         return send_json(c, 500, NULL);
     }
     return dray_srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, 0);
 }
 
+/* {"status":"ok","replicas":[{"replica":0,"device":"...","running":1,"waiting":0},...]}:
+ * 200 while serving, 503 once draining (a load balancer then stops sending). */
 static enum MHD_Result get_health(struct dray_srv_call *c)
 {
-    bool draining = atomic_load(&c->srv->draining);
-    char *body = strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
+    struct dray_srv *s = c->srv;
+    bool draining = atomic_load(&s->draining);
+    json_t *reps = json_array();
+    for (uint32_t i = 0; reps && i < s->n_rep; i++) {
+        struct dray_sched_stats st;
+        const struct dray_engine_info *in = dray_engine_get_info(s->rep[i].engine);
+        dray_sched_get_stats(s->rep[i].sched, &st);
+        json_array_append_new(reps, json_pack("{s:I,s:s,s:s,s:I,s:I}", "replica", (json_int_t)i,
+                                              "plugin", in->plugin ? in->plugin : "", "device",
+                                              in->device ? in->device : "", "running",
+                                              (json_int_t)st.running, "waiting", (json_int_t)st.waiting));
+    }
+    json_t *root = json_pack("{s:s,s:o}", "status", draining ? "draining" : "ok", "replicas", reps);
+    char *body = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
     return send_json(c, draining ? 503 : 200, body);
 }
 
@@ -204,6 +243,7 @@ static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection 
         return NULL;
     c->srv = s;
     c->mc = mc;
+    c->replica = -1;
     c->t0 = dray_srv_now();
     snprintf(c->method, sizeof(c->method), "%s", method);
     snprintf(c->path, sizeof(c->path), "%s", url);
@@ -254,7 +294,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         return;
     if (!c->logged && c->status)
         dray_srv_log(c->method, c->path, c->status, c->n_prompt, c->n_cached, c->n_completion,
-                     (dray_srv_now() - c->t0) * 1e3);
+                     (dray_srv_now() - c->t0) * 1e3, c->replica);
     dray_srv_buf_free(&c->body);
     free(c);
     *con_cls = NULL;

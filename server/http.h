@@ -22,14 +22,21 @@ struct dray_srv_flight {
     struct dray_srv_flight *prev, *next;
 };
 
-struct dray_srv {
+/* One engine and its scheduler: a replica of the model on one device. */
+struct dray_srv_replica {
     struct dray_engine *engine;
     struct dray_sched *sched;
+    struct dray_srv_metrics metrics; /* its requests' tokens and latencies */
+};
+
+struct dray_srv {
+    struct dray_srv_replica *rep;  /* [n_rep] */
+    uint32_t n_rep;
     const struct dray_config *cfg;
-    uint32_t context;              /* tokens per sequence */
+    uint32_t context;              /* tokens per sequence (the same in every replica) */
     char model_id[256];            /* what /v1/models lists and requests must name */
     int64_t started;               /* Unix seconds */
-    struct dray_srv_metrics metrics;
+    struct dray_srv_metrics metrics; /* HTTP responses by status (the process's) */
     pthread_mutex_t mu;            /* guards flights and n_flight */
     struct dray_srv_flight *flights;
     unsigned n_flight;
@@ -50,6 +57,7 @@ struct dray_srv_call {
     bool refuse_now;               /* body far over max_body: answer before reading it */
     bool logged;                   /* a stream writes its own log line when it ends */
     int status;
+    int replica;                   /* the replica that served it; -1 = none */
     uint32_t n_prompt, n_cached, n_completion;
 };
 
@@ -59,9 +67,12 @@ double dray_srv_now(void); /* monotonic seconds */
 enum MHD_Result dray_srv_send(struct dray_srv_call *c, int status, const char *content_type,
                               char *body, size_t len, unsigned retry_after);
 enum MHD_Result dray_srv_send_error(struct dray_srv_call *c, const struct dray_srv_error *e);
-/* "dray serve: POST /v1/completions 200 prompt=5 cached=0 completion=16 ms=120.3" */
+/* "dray serve: POST /v1/completions 200 prompt=5 cached=0 completion=16 ms=120.3"
+ * and " replica=1" when a replica served it (replica >= 0). */
 void dray_srv_log(const char *method, const char *path, int status, uint32_t n_prompt,
-                  uint32_t n_cached, uint32_t n_completion, double ms);
+                  uint32_t n_cached, uint32_t n_completion, double ms, int replica);
+/* "X-Dray-Replica: N" on a response that replica N served; nothing for -1. */
+void dray_srv_add_replica_header(struct MHD_Response *r, int replica);
 /* Whether the peer of the connection has closed it (checked without blocking). */
 bool dray_srv_client_gone(struct MHD_Connection *mc);
 

@@ -1,5 +1,6 @@
 #include "metrics.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* Buckets (seconds): TTFT spans a short prompt on a GPU to a long prefill on two
@@ -58,30 +59,55 @@ void dray_srv_metrics_observe(struct dray_srv_metrics *m, const struct dray_requ
     pthread_mutex_unlock(&m->mu);
 }
 
+/* A histogram family: one series of buckets, sum and count per replica. */
 static int print_hist(struct dray_srv_buf *b, const char *name, const char *help,
-                      const struct dray_srv_hist *h)
+                      const struct dray_srv_hist *const *h, uint32_t n)
 {
-    uint64_t cum = 0;
     int rc = dray_srv_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (uint32_t i = 0; !rc && i < h->n; i++) {
-        cum += h->counts[i];
-        rc = dray_srv_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i],
-                                 (unsigned long long)cum);
+    for (uint32_t r = 0; !rc && r < n; r++) {
+        uint64_t cum = 0;
+        for (uint32_t i = 0; !rc && i < h[r]->n; i++) {
+            cum += h[r]->counts[i];
+            rc = dray_srv_buf_printf(b, "%s_bucket{replica=\"%u\",le=\"%g\"} %llu\n", name, r,
+                                     h[r]->bounds[i], (unsigned long long)cum);
+        }
+        if (!rc)
+            rc = dray_srv_buf_printf(b, "%s_bucket{replica=\"%u\",le=\"+Inf\"} %llu\n"
+                                        "%s_sum{replica=\"%u\"} %.6f\n%s_count{replica=\"%u\"} %llu\n",
+                                     name, r, (unsigned long long)h[r]->count, name, r, h[r]->sum,
+                                     name, r, (unsigned long long)h[r]->count);
     }
-    if (!rc)
-        rc = dray_srv_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-                                 (unsigned long long)h->count, name, h->sum, name,
-                                 (unsigned long long)h->count);
     return rc;
 }
 
-static int print_one(struct dray_srv_buf *b, const char *name, const char *type, const char *help,
-                     unsigned long long v)
+/* A counter or gauge family: v[r] is replica r's value. */
+static int print_family(struct dray_srv_buf *b, const char *name, const char *type, const char *help,
+                        const unsigned long long *v, uint32_t n)
 {
-    return dray_srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type,
-                               name, v);
+    int rc = dray_srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (uint32_t r = 0; !rc && r < n; r++)
+        rc = dray_srv_buf_printf(b, "%s{replica=\"%u\"} %llu\n", name, r, v[r]);
+    return rc;
 }
 
+/* A family of the scheduler's stats: the field at off (size 4 or 8 bytes) of
+ * each replica's struct dray_sched_stats. */
+#define STAT(field) offsetof(struct dray_sched_stats, field), sizeof(((struct dray_sched_stats *)0)->field)
+static int print_stat(struct dray_srv_buf *b, const char *name, const char *type, const char *help,
+                      const struct dray_sched_stats *st, uint32_t n, unsigned long long *v,
+                      size_t off, size_t size)
+{
+    for (uint32_t r = 0; r < n; r++) {
+        const char *p = (const char *)&st[r] + off;
+        uint32_t v32;
+        uint64_t v64;
+        if (size == sizeof(v32))
+            memcpy(&v32, p, size), v[r] = v32;
+        else
+            memcpy(&v64, p, sizeof(v64)), v[r] = v64;
+    }
+    return print_family(b, name, type, help, v, n);
+}
 static int print_requests(struct dray_srv_buf *b, const struct dray_srv_metrics *m)
 {
     int rc = dray_srv_buf_printf(b, "# HELP dray_http_requests_total HTTP responses by status code.\n"
@@ -93,89 +119,106 @@ static int print_requests(struct dray_srv_buf *b, const struct dray_srv_metrics 
     return rc;
 }
 
-static int print_outcomes(struct dray_srv_buf *b, const struct dray_sched_stats *st)
+static int print_outcomes(struct dray_srv_buf *b, const struct dray_sched_stats *st, uint32_t n)
 {
-    return dray_srv_buf_printf(b, "# HELP dray_scheduler_requests_total Requests the scheduler ended, by outcome.\n"
-                                  "# TYPE dray_scheduler_requests_total counter\n"
-                                  "dray_scheduler_requests_total{outcome=\"done\"} %llu\n"
-                                  "dray_scheduler_requests_total{outcome=\"failed\"} %llu\n"
-                                  "dray_scheduler_requests_total{outcome=\"cancelled\"} %llu\n",
-                               (unsigned long long)st->requests_done, (unsigned long long)st->requests_failed,
-                               (unsigned long long)st->requests_cancelled);
+    static const char *const outcome[] = {"done", "failed", "cancelled"};
+    int rc = dray_srv_buf_printf(b, "# HELP dray_scheduler_requests_total Requests the scheduler ended, by outcome.\n"
+                                    "# TYPE dray_scheduler_requests_total counter\n");
+    for (uint32_t r = 0; !rc && r < n; r++)
+        for (int k = 0; !rc && k < 3; k++)
+            rc = dray_srv_buf_printf(b, "dray_scheduler_requests_total{replica=\"%u\",outcome=\"%s\"} %llu\n",
+                                     r, outcome[k],
+                                     (unsigned long long)(k == 0   ? st[r].requests_done
+                                                          : k == 1 ? st[r].requests_failed
+                                                                   : st[r].requests_cancelled));
+    return rc;
 }
 
-/* The prefix cache: lookups and hits (hit rate = hit tokens / lookup tokens),
- * what it holds in each tier, and what moved between them. */
-static int print_cache(struct dray_srv_buf *b, const struct dray_sched_stats *st)
+/* The scheduler's counters and gauges, one row per family, in the order
+ * /metrics lists them: name, type, help, and the field of each replica's struct
+ * dray_sched_stats. The prefix-cache rows give the hit rate (hit tokens / lookup
+ * tokens), what the cache holds in each tier, and what moved between them. */
+static const struct {
+    const char *name, *type, *help;
+    size_t off, size;
+} stat_families[] = {
+    {"dray_queue_depth", "gauge", "Requests waiting to be admitted.", STAT(waiting)},
+    {"dray_running_sequences", "gauge", "Sequences admitted (prefilling or decoding).", STAT(running)},
+    {"dray_max_sequences", "gauge", "Sequences one step can hold (max_seqs).", STAT(max_seqs)},
+    {"dray_kv_blocks_used", "gauge", "KV cache blocks in use, all layer groups.", STAT(kv_blocks_used)},
+    {"dray_kv_blocks_total", "gauge", "KV cache blocks in the pool, all layer groups.",
+     STAT(kv_blocks_total)},
+    {"dray_preemptions_total", "counter", "Sequences preempted (blocks freed, recomputed later).",
+     STAT(preemptions)},
+    {"dray_scheduler_steps_total", "counter", "Batches the scheduler ran.", STAT(steps)},
+    {"dray_prefix_cache_lookup_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
+     STAT(cache_lookup_tokens)},
+    {"dray_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
+     STAT(cache_hit_tokens)},
+    {"dray_prefix_cache_device_blocks", "gauge",
+     "KV block references the prefix cache holds on the device.", STAT(cache_blocks)},
+    {"dray_prefix_cache_host_bytes", "gauge", "Bytes of KV the prefix cache holds in host memory.",
+     STAT(cache_host_bytes)},
+    {"dray_prefix_cache_evictions_total", "counter", "Cached prefixes and checkpoints dropped.",
+     STAT(cache_evictions)},
+    {"dray_prefix_cache_spills_total", "counter", "Cached blocks moved from the device to host memory.",
+     STAT(cache_spills)},
+    {"dray_prefix_cache_restores_total", "counter",
+     "Cached blocks moved back from host memory to the device.", STAT(cache_restores)},
+    {"dray_prefix_cache_microseconds_total", "counter",
+     "Time the scheduler spent in prefix-cache lookups and inserts.", STAT(cache_us)},
+};
+
+static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st, uint32_t n,
+                       unsigned long long *v)
 {
-    return print_one(b, "dray_prefix_cache_lookup_tokens_total", "counter",
-                     "Prompt tokens looked up in the prefix cache.",
-                     (unsigned long long)st->cache_lookup_tokens) ||
-           print_one(b, "dray_prefix_cache_hit_tokens_total", "counter",
-                     "Prompt tokens served from the prefix cache.",
-                     (unsigned long long)st->cache_hit_tokens) ||
-           print_one(b, "dray_prefix_cache_device_blocks", "gauge",
-                     "KV block references the prefix cache holds on the device.",
-                     (unsigned long long)st->cache_blocks) ||
-           print_one(b, "dray_prefix_cache_host_bytes", "gauge",
-                     "Bytes of KV the prefix cache holds in host memory.",
-                     (unsigned long long)st->cache_host_bytes) ||
-           print_one(b, "dray_prefix_cache_evictions_total", "counter",
-                     "Cached prefixes and checkpoints dropped.",
-                     (unsigned long long)st->cache_evictions) ||
-           print_one(b, "dray_prefix_cache_spills_total", "counter",
-                     "Cached blocks moved from the device to host memory.",
-                     (unsigned long long)st->cache_spills) ||
-           print_one(b, "dray_prefix_cache_restores_total", "counter",
-                     "Cached blocks moved back from host memory to the device.",
-                     (unsigned long long)st->cache_restores) ||
-           print_one(b, "dray_prefix_cache_microseconds_total", "counter",
-                     "Time the scheduler spent in prefix-cache lookups and inserts.",
-                     (unsigned long long)st->cache_us);
+    int rc = print_outcomes(b, st, n);
+    for (size_t i = 0; !rc && i < sizeof(stat_families) / sizeof(stat_families[0]); i++)
+        rc = print_stat(b, stat_families[i].name, stat_families[i].type, stat_families[i].help, st, n, v,
+                        stat_families[i].off, stat_families[i].size);
+    return rc;
 }
 
-static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st)
+/* Tokens and latency histograms of each replica, read under its lock. */
+static int print_served(struct dray_srv_buf *b, struct dray_srv_metrics *const *rep, uint32_t n,
+                        unsigned long long *v)
 {
-    return print_outcomes(b, st) ||
-           print_one(b, "dray_queue_depth", "gauge", "Requests waiting to be admitted.", st->waiting) ||
-           print_one(b, "dray_running_sequences", "gauge", "Sequences admitted (prefilling or decoding).",
-                     st->running) ||
-           print_one(b, "dray_max_sequences", "gauge", "Sequences one step can hold (max_seqs).",
-                     st->max_seqs) ||
-           print_one(b, "dray_kv_blocks_used", "gauge", "KV cache blocks in use, all layer groups.",
-                     (unsigned long long)st->kv_blocks_used) ||
-           print_one(b, "dray_kv_blocks_total", "gauge", "KV cache blocks in the pool, all layer groups.",
-                     (unsigned long long)st->kv_blocks_total) ||
-           print_one(b, "dray_preemptions_total", "counter",
-                     "Sequences preempted (blocks freed, recomputed later).",
-                     (unsigned long long)st->preemptions) ||
-           print_one(b, "dray_scheduler_steps_total", "counter", "Batches the scheduler ran.",
-                     (unsigned long long)st->steps) ||
-           print_cache(b, st)
-               ? DRAY_ENOMEM
-               : 0;
+    const struct dray_srv_hist *ttft[n], *itl[n], *e2e[n];
+    for (uint32_t r = 0; r < n; r++) {
+        pthread_mutex_lock(&rep[r]->mu);
+        ttft[r] = &rep[r]->ttft;
+        itl[r] = &rep[r]->itl;
+        e2e[r] = &rep[r]->e2e;
+    }
+    unsigned long long cached[n], completion[n];
+    for (uint32_t r = 0; r < n; r++) {
+        v[r] = rep[r]->prompt_tokens;
+        cached[r] = rep[r]->cached_tokens;
+        completion[r] = rep[r]->completion_tokens;
+    }
+    int rc = print_family(b, "dray_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+                          v, n) ||
+             print_family(b, "dray_prompt_tokens_cached_total", "counter",
+                          "Prompt tokens served from cached KV (not recomputed).", cached, n) ||
+             print_family(b, "dray_completion_tokens_total", "counter", "Tokens generated.", completion, n) ||
+             print_hist(b, "dray_time_to_first_token_seconds",
+                        "Time from submit to the first generated token.", ttft, n) ||
+             print_hist(b, "dray_inter_token_latency_seconds",
+                        "Time between consecutive generated tokens of a request.", itl, n) ||
+             print_hist(b, "dray_request_duration_seconds", "Time from submit to the last token.", e2e, n);
+    for (uint32_t r = 0; r < n; r++)
+        pthread_mutex_unlock(&rep[r]->mu);
+    return rc;
 }
 
-int dray_srv_metrics_format(struct dray_srv_metrics *m, const struct dray_sched_stats *st,
-                            struct dray_srv_buf *out)
+int dray_srv_metrics_format(struct dray_srv_metrics *http, struct dray_srv_metrics *const *rep,
+                            const struct dray_sched_stats *st, uint32_t n, struct dray_srv_buf *out)
 {
-    pthread_mutex_lock(&m->mu);
-    int rc = print_requests(out, m) ||
-             print_one(out, "dray_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
-                       (unsigned long long)m->prompt_tokens) ||
-             print_one(out, "dray_prompt_tokens_cached_total", "counter",
-                       "Prompt tokens served from cached KV (not recomputed).",
-                       (unsigned long long)m->cached_tokens) ||
-             print_one(out, "dray_completion_tokens_total", "counter", "Tokens generated.",
-                       (unsigned long long)m->completion_tokens) ||
-             print_hist(out, "dray_time_to_first_token_seconds",
-                        "Time from submit to the first generated token.", &m->ttft) ||
-             print_hist(out, "dray_inter_token_latency_seconds",
-                        "Time between consecutive generated tokens of a request.", &m->itl) ||
-             print_hist(out, "dray_request_duration_seconds", "Time from submit to the last token.",
-                        &m->e2e);
-    pthread_mutex_unlock(&m->mu);
+    unsigned long long v[n ? n : 1];
+    pthread_mutex_lock(&http->mu);
+    int rc = print_requests(out, http);
+    pthread_mutex_unlock(&http->mu);
     if (!rc)
-        rc = print_sched(out, st);
+        rc = print_served(out, rep, n, v) || print_sched(out, st, n, v);
     return rc ? DRAY_ENOMEM : 0;
 }

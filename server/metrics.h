@@ -37,9 +37,11 @@ void dray_srv_metrics_count_status(struct dray_srv_metrics *m, int status);
  * The inter-token latency is observed once per gap, as the request's mean gap
  * (the scheduler reports the first and last token times, not each one). */
 void dray_srv_metrics_observe(struct dray_srv_metrics *m, const struct dray_request_output *o);
-/* Print every metric; st: the scheduler's gauges (queue, running, KV blocks,
- * preemptions). Returns 0 or DRAY_ENOMEM. */
-int dray_srv_metrics_format(struct dray_srv_metrics *m, const struct dray_sched_stats *st,
-                            struct dray_srv_buf *out);
+/* Print every metric. http: the process's metrics (only its counts by status
+ * are printed); rep[i] and st[i] (the scheduler's gauges: queue, running, KV
+ * blocks, preemptions, prefix cache) are replica i's, printed with the label
+ * replica="i", for i < n. Returns 0 or DRAY_ENOMEM. */
+int dray_srv_metrics_format(struct dray_srv_metrics *http, struct dray_srv_metrics *const *rep,
+                            const struct dray_sched_stats *st, uint32_t n, struct dray_srv_buf *out);
 
 #endif

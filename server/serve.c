@@ -3,6 +3,7 @@
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,7 +60,8 @@ static void drain(struct dray_srv *s, int sig)
     MHD_socket listen_fd = MHD_quiesce_daemon(s->daemon);
     if (listen_fd != MHD_INVALID_SOCKET)
         close(listen_fd);
-    dray_sched_drain(s->sched);
+    for (uint32_t i = 0; i < s->n_rep; i++)
+        dray_sched_drain(s->rep[i].sched);
     double until = dray_srv_now() + s->cfg->shutdown_grace;
     while (dray_srv_in_flight(s) && dray_srv_now() < until)
         if (wait_signal(100)) {
@@ -76,36 +78,82 @@ static void drain(struct dray_srv *s, int sig)
     }
 }
 
-int dray_serve(struct dray_engine *e, const struct dray_config *cfg, char *err, size_t errlen)
+/* Start a scheduler per replica; they must all serve the same model. */
+static int start_replicas(struct dray_srv *s, struct dray_engine *const *engines, char *err, size_t errlen)
+{
+    const struct dray_engine_info *first = dray_engine_get_info(engines[0]);
+    for (uint32_t i = 0; i < s->n_rep; i++) {
+        struct dray_srv_replica *r = &s->rep[i];
+        const struct dray_engine_info *in = dray_engine_get_info(engines[i]);
+        r->engine = engines[i];
+        dray_srv_metrics_init(&r->metrics);
+        if (in->context != first->context || in->n_vocab != first->n_vocab ||
+            strcmp(in->model_path ? in->model_path : "", first->model_path ? first->model_path : "")) {
+            snprintf(err, errlen, "replica %u (%s, context %u) differs from replica 0 (%s, context %u): "
+                     "replicas serve one model", i, in->model_path, in->context, first->model_path,
+                     first->context);
+            return DRAY_EINVAL;
+        }
+        char why[1024];
+        int rc = dray_sched_create(engines[i], s->cfg->max_queue, &r->sched, why, sizeof(why));
+        if (rc) {
+            snprintf(err, errlen, "replica %u: %s", i, why);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void stop_replicas(struct dray_srv *s)
+{
+    for (uint32_t i = 0; s->rep && i < s->n_rep; i++) {
+        if (s->rep[i].sched)
+            dray_sched_destroy(s->rep[i].sched);
+        if (s->rep[i].engine)
+            dray_srv_metrics_destroy(&s->rep[i].metrics);
+    }
+    free(s->rep);
+}
+
+int dray_serve(struct dray_engine *const *engines, uint32_t n, const struct dray_config *cfg,
+               char *err, size_t errlen)
 {
     static struct dray_srv srv; /* one server per process: signals are per process too */
     struct dray_srv *s = &srv;
-    const struct dray_engine_info *info = dray_engine_get_info(e);
-    *s = (struct dray_srv){.engine = e, .cfg = cfg, .context = info->context,
+    if (!n) {
+        snprintf(err, errlen, "no engine to serve");
+        return DRAY_EINVAL;
+    }
+    const struct dray_engine_info *info = dray_engine_get_info(engines[0]);
+    *s = (struct dray_srv){.n_rep = n, .cfg = cfg, .context = info->context,
                            .started = (int64_t)time(NULL)};
     model_id(info, s->model_id, sizeof(s->model_id));
-    if (!dray_engine_chat_template(e)) {
+    if (!dray_engine_chat_template(engines[0])) {
         snprintf(err, errlen, "%s has no chat template dray implements: set the config key "
                  "chat_template (gemma or chatml)", info->model_path);
         return DRAY_EINVAL;
     }
-    int rc = dray_sched_create(e, cfg->max_queue, &s->sched, err, errlen);
-    if (rc)
-        return rc;
+    if (!(s->rep = calloc(n, sizeof(*s->rep)))) {
+        snprintf(err, errlen, "out of memory");
+        return DRAY_ENOMEM;
+    }
     pthread_mutex_init(&s->mu, NULL);
     dray_srv_metrics_init(&s->metrics);
-    if ((rc = dray_srv_http_start(s, err, errlen)))
+    int rc = start_replicas(s, engines, err, errlen);
+    if (!rc)
+        rc = dray_srv_http_start(s, err, errlen);
+    if (rc)
         goto out;
-    fprintf(stderr, "dray serve: listening on http://%s%s%s:%u/v1 (model '%s', %u sequences, "
-            "queue %u%s)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
-            strchr(cfg->host, ':') ? "]" : "", cfg->port, s->model_id, info->max_seqs,
-            cfg->max_queue, cfg->api_key[0] ? ", API key required" : "");
+    fprintf(stderr, "dray serve: listening on http://%s%s%s:%u/v1 (model '%s', %u replica%s of %u "
+            "sequences, queue %u%s)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
+            strchr(cfg->host, ':') ? "]" : "", cfg->port, s->model_id, n, n == 1 ? "" : "s",
+            info->max_seqs, cfg->max_queue, cfg->api_key[0] ? ", API key required" : "");
     int sig = wait_signal(-1);
     drain(s, sig);
     MHD_stop_daemon(s->daemon);
     fprintf(stderr, "dray serve: stopped\n");
 out:
-    dray_sched_destroy(s->sched);
+    stop_replicas(s);
     dray_srv_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->mu);
     return rc;

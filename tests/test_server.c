@@ -14,6 +14,8 @@
 #include "dray/dray.h"
 #include "policy.h"
 #include "metrics.h"
+#include "route.h"
+#include "server.h"
 #include "request.h"
 #include "response.h"
 
@@ -393,11 +395,14 @@ static double sample(const char *page, const char *series)
 static void test_metrics_page(void **state)
 {
     (void)state;
-    struct dray_srv_metrics m;
+    /* the process counts responses; two replicas count their own tokens */
+    struct dray_srv_metrics http, m, m1;
+    dray_srv_metrics_init(&http);
     dray_srv_metrics_init(&m);
-    dray_srv_metrics_count_status(&m, 200);
-    dray_srv_metrics_count_status(&m, 200);
-    dray_srv_metrics_count_status(&m, 429);
+    dray_srv_metrics_init(&m1);
+    dray_srv_metrics_count_status(&http, 200);
+    dray_srv_metrics_count_status(&http, 200);
+    dray_srv_metrics_count_status(&http, 429);
     /* 11 tokens: first after 0.3 s, then 10 gaps of 0.03 s */
     struct dray_request_output o = {.done = true, .n_prompt = 20, .n_cached = 16, .n_generated = 11,
                                     .ttft_s = 0.3, .total_s = 0.6};
@@ -405,37 +410,54 @@ static void test_metrics_page(void **state)
     o.ttft_s = 3;
     o.total_s = 3.05; /* gaps of 5 ms */
     dray_srv_metrics_observe(&m, &o);
-    struct dray_sched_stats st = {.waiting = 3, .running = 8, .max_seqs = 8, .kv_blocks_used = 100,
+    struct dray_request_output o1 = {.done = true, .n_prompt = 7, .n_cached = 0, .n_generated = 1,
+                                     .ttft_s = 0.02, .total_s = 0.02};
+    dray_srv_metrics_observe(&m1, &o1);
+    struct dray_sched_stats st[2] = {{.waiting = 3, .running = 8, .max_seqs = 8, .kv_blocks_used = 100,
                                   .kv_blocks_total = 640, .preemptions = 2, .steps = 77,
-                                  .requests_done = 5, .requests_cancelled = 1};
+                                  .requests_done = 5, .requests_cancelled = 1},
+                                 {.running = 1, .max_seqs = 8, .kv_blocks_total = 640,
+                                  .cache_lookup_tokens = 7, .requests_done = 1}};
+    struct dray_srv_metrics *reps[2] = {&m, &m1};
     struct dray_srv_buf b = {0};
-    assert_int_equal(dray_srv_metrics_format(&m, &st, &b), 0);
+    assert_int_equal(dray_srv_metrics_format(&http, reps, st, 2, &b), 0);
     const char *p = b.data;
     assert_true(sample(p, "dray_http_requests_total{code=\"200\"}") == 2);
     assert_true(sample(p, "dray_http_requests_total{code=\"429\"}") == 1);
     assert_true(sample(p, "dray_http_requests_total{code=\"404\"}") == -1); /* only codes seen */
-    assert_true(sample(p, "dray_prompt_tokens_total") == 40);
-    assert_true(sample(p, "dray_prompt_tokens_cached_total") == 32);
-    assert_true(sample(p, "dray_completion_tokens_total") == 22);
-    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"0.25\"}") == 0);
-    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"0.5\"}") == 1);
-    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"2.5\"}") == 1);
-    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"5\"}") == 2);
-    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{le=\"+Inf\"}") == 2);
-    assert_true(sample(p, "dray_time_to_first_token_seconds_count") == 2);
-    assert_true(sample(p, "dray_time_to_first_token_seconds_sum") > 3.29);
-    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{le=\"0.005\"}") == 10);
-    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{le=\"0.02\"}") == 10);
-    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{le=\"0.04\"}") == 20);
-    assert_true(sample(p, "dray_inter_token_latency_seconds_count") == 20);
-    assert_true(sample(p, "dray_queue_depth") == 3);
-    assert_true(sample(p, "dray_running_sequences") == 8);
-    assert_true(sample(p, "dray_kv_blocks_used") == 100);
-    assert_true(sample(p, "dray_kv_blocks_total") == 640);
-    assert_true(sample(p, "dray_preemptions_total") == 2);
-    assert_true(sample(p, "dray_scheduler_requests_total{outcome=\"done\"}") == 5);
-    assert_true(sample(p, "dray_scheduler_requests_total{outcome=\"failed\"}") == 0);
-    assert_true(sample(p, "dray_scheduler_requests_total{outcome=\"cancelled\"}") == 1);
+    assert_true(sample(p, "dray_prompt_tokens_total{replica=\"0\"}") == 40);
+    assert_true(sample(p, "dray_prompt_tokens_cached_total{replica=\"0\"}") == 32);
+    assert_true(sample(p, "dray_completion_tokens_total{replica=\"0\"}") == 22);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{replica=\"0\",le=\"0.25\"}") == 0);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{replica=\"0\",le=\"0.5\"}") == 1);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{replica=\"0\",le=\"2.5\"}") == 1);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{replica=\"0\",le=\"5\"}") == 2);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{replica=\"0\",le=\"+Inf\"}") == 2);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_count{replica=\"0\"}") == 2);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_sum{replica=\"0\"}") > 3.29);
+    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{replica=\"0\",le=\"0.005\"}") == 10);
+    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{replica=\"0\",le=\"0.02\"}") == 10);
+    assert_true(sample(p, "dray_inter_token_latency_seconds_bucket{replica=\"0\",le=\"0.04\"}") == 20);
+    assert_true(sample(p, "dray_inter_token_latency_seconds_count{replica=\"0\"}") == 20);
+    assert_true(sample(p, "dray_queue_depth{replica=\"0\"}") == 3);
+    assert_true(sample(p, "dray_running_sequences{replica=\"0\"}") == 8);
+    assert_true(sample(p, "dray_kv_blocks_used{replica=\"0\"}") == 100);
+    assert_true(sample(p, "dray_kv_blocks_total{replica=\"0\"}") == 640);
+    assert_true(sample(p, "dray_preemptions_total{replica=\"0\"}") == 2);
+    assert_true(sample(p, "dray_scheduler_requests_total{replica=\"0\",outcome=\"done\"}") == 5);
+    assert_true(sample(p, "dray_scheduler_requests_total{replica=\"0\",outcome=\"failed\"}") == 0);
+    assert_true(sample(p, "dray_scheduler_requests_total{replica=\"0\",outcome=\"cancelled\"}") == 1);
+    /* replica 1's own series, under the same family headers */
+    assert_true(sample(p, "dray_prompt_tokens_total{replica=\"1\"}") == 7);
+    assert_true(sample(p, "dray_completion_tokens_total{replica=\"1\"}") == 1);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_bucket{replica=\"1\",le=\"0.025\"}") == 1);
+    assert_true(sample(p, "dray_time_to_first_token_seconds_count{replica=\"1\"}") == 1);
+    assert_true(sample(p, "dray_running_sequences{replica=\"1\"}") == 1);
+    assert_true(sample(p, "dray_prefix_cache_lookup_tokens_total{replica=\"1\"}") == 7);
+    assert_true(sample(p, "dray_scheduler_requests_total{replica=\"1\",outcome=\"done\"}") == 1);
+    const char *fam = strstr(p, "# TYPE dray_running_sequences gauge\n");
+    assert_non_null(fam);
+    assert_null(strstr(fam + 1, "# TYPE dray_running_sequences gauge\n")); /* one header per family */
     assert_contains(p, "# TYPE dray_inter_token_latency_seconds histogram\n");
     assert_contains(p, "# TYPE dray_preemptions_total counter\n");
     assert_contains(p, "# TYPE dray_queue_depth gauge\n");
@@ -455,7 +477,80 @@ static void test_metrics_page(void **state)
     }
     dray_srv_buf_free(&b);
     dray_srv_metrics_destroy(&m);
+    dray_srv_metrics_destroy(&m1);
+    dray_srv_metrics_destroy(&http);
 }
+
+/* A conversation's key picks one replica, always the same one; keys spread
+ * over all replicas; and going from 3 to 4 replicas moves only the keys the
+ * new replica wins (rendezvous hashing), not most of them as `mod n` would. */
+static void test_route_pick(void **state)
+{
+    (void)state;
+    uint32_t seen[4] = {0}, moved = 0, to_new = 0;
+    char key[32];
+    for (int i = 0; i < 1000; i++) {
+        int n = snprintf(key, sizeof(key), "conv-%d", i);
+        uint32_t r3 = dray_srv_pick_replica(key, (size_t)n, 3);
+        assert_true(r3 < 3);
+        assert_int_equal(dray_srv_pick_replica(key, (size_t)n, 3), r3);
+        seen[r3]++;
+        uint32_t r4 = dray_srv_pick_replica(key, (size_t)n, 4);
+        moved += r4 != r3;
+        to_new += r4 == 3;
+    }
+    for (int r = 0; r < 3; r++)
+        assert_true(seen[r] > 250 && seen[r] < 420); /* about 333 each */
+    assert_int_equal(moved, to_new);               /* every moved key went to the new one */
+    assert_true(moved > 180 && moved < 320);       /* about a quarter */
+    assert_int_equal(dray_srv_pick_replica("x", 1, 1), 0);
+    assert_int_equal(dray_srv_pick_replica("", 0, 0), 0);
+}
+
+static void test_route_key(void **state)
+{
+    (void)state;
+    const char *key;
+    assert_int_equal(dray_srv_route_key("s1", "u1", "10.0.0.1", &key), DRAY_SRV_KEY_SESSION);
+    assert_string_equal(key, "s1");
+    assert_int_equal(dray_srv_route_key("", "u1", "10.0.0.1", &key), DRAY_SRV_KEY_USER);
+    assert_string_equal(key, "u1");
+    assert_int_equal(dray_srv_route_key(NULL, NULL, "10.0.0.1", &key), DRAY_SRV_KEY_ADDRESS);
+    assert_string_equal(key, "10.0.0.1");
+}
+
+/* Each replica's device and threads, from the server's config. */
+static void test_replica_config(void **state)
+{
+    (void)state;
+    struct dray_config cfg, out;
+    char err[256];
+    dray_config_defaults(&cfg);
+    cfg.replicas = 2;
+    /* one device: shared; threads 0 = the cores split */
+    assert_int_equal(dray_serve_replica_config(&cfg, 1, 8, &out, err, sizeof(err)), 0);
+    assert_string_equal(out.device, "");
+    assert_int_equal(out.threads, 4);
+    assert_int_equal(dray_serve_replica_config(&cfg, 1, 1, &out, err, sizeof(err)), 0);
+    assert_int_equal(out.threads, 1); /* never 0 (which would mean all cores) */
+    cfg.threads = 3; /* set: per replica */
+    assert_int_equal(dray_serve_replica_config(&cfg, 0, 8, &out, err, sizeof(err)), 0);
+    assert_int_equal(out.threads, 3);
+    /* a list: one device each */
+    snprintf(cfg.device, sizeof(cfg.device), "0, h200");
+    assert_int_equal(dray_serve_replica_config(&cfg, 0, 8, &out, err, sizeof(err)), 0);
+    assert_string_equal(out.device, "0");
+    assert_int_equal(dray_serve_replica_config(&cfg, 1, 8, &out, err, sizeof(err)), 0);
+    assert_string_equal(out.device, "h200");
+    cfg.replicas = 3;
+    assert_int_equal(dray_serve_replica_config(&cfg, 0, 8, &out, err, sizeof(err)), DRAY_EINVAL);
+    assert_contains(err, "lists 2 devices but replicas is 3");
+    snprintf(cfg.device, sizeof(cfg.device), "0,,1");
+    assert_int_equal(dray_serve_replica_config(&cfg, 1, 8, &out, err, sizeof(err)), DRAY_EINVAL);
+    assert_contains(err, "entry 2 (replica 1) is empty");
+}
+
+
 
 int main(void)
 {
@@ -474,6 +569,9 @@ int main(void)
         cmocka_unit_test_setup(test_api_key, setup),
         cmocka_unit_test_setup(test_size_limits, setup),
         cmocka_unit_test_setup(test_metrics_page, setup),
+        cmocka_unit_test(test_route_pick),
+        cmocka_unit_test(test_route_key),
+        cmocka_unit_test(test_replica_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

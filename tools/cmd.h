@@ -13,5 +13,6 @@ int dray_cmd_config(int argc, char **argv);
 int dray_cmd_tokenize(int argc, char **argv);
 int dray_cmd_perplexity(int argc, char **argv);
 int dray_cmd_serve(int argc, char **argv);
+int dray_cmd_plugin(int argc, char **argv);
 
 #endif

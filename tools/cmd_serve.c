@@ -1,8 +1,9 @@
 /* dray serve: the OpenAI-compatible HTTP server (server/). Thin: flags to
- * config keys, open the engine, hand over to dray_serve. */
+ * config keys, open the engines (one per replica), hand over to dray_serve. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cmd.h"
@@ -16,6 +17,8 @@ static void usage(void)
     printf("usage: dray serve [options]\n"
            "  --host H              address to listen on (default 127.0.0.1: this machine only)\n"
            "  --port P              TCP port (default 8080)\n"
+           "  --replicas N          engines in this process, one per device (config key replicas;\n"
+           "                        see docs/server.md)\n"
            "  --api-key KEY         require 'Authorization: Bearer KEY' (config key api_key;\n"
            "                        or $DRAY_API_KEY, which keeps the key out of ps)\n"
            "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
@@ -23,10 +26,50 @@ static void usage(void)
     dray_cli_help();
 }
 
+/* Open one engine per replica (replicas: N), each on its device with its
+ * threads (dray_serve_replica_config), then serve them all. A replica that
+ * does not open stops the start: a server short of the replicas it was
+ * configured with would hold each conversation on a different one than the
+ * same config elsewhere (the hash is over the replicas). */
+static int serve(const struct dray_config *cfg)
+{
+    char err[2048];
+    uint32_t n = cfg->replicas ? cfg->replicas : 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    struct dray_engine **engines = calloc(n, sizeof(*engines));
+    int rc = engines ? 0 : 1;
+    for (uint32_t i = 0; !rc && i < n; i++) {
+        struct dray_config rc_cfg;
+        if (dray_serve_replica_config(cfg, i, cores, &rc_cfg, err, sizeof(err))) {
+            fprintf(stderr, "dray serve: %s\n", err);
+            rc = 1;
+            break;
+        }
+        if (n > 1)
+            fprintf(stderr, "dray serve: replica %u of %u: plugin %s, device '%s', %u threads%s\n", i, n,
+                    rc_cfg.backend, rc_cfg.device, rc_cfg.threads, rc_cfg.threads ? "" : " (all cores)");
+        if (!(engines[i] = dray_cli_open_engine(&rc_cfg, false))) {
+            fprintf(stderr, "dray serve: replica %u of %u (device '%s') did not open (the line above "
+                    "says why); not serving\n", i, n, rc_cfg.device);
+            rc = 1;
+        }
+    }
+    if (!rc && dray_serve(engines, n, cfg, err, sizeof(err))) {
+        fprintf(stderr, "dray serve: %s\n", err);
+        rc = 1;
+    }
+    for (uint32_t i = 0; engines && i < n; i++)
+        if (engines[i])
+            dray_engine_close(engines[i]);
+    free(engines);
+    return rc;
+}
+
 /* serve's own flags, each a config key */
 static const struct {
     const char *flag, *key;
-} flags[] = {{"--host", "host"}, {"--port", "port"}, {"--api-key", "api_key"}};
+} flags[] = {{"--host", "host"}, {"--port", "port"}, {"--replicas", "replicas"},
+                 {"--api-key", "api_key"}};
 
 int dray_cmd_serve(int argc, char **argv)
 {
@@ -60,14 +103,7 @@ int dray_cmd_serve(int argc, char **argv)
             return 2;
         }
     }
-    struct dray_engine *e = dray_cli_open_engine(&cfg, false);
-    if (!e)
-        return 1;
-    int rc = dray_serve(e, &cfg, err, sizeof(err));
-    if (rc)
-        fprintf(stderr, "dray serve: %s\n", err);
-    dray_engine_close(e);
-    return rc ? 1 : 0;
+    return serve(&cfg);
 }
 #else
 int dray_cmd_serve(int argc, char **argv)

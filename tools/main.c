@@ -17,6 +17,7 @@ static const struct {
     {"serve", dray_cmd_serve, "OpenAI-compatible HTTP server (chat, completions, metrics)"},
     {"devices", dray_cmd_devices, "list plugins, devices and capabilities (-v: op matrix)"},
     {"conformance", dray_cmd_conformance, "check a plugin's ops against the CPU reference"},
+    {"plugin", dray_cmd_plugin, "vendor kit: `plugin new NAME [DIR]` writes a renamed plugin skeleton"},
     {"bench", dray_cmd_bench, "benchmarks: ops, model"},
     {"info", dray_cmd_info, "describe a GGUF file"},
     {"config", dray_cmd_config, "print the effective configuration"},

@@ -5,14 +5,27 @@
  * registry adds the skipped list, fallbacks and device probing on top). */
 #include <ctype.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "conf_internal.h"
 
-#ifndef DRAY_CONF_PLUGIN_PATH_DEFAULT
-#define DRAY_CONF_PLUGIN_PATH_DEFAULT ""
+/* The default folders, as the engine's registry has them (core/registry.c): the
+ * build tree's backend folders for a binary inside the build tree; otherwise the
+ * plugin folder of the install the binary lives in, then the configured one. */
+#ifndef DRAY_CONF_BUILD_ROOT
+#define DRAY_CONF_BUILD_ROOT ""
+#endif
+#ifndef DRAY_CONF_PLUGIN_BUILD_PATH
+#define DRAY_CONF_PLUGIN_BUILD_PATH ""
+#endif
+#ifndef DRAY_CONF_PLUGIN_DIR_FROM_BINDIR
+#define DRAY_CONF_PLUGIN_DIR_FROM_BINDIR ""
+#endif
+#ifndef DRAY_CONF_PLUGIN_INSTALL_DIR
+#define DRAY_CONF_PLUGIN_INSTALL_DIR ""
 #endif
 
 const char *conf_status_name(int rc)
@@ -90,7 +103,27 @@ static int search_list(const char *list, const char *name, char *path, size_t le
     return 0;
 }
 
-/* extra (the caller's), then $DRAY_PLUGIN_PATH, then the build's default. */
+/* The default search list for this binary (see DRAY_CONF_BUILD_ROOT above). */
+static void default_path(char *out, size_t len)
+{
+    char exe[PATH_MAX];
+    size_t root = strlen(DRAY_CONF_BUILD_ROOT);
+    if (!realpath("/proc/self/exe", exe))
+        exe[0] = '\0';
+    if (root && !strncmp(exe, DRAY_CONF_BUILD_ROOT, root) && exe[root] == '/') {
+        snprintf(out, len, "%s", DRAY_CONF_PLUGIN_BUILD_PATH);
+        return;
+    }
+    char *slash = strrchr(exe, '/');
+    if (slash && DRAY_CONF_PLUGIN_DIR_FROM_BINDIR[0]) {
+        *slash = '\0';
+        snprintf(out, len, "%s/%s:%s", exe, DRAY_CONF_PLUGIN_DIR_FROM_BINDIR, DRAY_CONF_PLUGIN_INSTALL_DIR);
+    } else {
+        snprintf(out, len, "%s", DRAY_CONF_PLUGIN_INSTALL_DIR);
+    }
+}
+
+/* extra (the caller's), then $DRAY_PLUGIN_PATH, then the default folders. */
 static int find_file(const char *name, const char *extra, char *path, size_t len, char *err,
                      size_t errlen)
 {
@@ -99,14 +132,16 @@ static int find_file(const char *name, const char *extra, char *path, size_t len
         return 0;
     }
     const char *env = getenv("DRAY_PLUGIN_PATH");
+    char def[2 * PATH_MAX + 2048];
+    default_path(def, sizeof(def));
     if (search_list(extra, name, path, len) || search_list(env, name, path, len) ||
-        search_list(DRAY_CONF_PLUGIN_PATH_DEFAULT, name, path, len))
+        search_list(def, name, path, len))
         return 0;
     return fail(err, errlen, DRAY_ENOTFOUND,
                 "no plugin named '%s' (no libdray-%s.so in %s%s$DRAY_PLUGIN_PATH%s%s): give a "
                 "path to the .so or add its folder to the plugin path",
                 name, name, extra && *extra ? extra : "", extra && *extra ? ", " : "",
-                DRAY_CONF_PLUGIN_PATH_DEFAULT[0] ? " or " : "", DRAY_CONF_PLUGIN_PATH_DEFAULT);
+                def[0] ? " or " : "", def);
 }
 
 /* ------------------------------------------------------------ negotiation */

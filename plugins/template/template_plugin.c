@@ -22,9 +22,11 @@
 
 /* ------------------------------------------------------------ devices */
 
-/* How many devices. May be called without opening anything. A plugin whose
- * runtime finds no device returns 0 with *count = 0 and logs why through
- * host->log (the registry shows that sentence in `dray devices`). */
+/* How many devices. May be called without opening anything. The rule for a
+ * missing runtime (docs/plugin-abi.md): when your runtime finds no driver or no
+ * device, return 0 with *count = 0 and log one sentence through host->log saying
+ * what is missing and how to install it; `dray devices` then lists the plugin
+ * with "no device: <that sentence>". Never refuse negotiation for it. */
 static int tpl_device_count(uint32_t *count)
 {
     if (!count)
@@ -49,7 +51,8 @@ static int tpl_device_props(uint32_t index, struct dray_device_props *props)
         return DRAY_EINVAL;
     memset(props, 0, sizeof(*props));
     snprintf(props->name, sizeof(props->name), "template (host memory, scalar C)");
-    snprintf(props->vendor, sizeof(props->vendor), "dray template");
+    /* the vendor line `dray devices` shows: put your company here */
+    snprintf(props->vendor, sizeof(props->vendor), "template");
     props->mem_total = host_bytes(_SC_PHYS_PAGES);
     props->mem_free = host_bytes(_SC_AVPHYS_PAGES); /* 0 = unknown is allowed too */
     props->max_alloc = props->mem_total;

@@ -190,7 +190,7 @@ def metrics(srv):
 
 
 def test_disconnect(srv):
-    key = 'dray_scheduler_requests_total{outcome="cancelled"}'
+    key = 'dray_scheduler_requests_total{replica="0",outcome="cancelled"}'
     before = metrics(srv)[key]
     body = json.dumps({"messages": [{"role": "user", "content": "Tell me a long story."}],
                        "max_tokens": 64, "temperature": 0, "stream": True}).encode()
@@ -200,10 +200,10 @@ def test_disconnect(srv):
         s.recv(1)  # the response has started; closing with unread data resets the connection
     for _ in range(600):
         m = metrics(srv)
-        if m[key] > before and m["dray_running_sequences"] == 0:
+        if m[key] > before and m['dray_running_sequences{replica="0"}'] == 0:
             break
         time.sleep(0.1)
-    check(m[key] == before + 1 and m["dray_running_sequences"] == 0,
+    check(m[key] == before + 1 and m['dray_running_sequences{replica="0"}'] == 0,
           "a client that goes away cancels its request (scheduler counts it, its sequence is gone)")
     check(m.get('dray_http_requests_total{code="499"}', 0) >= 1, "and it is counted as 499")
 
@@ -238,9 +238,9 @@ def test_curl(srv):
         values[name] = float(v)
     check(values.get('dray_http_requests_total{code="401"}', 0) >= 2 and
           values.get('dray_http_requests_total{code="200"}', 0) >= 20, "/metrics parses; counts by status")
-    check(values["dray_completion_tokens_total"] > 100 and values["dray_kv_blocks_total"] > 0 and
-          values['dray_time_to_first_token_seconds_bucket{le="+Inf"}'] ==
-          values["dray_time_to_first_token_seconds_count"], "/metrics tokens, KV blocks, TTFT histogram")
+    check(values['dray_completion_tokens_total{replica="0"}'] > 100 and values['dray_kv_blocks_total{replica="0"}'] > 0 and
+          values['dray_time_to_first_token_seconds_bucket{replica="0",le="+Inf"}'] ==
+          values['dray_time_to_first_token_seconds_count{replica="0"}'], "/metrics tokens, KV blocks, TTFT histogram")
 
 
 def test_shutdown(srv):
