@@ -86,24 +86,25 @@ static int need(struct cursor *c, uint64_t n, const char *what)
     return 0;
 }
 
-static int rd_u32(struct cursor *c, uint32_t *v, const char *what)
+/* n bytes at the cursor into v (little-endian scalars: the host is too). */
+static int rd_bytes(struct cursor *c, void *v, size_t n, const char *what)
 {
-    int rc = need(c, 4, what);
+    int rc = need(c, n, what);
     if (rc)
         return rc;
-    memcpy(v, c->p + c->off, 4);
-    c->off += 4;
+    memcpy(v, c->p + c->off, n);
+    c->off += n;
     return 0;
+}
+
+static int rd_u32(struct cursor *c, uint32_t *v, const char *what)
+{
+    return rd_bytes(c, v, 4, what);
 }
 
 static int rd_u64(struct cursor *c, uint64_t *v, const char *what)
 {
-    int rc = need(c, 8, what);
-    if (rc)
-        return rc;
-    memcpy(v, c->p + c->off, 8);
-    c->off += 8;
-    return 0;
+    return rd_bytes(c, v, 8, what);
 }
 
 /* A gguf string: uint64 length, then that many bytes (no NUL). */
