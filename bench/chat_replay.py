@@ -11,7 +11,14 @@ the time to first token is measured at the client.
 Reported per level of concurrency: completion tokens per second (all completion
 tokens / wall time), TTFT p50/p99 overall and by turn, prompt tokens sent and how
 many of them the server says it served from cache (usage.prompt_tokens_details.
-cached_tokens; "n/a" when the server does not report it).
+cached_tokens; "n/a" when the server does not report it), and the TTFT p50 and
+the cache hit rate of turns >= 2 alone (the turns that can reuse a cache).
+
+Behind a router (nginx with deploy/nginx.conf, or `replicas` in dray serve),
+--session-ids sends each conversation's id as the X-Session-Id header, so every
+turn can land where its cache is; --nonce auto makes this run's conversations
+differ from every other run's (and each level's from the others'), so a run is
+never helped by what an earlier one left in the servers' caches.
 
 Only the Python standard library is used, so it runs anywhere:
     python3 bench/chat_replay.py --url http://127.0.0.1:8080 --inflight 1,4,16
@@ -20,6 +27,7 @@ Only the Python standard library is used, so it runs anywhere:
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
 import threading
@@ -36,10 +44,10 @@ FOLLOW_UPS = ["Tell me something surprising about {t}.", "Why does that happen?"
               "Summarise what we discussed.", "What should I read next?", "Explain it to a child."]
 
 
-def user_turn(conv, turn):
+def user_turn(conv, turn, tag=""):
     topic = TOPICS[conv % len(TOPICS)]
     if turn == 0:
-        return f"Conversation {conv}: I would like to learn about {topic}."
+        return f"Conversation {conv}{tag}: I would like to learn about {topic}."
     return FOLLOW_UPS[(turn - 1 + conv) % len(FOLLOW_UPS)].format(t=topic)
 
 
@@ -64,6 +72,7 @@ class Client:
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.model, self.max_tokens, self.temperature, self.timeout = model, max_tokens, temperature, timeout
+        self.session_ids = False  # send X-Session-Id per conversation
 
     def conn(self):
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
@@ -78,14 +87,15 @@ class Client:
             sys.exit(f"GET /v1/models: HTTP {r.status}: {body[:300]!r}")
         return [m["id"] for m in json.loads(body)["data"]]
 
-    def chat(self, messages):
+    def chat(self, messages, headers=None):
         """One streamed request: (reply text, dict of measurements)."""
         body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
                 "temperature": self.temperature, "stream": True,
                 "stream_options": {"include_usage": True}}
         c = self.conn()
         t0 = time.perf_counter()
-        c.request("POST", self.prefix + "/chat/completions", json.dumps(body), self.headers)
+        c.request("POST", self.prefix + "/chat/completions", json.dumps(body),
+                  {**self.headers, **(headers or {})})
         r = c.getresponse()
         if r.status != 200:
             raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
@@ -121,22 +131,27 @@ class Client:
         }
 
 
-def run_conversation(cli, conv, turns, results, lock):
+def run_conversation(cli, conv, turns, results, lock, run_id=None):
+    """run_id: None, or this run's nonce and level: it tags the first turn and
+    names the conversation in X-Session-Id when cli.session_ids is set."""
     messages = [{"role": "system", "content": SYSTEM}]
+    tag = f" ({run_id})" if run_id else ""
+    headers = {"X-Session-Id": f"replay-{run_id or 'run'}-{conv}"} if cli.session_ids else None
     for t in range(turns):
-        messages.append({"role": "user", "content": user_turn(conv, t)})
-        reply, m = cli.chat(messages)
+        messages.append({"role": "user", "content": user_turn(conv, t, tag)})
+        reply, m = cli.chat(messages, headers)
         messages.append({"role": "assistant", "content": reply})
         m["turn"] = t
         with lock:
             results.append(m)
 
 
-def run_level(cli, inflight, conversations, turns):
+def run_level(cli, inflight, conversations, turns, run_id=None):
     results, lock = [], threading.Lock()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(inflight) as ex:
-        futs = [ex.submit(run_conversation, cli, c, turns, results, lock) for c in range(conversations)]
+        futs = [ex.submit(run_conversation, cli, c, turns, results, lock, run_id)
+                for c in range(conversations)]
         for f in futs:
             f.result()
     wall = time.perf_counter() - t0
@@ -148,6 +163,8 @@ def run_level(cli, inflight, conversations, turns):
     for t in range(turns):
         xs = [r["ttft"] for r in results if r["turn"] == t]
         by_turn[t] = {"p50": percentile(xs, 50), "p99": percentile(xs, 99)}
+    later = [r for r in results if r["turn"] >= 1]
+    later_known = all(r["prompt"] is not None and r["cached"] is not None for r in later)
     return {
         "inflight": inflight, "conversations": conversations, "turns": turns, "requests": len(results),
         "wall_s": wall, "completion_tokens": completion, "completion_tok_s": completion / wall,
@@ -155,6 +172,10 @@ def run_level(cli, inflight, conversations, turns):
         "ttft_by_turn": by_turn,
         "prompt_tokens": sum(prompt) if prompt else None,
         "cached_tokens": sum(cached) if len(cached) == len(results) else None,
+        # turns >= 2 alone: the ones a cache (and sticky routing) can help
+        "later_ttft_p50_s": percentile([r["ttft"] for r in later], 50),
+        "later_prompt_tokens": sum(r["prompt"] for r in later) if later_known else None,
+        "later_cached_tokens": sum(r["cached"] for r in later) if later_known else None,
     }
 
 
@@ -166,6 +187,10 @@ def show(res, label):
     print(f"  completion: {res['completion_tokens']} tokens, {res['completion_tok_s']:.1f} tok/s")
     print(f"  TTFT: p50 {res['ttft_p50_s'] * 1e3:.0f} ms, p99 {res['ttft_p99_s'] * 1e3:.0f} ms")
     print(f"  prompt tokens: {p if p is not None else 'n/a'}, of them cached: {reuse}")
+    lp, lc = res["later_prompt_tokens"], res["later_cached_tokens"]
+    if res["turns"] > 1:
+        print(f"  turns >= 2: TTFT p50 {res['later_ttft_p50_s'] * 1e3:.0f} ms, cache hit rate "
+              + (f"{100 * lc / lp:.1f}%" if lp else "n/a"))
     print("  TTFT by turn (ms, p50/p99): " + "  ".join(
         f"{t + 1}: {v['p50'] * 1e3:.0f}/{v['p99'] * 1e3:.0f}" for t, v in res["ttft_by_turn"].items()))
 
@@ -185,16 +210,25 @@ def main():
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--label", default="", help="name of the server in the report (default: the URL)")
     ap.add_argument("--json", default="", help="append one JSON line per level to this file")
+    ap.add_argument("--session-ids", action="store_true",
+                    help="send X-Session-Id (one per conversation) for sticky routing")
+    ap.add_argument("--nonce", default="",
+                    help="tag this run's conversations so that no other run shares their cache; "
+                         "'auto' = a random one")
     a = ap.parse_args()
+    nonce = os.urandom(4).hex() if a.nonce == "auto" else a.nonce
     cli = Client(a.url, a.api_key, a.model, a.max_tokens, a.temperature, a.timeout)
+    cli.session_ids = a.session_ids
     if not cli.model:
         cli.model = cli.models()[0]
     label = a.label or a.url
     print(f"chat replay against {a.url} (model {cli.model}), {a.turns} turns, "
           f"{a.max_tokens} tokens per reply, temperature {a.temperature}")
     for level in (int(x) for x in a.inflight.split(",")):
-        res = run_level(cli, level, a.conversations or max(8, level), a.turns)
-        res.update({"server": label, "model": cli.model, "max_tokens": a.max_tokens, "time": time.time()})
+        run_id = f"{nonce}.{level}" if nonce else None
+        res = run_level(cli, level, a.conversations or max(8, level), a.turns, run_id)
+        res.update({"server": label, "model": cli.model, "max_tokens": a.max_tokens, "time": time.time(),
+                    "nonce": nonce, "session_ids": a.session_ids})
         show(res, label)
         if a.json:
             with open(a.json, "a") as f:
