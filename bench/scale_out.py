@@ -97,6 +97,18 @@ def nginx_conf(src, tmp, servers, listen, routing):
     return path
 
 
+def spread(tmp, servers):
+    """Requests each server got, from nginx's access log ("upstream=ADDR"): sticky
+    routing of few conversations can load the servers unevenly."""
+    got = {s["addr"]: 0 for s in servers}
+    with open(os.path.join(tmp, "access.log")) as f:
+        for line in f:
+            if "/chat/completions" in line:
+                up = line.split("upstream=", 1)[1].split(" ", 1)[0].split(",")[-1].strip()
+                got[up] = got.get(up, 0) + 1
+    return [got[s["addr"]] for s in servers]
+
+
 def stop(p, grace=30):
     if p and p.poll() is None:
         p.terminate()
@@ -125,7 +137,7 @@ def one_run(a, nginx, n, routing, tmp):
         subprocess.run(cmd, check=True, stdout=sys.stderr)
         with open(out) as f:
             res = json.loads(f.readline())
-        res.update({"servers": n, "replicas": a.replicas, "routing": routing, "threads": a.threads,
+        res.update({"spread": spread(tmp, servers), "servers": n, "replicas": a.replicas, "routing": routing, "threads": a.threads,
                     "loadavg": os.getloadavg()[0]})
         return res
     finally:
@@ -171,13 +183,14 @@ def main():
                     f.write(json.dumps(res) + "\n")
     print(f"\n{a.conversations} conversations x {a.turns} turns, {a.inflight} in flight, "
           f"{a.max_tokens} tokens per reply, {a.threads} thread(s) per server, {os.cpu_count()} cores\n")
-    print("| servers × replicas | routing | completion tok/s | TTFT p50, turns ≥ 2 | cache hit rate, turns ≥ 2 | load avg (1 min) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| servers × replicas | routing | completion tok/s | TTFT p50, turns ≥ 2 | cache hit rate, turns ≥ 2 | requests per server | load avg (1 min) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         hit = r["later_cached_tokens"] / r["later_prompt_tokens"] if r.get("later_prompt_tokens") else float("nan")
         alone = r["servers"] == 1 and r["replicas"] == 1
         print(f"| {r['servers']} × {r['replicas']} | {'—' if alone else r['routing']} | {r['completion_tok_s']:.1f} | "
-              f"{r['later_ttft_p50_s'] * 1e3:.0f} ms | {100 * hit:.1f}% | {r['loadavg']:.1f} |")
+              f"{r['later_ttft_p50_s'] * 1e3:.0f} ms | {100 * hit:.1f}% | {'/'.join(map(str, r['spread']))} | "
+              f"{r['loadavg']:.1f} |")
 
 
 if __name__ == "__main__":
