@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "flags.h"
 
 /* Most prompt tokens and decode steps a run may ask for (the KV is sized for them). */
 #define MAX_TOKENS 131072u
@@ -53,10 +54,10 @@ static int parse(int argc, char **argv, struct model_opts *o)
             return 2;
         }
         const char *v = argv[++i];
-        int rc = f == 0 ? dray_bench_u32(a, v, 1, MAX_TOKENS, &o->prefill)
-               : f == 1 ? dray_bench_u32(a, v, 0, MAX_TOKENS, &o->decode)
-               : f == 2 ? dray_bench_u32(a, v, 1, 256, &o->batch)
-               : f == 3 ? dray_bench_f64(a, v, 0.001, 1e6, &o->bw) /* GB/s */
+        int rc = f == 0 ? dray_flag_u32(a, v, 1, MAX_TOKENS, &o->prefill)
+               : f == 1 ? dray_flag_u32(a, v, 0, MAX_TOKENS, &o->decode)
+               : f == 2 ? dray_flag_u32(a, v, 1, 256, &o->batch)
+               : f == 3 ? dray_flag_f64(a, v, 0.001, 1e6, &o->bw) /* GB/s */
                : (o->json = v, 0);
         if (rc)
             return 2;

@@ -6,16 +6,20 @@
  *   that they come from memory, as in a real forward pass, not from cache.
  *   Attention (MQA 4:1, head_dim 256, int8 and f16 KV) and the small ops in us.
  * Limits printed next to them are the documented roofline of the reference
- * machine (--bw, --gops to change) and a read bandwidth measured here. */
+ * machine (--bw, --gops to change) and a read bandwidth measured here.
+ * A plugin-level tool, like the conformance kit: there is no model, so it sees
+ * the plugin through backend.h and the kit's loader only, never the engine
+ * (docs/design.md, rooms; the `rooms` test holds it to that). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "bench.h"
+#include "bench_ops.h"
+#include "conf_loader.h" /* the conformance kit's loader: backend.h and dlopen only */
 #include "dray/backend.h"
-#include "dray/plugins.h"
+#include "flags.h"
 
 struct opts {
     const char *plugin;
@@ -349,7 +353,7 @@ static int parse(int argc, char **argv, struct opts *o)
         } else if (!strcmp(a, "--reference")) {
             o->reference = 1;
         } else if (v && !strcmp(a, "--threads")) {
-            if (dray_bench_u32(a, v, 0, 4096, &o->threads))
+            if (dray_flag_u32(a, v, 0, 4096, &o->threads))
                 return 2;
             i++;
         } else if (v && !strcmp(a, "--only")) {
@@ -357,11 +361,11 @@ static int parse(int argc, char **argv, struct opts *o)
         } else if (v && !strcmp(a, "--plugin")) {
             o->plugin = v, i++;
         } else if (v && !strcmp(a, "--bw")) {
-            if (dray_bench_f64(a, v, 0.001, 1e6, &o->bw)) /* GB/s */
+            if (dray_flag_f64(a, v, 0.001, 1e6, &o->bw)) /* GB/s */
                 return 2;
             i++;
         } else if (v && !strcmp(a, "--gops")) {
-            if (dray_bench_f64(a, v, 0.001, 1e6, &o->gops)) /* int8 GOPS per core */
+            if (dray_flag_f64(a, v, 0.001, 1e6, &o->gops)) /* int8 GOPS per core */
                 return 2;
             i++;
         } else if (v && !strcmp(a, "--json")) {
@@ -415,15 +419,9 @@ int dray_bench_ops(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : rc;
     char err[1024] = "";
-    struct dray_registry *reg = NULL;
-    if (dray_registry_open(NULL, &reg, err, sizeof(err))) {
+    struct conf_plugin plugin, *pl = &plugin;
+    if (conf_plugin_load(o.plugin, NULL, pl, err, sizeof(err))) {
         fprintf(stderr, "dray bench ops: %s\n", err);
-        return 1;
-    }
-    const struct dray_plugin *pl = dray_registry_find(reg, o.plugin, err, sizeof(err));
-    if (!pl) {
-        fprintf(stderr, "dray bench ops: %s\n", err);
-        dray_registry_close(reg);
         return 1;
     }
     struct dray_device_props props;
@@ -450,6 +448,6 @@ int dray_bench_ops(int argc, char **argv)
     }
     if (o.json)
         fclose(o.json);
-    dray_registry_close(reg);
+    conf_plugin_unload(pl);
     return rc;
 }

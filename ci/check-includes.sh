@@ -1,8 +1,10 @@
 #!/bin/sh
-# Rooms (docs/design.md): a file reaches another room's header only through the
-# include paths the build gives it, so `#include "../x.h"` (a path that climbs
-# out of its folder) is never needed and is how a back-edge would sneak past the
-# build. Fails naming every such line. Usage: check-includes.sh SOURCE_ROOT
+# Rooms (docs/design.md): which headers each folder may include. A file may
+# include a header that sits next to it, and beyond that only what its room's
+# row below allows; `#include "../x.h"` (a path that climbs out of its folder)
+# is never allowed, since it is how a back-edge would sneak past the include
+# paths the build gives each target. Fails naming every offending line and the
+# rule it breaks. Usage: check-includes.sh SOURCE_ROOT
 root=${1:-.}
 cd "$root" || { echo "check-includes: cannot enter '$root'" >&2; exit 2; }
 # the tracked sources in a git checkout, else every source outside build folders
@@ -12,16 +14,85 @@ list() {
     else
         find . -path './build*' -prune -o -path './.venv' -prune -o \
             \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \) \
-            -type f -print
+            -type f -print | sed 's|^\./||'
     fi
 }
 files=$(list)
 [ -n "$files" ] || { echo "check-includes: no C sources under '$root'" >&2; exit 2; }
-bad=$(printf '%s\n' "$files" | xargs grep -HnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]\.\./' --)
-if [ -n "$bad" ]; then
-    echo "check-includes: these includes climb out of their folder; include a public" >&2
-    echo "header (include/dray/) or add an include path in meson instead:" >&2
-    echo "$bad" >&2
-    exit 1
-fi
-echo "check-includes: no '#include \"../' in $(printf '%s\n' "$files" | wc -l) source files"
+listfile=$(mktemp) || exit 2
+trap 'rm -f "$listfile"' EXIT
+printf '%s\n' "$files" > "$listfile"
+
+# One row per room: the file pattern (awk regex on the path; first match wins)
+# and what it may include besides its neighbours. "core" = any header of core/
+# or models/ (the engine's private headers); "kernels" = any header of kernels/.
+rules='
+^tests/                                   *
+^include/dray/                            dray/backend.h dray/dray.h
+^(core|models)/                           dray/* core
+^bench/bench_ops\.[ch]$                   dray/backend.h conf_loader.h flags.h
+^bench/                                   dray/dray.h flags.h
+^tools/flags/                             -
+^tools/cmd_devices\.c$                    dray/dray.h dray/plugins.h
+^tools/cert_json\.c$                      dray/backend.h
+^tools/cmd_(info|tokenize|perplexity)\.c$ dray/dray.h dray/gguf.h dray/tokenizer.h flags.h
+^tools/                                   dray/dray.h flags.h bench.h bench_ops.h conformance.h server.h
+^server/                                  dray/dray.h
+^plugins/                                 dray/backend.h dray/backend_util.h
+^kernels/                                 dray/backend.h dray/backend_util.h
+^backends/                                dray/backend.h dray/backend_util.h kernels
+'
+
+printf '%s\n' "$files" | xargs awk -v listfile="$listfile" -v rules="$rules" '
+BEGIN {
+    while ((getline p < listfile) > 0) {
+        have[p] = 1
+        if (p ~ /^(core|models)\/[^\/]+\.h$/) { sub(/^[^\/]+\//, "", p); core[p] = 1 }
+    }
+    nr = 0
+    n = split(rules, line, "\n")
+    for (i = 1; i <= n; i++) {
+        if (line[i] ~ /^[ \t]*$/) continue
+        nr++
+        pat[nr] = line[i]; sub(/[ \t].*/, "", pat[nr])
+        allow[nr] = line[i]; sub(/^[^ \t]+[ \t]+/, "", allow[nr])
+    }
+}
+function kernel_header(h,    p) {
+    for (p in have) if (p ~ /^kernels\// && substr(p, length(p) - length(h)) == "/" h) return 1
+    return 0
+}
+function allowed(f, h,    r, k, a, i) {
+    for (r = 1; r <= nr; r++) {
+        if (f !~ pat[r]) continue
+        k = split(allow[r], a, /[ \t]+/)
+        for (i = 1; i <= k; i++) {
+            if (a[i] == "*" || a[i] == h) return 1
+            if (a[i] == "dray/*" && h ~ /^dray\//) return 1
+            if (a[i] == "core" && (h in core)) return 1
+            if (a[i] == "kernels" && kernel_header(h)) return 1
+        }
+        why = "room " pat[r] " allows " allow[r]
+        return 0
+    }
+    why = "no room row matches this file (add one to ci/check-includes.sh)"
+    return 0
+}
+/^[ \t]*#[ \t]*include[ \t]*("[^"]+"|<dray\/[^>]+>)/ {
+    h = $0
+    sub(/^[^"<]*["<]/, "", h); sub(/[">].*/, "", h)
+    if (h ~ /^\.\.\//) {
+        printf "%s:%d: %s\n    climbs out of its folder: include a public header (include/dray/) or add an include path in meson\n", FILENAME, FNR, $0
+        bad++
+        next
+    }
+    dir = FILENAME; sub(/\/[^\/]*$/, "", dir)
+    if ((dir "/" h) in have) next
+    if (!allowed(FILENAME, h)) {
+        printf "%s:%d: %s\n    %s\n", FILENAME, FNR, $0, why
+        bad++
+    }
+}
+END { exit bad ? 1 : 0 }
+' >&2 || { echo "check-includes: the includes above break the rooms (docs/design.md)" >&2; exit 1; }
+echo "check-includes: $(printf '%s\n' "$files" | wc -l) source files keep to their rooms"

@@ -9,8 +9,10 @@
 #      only the pkg-config lines it printed (PKG_CONFIG_PATH + PKG_CONFIG_SYSROOT_DIR),
 #      warnings as errors, exporting exactly one symbol; install it into the stage;
 #   3. the installed `dray devices`, without DRAY_PLUGIN_PATH, lists it as acme;
-#   4. certify it by name with the installed standalone kit (dray-conformance).
-# Usage: ci/vendor-kit.sh BUILD_DIR      (tests/meson.build runs it as `vendor_kit`)
+#   4. certify it by name with the installed standalone kit (dray-conformance);
+#   5. with WRITE_TINY_GEMMA, certify its serving path with the installed
+#      `dray conformance --model tiny.gguf --certify acme.json` (tools/certify.c).
+# Usage: ci/vendor-kit.sh BUILD_DIR [WRITE_TINY_GEMMA]   (tests/meson.build runs it as `vendor_kit`)
 # Needs meson, ninja, pkg-config and a C compiler; no network. Exit 0 when all
 # passes, 1 on any failure, 77 (meson's "skipped") when pkg-config is absent.
 # KEEP_VENDOR_KIT=1 keeps the temporary folder for a look afterwards.
@@ -19,8 +21,9 @@ set -euo pipefail
 fail() { echo "vendor-kit: FAIL: $*" >&2; exit 1; }
 step() { echo "vendor-kit: $*"; }
 
-[ $# -eq 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $0 BUILD_DIR [WRITE_TINY_GEMMA]" >&2; exit 2; }
 build=$(cd "$1" && pwd) || fail "build folder '$1' does not exist"
+writer=${2:-}
 src=$(cd "$(dirname "$0")/.." && pwd)
 dray="$build/tools/dray"
 kit="$build/plugins/conformance/dray-conformance"
@@ -130,4 +133,19 @@ step "$ikit --plugin acme"
 env -u DRAY_PLUGIN_PATH "$ikit" --plugin acme --no-timing >"$tmp/conf.log" 2>&1 ||
   { cat "$tmp/conf.log" >&2; fail "the plugin acme does not pass conformance"; }
 grep '^subject:\|^PASS' "$tmp/conf.log"
+
+# ---- 5. certify the serving path with the installed dray ------------------------
+# a model on acme and on the CPU plugin: logits, greedy tokens through the
+# scheduler, batched decode, prefix-cache reuse; the JSON certificate must pass
+if [ -n "$writer" ]; then
+  "$writer" "$tmp/tiny.gguf" || fail "cannot write the tiny model with $writer"
+  env -u DRAY_PLUGIN_PATH DRAY_CACHE_DIR="$tmp/cache" "$installed" conformance --plugin acme \
+    --no-timing --reps 2 --model "$tmp/tiny.gguf" --certify "$tmp/acme.json" >"$tmp/cert.log" 2>&1 ||
+    { cat "$tmp/cert.log" >&2; fail "acme does not certify on the serving path"; }
+  grep -q '"result": "pass"' "$tmp/acme.json" && grep -q '"name": "acme"' "$tmp/acme.json" ||
+    { cat "$tmp/acme.json" >&2; fail "acme's certificate does not say pass for acme"; }
+  sed -n '/^serving path/,$p' "$tmp/cert.log"
+else
+  step "no WRITE_TINY_GEMMA given: the serving-path certificate is not checked"
+fi
 step "PASS"

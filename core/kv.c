@@ -283,6 +283,13 @@ void dray_kv_free(struct dray_kv *kv)
     free(kv);
 }
 
+/* The plugin's reason for its last failed call (for messages that also name it). */
+static const char *why(const struct dray_kv *kv)
+{
+    const char *w = kv->ops->last_error ? kv->ops->last_error(kv->ctx) : NULL;
+    return w && *w ? w : "no reason given";
+}
+
 static struct dray_view view_at(struct dray_buf *b, uint64_t off)
 {
     struct dray_view v = {b, (size_t)off};
@@ -314,14 +321,13 @@ static int group_init(struct dray_kv *kv, uint32_t g, char *err, size_t errlen)
     if (kv->ops->alloc(kv->ctx, (size_t)total, &gr->buf) || !gr->buf) {
         gr->buf = NULL;
         return dray_fail(err, errlen, DRAY_ENOMEM,
-                         "kv: device allocation of %llu bytes for %u layers (window %u) failed: %s",
-                         (unsigned long long)total, gp->n_layers, gp->window,
-                         kv->ops->last_error ? kv->ops->last_error(kv->ctx) : "");
+                         "kv: device allocation of %llu bytes for %u layers (window %u) on %s failed: %s",
+                         (unsigned long long)total, gp->n_layers, gp->window, kv->ops->name, why(kv));
     }
     /* Zeroed so that a kernel reading a never-written slot sees 0, not NaN. */
     if (kv->ops->fill && kv->ops->fill(kv->ctx, view_at(gr->buf, 0), 0, (size_t)total))
-        return dray_fail(err, errlen, DRAY_EBACKEND, "kv: clearing the window-%u pool failed",
-                         gp->window);
+        return dray_fail(err, errlen, DRAY_EBACKEND, "kv: clearing the window-%u pool on %s failed: %s",
+                         gp->window, kv->ops->name, why(kv));
 
     uint64_t n_slots = (uint64_t)gp->n_blocks * d->block_size;
     uint64_t kbytes = align_up(n_slots * d->n_kv_head * d->head_dim * el_size(d->dtype), KV_ALIGN);
@@ -691,8 +697,10 @@ static int meta_reserve(struct dray_kv *kv, size_t n, char *err, size_t errlen)
         return 0;
     size_t cap = kv->meta_buf_cap * 2 > n ? kv->meta_buf_cap * 2 : n;
     if (kv->meta_buf) {
-        if (kv->ops->synchronize)
-            kv->ops->synchronize(kv->ctx);
+        /* a queued op may still read the old metadata: free it only once idle */
+        if (kv->ops->synchronize && kv->ops->synchronize(kv->ctx))
+            return dray_fail(err, errlen, DRAY_EBACKEND, "kv: waiting for %s before growing the step "
+                             "metadata failed: %s", kv->ops->name, why(kv));
         kv->ops->free(kv->ctx, kv->meta_buf);
         kv->meta_buf = NULL;
         kv->meta_buf_cap = 0;
@@ -700,7 +708,8 @@ static int meta_reserve(struct dray_kv *kv, size_t n, char *err, size_t errlen)
     if (kv->ops->alloc(kv->ctx, cap, &kv->meta_buf) || !kv->meta_buf) {
         kv->meta_buf = NULL;
         return dray_fail(err, errlen, DRAY_ENOMEM,
-                         "kv: device allocation of %zu bytes for step metadata failed", cap);
+                         "kv: device allocation of %zu bytes for step metadata on %s failed: %s", cap,
+                         kv->ops->name, why(kv));
     }
     kv->meta_buf_cap = cap;
     return 0;
@@ -827,8 +836,8 @@ int dray_kv_step_begin(struct dray_kv *kv, uint32_t n_seq, const uint32_t *seq_i
     if (rc) {
         unreserve(kv);
         return dray_fail(err, errlen, rc < 0 ? rc : DRAY_EBACKEND,
-                         "kv: upload of %zu bytes of step metadata failed: %s", total,
-                         kv->ops->last_error ? kv->ops->last_error(kv->ctx) : "");
+                         "kv: upload of %zu bytes of step metadata to %s failed: %s", total,
+                         kv->ops->name, why(kv));
     }
     fill_layer_steps(kv);
     kv->in_step = true;

@@ -1,5 +1,5 @@
 /* SentencePiece-vocabulary tokenizer as llama.cpp runs it (see tokenizer.h and
- * shared/reference/gemma3-gguf.md §6.3). Layout: all token texts live in one
+ * docs/reference/gemma3-gguf.md §6.3). Layout: all token texts live in one
  * arena; a power-of-two open-addressing table maps text -> id; a second table of
  * all prefixes of special-token texts lets the special-token partition walk each
  * text position like a trie. */

@@ -1,6 +1,6 @@
 /*
  * Gemma 3 (text): hyper-parameters from GGUF metadata and the layer written with
- * the shared decoder blocks (decoder.h). Facts: ../shared/reference/gemma3-gguf.md
+ * the shared decoder blocks (decoder.h). Facts: docs/reference/gemma3-gguf.md
  * §5. In PyTorch terms, per layer:
  *
  *   h = rmsnorm(x, attn_norm)

@@ -50,10 +50,15 @@ static int upload_scaled(struct dray_model *m, uint32_t il, const char *what, co
     int rc = t && w ? dray_dequant_row(t->type, t->data, w, n) : DRAY_ENOTFOUND;
     for (uint32_t i = 0; !rc && i < n; i++)
         w[i] = power > 0 ? w[i] * s[i] : w[i] / s[i];
-    if (!rc)
-        rc = m->dev->ops->upload(m->dev->ctx, (struct dray_view){buf, 0}, w, (size_t)n * 4);
+    if (rc) {
+        free(w);
+        return dray_fail(err, errlen, rc, "K smoothing: reading %s failed", name);
+    }
+    rc = m->dev->ops->upload(m->dev->ctx, (struct dray_view){buf, 0}, w, (size_t)n * 4);
     free(w);
-    return rc ? dray_fail(err, errlen, rc, "K smoothing: re-uploading %s failed", name) : 0;
+    return rc ? dray_fail(err, errlen, rc, "K smoothing: re-uploading %s to %s: %s", name, m->dev->ops->name,
+                          m->dev->ops->last_error(m->dev->ctx))
+              : 0;
 }
 
 int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen)

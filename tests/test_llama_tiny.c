@@ -16,55 +16,11 @@
 
 #include "dray/dray.h"
 #include "gguf.h"
+#include "ref_naive.h"
 #include "testutil.h"
 #include "tiny_gemma.h"
 
 #define V TINY_GEMMA_VOCAB
-
-static double *tensor(struct dray_gguf *g, int il, const char *what, const char *kind, bool need)
-{
-    char name[64];
-    if (il < 0)
-        snprintf(name, sizeof(name), "%s.%s", what, kind);
-    else
-        snprintf(name, sizeof(name), "blk.%d.%s.%s", il, what, kind);
-    const struct dray_gguf_tensor *t = dray_gguf_find_tensor(g, name);
-    if (!t) {
-        assert_false(need);
-        return NULL;
-    }
-    uint64_t rows = t->n_dims > 1 ? t->ne[1] : 1;
-    float *row = malloc(t->ne[0] * sizeof(float));
-    double *w = malloc(t->ne[0] * rows * sizeof(double));
-    for (uint64_t i = 0; i < rows; i++) {
-        assert_int_equal(dray_gguf_tensor_row_f32(t, i, row), 0);
-        for (uint64_t j = 0; j < t->ne[0]; j++)
-            w[i * t->ne[0] + j] = row[j];
-    }
-    free(row);
-    return w;
-}
-
-static void rmsnorm(double *x, const double *w, uint32_t n)
-{
-    double ss = 0;
-    for (uint32_t i = 0; i < n; i++)
-        ss += x[i] * x[i];
-    double s = 1.0 / sqrt(ss / n + 1e-6);
-    for (uint32_t i = 0; i < n; i++)
-        x[i] = x[i] * s * w[i];
-}
-
-/* y = W x (+ b); W stored as n_out rows of k */
-static void linear(const double *W, const double *b, const double *x, double *y, uint32_t k, uint32_t n_out)
-{
-    for (uint32_t o = 0; o < n_out; o++) {
-        double s = b ? b[o] : 0;
-        for (uint32_t j = 0; j < k; j++)
-            s += W[(size_t)o * k + j] * x[j];
-        y[o] = s;
-    }
-}
 
 /* llama.cpp's "normal" RoPE: adjacent pairs (v[2i], v[2i+1]) turned by p base^(-2i/d) */
 static void rope_adjacent(double *v, uint32_t d, uint32_t p, double base)
@@ -100,26 +56,36 @@ static void attend(const struct tiny_gemma *t, const double *q, const double *K,
     }
 }
 
+/* Weights the file must have; biases it may have (NULL when not). */
+static double *w(struct dray_gguf *g, int il, const char *what)
+{
+    return ref_tensor(g, il, what, "weight", true);
+}
+
+static double *bias(struct dray_gguf *g, int il, const char *what)
+{
+    return ref_tensor(g, il, what, "bias", false);
+}
+
 static void layer(struct dray_gguf *g, const struct tiny_gemma *t, uint32_t il, double *x, uint32_t n)
 {
     uint32_t E = t->n_embd, D = t->head_dim, Q = t->n_head * D, KV = t->n_kv_head * D, F = t->n_ff;
-    double *an = tensor(g, il, "attn_norm", "weight", true), *fn = tensor(g, il, "ffn_norm", "weight", true);
-    double *wq = tensor(g, il, "attn_q", "weight", true), *wk = tensor(g, il, "attn_k", "weight", true);
-    double *wv = tensor(g, il, "attn_v", "weight", true), *wo = tensor(g, il, "attn_output", "weight", true);
-    double *bq = tensor(g, il, "attn_q", "bias", false), *bk = tensor(g, il, "attn_k", "bias", false);
-    double *bv = tensor(g, il, "attn_v", "bias", false), *bo = tensor(g, il, "attn_output", "bias", false);
-    double *wg = tensor(g, il, "ffn_gate", "weight", true), *wu = tensor(g, il, "ffn_up", "weight", true);
-    double *wd = tensor(g, il, "ffn_down", "weight", true);
+    double *an = w(g, il, "attn_norm"), *fn = w(g, il, "ffn_norm");
+    double *wq = w(g, il, "attn_q"), *wk = w(g, il, "attn_k"), *wv = w(g, il, "attn_v");
+    double *wo = w(g, il, "attn_output"), *wg = w(g, il, "ffn_gate"), *wu = w(g, il, "ffn_up");
+    double *wd = w(g, il, "ffn_down");
+    double *bq = bias(g, il, "attn_q"), *bk = bias(g, il, "attn_k"), *bv = bias(g, il, "attn_v");
+    double *bo = bias(g, il, "attn_output");
     double *q = malloc((size_t)n * Q * sizeof(double)), *K = malloc((size_t)n * KV * sizeof(double));
     double *Vv = malloc((size_t)n * KV * sizeof(double)), *h = malloc(E * sizeof(double));
     double *att = malloc(Q * sizeof(double)), *o = malloc(E * sizeof(double)), *sc = malloc(n * sizeof(double));
     double *gt = malloc(F * sizeof(double)), *up = malloc(F * sizeof(double));
     for (uint32_t p = 0; p < n; p++) {
         memcpy(h, x + (size_t)p * E, E * sizeof(double));
-        rmsnorm(h, an, E);
-        linear(wq, bq, h, q + (size_t)p * Q, E, Q);
-        linear(wk, bk, h, K + (size_t)p * KV, E, KV);
-        linear(wv, bv, h, Vv + (size_t)p * KV, E, KV);
+        ref_rmsnorm(h, an, E);
+        ref_linear(wq, bq, h, q + (size_t)p * Q, E, Q);
+        ref_linear(wk, bk, h, K + (size_t)p * KV, E, KV);
+        ref_linear(wv, bv, h, Vv + (size_t)p * KV, E, KV);
         for (uint32_t hd = 0; hd < t->n_head; hd++)
             rope_adjacent(q + (size_t)p * Q + hd * D, D, p, 1000000.0);
         for (uint32_t hd = 0; hd < t->n_kv_head; hd++)
@@ -128,16 +94,16 @@ static void layer(struct dray_gguf *g, const struct tiny_gemma *t, uint32_t il, 
     for (uint32_t p = 0; p < n; p++) {
         for (uint32_t hd = 0; hd < t->n_head; hd++)
             attend(t, q + (size_t)p * Q + hd * D, K, Vv, p, hd, att + hd * D, sc);
-        linear(wo, bo, att, o, Q, E);
+        ref_linear(wo, bo, att, o, Q, E);
         for (uint32_t i = 0; i < E; i++)
             x[(size_t)p * E + i] += o[i];
         memcpy(h, x + (size_t)p * E, E * sizeof(double));
-        rmsnorm(h, fn, E);
-        linear(wg, NULL, h, gt, E, F);
-        linear(wu, NULL, h, up, E, F);
+        ref_rmsnorm(h, fn, E);
+        ref_linear(wg, NULL, h, gt, E, F);
+        ref_linear(wu, NULL, h, up, E, F);
         for (uint32_t i = 0; i < F; i++)
             gt[i] = gt[i] / (1 + exp(-gt[i])) * up[i];
-        linear(wd, NULL, gt, o, F, E);
+        ref_linear(wd, NULL, gt, o, F, E);
         for (uint32_t i = 0; i < E; i++)
             x[(size_t)p * E + i] += o[i];
     }
@@ -153,16 +119,16 @@ static double *ref_forward(const char *path, const struct tiny_gemma *t, const i
     char err[256];
     assert_int_equal(dray_gguf_open(path, &g, err, sizeof(err)), 0);
     uint32_t E = t->n_embd;
-    double *emb = tensor(g, -1, "token_embd", "weight", true), *x = malloc((size_t)n * E * sizeof(double));
+    double *emb = w(g, -1, "token_embd"), *x = malloc((size_t)n * E * sizeof(double));
     for (uint32_t p = 0; p < n; p++)
         memcpy(x + (size_t)p * E, emb + (size_t)ids[p] * E, E * sizeof(double)); /* no scale */
     for (uint32_t il = 0; il < t->n_layer; il++)
         layer(g, t, il, x, n);
-    double *on = tensor(g, -1, "output_norm", "weight", true), *head = tensor(g, -1, "output", "weight", false);
+    double *on = w(g, -1, "output_norm"), *head = ref_tensor(g, -1, "output", "weight", false);
     double *logits = malloc((size_t)n * V * sizeof(double));
     for (uint32_t p = 0; p < n; p++) {
-        rmsnorm(x + (size_t)p * E, on, E);
-        linear(head ? head : emb, NULL, x + (size_t)p * E, logits + (size_t)p * V, E, V);
+        ref_rmsnorm(x + (size_t)p * E, on, E);
+        ref_linear(head ? head : emb, NULL, x + (size_t)p * E, logits + (size_t)p * V, E, V);
     }
     free(on);
     free(head);
@@ -201,33 +167,6 @@ static struct dray_engine *open_engine(const char *path, const char *precision, 
     return e;
 }
 
-static float *dray_logits(struct dray_engine *e, const int32_t *ids, uint32_t n)
-{
-    char err[512];
-    struct dray_session *s;
-    assert_int_equal(dray_session_new(e, &s, err, sizeof(err)), 0);
-    const char *path = dray_test_path("llama_logits.bin");
-    FILE *f = fopen(path, "wb");
-    if (dray_session_dump_logits(s, ids, n, f, err, sizeof(err)))
-        fail_msg("dump_logits: %s", err);
-    fclose(f);
-    dray_session_free(s);
-    float *l = malloc((size_t)n * V * sizeof(float));
-    f = fopen(path, "rb");
-    assert_int_equal(fread(l, sizeof(float) * V, n, f), n);
-    fclose(f);
-    return l;
-}
-
-static uint32_t argmax(const float *xf, const double *xd, uint32_t n)
-{
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (xf ? xf[i] > xf[best] : xd[i] > xd[best])
-            best = i;
-    return best;
-}
-
 static void check_against_reference(struct tiny_gemma t, const char *name)
 {
     const char *path = dray_test_path(name);
@@ -242,14 +181,14 @@ static void check_against_reference(struct tiny_gemma t, const char *name)
     int32_t ids[40];
     for (uint32_t i = 0; i < n; i++)
         ids[i] = (int32_t)(6 + (i * 37) % (V - 6));
-    float *got = dray_logits(e, ids, n);
+    float *got = ref_engine_logits(e, ids, n, V);
     double *want = ref_forward(path, &t, ids, n), d = 0;
     for (size_t i = 0; i < (size_t)n * V; i++)
         d = fmax(d, fabs(got[i] - want[i]));
     if (d >= 2e-2) /* f16 KV rounds k and v (rel 2^-11); everything else is f32 */
         fail_msg("%s: max |logit - reference| = %g", name, d);
     for (uint32_t p = 0; p < n; p++)
-        assert_int_equal(argmax(got + (size_t)p * V, NULL, V), argmax(NULL, want + (size_t)p * V, V));
+        assert_int_equal(ref_argmax_f(got + (size_t)p * V, V), ref_argmax_d(want + (size_t)p * V, V));
     free(got);
     free(want);
     dray_engine_close(e);
@@ -291,10 +230,10 @@ static void test_llama_int8_tracks_f32(void **state)
     struct dray_engine *ei = open_engine(path, "int8", &rc, err, sizeof(err));
     if (rc)
         fail_msg("int8: %s", err);
-    float *f = dray_logits(ef, ids, 24), *q = dray_logits(ei, ids, 24);
+    float *f = ref_engine_logits(ef, ids, 24, V), *q = ref_engine_logits(ei, ids, 24, V);
     uint32_t same = 0;
     for (uint32_t p = 0; p < 24; p++)
-        same += argmax(f + (size_t)p * V, NULL, V) == argmax(q + (size_t)p * V, NULL, V);
+        same += ref_argmax_f(f + (size_t)p * V, V) == ref_argmax_f(q + (size_t)p * V, V);
     assert_true(same >= 20);
     free(f);
     free(q);

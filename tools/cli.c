@@ -1,10 +1,6 @@
 #include "cli.h"
 
-#include <ctype.h>
-#include <errno.h>
-#include <inttypes.h>
 #include <libgen.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,54 +27,13 @@ void dray_cli_help(void)
            "  -n N                  most new tokens\n"
            "  --temp T              temperature (0 = greedy)\n"
            "  --top-k K --top-p P --min-p P --repeat-penalty R --seed S\n"
-           "  --precision int8|f32  weights and matmuls\n"
+           "  --precision int8|int8g|w4a8|f32  weights and matmuls\n"
            "  --kv-dtype int8|f16   KV cache\n"
            "  --backend NAME --fallback NAME --device D -t, --threads N\n"
            "  --chunk N             prefill tokens per step\n"
            "  --set KEY=VALUE       any config key\n");
 }
 
-int dray_cli_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    char *end = NULL;
-    unsigned long long v = 0;
-    errno = 0;
-    if (isdigit((unsigned char)s[0])) /* strtoull would take "-1" as 2^64 - 1 */
-        v = strtoull(s, &end, 10);
-    if (!end || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "dray: %s expects a whole number from %" PRIu64 " to %" PRIu64
-                ", got '%s'\n", flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int dray_cli_u32(const char *flag, const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    uint64_t v;
-    if (dray_cli_u64(flag, s, lo, hi, &v))
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
-int dray_cli_f64(const char *flag, const char *s, double lo, double hi, double *out)
-{
-    char *end = NULL;
-    double v = 0;
-    errno = 0;
-    if (isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1])))
-        v = strtod(s, &end);
-    if (!end || *end || errno || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "dray: %s expects a number from %g to %g, got '%s'\n", flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* flag: the option as typed ("-n", "--set"), named in the error */
 static int set(struct dray_config *cfg, const char *flag, const char *key, const char *val)
 {
     char err[512];

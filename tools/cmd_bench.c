@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench.h" /* bench/, on the include path of the dray command */
+#include "bench.h" /* bench/ (bench_dep) */
+#include "bench_ops.h"
 #include "cli.h"
 #include "cmd.h"
 

@@ -18,6 +18,7 @@
 #include "dray/dray.h"
 #include "dray/gguf.h"
 #include "dray/tokenizer.h"
+#include "flags.h"
 #include "kld.h"
 
 #define DEFAULT_CTX 512u
@@ -71,20 +72,6 @@ static void usage(void)
     dray_cli_help();
 }
 
-/* A positive integer that fits uint32, or 0 after printing why not. */
-static uint32_t parse_count(const char *flag, const char *s)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = s[0] >= '0' && s[0] <= '9' ? strtoull(s, &end, 10) : 0;
-    if (s[0] < '0' || s[0] > '9' || errno || *end || v == 0 || v > UINT32_MAX) {
-        fprintf(stderr, "dray perplexity: %s wants a whole number from 1 to %u, not '%s'\n", flag,
-                UINT32_MAX, s);
-        return 0;
-    }
-    return (uint32_t)v;
-}
-
 static int parse_args(int n_rest, char **rest, struct ppl_opts *o)
 {
     bool compare = false;
@@ -95,7 +82,7 @@ static int parse_args(int n_rest, char **rest, struct ppl_opts *o)
         else if (!strcmp(a, "--kl-divergence-base") && has) o->base_path = rest[++i];
         else if (!strcmp(a, "--kl-divergence")) compare = true;
         else if (!strcmp(a, "--chunks") && has) {
-            if (!(o->max_chunks = parse_count(a, rest[++i])))
+            if (dray_flag_u32(a, rest[++i], 1, UINT32_MAX, &o->max_chunks))
                 return 2;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = true;
         else {

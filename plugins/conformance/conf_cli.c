@@ -48,7 +48,7 @@ static int parse_u64(const char *prog, const char *flag, const char *s, uint64_t
     return 0;
 }
 
-int dray_conformance_main(int argc, char **argv, const char *prog)
+int dray_conformance_parse(int argc, char **argv, const char *prog, struct dray_conformance_opts *op)
 {
     struct dray_conformance_opts o;
     memset(&o, 0, sizeof(o));
@@ -104,6 +104,16 @@ int dray_conformance_main(int argc, char **argv, const char *prog)
         usage(stderr, prog);
         return 2;
     }
+    *op = o;
+    return -1;
+}
+
+int dray_conformance_main(int argc, char **argv, const char *prog)
+{
+    struct dray_conformance_opts o;
+    int st = dray_conformance_parse(argc, argv, prog, &o);
+    if (st >= 0)
+        return st;
     int rc = dray_conformance_run(&o, stdout);
     if (rc < 0)
         return o.op && rc == DRAY_EINVAL ? 2 : 1;

@@ -9,6 +9,7 @@
 
 #include "dray/backend.h"
 #include "dray/backend_util.h" /* f16 */
+#include "conf_loader.h"
 
 /* ------------------------------------------------------------ random numbers */
 
@@ -94,6 +95,11 @@ int conf_make_embed_f32(struct conf_rng *, struct conf_case *, int);
 int conf_make_rmsnorm(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_i8(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_f32(struct conf_rng *, struct conf_case *, int);
+/* version 2's grouped weights (matmul) and tables (embed) */
+int conf_make_matmul_q8g(struct conf_rng *, struct conf_case *, int);
+int conf_make_matmul_q4g(struct conf_rng *, struct conf_case *, int);
+int conf_make_embed_q8g(struct conf_rng *, struct conf_case *, int);
+int conf_make_embed_q4g(struct conf_rng *, struct conf_case *, int);
 int conf_make_rope(struct conf_rng *, struct conf_case *, int);
 int conf_make_kv_store_i8(struct conf_rng *, struct conf_case *, int);
 int conf_make_kv_store_f16(struct conf_rng *, struct conf_case *, int);
@@ -108,37 +114,5 @@ int conf_check_f32(const struct conf_case *, const struct conf_tol *, struct con
 /* kv_store: int8 q exact but for ties, scales to one rounding; f16 bit-exact. */
 int conf_check_kv_i8(const struct conf_case *, const struct conf_tol *, struct conf_metrics *, char *, size_t);
 int conf_check_kv_f16(const struct conf_case *, const struct conf_tol *, struct conf_metrics *, char *, size_t);
-
-/* ------------------------------------------------------------ the loader */
-
-/* A plugin the kit loaded itself (conf_loader.c: backend.h and dlopen only). */
-struct conf_plugin {
-    char path[1024];
-    void *handle;
-    const struct dray_ops *ops;
-    uint32_t abi;        /* negotiated version */
-    uint32_t n_devices;
-};
-
-struct conf_device {
-    const struct conf_plugin *plugin;
-    struct dray_ctx *ctx;
-    uint32_t index;
-    struct dray_device_props props;
-    struct dray_op_caps caps; /* per-op dtypes, from either ABI version */
-};
-
-/* name ("cpu": libdray-cpu.so searched in extra_path, $DRAY_PLUGIN_PATH, then
- * the build's default) or a path to a .so. */
-int conf_plugin_load(const char *name_or_path, const char *extra_path, struct conf_plugin *p,
-                     char *err, size_t errlen);
-void conf_plugin_unload(struct conf_plugin *p);
-/* device: ""/NULL = first, digits = index, else a part of the device's name. */
-int conf_device_open(const struct conf_plugin *p, const char *device,
-                     const struct dray_open_options *opt, struct conf_device *d, char *err,
-                     size_t errlen);
-void conf_device_close(struct conf_device *d);
-/* "invalid argument" for DRAY_EINVAL, ... */
-const char *conf_status_name(int rc);
 
 #endif

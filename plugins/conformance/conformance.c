@@ -62,6 +62,10 @@ static const struct variant {
     /* embed: "exact for F32; one f32 multiply order for I8 (rel 1e-6)" */
     {"embed", DRAY_OP_EMBED, DRAY_I8, 1, conf_make_embed_i8, conf_check_f32, {0, 1e-6, 0, "rel 1e-6"}},
     {"embed", DRAY_OP_EMBED, DRAY_F32, 0, conf_make_embed_f32, conf_check_f32, {0, 0, 0, "exact"}},
+    /* grouped tables (version 2): the same one multiply order, rel 1e-6 (+ abs
+     * 1e-7 where a Q4G32 min cancels the scaled nibble) */
+    {"embed", DRAY_OP_EMBED, DRAY_Q8G32, 0, conf_make_embed_q8g, conf_check_f32, {1e-7, 1e-6, 0, "rel 1e-6"}},
+    {"embed", DRAY_OP_EMBED, DRAY_Q4G32, 0, conf_make_embed_q4g, conf_check_f32, {1e-7, 1e-6, 0, "rel 1e-6"}},
     /* rmsnorm: "rel 1e-5" */
     {"rmsnorm", DRAY_OP_RMSNORM, DRAY_F32, 1, conf_make_rmsnorm, conf_check_f32, {0, 1e-5, 0, "rel 1e-5"}},
     /* matmul I8: "abs 1e-4 * (max|out|)"; F32: "rel 1e-5 of the sum of |x||w|" */
@@ -69,6 +73,11 @@ static const struct variant {
      {1e-4, 0, 0, "abs 1e-4*max|out|"}},
     {"matmul", DRAY_OP_MATMUL, DRAY_F32, 0, conf_make_matmul_f32, conf_check_f32,
      {0, 0, 1e-5, "1e-5*sum|x||w|"}},
+    /* grouped (version 2): "abs 1e-4 * sum_k |x||W|" (the f32 order of the groups) */
+    {"matmul", DRAY_OP_MATMUL, DRAY_Q8G32, 0, conf_make_matmul_q8g, conf_check_f32,
+     {0, 0, 1e-4, "1e-4*sum|x||W|"}},
+    {"matmul", DRAY_OP_MATMUL, DRAY_Q4G32, 0, conf_make_matmul_q4g, conf_check_f32,
+     {0, 0, 1e-4, "1e-4*sum|x||W|"}},
     /* rope: "abs 1e-4 for |p| < 2^17" */
     {"rope", DRAY_OP_ROPE, DRAY_F32, 1, conf_make_rope, conf_check_f32, {1e-4, 0, 0, "abs 1e-4"}},
     /* kv_store: "I8 bit-exact ... except ties (|q| off by one in at most 1e-3 of
@@ -98,6 +107,8 @@ static const char *dtype_name(uint32_t t)
     case DRAY_F16: return "f16";
     case DRAY_I8: return "i8";
     case DRAY_I32: return "i32";
+    case DRAY_Q8G32: return "q8g";
+    case DRAY_Q4G32: return "q4g";
     }
     return "?";
 }
@@ -334,6 +345,18 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         return rc;
     const struct conf_device *refd = &sd.ref, *subd = &sd.sub;
     struct side ref = {sd.ref_p.ops, refd->ctx}, sub = {sd.sub_p.ops, subd->ctx};
+    struct dray_conformance_report *rep = o->report;
+    if (rep) {
+        snprintf(rep->plugin, sizeof(rep->plugin), "%s", sd.sub_p.ops->name);
+        snprintf(rep->path, sizeof(rep->path), "%s", sd.sub_p.path);
+        snprintf(rep->device, sizeof(rep->device), "%s", subd->props.name);
+        snprintf(rep->vendor, sizeof(rep->vendor), "%s", subd->props.vendor);
+        rep->abi = sd.sub_p.abi;
+        rep->device_index = subd->index;
+        rep->seed = o->seed ? o->seed : 1;
+        rep->reps = o->reps ? o->reps : 12;
+        rep->opened = 1;
+    }
     fprintf(out, "subject:   %s device %u: %s (%s, ABI %u)\nreference: cpu device %u: %s, "
                  "scalar reference kernels\nseed %llu, %u cases per op\n\n",
             sd.sub_p.ops->name, subd->index, subd->props.name, sd.sub_p.path, sd.sub_p.abi,
@@ -377,6 +400,23 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         fprintf(out, "\n");
         if (row->failed)
             fprintf(out, "    %u of %u cases failed; first: %s\n", row->failed, row->cases, row->why);
+        if (rep && rep->n_rows < DRAY_CONF_MAX_ROWS) {
+            struct dray_conformance_row *r = &rep->rows[rep->n_rows++];
+            snprintf(r->op, sizeof(r->op), "%s", v->op);
+            snprintf(r->dtype, sizeof(r->dtype), "%s", dtype_name(v->dtype));
+            snprintf(r->verdict, sizeof(r->verdict), "%s", verdict);
+            snprintf(r->tolerance, sizeof(r->tolerance), "%s", v->tol.text);
+            r->passed = !fail && row->cases;
+            r->cases = row->cases;
+            r->failed = row->failed;
+            r->max_abs = row->m.max_abs;
+            r->max_rel = row->m.max_rel;
+            r->nmse = row->m.ref2 > 0 ? row->m.err2 / row->m.ref2 : 0.0;
+        }
+    }
+    if (rep) {
+        rep->n_run = n_run;
+        rep->n_pass = n_pass;
     }
     if (!o->no_timing) {
         fprintf(out, "\ntimed shapes (median of %u runs, op + synchronize, microseconds):\n",

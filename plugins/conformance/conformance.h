@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct dray_conformance_report;
+
 struct dray_conformance_opts {
     const char *plugin;      /* subject: plugin name ("opencl") or path to a .so */
     const char *device;      /* subject's device: NULL/"" = first, index, or name part */
@@ -20,6 +22,30 @@ struct dray_conformance_opts {
     uint32_t no_timing;      /* 1: skip timing */
     uint32_t n_threads;      /* host threads for CPU plugins; 0 = all */
     int verbose;             /* 1: a line per case */
+    struct dray_conformance_report *report; /* filled when non-NULL (certificates) */
+};
+
+/* What a run found, for a machine-readable certificate (`dray conformance
+ * --certify`): the subject as loaded, and one row per op variant checked. */
+#define DRAY_CONF_MAX_ROWS 32
+struct dray_conformance_row {
+    char op[16], dtype[8];
+    char verdict[24];        /* "pass", "FAIL", "FAIL unsupported", "not supported", ... */
+    int passed;              /* 1: ran and every case passed */
+    uint32_t cases, failed;
+    double max_abs, max_rel, nmse;
+    char tolerance[48];
+};
+struct dray_conformance_report {
+    char plugin[64], path[1024];  /* ops->name and the file loaded */
+    uint32_t abi;                 /* negotiated ABI version */
+    char device[128], vendor[64];
+    uint32_t device_index;
+    uint64_t seed;
+    uint32_t reps;
+    int opened;                   /* 1 when both sides were opened (rows are valid) */
+    size_t n_rows, n_run, n_pass;
+    struct dray_conformance_row rows[DRAY_CONF_MAX_ROWS];
 };
 
 /* Run the suite and print the per-op table to out. Returns 0 when every
@@ -31,5 +57,9 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out);
  * standalone dray-conformance both call this; prog names the command in
  * messages. Returns the exit status: 0 pass, 1 fail, 2 usage error. */
 int dray_conformance_main(int argc, char **argv, const char *prog);
+/* The same, with the parsed options handed back instead of run: returns -1 when
+ * the options are good (then the caller runs dray_conformance_run with *o), or
+ * the exit status (0 after -h, 2 on a usage error). Strings point into argv. */
+int dray_conformance_parse(int argc, char **argv, const char *prog, struct dray_conformance_opts *o);
 
 #endif

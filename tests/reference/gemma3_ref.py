@@ -29,18 +29,10 @@ try:
 except ImportError:  # pragma: no cover
     sys.exit("gemma3_ref.py: needs the `gguf` package (pip install gguf numpy)")
 
+from refcommon import field  # noqa: E402
+
 
 # ----------------------------------------------------------------- loading
-
-def field(reader, key, default=None):
-    """Scalar or string metadata value, or default when absent."""
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    if f.types and f.types[0] == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode("utf-8")
-    return f.parts[f.data[0]][0].item()
-
 
 def string_array(reader, key):
     f = reader.fields[key]

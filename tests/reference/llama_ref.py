@@ -36,14 +36,7 @@ try:
 except ImportError:  # pragma: no cover
     sys.exit("llama_ref.py: needs the `gguf` package (pip install gguf numpy)")
 
-
-def field(reader, key, default=None):
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    if f.types and f.types[0] == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode("utf-8")
-    return f.parts[f.data[0]][0].item()
+from refcommon import field  # noqa: E402
 
 
 class Model:

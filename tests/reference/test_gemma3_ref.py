@@ -22,7 +22,6 @@ reference.
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gemma3_ref  # noqa: E402
+from refcommon import (dray_greedy, dray_ids, dray_logits, int8_verdict, log_softmax,  # noqa: E402
+                       ref_greedy)
 
 F32_MAX_ABS = 5e-2
 F32_P90 = 1.5e-2
@@ -64,47 +65,6 @@ LONG_TEXT = (
     "Reformers printed pamphlets in the languages people actually spoke. Merchants "
     "printed price lists, governments printed laws, and universities printed textbooks. "
 )
-
-
-def dray_ids(dray, model, text):
-    out = subprocess.run([dray, "tokenize", "-m", model, "--ids"], input=text.encode(),
-                         capture_output=True, check=True)
-    return [int(x) for x in out.stdout.split()]
-
-
-def dray_logits(dray, model, ids, extra, path):
-    cmd = [dray, "run", "-m", model, "--prompt-ids", ",".join(map(str, ids)),
-           "--dump-logits", path, "-q", "-c", str(len(ids) + 8)] + extra
-    subprocess.run(cmd, check=True)
-    return np.fromfile(path, dtype=np.float32).reshape(len(ids), -1)
-
-
-def dray_greedy(dray, model, ids, extra):
-    cmd = [dray, "run", "-m", model, "--prompt-ids", ",".join(map(str, ids)), "-n", str(N_GREEDY),
-           "--temp", "0", "--print-token-ids", "-q"] + extra
-    out = subprocess.run(cmd, capture_output=True, check=True).stdout.decode("utf-8", "replace")
-    last = out.rstrip("\n").split("\n")[-1]
-    return [int(x) for x in last.split()] if last.strip() else []
-
-
-def ref_greedy(m, ids, n):
-    seq = list(ids)
-    gaps = []
-    for _ in range(n):
-        logits = gemma3_ref.forward(m, seq, all_logits=False)[0]
-        top2 = np.partition(logits, -2)[-2:]
-        nxt = int(np.argmax(logits))
-        gaps.append(float(abs(top2[1] - top2[0])))
-        if nxt in (m.eos, 106):  # <eos>, <end_of_turn>: dray stops there too
-            break
-        seq.append(nxt)
-    return seq[len(ids):], gaps
-
-
-def log_softmax(x):
-    x = x.astype(np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
 def main():
@@ -156,8 +116,8 @@ def main():
                              0, None))
                 print(f"prompt {pi}: {len(ids)} tokens checked ({time.time() - t0:.0f} s)", flush=True)
                 continue
-            g_dray = dray_greedy(a.dray, a.model, ids, ["--precision", "f32", "--kv-dtype", "f16"])
-            g_ref, gaps = ref_greedy(m, ids, N_GREEDY)
+            g_dray = dray_greedy(a.dray, a.model, ids, N_GREEDY, ["--precision", "f32", "--kv-dtype", "f16"])
+            g_ref, gaps = ref_greedy(gemma3_ref.forward, m, ids, N_GREEDY, (m.eos, 106))  # <eos>, <end_of_turn>
             same = g_dray == g_ref
             if not same:
                 k = next((i for i, (x, y) in enumerate(zip(g_dray, g_ref)) if x != y),
@@ -173,14 +133,7 @@ def main():
     for pi, n, fa, da, ia, klm, klx, ng, same in rows:
         print(f"{pi:6d}  {n:6d}  {fa:4d}/{n:<4d} {da:10.5f}  {ia:4d}/{n:<4d} {klm:12.5f} {klx:12.5f}  "
               + ("(logits only)" if same is None else f"{ng} tokens {'identical' if same else 'DIFFER'}"))
-    top1 = tot_agree / tot_pos
-    kl_mean = kl_sum / tot_pos
-    print(f"\nint8 over {tot_pos} positions: top-1 agreement {100 * top1:.2f}% (need >= "
-          f"{100 * INT8_TOP1:.0f}%), mean KL(ref||dray) {kl_mean:.5f} (need < {INT8_KL})")
-    if top1 < INT8_TOP1:
-        failures.append(f"int8 top-1 agreement {top1:.4f} < {INT8_TOP1}")
-    if kl_mean >= INT8_KL:
-        failures.append(f"int8 mean KL {kl_mean:.5f} >= {INT8_KL}")
+    int8_verdict(tot_agree, tot_pos, kl_sum, INT8_TOP1, INT8_KL, failures)
     for f in failures:
         print("FAIL:", f)
     print("PASS" if not failures else f"{len(failures)} check(s) failed")

@@ -27,7 +27,6 @@ values is printed, to be quoted in notes. Runs in about a minute on 2 cores.
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +36,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref  # noqa: E402
+from refcommon import (dray_greedy, dray_ids, dray_logits, int8_verdict, log_softmax,  # noqa: E402
+                       ref_greedy)
 
 # f32 vs the reference with f16 K/V: summation order over 30 layers; logits reach ~25
 F32_MAX_ABS = 0.1
@@ -71,45 +72,6 @@ PROMPTS = [
 F32 = ["--precision", "f32", "--kv-dtype", "f16"]
 
 
-def dray_ids(dray, model, text, special):
-    cmd = [dray, "tokenize", "-m", model, "--ids"] + (["--special"] if special else [])
-    out = subprocess.run(cmd, input=text.encode(), capture_output=True, check=True)
-    return [int(x) for x in out.stdout.split()]
-
-
-def dray_logits(dray, model, ids, extra, path):
-    cmd = [dray, "run", "-m", model, "--prompt-ids", ",".join(map(str, ids)),
-           "--dump-logits", path, "-q", "-c", str(len(ids) + 8)] + extra
-    subprocess.run(cmd, check=True)
-    return np.fromfile(path, dtype=np.float32).reshape(len(ids), -1)
-
-
-def dray_greedy(dray, model, ids, extra):
-    cmd = [dray, "run", "-m", model, "--prompt-ids", ",".join(map(str, ids)), "-n", str(GREEDY),
-           "--temp", "0", "--print-token-ids", "-q"] + extra
-    out = subprocess.run(cmd, capture_output=True, check=True).stdout.decode("utf-8", "replace")
-    last = out.rstrip("\n").split("\n")[-1]
-    return [int(x) for x in last.split()] if last.strip() else []
-
-
-def ref_greedy(m, ids, n):
-    seq, gaps = list(ids), []
-    for _ in range(n):
-        logits = llama_ref.forward(m, seq, all_logits=False)[0]
-        top2 = np.partition(logits, -2)[-2:]
-        gaps.append(float(abs(top2[1] - top2[0])))
-        nxt = int(np.argmax(logits))
-        if nxt == m.eos:  # <|im_end|>: dray stops there too
-            break
-        seq.append(nxt)
-    return seq[len(ids):], gaps
-
-
-def log_softmax(x):
-    x = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
 def check_prompt(a, m, pi, text, special, dump, t0):
     """One prompt: (table row, failures, int8 agreements, KL sum, positions)."""
     ids = dray_ids(a.dray, a.model, text, special)
@@ -131,8 +93,8 @@ def check_prompt(a, m, pi, text, special, dump, t0):
     kl = (np.exp(lp_ref) * (lp_ref - lp_i8)).sum(axis=1)
     greedy = None
     if pi < a.greedy_prompts:
-        g_dray = dray_greedy(a.dray, a.model, ids, F32)
-        g_ref, gaps = ref_greedy(m, ids, GREEDY)
+        g_dray = dray_greedy(a.dray, a.model, ids, GREEDY, F32)
+        g_ref, gaps = ref_greedy(llama_ref.forward, m, ids, GREEDY, (m.eos,))  # <|im_end|>
         greedy = (len(g_ref), g_dray == g_ref)
         if g_dray != g_ref:
             k = next((i for i, (x, y) in enumerate(zip(g_dray, g_ref)) if x != y),
@@ -169,13 +131,7 @@ def main():
     for pi, n, fa, da, ia, klm, klx, g in rows:
         gs = "-" if g is None else f"{g[0]} tokens {'identical' if g[1] else 'DIFFER'}"
         print(f"{pi:6d}  {n:6d}  {fa:4d}/{n:<4d} {da:10.5f}  {ia:4d}/{n:<4d} {klm:12.5f} {klx:12.5f}  {gs}")
-    top1, kl_mean = tot_agree / tot_pos, kl_sum / tot_pos
-    print(f"\nint8 over {tot_pos} positions: top-1 agreement {100 * top1:.2f}% (need >= "
-          f"{100 * INT8_TOP1:.0f}%), mean KL(ref||dray) {kl_mean:.5f} (need < {INT8_KL})")
-    if top1 < INT8_TOP1:
-        failures.append(f"int8 top-1 agreement {top1:.4f} < {INT8_TOP1}")
-    if kl_mean >= INT8_KL:
-        failures.append(f"int8 mean KL {kl_mean:.5f} >= {INT8_KL}")
+    int8_verdict(tot_agree, tot_pos, kl_sum, INT8_TOP1, INT8_KL, failures)
     for f in failures:
         print("FAIL:", f)
     print(f"PASS ({time.time() - t0:.0f} s)" if not failures else f"{len(failures)} check(s) failed")

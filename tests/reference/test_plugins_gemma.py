@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from refcommon import log_softmax
+
 N_TOKENS = 32
 INT8_KL = 0.02
 INT8_TOP1 = 0.8
@@ -54,11 +56,6 @@ def logits(dray, model, backend, ids, path):
     if r.returncode:
         raise RuntimeError(r.stderr.decode(errors="replace").strip())
     return np.fromfile(path, dtype=np.float32).reshape(len(ids), -1)
-
-
-def log_softmax(x):
-    x = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
 def has_device(dray, model, backend):
