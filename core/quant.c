@@ -42,3 +42,9 @@ void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t 
         }
     }
 }
+
+void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale)
+{
+    /* each group of 32 is a row of its own as far as the rule goes */
+    dray_quantize_rows_i8(w, rows * (cols / 32), 32, q, scale);
+}

@@ -9,4 +9,11 @@
  * a zero row gets scale 0. w is [rows][cols] f32. */
 void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
 
+/* backend.h's Q8G32 layout (cols a multiple of 32): each group of 32 along a row
+ * quantized like a row above, scale [rows][cols/32]. Q8_0 and Q5_0 sources come
+ * back exactly (their groups are codes times one scale, the largest code 127 or
+ * 16 apart from rounding). Q4G32 needs no quantizer: 4-bit files convert
+ * losslessly (dray_gguf_tensor_row_q4g). */
+void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
+
 #endif
