@@ -114,9 +114,10 @@ int dray_plugin_template_dir(const char *override, char *dir, size_t dirlen, cha
     if (override && override[0])
         snprintf(cand[n++], sizeof(cand[0]), "%s", override);
     else {
-        if (bin[0] && in_build_tree(bin) && DRAY_TEMPLATE_SOURCE[0])
+        /* "!= 0": clang -Werror refuses a string constant's [0] as an operand of && */
+        if (bin[0] && in_build_tree(bin) && DRAY_TEMPLATE_SOURCE[0] != 0)
             snprintf(cand[n++], sizeof(cand[0]), "%s", DRAY_TEMPLATE_SOURCE);
-        if (bin[0] && DRAY_TEMPLATE_FROM_BINDIR[0])
+        if (bin[0] && DRAY_TEMPLATE_FROM_BINDIR[0] != 0)
             snprintf(cand[n++], sizeof(cand[0]), "%s/%s", bin, DRAY_TEMPLATE_FROM_BINDIR);
         if (DRAY_TEMPLATE_INSTALLED[0])
             snprintf(cand[n++], sizeof(cand[0]), "%s", DRAY_TEMPLATE_INSTALLED);
