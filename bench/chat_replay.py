@@ -99,7 +99,7 @@ class Client:
         return [m["id"] for m in json.loads(body)["data"]]
 
     def metrics(self):
-        """The server's /metrics as {name: value} (unlabelled samples), {} if none."""
+        """The server's /metrics as {name: value}, labelled samples summed, {} if none."""
         try:
             c = self.conn()
             c.request("GET", self.prefix[:-3] + "/metrics", headers=self.headers)
@@ -111,12 +111,14 @@ class Client:
             return {}
         out = {}
         for line in body.splitlines():
-            parts = line.split()
-            if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
-                try:
-                    out[parts[0]] = float(parts[1])
-                except ValueError:
-                    pass
+            if line.startswith("#") or not line.strip():
+                continue
+            name, _, rest = line.partition("{") if "{" in line.split()[0] else line.partition(" ")
+            value = rest.rsplit("}", 1)[-1].split() if "}" in rest else rest.split()
+            try:
+                out[name.strip()] = out.get(name.strip(), 0.0) + float(value[0])
+            except (ValueError, IndexError):
+                pass
         return out
 
     def chat(self, messages):
