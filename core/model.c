@@ -58,8 +58,10 @@ static void split_outliers(float *f32, uint64_t n, uint64_t k, const int32_t *ou
 
 struct prep {
     float *f32;        /* [SLAB_ROWS][k] */
-    int8_t *q;         /* [SLAB_ROWS][k] (I8) */
-    float *sc;         /* [SLAB_ROWS] */
+    int8_t *q;         /* [SLAB_ROWS][k] (I8, grouped) */
+    float *sc;         /* [SLAB_ROWS] (I8), [SLAB_ROWS][k/16] (grouped) */
+    int8_t *qi;        /* grouped: q and sc in the device layout */
+    float *sci;
     float *ow;         /* [n_out][n_outlier] or NULL */
     const int32_t *outliers;
     uint32_t n_outlier;
@@ -98,9 +100,12 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k), sf = dray_util_wscale_floats(dtype, (uint32_t)k);
             if (dtype == DRAY_Q8G32)
                 dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
-            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * wb}, p->q, n * wb);
+            /* rows and row are multiples of 16 here, so the slab's blocks are
+             * contiguous in the device layout at the same byte offset */
+            dray_grouped_interleave(dtype, n, k, p->q, p->sc, p->qi, p->sci);
+            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * wb}, p->qi, n * wb);
             if (!rc)
-                rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * sf * 4}, p->sc, n * sf * 4);
+                rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * sf * 4}, p->sci, n * sf * 4);
         } else if (dtype == DRAY_I8) {
             if (p->n_outlier)
                 split_outliers(p->f32, n, k, p->outliers, p->n_outlier, p->ow, row);
@@ -169,8 +174,9 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     /* Grouped: rows must be whole groups (else int8 per row, which takes any k);
      * 4-bit only where every part is 4-bit in the file, so W4A8 never rounds a
      * wider source onto a coarser grid. */
-    if (dray_util_grouped(dtype) && k % 32)
-        dtype = DRAY_I8;
+    for (uint32_t i = 0; dray_util_grouped(dtype) && i < n_parts; i++)
+        if (k % 32 || parts[i]->ne[1] % 16) /* whole groups, whole 16-row blocks */
+            dtype = DRAY_I8;
     for (uint32_t i = 0; dtype == DRAY_Q4G32 && i < n_parts; i++)
         if (!dray_ggml_is_4bit(parts[i]->type))
             dtype = DRAY_Q8G32;
@@ -183,12 +189,15 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
         .f32 = malloc(SLAB_ROWS * k * sizeof(float)),
         .q = quantized ? malloc(SLAB_ROWS * k) : NULL,
         .sc = malloc(SLAB_ROWS * (k / 16 + 1) * sizeof(float)),
+        .qi = dray_util_grouped(dtype) ? malloc(SLAB_ROWS * k) : NULL,
+        .sci = dray_util_grouped(dtype) ? malloc(SLAB_ROWS * (k / 16 + 1) * sizeof(float)) : NULL,
         .ow = out->n_outlier ? malloc(n_out * out->n_outlier * sizeof(float)) : NULL,
         .outliers = outliers,
         .n_outlier = out->n_outlier,
     };
     int rc = DRAY_ENOMEM;
-    if (!p.f32 || !p.sc || (quantized && !p.q) || (out->n_outlier && !p.ow)) {
+    if (!p.f32 || !p.sc || (quantized && !p.q) || (out->n_outlier && !p.ow) ||
+        (dray_util_grouped(dtype) && (!p.qi || !p.sci))) {
         dray_fail(err, errlen, rc, "out of host memory preparing %s", parts[0]->name);
         goto out;
     }
@@ -216,6 +225,8 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
 out:
     free(p.f32);
     free(p.q);
+    free(p.qi);
+    free(p.sci);
     free(p.sc);
     free(p.ow);
     if (rc)

@@ -16,4 +16,13 @@ void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t 
  * losslessly (dray_gguf_tensor_row_q4g). */
 void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
 
+/* Row-major grouped codes and scales of `rows` rows (a multiple of 16) into
+ * backend.h's layout of 16-row blocks (dtype DRAY_Q8G32 or DRAY_Q4G32):
+ *   q  row-major: Q8G32 int8 [rows][k]; Q4G32 [rows][k/2], 16 bytes per group
+ *      with input i low and i+16 high in byte i (dray_gguf_tensor_row_q4g);
+ *   sc row-major: [rows][k/32] (Q8G32) or [rows][k/32][2] = {d, m} (Q4G32).
+ * qo and so get the same bytes and floats, reordered. */
+void dray_grouped_interleave(uint32_t dtype, uint64_t rows, uint64_t k, const void *q, const float *sc,
+                             void *qo, float *so);
+
 #endif

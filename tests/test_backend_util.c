@@ -140,13 +140,15 @@ static void test_validators_return_documented_codes(void **state)
     m.wdtype = DRAY_Q4G32;
     m.k = m.stride_x = 64;
     assert_int_equal(dray_util_check_matmul(&m, &nd, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_EINVAL); /* 4 rows */
+    m.n_out = m.stride_out = 16;
     assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_OK);
-    assert_int_equal(nd.at[1].nbytes, 4 * 32); /* 4 rows of 64 nibbles */
-    assert_int_equal(nd.at[2].nbytes, 4 * 4 * 4); /* 4 rows of 2 groups of {d, m} */
+    assert_int_equal(nd.at[1].nbytes, 16 * 32); /* 16 rows of 64 nibbles */
+    assert_int_equal(nd.at[2].nbytes, 16 * 4 * 4); /* 16 rows of 2 groups of {d, m} */
     m.wdtype = DRAY_Q8G32;
     assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_OK);
-    assert_int_equal(nd.at[1].nbytes, 4 * 64);
-    assert_int_equal(nd.at[2].nbytes, 4 * 2 * 4);
+    assert_int_equal(nd.at[1].nbytes, 16 * 64);
+    assert_int_equal(nd.at[2].nbytes, 16 * 2 * 4);
     m.k = m.stride_x = 48; /* not whole groups */
     assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_EINVAL);
     m.k = m.stride_x = 64;

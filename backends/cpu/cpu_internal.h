@@ -34,7 +34,6 @@ struct dray_cpu_kernels {
     /* grouped weights (DRAY_Q8G32, DRAY_Q4G32): a quantize/matmul pair */
     void (*gquantize)(const struct dray_cpu_matmul *, uint32_t, uint32_t);
     void (*gmatmul)(const struct dray_cpu_matmul *, uint32_t, uint32_t);
-    int glsum; /* the pair wants lsum (dray_cpu_matmul) */
 };
 
 struct dray_ctx {

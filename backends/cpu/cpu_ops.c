@@ -128,8 +128,6 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
         sub.q = a->q + (size_t)t0 * a->q_stride;
         sub.gsx = a->gsx + (size_t)t0 * (a->k / 32);
         sub.gsum = a->gsum + (size_t)t0 * (a->k / 32);
-        if (a->lsum)
-            sub.lsum = a->lsum + (size_t)t0 * (a->k / 4);
     }
     matmul_rows(j->ctx, &sub, o0, o1);
 }
@@ -176,22 +174,20 @@ static int matmul_outliers(struct dray_ctx *ctx, const struct dray_matmul_args *
     return 0;
 }
 
-/* Grouped weights: scratch for q, the group scales and sums (and lsum for the
- * fast pair), then the quantize step over the tokens. */
+/* Grouped weights: scratch for q, the group scales and sums, then the quantize
+ * step over the tokens. */
 static int grouped_scratch(struct dray_ctx *ctx, struct matmul_job *j)
 {
     struct dray_cpu_matmul *k = &j->k;
     size_t G = k->k / 32, up = 63;
     k->q_stride = ((size_t)k->k + up) & ~up;
     size_t qb = k->q_stride * k->n_tok, gb = (G * 4 * k->n_tok + up) & ~up;
-    size_t lb = ctx->k.glsum ? (((size_t)k->k * k->n_tok + up) & ~up) : 0;
-    char *s = dray_cpu_scratch(ctx, qb + 2 * gb + lb + 64);
+    char *s = dray_cpu_scratch(ctx, qb + 2 * gb + 64);
     if (!s)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %zu bytes of activations", qb);
     k->q = (int8_t *)s;
     k->gsx = (float *)(s + qb);
     k->gsum = (int32_t *)(s + qb + gb);
-    k->lsum = lb ? (int32_t *)(s + qb + 2 * gb) : NULL;
     dray_cpu_parallel(ctx, k->n_tok, 1, (double)k->n_tok * k->k, quantize_body, j);
     return 0;
 }

@@ -21,7 +21,7 @@ static void pick_kernels(struct dray_ctx *ctx)
     struct dray_cpu_kernels ref = {
         dray_cpu_ref_embed,    dray_cpu_ref_rmsnorm,  dray_cpu_ref_quantize,  dray_cpu_ref_matmul,
         dray_cpu_ref_rope,     dray_cpu_ref_kv_store, dray_cpu_ref_attention, dray_cpu_ref_gated_act,
-        dray_cpu_ref_gquantize, dray_cpu_ref_gmatmul,  0,
+        dray_cpu_ref_gquantize, dray_cpu_ref_gmatmul,
     };
     ctx->k = ref;
 #ifdef DRAY_CPU_AVX2
@@ -34,6 +34,7 @@ static void pick_kernels(struct dray_ctx *ctx)
     ctx->k.rope = dray_cpu_avx2_rope;
     ctx->k.attention = dray_cpu_avx2_attention;
     ctx->k.gated_act = dray_cpu_avx2_gated_act;
+    ctx->k.gmatmul = dray_cpu_avx2_gmatmul; /* AVX-VNNI too: the AVX-512 one below */
 #endif
 #ifdef DRAY_CPU_AVXVNNI
     if (ctx->isa == DRAY_CPU_ISA_AVXVNNI) {
@@ -48,9 +49,7 @@ static void pick_kernels(struct dray_ctx *ctx)
     }
     if (ctx->isa >= DRAY_CPU_ISA_AVX512VNNI) {
         ctx->k.attention = dray_cpu_avx512_attention;
-        ctx->k.gquantize = dray_cpu_avx512vnni_gquantize;
         ctx->k.gmatmul = dray_cpu_avx512vnni_gmatmul;
-        ctx->k.glsum = 1;
     }
 #endif
 #ifdef DRAY_CPU_AMX

@@ -176,7 +176,8 @@ struct dray_view {
  *              F32  [n_rows][dim], row_scale ignored              (dtype F32)
  *   out        F32  [n_tok][dim]
  * Since version 2 the table may also be Q8G32 or Q4G32 (the matmul weight layouts
- * below, row_scale then being that layout's wscale), so a tied output head in a
+ * below with n_rows for n_out and dim for k, row_scale then being that layout's
+ * wscale), so a tied output head in a
  * grouped format is also the embedding: out = W[id][i] * scale, with W computed
  * as written there ((float)w * wscale, or nib * d + m), then times scale.
  * Tolerance: exact for F32; one f32 multiply order for I8 and grouped (rel 1e-6). */
@@ -227,22 +228,29 @@ struct dray_rmsnorm_args {
  * Tolerance: abs 1e-4 * (max|out|), from f32 rounding of the scale product only.
  *
  * Grouped weights (version 2; declared by the bits DRAY_Q8G32 / DRAY_Q4G32 in
- * op_caps.op_dtypes[DRAY_OP_MATMUL]). k must be a multiple of 32; G = k / 32
- * groups per row; group g of a row is input channels 32g .. 32g+31.
- *   DRAY_Q8G32: w I8 [n_out][k] row-major; wscale F32 [n_out][G]:
- *               W[o][c] = w[o][c] * wscale[o][c/32].
- *   DRAY_Q4G32: w U8 [n_out][k/2]: group g of row o is the 16 bytes at
- *               o*k/2 + 16g; byte i holds element 32g+i in its low nibble and
- *               element 32g+16+i in its high nibble, each an unsigned 0..15;
- *               wscale F32 [n_out][G][2] = {d, m} per group:
- *               W[o][c] = nib(o, c) * d[o][c/32] + m[o][c/32].
+ * op_caps.op_dtypes[DRAY_OP_MATMUL]). k must be a multiple of 32 and n_out of 16;
+ * G = k / 32 groups per row; group g is input channels 32g .. 32g+31. Rows come
+ * in blocks of 16 (block b = rows 16b .. 16b+15), and within a block each group
+ * is stored as 64-byte units that hold 4 consecutive inputs of all 16 rows (unit
+ * byte 4r + e = row 16b+r), so one 32-bit lane of a vector register is one row:
+ *   DRAY_Q8G32: w I8, n_out*k bytes: W8(o, c) is byte
+ *                 ((b*G + g)*8 + i)*64 + 4r + e,  o = 16b+r, c = 32g + 4i + e;
+ *               wscale F32 [n_out/16][G][16]: s(o, g) = wscale[(b*G + g)*16 + r];
+ *               W[o][c] = W8(o, c) * s(o, c/32).
+ *   DRAY_Q4G32: w U8, n_out*k/2 bytes: unit u (0..3) of (b, g) at
+ *                 ((b*G + g)*4 + u)*64; its byte 4r + e holds, as unsigned 0..15,
+ *                 input 32g + 4u + e in the low nibble and 32g + 16 + 4u + e in
+ *                 the high nibble of row 16b+r;
+ *               wscale F32 [n_out/16][G][2][16]: d(o, g) = wscale[((b*G + g)*2)*16 + r],
+ *                 m(o, g) = wscale[((b*G + g)*2 + 1)*16 + r];
+ *               W[o][c] = nib(o, c) * d(o, c/32) + m(o, c/32).
  *   (GGUF Q8_0, Q5_0, Q4_0, Q4_1 and Q4_K convert into these exactly; Q6_K into
  *   Q8G32 to within a quarter of its own step.)
  * Activations are quantized per token and per group, symmetric:
  *   sx[t][g] = max_{c in g} |x[t][c]| / 127, q = x/sx rounded to nearest even,
  *   clamped to [-127, 127] (a zero group: q = 0, sx = 0), and
  *   out[t][o] = sum over g in increasing order, accumulated in f32, of
- *     Q8G32: (float)(sum_{c in g} q*w) * (sx[t][g] * wscale[o][g])
+ *     Q8G32: (float)(sum_{c in g} q*W8) * (sx[t][g] * s(o, g))
  *     Q4G32: sx[t][g] * (d * (float)(sum_{c in g} q*nib) + m * (float)(sum_{c in g} q))
  *   with exact int32 group sums. Outlier channels do not apply (n_outlier must
  *   be 0): a group's scale only sees its own 32 channels, so an outlier channel

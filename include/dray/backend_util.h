@@ -353,9 +353,10 @@ static inline int dray_util_check_embed_g(const struct dray_embed_args *a, int g
     if (a->dtype != DRAY_I8 && a->dtype != DRAY_F32 && !(grouped && dray_util_grouped(a->dtype)))
         return dray_util_fail(why, len, DRAY_ENOTSUP,
                               "embed: table dtype %u is not I8, F32, Q8G32 or Q4G32", a->dtype);
-    if (dray_util_grouped(a->dtype) && a->dim % 32)
-        return dray_util_fail(why, len, DRAY_EINVAL, "embed: dim = %u is not a multiple of 32 (grouped table)",
-                              a->dim);
+    if (dray_util_grouped(a->dtype) && (a->dim % 32 || a->n_rows % 16))
+        return dray_util_fail(why, len, DRAY_EINVAL,
+                              "embed: a grouped table needs dim %% 32 == 0 (dim = %u) and n_rows %% 16 "
+                              "== 0 (n_rows = %u)", a->dim, a->n_rows);
     uint32_t row = dray_util_wrow_bytes(a->dtype, a->dim);
     DRAY_UTIL_TRY(dray_util_need(nd, "embed ids", a->ids, 1, 0, a->n_tok, 4, why, len));
     if (a->dtype == DRAY_F32)
@@ -411,10 +412,11 @@ static inline int dray_util_check_matmul_g(const struct dray_matmul_args *a, int
     if (a->k > 65536)
         return dray_util_fail(why, len, DRAY_EINVAL, "matmul: k = %u exceeds 65536 (int32 sums)",
                               a->k);
-    if (dray_util_grouped(a->wdtype) && (a->k % 32 || a->n_outlier))
+    if (dray_util_grouped(a->wdtype) && (a->k % 32 || a->n_out % 16 || a->n_outlier))
         return dray_util_fail(why, len, DRAY_EINVAL,
-                              "matmul: grouped weights need k %% 32 == 0 (k = %u) and no outlier "
-                              "channels (n_outlier = %u)", a->k, a->n_outlier);
+                              "matmul: grouped weights need k %% 32 == 0 (k = %u), n_out %% 16 == 0 "
+                              "(n_out = %u) and no outlier channels (n_outlier = %u)", a->k, a->n_out,
+                              a->n_outlier);
     if (a->stride_x < a->k || a->stride_out < a->n_out)
         return dray_util_fail(why, len, DRAY_EINVAL,
                               "matmul: stride_x %u < k %u or stride_out %u < n_out %u",

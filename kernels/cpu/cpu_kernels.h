@@ -79,11 +79,10 @@ struct dray_cpu_matmul {
     /* Grouped weights (wdtype DRAY_Q8G32 / DRAY_Q4G32, else 0; is_i8 is 0 then).
      * The grouped quantize step fills q as above (unbiased, per-group scales),
      * gsx [n_tok][k/32] (each group's scale) and gsum [n_tok][k/32] (each group's
-     * sum of q). Fast paths also get lsum [n_tok][k/4]: sums of 4 consecutive q. */
+     * sum of q); every kernel set shares that step. */
     uint32_t wdtype;
     float *gsx;
     int32_t *gsum;
-    int32_t *lsum;
 };
 /* Step 1 (I8 only): quantize tokens [t0, t1) of x into a->q / a->sx. */
 void dray_cpu_ref_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
@@ -109,12 +108,12 @@ void dray_cpu_avx512vnni_row_corr(const int8_t *w, uint32_t k, uint32_t n, int32
 void dray_cpu_amx_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_amx_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* Grouped weights (ref_gmatmul.c, the specification; avx512vnni_gmatmul.c).
- * gquantize: tokens [t0, t1); gmatmul: output channels [o0, o1), every token.
- * The AVX-512 quantize is the reference's plus lsum. */
+ * gquantize (shared): tokens [t0, t1); gmatmul: output channels [o0, o1), every
+ * token (the AVX2 and AVX-512 ones need o0 and o1 multiples of 16). */
 void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
-void dray_cpu_avx512vnni_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* Row r of a grouped table (dtype DRAY_Q8G32 or DRAY_Q4G32, dim a multiple of
  * 32, rs = its scales) times scale into y[dim]. */
 void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_t r, uint32_t dim,

@@ -36,11 +36,26 @@ void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32
     }
 }
 
-/* The 4-bit weight of input channel 32g + c of a Q4G32 row (c < 32). */
-static inline int32_t nib(const uint8_t *row, uint32_t g, uint32_t c)
+/* Weight codes and scales at row o, input c (backend.h: rows in blocks of 16,
+ * each group stored as 64-byte units of 4 inputs x 16 rows). */
+static inline int32_t w8_at(const int8_t *w, uint32_t G, uint32_t o, uint32_t c)
 {
-    uint8_t b = row[g * 16u + (c & 15u)];
-    return c < 16u ? (int32_t)(b & 15u) : (int32_t)(b >> 4);
+    size_t unit = ((size_t)(o / 16) * G + c / 32) * 8 + (c % 32) / 4;
+    return w[unit * 64 + (o % 16) * 4 + c % 4];
+}
+
+static inline int32_t nib_at(const uint8_t *w, uint32_t G, uint32_t o, uint32_t c)
+{
+    uint32_t cc = c % 32;
+    size_t unit = ((size_t)(o / 16) * G + c / 32) * 4 + (cc % 16) / 4;
+    uint8_t b = w[unit * 64 + (o % 16) * 4 + cc % 4];
+    return cc < 16 ? (int32_t)(b & 15u) : (int32_t)(b >> 4);
+}
+
+/* Scale j (Q8G32: 0; Q4G32: 0 = d, 1 = m) of row o, group g; per = 1 or 2. */
+static inline float scale_at(const float *s, uint32_t G, uint32_t per, uint32_t o, uint32_t g, uint32_t j)
+{
+    return s[(((size_t)(o / 16) * G + g) * per + j) * 16 + o % 16];
 }
 
 void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
@@ -53,23 +68,17 @@ void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t
         float *y = a->out + (size_t)t * a->stride_out;
         for (uint32_t o = o0; o < o1; o++) {
             float acc = 0.0f;
-            if (a->wdtype == DRAY_Q8G32) {
-                const int8_t *w = (const int8_t *)a->w + (size_t)o * a->k;
-                const float *ws = a->wscale + (size_t)o * G;
-                for (uint32_t g = 0; g < G; g++) {
-                    int32_t isum = 0;
+            for (uint32_t g = 0; g < G; g++) {
+                int32_t isum = 0;
+                if (a->wdtype == DRAY_Q8G32) {
                     for (uint32_t c = 0; c < GROUP; c++)
-                        isum += (int32_t)q[g * GROUP + c] * w[g * GROUP + c];
-                    acc += (float)isum * (sx[g] * ws[g]);
-                }
-            } else {
-                const uint8_t *w = (const uint8_t *)a->w + (size_t)o * (a->k / 2);
-                const float *dm = a->wscale + (size_t)o * G * 2;
-                for (uint32_t g = 0; g < G; g++) {
-                    int32_t isum = 0;
+                        isum += (int32_t)q[g * GROUP + c] * w8_at(a->w, G, o, g * GROUP + c);
+                    acc += (float)isum * (sx[g] * scale_at(a->wscale, G, 1, o, g, 0));
+                } else {
                     for (uint32_t c = 0; c < GROUP; c++)
-                        isum += (int32_t)q[g * GROUP + c] * nib(w, g, c);
-                    acc += sx[g] * (dm[2 * g] * (float)isum + dm[2 * g + 1] * (float)qs[g]);
+                        isum += (int32_t)q[g * GROUP + c] * nib_at(a->w, G, o, g * GROUP + c);
+                    acc += sx[g] * (scale_at(a->wscale, G, 2, o, g, 0) * (float)isum +
+                                    scale_at(a->wscale, G, 2, o, g, 1) * (float)qs[g]);
                 }
             }
             y[o] = a->accumulate ? y[o] + acc : acc;
@@ -80,17 +89,12 @@ void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t
 void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_t r, uint32_t dim,
                        float scale, float *y)
 {
-    uint32_t G = dim / GROUP;
-    if (dtype == DRAY_Q8G32) {
-        const int8_t *w = (const int8_t *)table + r * dim;
-        for (uint32_t i = 0; i < dim; i++)
-            y[i] = (float)w[i] * rs[r * G + i / GROUP] * scale;
-    } else {
-        const uint8_t *w = (const uint8_t *)table + r * (dim / 2);
-        const float *dm = rs + r * G * 2;
-        for (uint32_t i = 0; i < dim; i++) {
-            uint32_t g = i / GROUP;
-            y[i] = ((float)nib(w, g, i % GROUP) * dm[2 * g] + dm[2 * g + 1]) * scale;
-        }
+    uint32_t G = dim / GROUP, o = (uint32_t)r;
+    for (uint32_t i = 0; i < dim; i++) {
+        uint32_t g = i / GROUP;
+        y[i] = dtype == DRAY_Q8G32
+                   ? (float)w8_at(table, G, o, i) * scale_at(rs, G, 1, o, g, 0) * scale
+                   : ((float)nib_at(table, G, o, i) * scale_at(rs, G, 2, o, g, 0) + scale_at(rs, G, 2, o, g, 1)) *
+                         scale;
     }
 }

@@ -108,8 +108,12 @@ static int make_embed(struct conf_rng *r, struct conf_case *c, int bench, uint32
     OOM_IF(ids);
     for (uint32_t t = 0; t < a.n_tok; t++)
         ids[t] = (int32_t)(t == 0 ? a.n_rows - 1 : t == 1 ? 0 : conf_range(r, 0, a.n_rows - 1));
-    if (dray_util_grouped(dtype)) /* whole groups of 32 */
-        a.dim = bench ? a.dim : (a.dim + 31) / 32 * 32;
+    if (dray_util_grouped(dtype)) { /* whole groups of 32, whole blocks of 16 rows */
+        a.dim = (a.dim + 31) / 32 * 32;
+        a.n_rows = (a.n_rows + 15) / 16 * 16;
+        for (uint32_t t = 0; t < a.n_tok; t++)
+            ids[t] = (int32_t)(t == 0 ? a.n_rows - 1 : t == 1 ? 0 : conf_range(r, 0, a.n_rows - 1));
+    }
     size_t cells = (size_t)a.n_rows * a.dim;
     size_t tbytes = dtype == DRAY_F32 ? cells * 4 : (size_t)a.n_rows * dray_util_wrow_bytes(dtype, a.dim);
     size_t nrs = dray_util_grouped(dtype) ? (size_t)a.n_rows * dray_util_wscale_floats(dtype, a.dim) : a.n_rows;
@@ -122,8 +126,8 @@ static int make_embed(struct conf_rng *r, struct conf_case *c, int bench, uint32
     else
         fill_i8(r, table, tbytes); /* Q4G32: any byte is two valid nibbles */
     fill_f32(r, rs, nrs, 0.0005f, 0.02f);
-    if (dtype == DRAY_Q4G32) /* the mins: either sign */
-        for (size_t i = 1; i < nrs; i += 2)
+    if (dtype == DRAY_Q4G32) /* the mins (second 16 of each 32): either sign */
+        for (size_t i = 16; i < nrs; i += (i % 32 == 31) ? 17 : 1)
             rs[i] = conf_randf(r, -0.1f, 0.1f);
     fill_f32(r, out, (size_t)a.n_tok * a.dim, -1, 1);
     snprintf(c->shape, sizeof(c->shape), "n_tok=%u dim=%u n_rows=%u", a.n_tok, a.dim, a.n_rows);
@@ -303,15 +307,16 @@ int conf_make_matmul_f32(struct conf_rng *r, struct conf_case *c, int bench)
     return make_matmul(r, c, bench, DRAY_F32);
 }
 
-/* The value of grouped weight (o, i) (backend.h, matmul), for the bound. */
+/* The value of grouped weight (o, i) (backend.h, matmul: 16-row blocks), for
+ * the bound; written from the layout text, not from a plugin's code. */
 static float gweight(uint32_t dtype, const void *w, const float *ws, uint32_t k, uint32_t o, uint32_t i)
 {
-    uint32_t G = k / 32, g = i / 32;
+    size_t G = k / 32, bg = (size_t)(o / 16) * G + i / 32, r = o % 16, c = i % 32;
     if (dtype == DRAY_Q8G32)
-        return (float)((const int8_t *)w)[(size_t)o * k + i] * ws[(size_t)o * G + g];
-    uint8_t b = ((const uint8_t *)w)[(size_t)o * k / 2 + g * 16 + (i % 16)];
-    float nib = (float)(i % 32 < 16 ? b & 15 : b >> 4);
-    return nib * ws[((size_t)o * G + g) * 2] + ws[((size_t)o * G + g) * 2 + 1];
+        return (float)((const int8_t *)w)[(bg * 8 + c / 4) * 64 + r * 4 + c % 4] * ws[bg * 16 + r];
+    uint8_t b = ((const uint8_t *)w)[(bg * 4 + (c % 16) / 4) * 64 + r * 4 + c % 4];
+    float nib = (float)(c < 16 ? b & 15 : b >> 4);
+    return nib * ws[bg * 32 + r] + ws[bg * 32 + 16 + r];
 }
 
 /* Grouped weights: k in whole groups (one group up to 40), some zero tokens,
@@ -322,7 +327,7 @@ static int make_gmatmul(struct conf_rng *r, struct conf_case *c, int bench, uint
     struct dray_matmul_args a = {.wdtype = wdtype};
     a.n_tok = bench ? 8 : conf_range(r, 1, 24);
     a.k = bench ? 1152 : 32 * (conf_range(r, 0, 3) == 0 ? conf_range(r, 1, 3) : conf_range(r, 1, 40));
-    a.n_out = bench ? 6912 : rand_dim(r, 300);
+    a.n_out = bench ? 6912 : 16 * conf_range(r, 1, 20);
     a.stride_x = a.k + (bench ? 0 : conf_range(r, 0, 4));
     a.stride_out = a.n_out + (bench ? 0 : conf_range(r, 0, 4));
     a.accumulate = !bench && conf_range(r, 0, 2) == 0;
@@ -343,8 +348,8 @@ static int make_gmatmul(struct conf_rng *r, struct conf_case *c, int bench, uint
     }
     fill_i8(r, w, nwb);
     fill_f32(r, ws, ns, 0.001f, 0.05f);
-    if (wdtype == DRAY_Q4G32)
-        for (size_t i = 1; i < ns; i += 2)
+    if (wdtype == DRAY_Q4G32) /* the mins (second 16 of each 32): either sign */
+        for (size_t i = 16; i < ns; i += (i % 32 == 31) ? 17 : 1)
             ws[i] = conf_randf(r, -0.2f, 0.2f);
     fill_f32(r, out, no, -1, 1);
     c->elem_tol = calloc(no, sizeof(float));
