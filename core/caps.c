@@ -64,6 +64,22 @@ int dray_caps_check_config(const struct dray_op_caps *c, const struct dray_confi
     return 0;
 }
 
+enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_precision want,
+                                        char *why, size_t whylen)
+{
+    uint32_t need = want == DRAY_PRECISION_INT8G ? DRAY_DTYPE_BIT(DRAY_Q8G32)
+                    : want == DRAY_PRECISION_W4A8 ? DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32)
+                                                  : 0;
+    why[0] = '\0';
+    if (!need || (c->n_ops > DRAY_OP_EMBED && (c->op_dtypes[DRAY_OP_MATMUL] & need) == need &&
+                  (c->op_dtypes[DRAY_OP_EMBED] & need) == need))
+        return want;
+    dray_fail(why, whylen, DRAY_ENOTSUP,
+              "precision %s: the device does not declare grouped weights for matmul and embed; "
+              "using int8", want == DRAY_PRECISION_W4A8 ? "w4a8" : "int8g");
+    return DRAY_PRECISION_INT8;
+}
+
 /* One limit: 0 = none declared. */
 static int over(uint32_t limit, uint32_t value)
 {

@@ -18,6 +18,12 @@
 int dray_caps_check_config(const struct dray_op_caps *c, const struct dray_config *cfg, char *why,
                            size_t whylen);
 
+/* The precision to run: cfg's, or INT8 when cfg asks for grouped weights
+ * (INT8G, W4A8) the device does not declare for matmul and embed; then why says
+ * so in one line. */
+enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_precision want,
+                                        char *why, size_t whylen);
+
 /* The shapes a model will use. */
 struct dray_caps_shape {
     uint32_t head_dim;

@@ -36,7 +36,8 @@
 #define CONFIG_MAX_DEPTH 32u
 
 static const struct enum_name precision_names[] = {
-    {"int8", DRAY_PRECISION_INT8}, {"f32", DRAY_PRECISION_F32}, {NULL, 0}};
+    {"int8", DRAY_PRECISION_INT8}, {"f32", DRAY_PRECISION_F32}, {"int8g", DRAY_PRECISION_INT8G},
+    {"w4a8", DRAY_PRECISION_W4A8}, {NULL, 0}};
 static const struct enum_name kv_dtype_names[] = {{"int8", DRAY_I8}, {"f16", DRAY_F16}, {NULL, 0}};
 static const struct enum_name log_level_names[] = {{"error", DRAY_LOG_ERROR},
                                                    {"warn", DRAY_LOG_WARN},
@@ -78,7 +79,10 @@ const struct key dray_config_keys[] = {
     {"reference_kernels", "backend", "reference_kernels", T_BOOL, F(reference_kernels), 0, 0, NULL, 0,
      "use the plugin's portable scalar kernels (for checking, slow)"},
     {"precision", "precision", "weights", T_ENUM, F(precision), 0, 0, precision_names, 0,
-     "weights and matmuls: int8 (W8A8, per-channel scales) or f32 (checking path)"},
+     "weights and matmuls: int8 (W8A8, per-channel scales), int8g (int8 with a scale per group "
+     "of 32 inputs, for weights and activations), w4a8 (4-bit weights where the file's are "
+     "4-bit, int8g elsewhere) or f32 (checking path); int8g and w4a8 fall back to int8 on a "
+     "device without them"},
     {"kv_dtype", "precision", "kv_dtype", T_ENUM, F(kv_dtype), 0, 0, kv_dtype_names, 0,
      "KV cache element type (int8 with a scale per token and head)"},
     {"outlier_channels", "precision", "outlier_channels", T_U32, F(outlier_channels), 0, 65536, NULL, 0,

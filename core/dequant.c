@@ -228,3 +228,51 @@ int dray_gguf_tensor_row_f32(const struct dray_gguf_tensor *t, uint64_t r, float
     uint64_t stride = t->ne[0] / be * dray_ggml_block_bytes(t->type);
     return dray_dequant_row(t->type, (const uint8_t *)t->data + r * stride, dst, t->ne[0]);
 }
+
+/* ------------------------------------------------------------ 4-bit groups */
+
+/* Pack 32 codes (0..15) the way backend.h's Q4G32 holds a group: byte i has
+ * element i in its low nibble and element i+16 in its high one. */
+static void pack_group(const uint8_t *code, uint8_t *out)
+{
+    for (int i = 0; i < 16; i++)
+        out[i] = (uint8_t)(code[i] | code[i + 16] << 4);
+}
+
+int dray_gguf_tensor_row_q4g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm)
+{
+    uint32_t be = dray_ggml_block_elems(t->type), bb = dray_ggml_block_bytes(t->type);
+    if (!dray_ggml_is_4bit(t->type))
+        return DRAY_ENOTSUP;
+    if (t->ne[0] == 0 || r >= dray_gguf_tensor_nelems(t) / t->ne[0])
+        return DRAY_EINVAL;
+    const uint8_t *row = (const uint8_t *)t->data + r * (t->ne[0] / be * bb);
+    uint8_t code[32];
+    for (uint64_t i = 0; i < t->ne[0] / be; i++) {
+        const uint8_t *b = row + i * bb;
+        if (t->type == DRAY_GGML_Q4_0 || t->type == DRAY_GGML_Q4_1) {
+            /* the same nibble order as Q4G32: y = q*d - 8d, or q*d + m */
+            float d = rd_half(b);
+            memcpy(q + i * 16, b + (t->type == DRAY_GGML_Q4_0 ? 2 : 4), 16);
+            dm[2 * i] = d;
+            dm[2 * i + 1] = t->type == DRAY_GGML_Q4_0 ? -8.0f * d : rd_half(b + 2);
+            continue;
+        }
+        /* Q4_K: sub-block 2c = low nibbles of qs[32c..], 2c+1 = high nibbles; the
+         * f32 products d*sc and dmin*m are the ones deq_q4_k forms */
+        float d = rd_half(b), dmin = rd_half(b + 2);
+        const uint8_t *sc = b + 4, *qs = b + 16;
+        for (int j = 0; j < 8; j++) {
+            uint8_t s, m;
+            k_scale_min(sc, j, &s, &m);
+            int c = j / 2, hi = j % 2;
+            for (int l = 0; l < 32; l++)
+                code[l] = hi ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0xF;
+            uint64_t g = i * 8 + (uint64_t)j;
+            pack_group(code, q + g * 16);
+            dm[2 * g] = d * (float)s;
+            dm[2 * g + 1] = -(dmin * (float)m);
+        }
+    }
+    return 0;
+}

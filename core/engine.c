@@ -152,7 +152,8 @@ static void fill_info(struct dray_engine *e)
     in->n_ctx_train = mi->n_ctx_train;
     in->n_params = mi->n_params;
     in->weight_bytes = mi->weight_bytes;
-    in->precision = e->cfg.precision == DRAY_PRECISION_F32 ? "f32" : "int8";
+    static const char *const prec[] = {"int8", "f32", "int8g", "w4a8"};
+    in->precision = prec[e->cfg.precision <= DRAY_PRECISION_W4A8 ? e->cfg.precision : 0];
     in->kv_dtype = e->cfg.kv_dtype == DRAY_F16 ? "f16" : "int8";
 }
 
@@ -179,6 +180,12 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     if (!rc)
         rc = dray_device_open_config(e->reg, cfg, &e->dev, err, errlen);
     e->dev_open = rc == 0;
+    if (!rc) {
+        char why[256];
+        e->cfg.precision = dray_caps_precision(&e->dev.caps, e->cfg.precision, why, sizeof(why));
+        if (why[0])
+            dray_warn("%s", why);
+    }
     if (!rc)
         rc = dray_gguf_open(e->cfg.model, &e->gguf, err, errlen);
     if (!rc)

@@ -67,3 +67,8 @@ bool dray_ggml_type_supported(uint32_t type)
     return t && t->supported;
 }
 
+
+bool dray_ggml_is_4bit(uint32_t type)
+{
+    return type == 2 || type == 3 || type == 12; /* Q4_0, Q4_1, Q4_K */
+}

@@ -86,24 +86,25 @@ static int need(struct cursor *c, uint64_t n, const char *what)
     return 0;
 }
 
-static int rd_u32(struct cursor *c, uint32_t *v, const char *what)
+/* n bytes at the cursor into v (little-endian scalars: the host is too). */
+static int rd_bytes(struct cursor *c, void *v, size_t n, const char *what)
 {
-    int rc = need(c, 4, what);
+    int rc = need(c, n, what);
     if (rc)
         return rc;
-    memcpy(v, c->p + c->off, 4);
-    c->off += 4;
+    memcpy(v, c->p + c->off, n);
+    c->off += n;
     return 0;
+}
+
+static int rd_u32(struct cursor *c, uint32_t *v, const char *what)
+{
+    return rd_bytes(c, v, 4, what);
 }
 
 static int rd_u64(struct cursor *c, uint64_t *v, const char *what)
 {
-    int rc = need(c, 8, what);
-    if (rc)
-        return rc;
-    memcpy(v, c->p + c->off, 8);
-    c->off += 8;
-    return 0;
+    return rd_bytes(c, v, 8, what);
 }
 
 /* A gguf string: uint64 length, then that many bytes (no NUL). */
@@ -758,17 +759,35 @@ static bool int_value(const struct dray_gguf_kv *kv, uint64_t *mag, bool *neg)
     return true;
 }
 
-int dray_gguf_get_u32(const struct dray_gguf *g, const char *key, uint32_t *out, char *err,
+/* The key's value as an integer (any integer type, widened as int_value does). */
+static int lookup_int(const struct dray_gguf *g, const char *key, uint64_t *mag, bool *neg, char *err,
                       size_t errlen)
 {
     const struct dray_gguf_kv *kv;
+    int rc = lookup(g, key, &kv, err, errlen);
+    if (!rc && !int_value(kv, mag, neg))
+        rc = wrong_type(g, key, kv->type, "an integer", err, errlen);
+    return rc;
+}
+
+/* The key's record, which must have exactly this value type. */
+static int lookup_typed(const struct dray_gguf *g, const char *key, uint32_t type,
+                        const struct dray_gguf_kv **kv, char *err, size_t errlen)
+{
+    int rc = lookup(g, key, kv, err, errlen);
+    if (!rc && (*kv)->type != type)
+        rc = wrong_type(g, key, (*kv)->type, vtype_name(type), err, errlen);
+    return rc;
+}
+
+int dray_gguf_get_u32(const struct dray_gguf *g, const char *key, uint32_t *out, char *err,
+                      size_t errlen)
+{
     uint64_t mag;
     bool neg;
-    int rc = lookup(g, key, &kv, err, errlen);
+    int rc = lookup_int(g, key, &mag, &neg, err, errlen);
     if (rc)
         return rc;
-    if (!int_value(kv, &mag, &neg))
-        return wrong_type(g, key, kv->type, "an integer", err, errlen);
     if (neg || mag > UINT32_MAX)
         return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' = %s%" PRIu64
                          " does not fit in an unsigned 32-bit value", g->name, key,
@@ -780,14 +799,11 @@ int dray_gguf_get_u32(const struct dray_gguf *g, const char *key, uint32_t *out,
 int dray_gguf_get_i64(const struct dray_gguf *g, const char *key, int64_t *out, char *err,
                       size_t errlen)
 {
-    const struct dray_gguf_kv *kv;
     uint64_t mag;
     bool neg;
-    int rc = lookup(g, key, &kv, err, errlen);
+    int rc = lookup_int(g, key, &mag, &neg, err, errlen);
     if (rc)
         return rc;
-    if (!int_value(kv, &mag, &neg))
-        return wrong_type(g, key, kv->type, "an integer", err, errlen);
     if (!neg && mag > INT64_MAX)
         return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' = %" PRIu64
                          " does not fit in a signed 64-bit value", g->name, key, mag);
@@ -822,11 +838,9 @@ int dray_gguf_get_bool(const struct dray_gguf *g, const char *key, bool *out, ch
                        size_t errlen)
 {
     const struct dray_gguf_kv *kv;
-    int rc = lookup(g, key, &kv, err, errlen);
+    int rc = lookup_typed(g, key, DRAY_GGUF_BOOL, &kv, err, errlen);
     if (rc)
         return rc;
-    if (kv->type != DRAY_GGUF_BOOL)
-        return wrong_type(g, key, kv->type, "BOOL", err, errlen);
     *out = *(const uint8_t *)kv->data != 0;
     return 0;
 }
@@ -835,11 +849,9 @@ int dray_gguf_get_str(const struct dray_gguf *g, const char *key, struct dray_st
                       size_t errlen)
 {
     const struct dray_gguf_kv *kv;
-    int rc = lookup(g, key, &kv, err, errlen);
+    int rc = lookup_typed(g, key, DRAY_GGUF_STRING, &kv, err, errlen);
     if (rc)
         return rc;
-    if (kv->type != DRAY_GGUF_STRING)
-        return wrong_type(g, key, kv->type, "STRING", err, errlen);
     *out = *kv->strs;
     return 0;
 }

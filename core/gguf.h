@@ -12,6 +12,10 @@
 
 /* Dequantize n elements (a multiple of the block size) of type from src to f32. */
 int dray_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n);
+/* Row r of a 4-bit tensor (dray_ggml_is_4bit) in backend.h's Q4G32 layout without
+ * loss: q [ne0/2] packed codes, dm [ne0/32][2] = {d, m}; nib*d + m is the f32
+ * value dray_gguf_tensor_row_f32 gives. DRAY_ENOTSUP for other types. */
+int dray_gguf_tensor_row_q4g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm);
 
 /* float <-> half helpers (IEEE binary16, round to nearest even) */
 float dray_f16_to_f32(uint16_t h);

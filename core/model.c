@@ -9,6 +9,7 @@
 #include "error.h"
 #include "log.h"
 #include "quant.h"
+#include "dray/backend_util.h"
 
 
 const char *dray_model_supported(void)
@@ -57,8 +58,10 @@ static void split_outliers(float *f32, uint64_t n, uint64_t k, const int32_t *ou
 
 struct prep {
     float *f32;        /* [SLAB_ROWS][k] */
-    int8_t *q;         /* [SLAB_ROWS][k] (I8) */
-    float *sc;         /* [SLAB_ROWS] */
+    int8_t *q;         /* [SLAB_ROWS][k] (I8, grouped) */
+    float *sc;         /* [SLAB_ROWS] (I8), [SLAB_ROWS][k/16] (grouped) */
+    int8_t *qi;        /* grouped: q and sc in the device layout */
+    float *sci;
     float *ow;         /* [n_out][n_outlier] or NULL */
     const int32_t *outliers;
     uint32_t n_outlier;
@@ -82,7 +85,10 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
     for (uint64_t r = 0; r < rows; r += SLAB_ROWS) {
         uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS;
         for (uint64_t i = 0; i < n; i++) {
-            int rc = dray_gguf_tensor_row_f32(t, dray_rope_pair_row(r + i, pair_hd), p->f32 + i * k);
+            uint64_t src = dray_rope_pair_row(r + i, pair_hd);
+            int rc = dtype == DRAY_Q4G32 /* straight from the file's 4-bit codes */
+                         ? dray_gguf_tensor_row_q4g(t, src, (uint8_t *)p->q + i * (k / 2), p->sc + i * (k / 16))
+                         : dray_gguf_tensor_row_f32(t, src, p->f32 + i * k);
             if (rc)
                 return dray_fail(err, errlen, rc, "tensor %s: type %s (%u) cannot be dequantized",
                                  t->name, dray_ggml_type_name(t->type) ? dray_ggml_type_name(t->type) : "unknown",
@@ -90,7 +96,17 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
         }
         uint64_t row = row0 + r;
         int rc;
-        if (dtype == DRAY_I8) {
+        if (dray_util_grouped(dtype)) {
+            uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k), sf = dray_util_wscale_floats(dtype, (uint32_t)k);
+            if (dtype == DRAY_Q8G32)
+                dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
+            /* rows and row are multiples of 16 here, so the slab's blocks are
+             * contiguous in the device layout at the same byte offset */
+            dray_grouped_interleave(dtype, n, k, p->q, p->sc, p->qi, p->sci);
+            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * wb}, p->qi, n * wb);
+            if (!rc)
+                rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * sf * 4}, p->sci, n * sf * 4);
+        } else if (dtype == DRAY_I8) {
             if (p->n_outlier)
                 split_outliers(p->f32, n, k, p->outliers, p->n_outlier, p->ow, row);
             dray_quantize_rows_i8(p->f32, n, k, p->q, p->sc);
@@ -111,10 +127,11 @@ static int alloc_weight(struct dray_device *dev, struct dray_weight *w, const ch
                         size_t errlen)
 {
     const struct dray_ops *ops = dev->ops;
-    size_t bytes = (size_t)w->n_out * w->k * (w->dtype == DRAY_I8 ? 1 : 4);
+    size_t bytes = (size_t)w->n_out * dray_util_wrow_bytes(w->dtype, w->k);
+    size_t sbytes = (size_t)w->n_out * dray_util_wscale_floats(w->dtype, w->k) * 4;
     int rc = ops->alloc(dev->ctx, bytes, &w->w);
-    if (!rc && w->dtype == DRAY_I8)
-        rc = ops->alloc(dev->ctx, (size_t)w->n_out * 4, &w->scale);
+    if (!rc && sbytes)
+        rc = ops->alloc(dev->ctx, sbytes, &w->scale);
     if (!rc && w->n_outlier)
         rc = ops->alloc(dev->ctx, (size_t)w->n_outlier * 4, &w->outlier_idx);
     if (!rc && w->n_outlier)
@@ -154,20 +171,33 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     if (k > 65536 || n_out > UINT32_MAX)
         return dray_fail(err, errlen, DRAY_ERANGE, "tensor %s: %llu x %llu is too large",
                          parts[0]->name, (unsigned long long)n_out, (unsigned long long)k);
+    /* Grouped: rows must be whole groups (else int8 per row, which takes any k);
+     * 4-bit only where every part is 4-bit in the file, so W4A8 never rounds a
+     * wider source onto a coarser grid. */
+    for (uint32_t i = 0; dray_util_grouped(dtype) && i < n_parts; i++)
+        if (k % 32 || parts[i]->ne[1] % 16) /* whole groups, whole 16-row blocks */
+            dtype = DRAY_I8;
+    for (uint32_t i = 0; dtype == DRAY_Q4G32 && i < n_parts; i++)
+        if (!dray_ggml_is_4bit(parts[i]->type))
+            dtype = DRAY_Q8G32;
     out->n_out = (uint32_t)n_out;
     out->k = (uint32_t)k;
     out->dtype = dtype;
     out->n_outlier = dtype == DRAY_I8 && outliers ? n_outlier : 0;
+    int quantized = dtype != DRAY_F32;
     struct prep p = {
         .f32 = malloc(SLAB_ROWS * k * sizeof(float)),
-        .q = dtype == DRAY_I8 ? malloc(SLAB_ROWS * k) : NULL,
-        .sc = malloc(SLAB_ROWS * sizeof(float)),
+        .q = quantized ? malloc(SLAB_ROWS * k) : NULL,
+        .sc = malloc(SLAB_ROWS * (k / 16 + 1) * sizeof(float)),
+        .qi = dray_util_grouped(dtype) ? malloc(SLAB_ROWS * k) : NULL,
+        .sci = dray_util_grouped(dtype) ? malloc(SLAB_ROWS * (k / 16 + 1) * sizeof(float)) : NULL,
         .ow = out->n_outlier ? malloc(n_out * out->n_outlier * sizeof(float)) : NULL,
         .outliers = outliers,
         .n_outlier = out->n_outlier,
     };
     int rc = DRAY_ENOMEM;
-    if (!p.f32 || !p.sc || (dtype == DRAY_I8 && !p.q) || (out->n_outlier && !p.ow)) {
+    if (!p.f32 || !p.sc || (quantized && !p.q) || (out->n_outlier && !p.ow) ||
+        (dray_util_grouped(dtype) && (!p.qi || !p.sci))) {
         dray_fail(err, errlen, rc, "out of host memory preparing %s", parts[0]->name);
         goto out;
     }
@@ -195,6 +225,8 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
 out:
     free(p.f32);
     free(p.q);
+    free(p.qi);
+    free(p.sci);
     free(p.sc);
     free(p.ow);
     if (rc)

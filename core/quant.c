@@ -3,6 +3,9 @@
  * -128 is never produced, so negating a code cannot overflow and the range is
  * symmetric. A zero row gets scale 0 and all-zero codes. */
 #include <math.h>
+#include <string.h>
+
+#include "dray/backend.h"
 
 #include "gguf.h"
 #include "quant.h"
@@ -41,4 +44,32 @@ void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t 
             qr[c] = (int8_t)(v == v ? (int)v : 0);
         }
     }
+}
+
+void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale)
+{
+    /* each group of 32 is a row of its own as far as the rule goes */
+    dray_quantize_rows_i8(w, rows * (cols / 32), 32, q, scale);
+}
+
+void dray_grouped_interleave(uint32_t dtype, uint64_t rows, uint64_t k, const void *q, const float *sc,
+                             void *qo, float *so)
+{
+    const uint64_t G = k / 32, per = dtype == DRAY_Q4G32 ? 2 : 1;
+    const uint64_t gbytes = dtype == DRAY_Q4G32 ? 16 : 32; /* bytes of one group of one row */
+    const uint8_t *in = q;
+    uint8_t *out = qo;
+    for (uint64_t b = 0; b < rows / 16; b++)
+        for (uint64_t g = 0; g < G; g++) {
+            /* the 16 rows' groups g become gbytes/4 units of 16 rows x 4 bytes: in
+             * both layouts, unit i byte 4r+e is byte 4i+e of row r's group */
+            uint8_t *unit = out + (b * G + g) * 16 * gbytes;
+            for (uint64_t r = 0; r < 16; r++) {
+                const uint8_t *src = in + ((b * 16 + r) * G + g) * gbytes;
+                for (uint64_t i = 0; i < gbytes / 4; i++)
+                    memcpy(unit + i * 64 + r * 4, src + 4 * i, 4);
+                for (uint64_t j = 0; j < per; j++)
+                    so[((b * G + g) * per + j) * 16 + r] = sc[((b * 16 + r) * G + g) * per + j];
+            }
+        }
 }

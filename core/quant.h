@@ -9,4 +9,20 @@
  * a zero row gets scale 0. w is [rows][cols] f32. */
 void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
 
+/* backend.h's Q8G32 layout (cols a multiple of 32): each group of 32 along a row
+ * quantized like a row above, scale [rows][cols/32]. Q8_0 and Q5_0 sources come
+ * back exactly (their groups are codes times one scale, the largest code 127 or
+ * 16 apart from rounding). Q4G32 needs no quantizer: 4-bit files convert
+ * losslessly (dray_gguf_tensor_row_q4g). */
+void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
+
+/* Row-major grouped codes and scales of `rows` rows (a multiple of 16) into
+ * backend.h's layout of 16-row blocks (dtype DRAY_Q8G32 or DRAY_Q4G32):
+ *   q  row-major: Q8G32 int8 [rows][k]; Q4G32 [rows][k/2], 16 bytes per group
+ *      with input i low and i+16 high in byte i (dray_gguf_tensor_row_q4g);
+ *   sc row-major: [rows][k/32] (Q8G32) or [rows][k/32][2] = {d, m} (Q4G32).
+ * qo and so get the same bytes and floats, reordered. */
+void dray_grouped_interleave(uint32_t dtype, uint64_t rows, uint64_t k, const void *q, const float *sc,
+                             void *qo, float *so);
+
 #endif

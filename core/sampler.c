@@ -68,17 +68,6 @@ void dray_sampler_reseed(struct dray_sampler *s, uint64_t seed)
 
 /* --------------------------------------------------------------- create */
 
-void dray_sampler_params_default(struct dray_sampler_params *p)
-{
-    p->temperature = 0.8f;
-    p->top_k = 40;
-    p->top_p = 0.95f;
-    p->min_p = 0.05f;
-    p->repeat_penalty = 1.0f;
-    p->repeat_last_n = 64;
-    p->seed = 0;
-}
-
 int dray_sampler_create(const struct dray_sampler_params *p, struct dray_sampler **out, char *err,
                         size_t errlen)
 {

@@ -32,9 +32,6 @@ struct dray_sampler_params {
     uint64_t seed;          /* 0 = from the clock */
 };
 
-/* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty, seed 0. */
-void dray_sampler_params_default(struct dray_sampler_params *p);
-
 struct dray_sampler;
 
 /* DRAY_EINVAL with a reason for out-of-range parameters. */

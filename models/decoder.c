@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dray/backend_util.h"
 #include "error.h"
 #include "hparams.h"
 #include "log.h"
@@ -310,7 +311,8 @@ void dec_free(struct dray_model *m)
 
 static uint64_t weight_bytes(const struct dray_weight *w)
 {
-    return (uint64_t)w->n_out * w->k * (w->dtype == DRAY_I8 ? 1 : 4) + (w->scale ? w->n_out * 4ull : 0) +
+    return (uint64_t)w->n_out * dray_util_wrow_bytes(w->dtype, w->k) +
+           (uint64_t)w->n_out * dray_util_wscale_floats(w->dtype, w->k) * 4 +
            (uint64_t)w->n_outlier * (w->n_out + 1) * 4;
 }
 
@@ -411,7 +413,12 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
     m->qkv_dim = m->q_dim + 2 * m->kv_dim;
     m->attn_scale = 1.0f / sqrtf((float)in->head_dim);
     m->max_batch = o->max_batch ? o->max_batch : 512;
-    uint32_t dtype = o->precision == DRAY_PRECISION_F32 ? DRAY_F32 : DRAY_I8;
+    /* grouped: W4A8 asks for 4-bit, which weight preparation turns into Q8G32 for
+     * tensors that are not 4-bit in the file */
+    uint32_t dtype = o->precision == DRAY_PRECISION_F32     ? DRAY_F32
+                     : o->precision == DRAY_PRECISION_INT8G ? DRAY_Q8G32
+                     : o->precision == DRAY_PRECISION_W4A8  ? DRAY_Q4G32
+                                                            : DRAY_I8;
     rc = load_embeddings(m, dtype, err, errlen);
     /* With outlier channels to find, the layers start in f32: calibration then sees
      * the exact activations, so every plugin picks the same channels (an int8

@@ -108,8 +108,6 @@ static int print_stat(struct dray_srv_buf *b, const char *name, const char *type
     }
     return print_family(b, name, type, help, v, n);
 }
-#define FAMILY(b, name, type, help, field) print_stat(b, name, type, help, st, n, v, STAT(field))
-
 static int print_requests(struct dray_srv_buf *b, const struct dray_srv_metrics *m)
 {
     int rc = dray_srv_buf_printf(b, "# HELP dray_http_requests_total HTTP responses by status code.\n"
@@ -136,46 +134,49 @@ static int print_outcomes(struct dray_srv_buf *b, const struct dray_sched_stats 
     return rc;
 }
 
-/* The prefix cache: lookups and hits (hit rate = hit tokens / lookup tokens),
- * what it holds in each tier, and what moved between them. */
-static int print_cache(struct dray_srv_buf *b, const struct dray_sched_stats *st, uint32_t n,
-                       unsigned long long *v)
-{
-    return FAMILY(b, "dray_prefix_cache_lookup_tokens_total", "counter",
-                  "Prompt tokens looked up in the prefix cache.", cache_lookup_tokens) ||
-           FAMILY(b, "dray_prefix_cache_hit_tokens_total", "counter",
-                  "Prompt tokens served from the prefix cache.", cache_hit_tokens) ||
-           FAMILY(b, "dray_prefix_cache_device_blocks", "gauge",
-                  "KV block references the prefix cache holds on the device.", cache_blocks) ||
-           FAMILY(b, "dray_prefix_cache_host_bytes", "gauge",
-                  "Bytes of KV the prefix cache holds in host memory.", cache_host_bytes) ||
-           FAMILY(b, "dray_prefix_cache_evictions_total", "counter",
-                  "Cached prefixes and checkpoints dropped.", cache_evictions) ||
-           FAMILY(b, "dray_prefix_cache_spills_total", "counter",
-                  "Cached blocks moved from the device to host memory.", cache_spills) ||
-           FAMILY(b, "dray_prefix_cache_restores_total", "counter",
-                  "Cached blocks moved back from host memory to the device.", cache_restores) ||
-           FAMILY(b, "dray_prefix_cache_microseconds_total", "counter",
-                  "Time the scheduler spent in prefix-cache lookups and inserts.", cache_us);
-}
+/* The scheduler's counters and gauges, one row per family, in the order
+ * /metrics lists them: name, type, help, and the field of each replica's struct
+ * dray_sched_stats. The prefix-cache rows give the hit rate (hit tokens / lookup
+ * tokens), what the cache holds in each tier, and what moved between them. */
+static const struct {
+    const char *name, *type, *help;
+    size_t off, size;
+} stat_families[] = {
+    {"dray_queue_depth", "gauge", "Requests waiting to be admitted.", STAT(waiting)},
+    {"dray_running_sequences", "gauge", "Sequences admitted (prefilling or decoding).", STAT(running)},
+    {"dray_max_sequences", "gauge", "Sequences one step can hold (max_seqs).", STAT(max_seqs)},
+    {"dray_kv_blocks_used", "gauge", "KV cache blocks in use, all layer groups.", STAT(kv_blocks_used)},
+    {"dray_kv_blocks_total", "gauge", "KV cache blocks in the pool, all layer groups.",
+     STAT(kv_blocks_total)},
+    {"dray_preemptions_total", "counter", "Sequences preempted (blocks freed, recomputed later).",
+     STAT(preemptions)},
+    {"dray_scheduler_steps_total", "counter", "Batches the scheduler ran.", STAT(steps)},
+    {"dray_prefix_cache_lookup_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
+     STAT(cache_lookup_tokens)},
+    {"dray_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
+     STAT(cache_hit_tokens)},
+    {"dray_prefix_cache_device_blocks", "gauge",
+     "KV block references the prefix cache holds on the device.", STAT(cache_blocks)},
+    {"dray_prefix_cache_host_bytes", "gauge", "Bytes of KV the prefix cache holds in host memory.",
+     STAT(cache_host_bytes)},
+    {"dray_prefix_cache_evictions_total", "counter", "Cached prefixes and checkpoints dropped.",
+     STAT(cache_evictions)},
+    {"dray_prefix_cache_spills_total", "counter", "Cached blocks moved from the device to host memory.",
+     STAT(cache_spills)},
+    {"dray_prefix_cache_restores_total", "counter",
+     "Cached blocks moved back from host memory to the device.", STAT(cache_restores)},
+    {"dray_prefix_cache_microseconds_total", "counter",
+     "Time the scheduler spent in prefix-cache lookups and inserts.", STAT(cache_us)},
+};
 
 static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st, uint32_t n,
                        unsigned long long *v)
 {
-    return print_outcomes(b, st, n) ||
-           FAMILY(b, "dray_queue_depth", "gauge", "Requests waiting to be admitted.", waiting) ||
-           FAMILY(b, "dray_running_sequences", "gauge", "Sequences admitted (prefilling or decoding).",
-                  running) ||
-           FAMILY(b, "dray_max_sequences", "gauge", "Sequences one step can hold (max_seqs).",
-                  max_seqs) ||
-           FAMILY(b, "dray_kv_blocks_used", "gauge", "KV cache blocks in use, all layer groups.",
-                  kv_blocks_used) ||
-           FAMILY(b, "dray_kv_blocks_total", "gauge", "KV cache blocks in the pool, all layer groups.",
-                  kv_blocks_total) ||
-           FAMILY(b, "dray_preemptions_total", "counter",
-                  "Sequences preempted (blocks freed, recomputed later).", preemptions) ||
-           FAMILY(b, "dray_scheduler_steps_total", "counter", "Batches the scheduler ran.", steps) ||
-           print_cache(b, st, n, v);
+    int rc = print_outcomes(b, st, n);
+    for (size_t i = 0; !rc && i < sizeof(stat_families) / sizeof(stat_families[0]); i++)
+        rc = print_stat(b, stat_families[i].name, stat_families[i].type, stat_families[i].help, st, n, v,
+                        stat_families[i].off, stat_families[i].size);
+    return rc;
 }
 
 /* Tokens and latency histograms of each replica, read under its lock. */

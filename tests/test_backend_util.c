@@ -134,6 +134,26 @@ static void test_validators_return_documented_codes(void **state)
     m.out = v; /* out on top of x */
     assert_int_equal(dray_util_check_matmul(&m, &nd, why, sizeof(why)), DRAY_EINVAL);
     assert_non_null(strstr(why, "overlaps"));
+    m.out = (struct dray_view){&big, 4096};
+    /* grouped weights: refused by the version-1 check (a plugin that does not run
+     * them must not read them as something else), sized by the grouped one */
+    m.wdtype = DRAY_Q4G32;
+    m.k = m.stride_x = 64;
+    assert_int_equal(dray_util_check_matmul(&m, &nd, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_EINVAL); /* 4 rows */
+    m.n_out = m.stride_out = 16;
+    assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_OK);
+    assert_int_equal(nd.at[1].nbytes, 16 * 32); /* 16 rows of 64 nibbles */
+    assert_int_equal(nd.at[2].nbytes, 16 * 4 * 4); /* 16 rows of 2 groups of {d, m} */
+    m.wdtype = DRAY_Q8G32;
+    assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_OK);
+    assert_int_equal(nd.at[1].nbytes, 16 * 64);
+    assert_int_equal(nd.at[2].nbytes, 16 * 2 * 4);
+    m.k = m.stride_x = 48; /* not whole groups */
+    assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_EINVAL);
+    m.k = m.stride_x = 64;
+    m.n_outlier = 1; /* no outlier channels on the grouped path */
+    assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_EINVAL);
 
     struct dray_kv_pool pool = {.k = v, .v = v, .k_scale = v, .v_scale = v, .dtype = DRAY_F32,
                                 .n_kv_head = 1, .head_dim = 4, .block_size = 4, .n_slots = 8};

@@ -45,6 +45,35 @@ static void test_config_dtypes(void **state)
     assert_string_equal(why, "the device does not run rope in f32");
 }
 
+/* Grouped precisions run where matmul and embed declare the grouped dtypes, and
+ * become int8 with one line saying so where they do not (a version-1 plugin, or
+ * one that leaves the bits out of op_caps: OpenCL, Vulkan, CUDA, the template). */
+static void test_grouped_precision_falls_back_to_int8(void **state)
+{
+    (void)state;
+    struct dray_op_caps c;
+    char why[256];
+    full_caps(&c);
+    assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_INT8G, why, sizeof(why)), DRAY_PRECISION_INT8);
+    assert_string_equal(why, "precision int8g: the device does not declare grouped weights for "
+                             "matmul and embed; using int8");
+    assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_INT8, why, sizeof(why)), DRAY_PRECISION_INT8);
+    assert_string_equal(why, "");
+    assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_F32, why, sizeof(why)), DRAY_PRECISION_F32);
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32);
+    assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_INT8G, why, sizeof(why)), DRAY_PRECISION_INT8);
+    c.op_dtypes[DRAY_OP_EMBED] |= DRAY_DTYPE_BIT(DRAY_Q8G32);
+    assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_INT8G, why, sizeof(why)), DRAY_PRECISION_INT8G);
+    assert_string_equal(why, "");
+    /* w4a8 needs both grouped dtypes */
+    assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_W4A8, why, sizeof(why)), DRAY_PRECISION_INT8);
+    assert_string_equal(why, "precision w4a8: the device does not declare grouped weights for "
+                             "matmul and embed; using int8");
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32);
+    c.op_dtypes[DRAY_OP_EMBED] |= DRAY_DTYPE_BIT(DRAY_Q4G32);
+    assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_W4A8, why, sizeof(why)), DRAY_PRECISION_W4A8);
+}
+
 static void test_shape_limits(void **state)
 {
     (void)state;
@@ -79,6 +108,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_dtypes),
         cmocka_unit_test(test_shape_limits),
+        cmocka_unit_test(test_grouped_precision_falls_back_to_int8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -300,7 +300,7 @@ static void test_config_rejects_bad_values_with_expected_form(void **state)
                       "key 'server.port': expected an integer 1..65535, got '70000'");
     assert_load_error("threads: -2\n", 1, "expected an integer 0..1024, got '-2'");
     assert_load_error("prefix_cache: yes\n", 1, "expected true or false, got 'yes'");
-    assert_load_error("precision: fp16\n", 1, "key 'precision': expected one of int8|f32, got 'fp16'");
+    assert_load_error("precision: fp16\n", 1, "key 'precision': expected one of int8|f32|int8g|w4a8, got 'fp16'");
     assert_load_error("kv_dtype: f32\n", 1, "expected one of int8|f16, got 'f32'");
     assert_load_error("log_level: verbose\n", 1, "expected one of error|warn|info|debug, got 'verbose'");
     assert_load_error("top_p: 1.5\n", 1, "key 'top_p': expected a number 0..1, got '1.5'");

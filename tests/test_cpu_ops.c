@@ -194,7 +194,11 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     assert_int_equal(ops->op_caps(0, &c), 0);
     assert_int_equal(c.size, sizeof(c));
     assert_int_equal(c.n_ops, DRAY_OP_COUNT);
-    assert_int_equal(c.op_dtypes[DRAY_OP_MATMUL], p.op_dtypes[DRAY_OP_MATMUL]);
+    /* ... plus version 2's grouped weights, which only op_caps can declare */
+    assert_int_equal(c.op_dtypes[DRAY_OP_MATMUL], p.op_dtypes[DRAY_OP_MATMUL] | DRAY_DTYPE_BIT(DRAY_Q8G32) |
+                                                      DRAY_DTYPE_BIT(DRAY_Q4G32));
+    assert_int_equal(c.op_dtypes[DRAY_OP_EMBED], p.op_dtypes[DRAY_OP_EMBED] | DRAY_DTYPE_BIT(DRAY_Q8G32) |
+                                                     DRAY_DTYPE_BIT(DRAY_Q4G32));
     assert_int_equal(c.max_k, 65536);
     struct {
         struct dray_op_caps c;

@@ -388,6 +388,52 @@ static void test_dequant_tensor_row_picks_the_right_blocks(void **state)
     assert_int_equal(dray_gguf_tensor_row_f32(&t, 3, row), DRAY_EINVAL);
 }
 
+/* The lossless 4-bit path (W4A8): for Q4_0, Q4_1 and Q4_K rows with random codes
+ * and non-trivial half scales, nib*d + m from the Q4G32 layout (byte i of a group
+ * = element i low, element i+16 high) equals the f32 dequantization bit for bit;
+ * other types are refused. */
+static void test_q4g_rows_equal_the_dequantized_rows(void **state)
+{
+    (void)state;
+    static const uint32_t types[] = {DRAY_GGML_Q4_0, DRAY_GGML_Q4_1, DRAY_GGML_Q4_K};
+    uint8_t data[2 * 2 * 144];
+    float f[512], dm[2 * 16];
+    uint8_t q[256];
+    dray_test_seed(7);
+    for (int ti = 0; ti < 3; ti++) {
+        uint32_t type = types[ti];
+        uint32_t be = dray_ggml_block_elems(type), bb = dray_ggml_block_bytes(type);
+        uint64_t ne0 = 512, nrow = 2;
+        for (size_t i = 0; i < sizeof(data); i++)
+            data[i] = (uint8_t)dray_test_rand();
+        for (uint64_t b = 0; b < nrow * ne0 / be; b++) { /* finite halves: 0x2e00..0x39ff (~0.1..0.7) */
+            uint8_t *blk = data + b * bb;
+            put16(blk, (uint16_t)(0x2E00 + dray_test_rand() % 0x0C00));
+            if (type != DRAY_GGML_Q4_0)
+                put16(blk + 2, (uint16_t)(0x2E00 + dray_test_rand() % 0x0C00 + (dray_test_rand() & 1) * 0x8000));
+        }
+        struct dray_gguf_tensor t = {.name = "t", .type = type, .n_dims = 2, .ne = {ne0, nrow, 1, 1},
+                                     .nbytes = nrow * ne0 / be * bb, .data = data};
+        for (uint64_t r = 0; r < nrow; r++) {
+            assert_int_equal(dray_gguf_tensor_row_f32(&t, r, f), 0);
+            assert_int_equal(dray_gguf_tensor_row_q4g(&t, r, q, dm), 0);
+            for (uint32_t e = 0; e < ne0; e++) {
+                uint32_t g = e / 32, c = e % 32;
+                uint8_t b = q[g * 16 + (c & 15)];
+                float nib = (float)(c < 16 ? b & 15 : b >> 4);
+                float v = nib * dm[2 * g] + dm[2 * g + 1];
+                if (v != f[e])
+                    print_error("type %u row %llu element %u: %g vs %g\n", type, (unsigned long long)r, e,
+                                (double)v, (double)f[e]);
+                assert_true(v == f[e]);
+            }
+        }
+    }
+    struct dray_gguf_tensor t8 = {.name = "t", .type = DRAY_GGML_Q8_0, .n_dims = 2, .ne = {32, 1, 1, 1},
+                                  .nbytes = 34, .data = data};
+    assert_int_equal(dray_gguf_tensor_row_q4g(&t8, 0, q, dm), DRAY_ENOTSUP);
+}
+
 /* ------------------------------------------------------------ halves */
 
 static void test_f16_to_f32_matches_the_ieee_formula(void **state)
@@ -461,6 +507,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dequant_f32_f16_bf16_rows),
         cmocka_unit_test(test_dequant_q8_0_block),
+        cmocka_unit_test(test_q4g_rows_equal_the_dequantized_rows),
         cmocka_unit_test(test_dequant_q4_0_block),
         cmocka_unit_test(test_dequant_q4_1_block),
         cmocka_unit_test(test_dequant_q5_0_block),

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "dray/backend.h"
+#include "dray/dray.h"
 #include "sampler.h"
 #include "stop.h"
 #include "testutil.h"
@@ -345,7 +346,12 @@ static void test_sampler_rejects_bad_params(void **state)
     p.repeat_penalty = 0;
     assert_int_equal(dray_sampler_create(&p, &s, err, sizeof(err)), DRAY_EINVAL);
     assert_null(s);
-    dray_sampler_params_default(&p);
+    /* the defaults are the config's (its key table is their one source), and valid */
+    struct dray_config c;
+    dray_config_defaults(&c);
+    p = (struct dray_sampler_params){.temperature = c.temperature, .top_k = c.top_k, .top_p = c.top_p,
+                                     .min_p = c.min_p, .repeat_penalty = c.repeat_penalty,
+                                     .repeat_last_n = 64, .seed = c.seed};
     assert_int_equal(dray_sampler_create(&p, &s, err, sizeof(err)), 0);
     dray_sampler_free(s);
 }

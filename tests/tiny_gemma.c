@@ -87,6 +87,32 @@ static void *to_q8_0(const float *x, uint64_t n)
     return out;
 }
 
+/* Q4_1 blocks of 32: half d = (max-min)/15, half m = min, codes 0..15 packed with
+ * element i in the low nibble and i+16 in the high nibble of byte i. */
+static void *to_q4_1(const float *x, uint64_t n)
+{
+    uint8_t *out = malloc(n / 32 * 20), *p = out;
+    for (uint64_t b = 0; b < n / 32; b++, p += 20) {
+        float lo = x[b * 32], hi = x[b * 32];
+        for (int i = 1; i < 32; i++) {
+            lo = fminf(lo, x[b * 32 + i]);
+            hi = fmaxf(hi, x[b * 32 + i]);
+        }
+        uint16_t hd = dray_f32_to_f16((hi - lo) / 15.0f), hm = dray_f32_to_f16(lo);
+        memcpy(p, &hd, 2);
+        memcpy(p + 2, &hm, 2);
+        float d = dray_f16_to_f32(hd), m = dray_f16_to_f32(hm);
+        int q[32];
+        for (int i = 0; i < 32; i++) {
+            long v = d > 0 ? lrintf((x[b * 32 + i] - m) / d) : 0;
+            q[i] = (int)(v < 0 ? 0 : v > 15 ? 15 : v);
+        }
+        for (int i = 0; i < 16; i++)
+            p[4 + i] = (uint8_t)(q[i] | q[i + 16] << 4);
+    }
+    return out;
+}
+
 static int add_tensor(struct dray_gguf_writer *w, const struct tiny_gemma *t, const char *name,
                       uint64_t ne0, uint64_t ne1, float lo, float hi, float offset)
 {
@@ -107,6 +133,10 @@ static int add_tensor(struct dray_gguf_writer *w, const struct tiny_gemma *t, co
     if (ne1 > 1 && t->weight_type == DRAY_GGML_Q8_0 && ne0 % 32 == 0) {
         void *q = to_q8_0(x, n);
         rc = dray_gguf_add_tensor(w, name, DRAY_GGML_Q8_0, 2, ne, q);
+        free(q);
+    } else if (ne1 > 1 && t->weight_type == DRAY_GGML_Q4_1 && ne0 % 32 == 0) {
+        void *q = to_q4_1(x, n);
+        rc = dray_gguf_add_tensor(w, name, DRAY_GGML_Q4_1, 2, ne, q);
         free(q);
     } else {
         rc = dray_gguf_add_tensor(w, name, DRAY_GGML_F32, ne1 > 1 ? 2 : 1, ne, x);

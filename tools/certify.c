@@ -12,7 +12,10 @@
  *                 the tokens each gives alone;
  *   prefix_cache  a chat's second turn on the subject reuses the first turn's
  *                 cached KV (n_cached > 0) and gives the tokens of the same turn run
- *                 cold.
+ *                 cold;
+ *   kv_spill      the same with a KV pool so small that turn 1's blocks are
+ *                 spilled to the host tier (the plugin's downloads) and restored
+ *                 (its uploads) for turn 2.
  *
  * Requests carry distinct cache salts so that only the prefix_cache check shares
  * KV between requests. */
@@ -274,8 +277,6 @@ static int ref_margin(struct side *ref, const struct prompt *p, const int32_t *t
     return rc;
 }
 
-/* ------------------------------------------------------------ the run */
-
 static int open_side(const struct dray_config *cfg, struct side *sd, char *err, size_t errlen)
 {
     int rc = dray_engine_open(cfg, &sd->e, err, errlen);
@@ -293,12 +294,73 @@ static void close_side(struct side *sd)
     memset(sd, 0, sizeof(*sd));
 }
 
+/* The host tier of the prefix cache on the subject: a third engine whose KV pool
+ * holds little more than turn 2, so that turn 2 run under another salt pushes
+ * turn 1's blocks off the device; the cache spills them to host memory (the plugin's
+ * download) and turn 2 restores them (its upload), and must give the tokens of
+ * turn 2 run cold. */
+static void check_spill(const struct dray_config *cs, const struct prompt *const *pp,
+                        const struct prompt *t2, const struct result *cold, uint32_t gen,
+                        struct dray_cert_check *c)
+{
+    static const char *const salt_t1[1] = {"cert-spill"};
+    static const char *const salt_press[1] = {"cert-press"};
+    const struct prompt *pt2[1] = {t2};
+    struct dray_config cfg = *cs;
+    struct side sp = {0};
+    struct result r1 = {0}, rp = {0}, r2 = {0};
+    char err[1024] = "";
+    /* N_PROMPTS sequences of at most turn 2's length, in a pool with room for the
+     * window layers of each and for little more than turn 2 in the global ones;
+     * the per-sequence and per-token costs depend on context and max_seqs, so a
+     * probe engine with those settings measures them first */
+    uint64_t tokens = t2->n + gen + (uint64_t)cfg.kv_block;
+    cfg.max_seqs = N_PROMPTS;
+    cfg.context = (uint32_t)tokens;
+    if (cfg.host_cache == 0) {
+        snprintf(c->detail, sizeof(c->detail), "host_cache is 0 in the configuration: no host tier");
+        return;
+    }
+    c->ran = 1;
+    int rc = open_side(&cfg, &sp, err, sizeof(err));
+    if (rc == 0) {
+        cfg.kv_budget = N_PROMPTS * sp.in->kv_bytes_per_seq_fixed +
+                        sp.in->kv_bytes_per_token * (tokens + (uint64_t)cfg.kv_block);
+        close_side(&sp);
+    }
+    if (rc || open_side(&cfg, &sp, err, sizeof(err)) || dray_sched_create(sp.e, 0, &sp.s, err, sizeof(err)) ||
+        run_requests(sp.s, pp, salt_t1, 1, gen, &r1, err, sizeof(err)) ||
+        run_requests(sp.s, pt2, salt_press, 1, gen, &rp, err, sizeof(err)) ||
+        run_requests(sp.s, pt2, salt_t1, 1, gen, &r2, err, sizeof(err))) {
+        snprintf(c->detail, sizeof(c->detail), "the subject failed with a %llu-byte KV pool: %s",
+                 (unsigned long long)cfg.kv_budget, err);
+    } else {
+        struct dray_sched_stats st;
+        dray_sched_get_stats(sp.s, &st);
+        size_t d = first_diff(cold, &r2);
+        int same = d == cold->n && d == r2.n;
+        c->measured = r2.n_cached;
+        c->passed = same && st.cache_spills > 0 && st.cache_restores > 0 && r2.n_cached >= 1;
+        snprintf(c->detail, sizeof(c->detail), "KV pool of %llu tokens: %llu blocks spilled to the "
+                 "host, %llu restored (%llu evictions, pool %llu blocks); turn 2 reused %u tokens and its tokens %s the cold run's",
+                 (unsigned long long)tokens, (unsigned long long)st.cache_spills,
+                 (unsigned long long)st.cache_restores, (unsigned long long)st.cache_evictions,
+                 (unsigned long long)st.kv_blocks_total, r2.n_cached, same ? "equal" : "differ from");
+    }
+    close_side(&sp);
+    result_free(&r1);
+    result_free(&r2);
+    result_free(&rp);
+}
+
+/* ------------------------------------------------------------ the run */
+
 int dray_certify_model(const struct dray_config *base, const char *plugin, const char *device,
                        uint32_t gen, struct dray_cert_model *m, FILE *log)
 {
-    struct dray_config cs = *base, cr = *base;
+    struct dray_config cs = *base, cr = *base; /* subject, reference */
     struct side sub = {0}, ref = {0};
-    struct prompt p[N_PROMPTS] = {{0}};
+    struct prompt p[N_PROMPTS] = {{0}}, t2 = {0}; /* t2: a chat's second turn */
     struct result one[N_PROMPTS] = {{0}}, many[N_PROMPTS] = {{0}}, cold = {0}, warm = {0}, turn2 = {0},
                   rg = {0};
     char err[2048] = "";
@@ -350,6 +412,7 @@ int dray_certify_model(const struct dray_config *base, const char *plugin, const
     struct dray_cert_check *cg = add_check(m, "greedy", "tokens before the first difference", 0);
     struct dray_cert_check *cb = add_check(m, "batched", "requests whose tokens differ", 0);
     struct dray_cert_check *cp = add_check(m, "prefix_cache", "turn-2 tokens served from cached KV", 1);
+    t2.ids = malloc((p[0].n + gen + p[1].n) * sizeof(int32_t));
     const struct prompt *pp[N_PROMPTS] = {&p[0], &p[1], &p[2]};
     static const char *const salt_one[N_PROMPTS] = {"cert-one-0", "cert-one-1", "cert-one-2"};
     static const char *const salt_many[N_PROMPTS] = {"cert-many-0", "cert-many-1", "cert-many-2"};
@@ -396,7 +459,6 @@ int dray_certify_model(const struct dray_config *base, const char *plugin, const
         snprintf(cp->detail, sizeof(cp->detail), "prefix_cache is off in the configuration");
     } else if (singles_ok) {
         static const char *const salt_cold[1] = {"cert-prefix-cold"};
-        struct prompt t2 = {malloc((p[0].n + one[0].n + p[1].n) * sizeof(int32_t)), 0};
         const struct prompt *pt2[1] = {&t2};
         cp->ran = 1;
         if (t2.ids) {
@@ -423,10 +485,14 @@ int dray_certify_model(const struct dray_config *base, const char *plugin, const
                 snprintf(cp->detail + strlen(cp->detail), sizeof(cp->detail) - strlen(cp->detail),
                          " at token %zu", d);
         }
-        free(t2.ids);
     }
     dray_sched_destroy(ref.s);
     ref.s = NULL;
+    struct dray_cert_check *cs2 = add_check(m, "kv_spill", "turn-1 tokens restored from the host tier", 1);
+    if (cp->ran && cp->passed)
+        check_spill(&cs, pp, &t2, &turn2, gen, cs2);
+    else
+        snprintf(cs2->detail, sizeof(cs2->detail), "needs the prefix_cache check to pass first");
     /* greedy: the subject's single run of prompt 0 against the reference's */
     if (singles_ok) {
         size_t d = first_diff(&rg, &one[0]);
@@ -458,6 +524,7 @@ int dray_certify_model(const struct dray_config *base, const char *plugin, const
     report(cg, log);
     report(cb, log);
     report(cp, log);
+    report(cs2, log);
     struct dray_cert_check *ck = add_check(m, "kv_transfer", "", 0);
     snprintf(ck->detail, sizeof(ck->detail), "KV blocks spilled by the plugin restored into the "
              "CPU plugin and back: not checked yet (no cross-plugin KV transfer in the engine)");
@@ -475,14 +542,21 @@ done:
     result_free(&cold);
     result_free(&warm);
     result_free(&turn2);
+    free(t2.ids);
     result_free(&rg);
     int pass = m->ran;
     for (size_t i = 0; i < m->n_checks; i++)
         pass &= !m->checks[i].ran || m->checks[i].passed;
-    /* logits, greedy and batched must have run, and prefix_cache unless the
-     * configuration turned the cache off; kv_transfer is reported, not required */
-    for (size_t i = 0; i < m->n_checks && i < 4; i++)
-        pass &= m->checks[i].ran || (i == 3 && !base->prefix_cache);
+    /* logits, greedy and batched must have run; prefix_cache unless the
+     * configuration turned the cache off, kv_spill unless it turned the cache or
+     * its host tier off; kv_transfer is reported, not required */
+    for (size_t i = 0; i < m->n_checks; i++) {
+        const char *n = m->checks[i].name;
+        int required = strcmp(n, "prefix_cache") && strcmp(n, "kv_spill") && strcmp(n, "kv_transfer");
+        required |= !strcmp(n, "prefix_cache") && base->prefix_cache;
+        required |= !strcmp(n, "kv_spill") && base->prefix_cache && base->host_cache;
+        pass &= m->checks[i].ran || !required;
+    }
     fprintf(log, "%s: serving path on %s\n", pass ? "PASS" : "FAIL", plugin);
     return pass ? 0 : 1;
 }

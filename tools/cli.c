@@ -27,7 +27,7 @@ void dray_cli_help(void)
            "  -n N                  most new tokens\n"
            "  --temp T              temperature (0 = greedy)\n"
            "  --top-k K --top-p P --min-p P --repeat-penalty R --seed S\n"
-           "  --precision int8|f32  weights and matmuls\n"
+           "  --precision int8|int8g|w4a8|f32  weights and matmuls\n"
            "  --kv-dtype int8|f16   KV cache\n"
            "  --backend NAME --fallback NAME --device D -t, --threads N\n"
            "  --chunk N             prefill tokens per step\n"

@@ -106,6 +106,12 @@ static int is_template(const char *dir)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* The build's answers as objects, not literals: an empty one means "not configured",
+ * and testing a literal's first byte is a constant expression clang rejects. */
+static const char template_source[] = DRAY_TEMPLATE_SOURCE;
+static const char template_from_bindir[] = DRAY_TEMPLATE_FROM_BINDIR;
+static const char template_installed[] = DRAY_TEMPLATE_INSTALLED;
+
 int dray_plugin_template_dir(const char *override, char *dir, size_t dirlen, char *err, size_t errlen)
 {
     char bin[PATH_MAX], cand[4][PATH_MAX + 64];
@@ -114,12 +120,12 @@ int dray_plugin_template_dir(const char *override, char *dir, size_t dirlen, cha
     if (override && override[0])
         snprintf(cand[n++], sizeof(cand[0]), "%s", override);
     else {
-        if (bin[0] && in_build_tree(bin) && DRAY_TEMPLATE_SOURCE[0])
-            snprintf(cand[n++], sizeof(cand[0]), "%s", DRAY_TEMPLATE_SOURCE);
-        if (bin[0] && DRAY_TEMPLATE_FROM_BINDIR[0])
-            snprintf(cand[n++], sizeof(cand[0]), "%s/%s", bin, DRAY_TEMPLATE_FROM_BINDIR);
-        if (DRAY_TEMPLATE_INSTALLED[0])
-            snprintf(cand[n++], sizeof(cand[0]), "%s", DRAY_TEMPLATE_INSTALLED);
+        if (bin[0] && in_build_tree(bin) && template_source[0])
+            snprintf(cand[n++], sizeof(cand[0]), "%s", template_source);
+        if (bin[0] && template_from_bindir[0])
+            snprintf(cand[n++], sizeof(cand[0]), "%s/%s", bin, template_from_bindir);
+        if (template_installed[0])
+            snprintf(cand[n++], sizeof(cand[0]), "%s", template_installed);
     }
     char tried[1300] = "";
     for (int i = 0; i < n; i++) {

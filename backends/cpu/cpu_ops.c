@@ -28,12 +28,13 @@ int dray_cpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "embed: NULL args");
     struct dray_util_needs nd;
     void *p[DRAY_UTIL_MAX_NEEDS];
-    CHECK(dray_cpu_args(ctx, dray_util_check_embed(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    CHECK(dray_cpu_args(ctx, dray_util_check_embed_g(a, 1, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     int i8 = a->dtype == DRAY_I8;
     const int32_t *id = p[0];
     void *table = p[1], *rs = p[2], *out = p[3];
     CHECK(dray_util_check_ids(id, a->n_tok, a->n_rows, ctx->err, sizeof(ctx->err)));
-    struct embed_job j = {ctx, {id, table, rs, out, (uint32_t)i8, a->dim, a->scale}};
+    struct embed_job j = {ctx, {id, table, rs, out, (uint32_t)i8, a->dim, a->scale,
+                                dray_util_grouped(a->dtype) ? a->dtype : 0}};
     dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->dim, embed_body, &j);
     return 0;
 }
@@ -86,7 +87,19 @@ static void quantize_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
 {
     (void)ith;
     struct matmul_job *j = arg;
-    j->ctx->k.quantize(&j->k, i0, i1);
+    if (j->k.wdtype)
+        j->ctx->k.gquantize(&j->k, i0, i1);
+    else
+        j->ctx->k.quantize(&j->k, i0, i1);
+}
+
+/* Output channels [o0, o1) of every token of a, through the kernel pair of its dtype. */
+static void matmul_rows(struct dray_ctx *ctx, const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
+{
+    if (a->wdtype)
+        ctx->k.gmatmul(a, o0, o1);
+    else
+        ctx->k.matmul(a, o0, o1);
 }
 
 /* Tile i of the job: the kernel sees only its tokens (pointers moved to the
@@ -111,7 +124,12 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
         if (a->qt) /* t0 is a multiple of 16: a whole packed group */
             sub.qt = a->qt + (size_t)t0 * a->q_stride;
     }
-    j->ctx->k.matmul(&sub, o0, o1);
+    if (a->wdtype) {
+        sub.q = a->q + (size_t)t0 * a->q_stride;
+        sub.gsx = a->gsx + (size_t)t0 * (a->k / 32);
+        sub.gsum = a->gsum + (size_t)t0 * (a->k / 32);
+    }
+    matmul_rows(j->ctx, &sub, o0, o1);
 }
 
 static void matmul_task(void *arg, uint32_t ith, uint32_t nth)
@@ -156,6 +174,24 @@ static int matmul_outliers(struct dray_ctx *ctx, const struct dray_matmul_args *
     return 0;
 }
 
+/* Grouped weights: scratch for q, the group scales and sums, then the quantize
+ * step over the tokens. */
+static int grouped_scratch(struct dray_ctx *ctx, struct matmul_job *j)
+{
+    struct dray_cpu_matmul *k = &j->k;
+    size_t G = k->k / 32, up = 63;
+    k->q_stride = ((size_t)k->k + up) & ~up;
+    size_t qb = k->q_stride * k->n_tok, gb = (G * 4 * k->n_tok + up) & ~up;
+    char *s = dray_cpu_scratch(ctx, qb + 2 * gb + 64);
+    if (!s)
+        return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %zu bytes of activations", qb);
+    k->q = (int8_t *)s;
+    k->gsx = (float *)(s + qb);
+    k->gsum = (int32_t *)(s + qb + gb);
+    dray_cpu_parallel(ctx, k->n_tok, 1, (double)k->n_tok * k->k, quantize_body, j);
+    return 0;
+}
+
 int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
     ctx->err[0] = '\0';
@@ -163,7 +199,7 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: NULL args");
     struct dray_util_needs nd;
     void *p[DRAY_UTIL_MAX_NEEDS];
-    CHECK(dray_cpu_args(ctx, dray_util_check_matmul(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    CHECK(dray_cpu_args(ctx, dray_util_check_matmul_g(a, 1, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     if (a->k == 0) /* the kernels' row loops need one column */
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: k = 0 (want 1..65536)");
     int i8 = a->wdtype == DRAY_I8;
@@ -173,7 +209,8 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
     *k = (struct dray_cpu_matmul){.x = x, .w = w, .wscale = ws, .out = out, .n_tok = a->n_tok,
                                   .n_out = a->n_out, .k = a->k, .stride_x = a->stride_x,
                                   .stride_out = a->stride_out, .accumulate = a->accumulate != 0,
-                                  .is_i8 = (uint32_t)i8};
+                                  .is_i8 = (uint32_t)i8,
+                                  .wdtype = dray_util_grouped(a->wdtype) ? a->wdtype : 0};
     CHECK(matmul_outliers(ctx, a, k, p[4], p[5]));
     if (a->n_tok == 0 || a->n_out == 0)
         return 0;
@@ -196,14 +233,16 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         k->qt = amx ? (int8_t *)((char *)k->sx + sxbytes + xobytes) : NULL;
         dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->k, quantize_body, &j);
     }
+    if (k->wdtype)
+        CHECK(grouped_scratch(ctx, &j));
     if (ctx->n_threads == 1 || work < 20000.0) {
-        ctx->k.matmul(k, 0, a->n_out);
+        matmul_rows(ctx, k, 0, a->n_out);
         return 0;
     }
     matmul_split(&j, ctx->n_threads);
     atomic_init(&j.next, 0);
     if (j.n_tile == 1)
-        ctx->k.matmul(k, 0, a->n_out);
+        matmul_rows(ctx, k, 0, a->n_out);
     else
         dray_cpu_pool_run(ctx->pool, matmul_task, &j);
     return 0;

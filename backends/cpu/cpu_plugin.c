@@ -21,6 +21,7 @@ static void pick_kernels(struct dray_ctx *ctx)
     struct dray_cpu_kernels ref = {
         dray_cpu_ref_embed,    dray_cpu_ref_rmsnorm,  dray_cpu_ref_quantize,  dray_cpu_ref_matmul,
         dray_cpu_ref_rope,     dray_cpu_ref_kv_store, dray_cpu_ref_attention, dray_cpu_ref_gated_act,
+        dray_cpu_ref_gquantize, dray_cpu_ref_gmatmul,
     };
     ctx->k = ref;
 #ifdef DRAY_CPU_AVX2
@@ -45,8 +46,10 @@ static void pick_kernels(struct dray_ctx *ctx)
         ctx->k.quantize = dray_cpu_avx512vnni_quantize; /* the same biased q */
         ctx->k.matmul = dray_cpu_avx512vnni_matmul;
     }
-    if (ctx->isa >= DRAY_CPU_ISA_AVX512VNNI)
+    if (ctx->isa >= DRAY_CPU_ISA_AVX512VNNI) {
         ctx->k.attention = dray_cpu_avx512_attention;
+        ctx->k.gmatmul = dray_cpu_avx512vnni_gmatmul;
+    }
 #endif
 #ifdef DRAY_CPU_AMX
     if (ctx->isa == DRAY_CPU_ISA_AMX) {
@@ -207,10 +210,11 @@ static int cpu_synchronize(struct dray_ctx *ctx)
     return 0; /* every call has finished by the time it returns */
 }
 
-/* Version 2: the props' dtypes and the one limit of the contract: k <= 65536. */
+/* Version 2: the props' dtypes, the grouped weight formats, and the one limit of
+ * the contract: k <= 65536. */
 static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    static const struct dray_util_limits lim = {.max_k = 65536};
+    static const struct dray_util_limits lim = {.max_k = 65536, .grouped = 1};
     return dray_util_op_caps(index, caps, dray_cpu_device_props, &lim);
 }
 

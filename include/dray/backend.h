@@ -70,6 +70,10 @@ enum dray_dtype {
     DRAY_F16 = 1, /* IEEE binary16, storage only: ops compute in f32 */
     DRAY_I8 = 2,  /* signed, symmetric, with an f32 scale stated per op */
     DRAY_I32 = 3,
+    /* since version 2: grouped matmul weights (and embedding tables), 32 weights
+     * per group along k; layouts at struct dray_matmul_args */
+    DRAY_Q8G32 = 4, /* int8 per group of 32 with an f32 scale */
+    DRAY_Q4G32 = 5, /* 4-bit 0..15 per group of 32 with an f32 scale and min (W4A8) */
     DRAY_DTYPE_COUNT
 };
 #define DRAY_DTYPE_BIT(t) (1u << (t))
@@ -94,9 +98,9 @@ struct dray_host {
 /* Capabilities are data. For each op, the dtypes it accepts in the role the op
  * names ("cap dtype" in the op's comment); 0 means the op is not implemented. */
 enum dray_op {
-    DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32) */
+    DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32; v2: Q8G32, Q4G32) */
     DRAY_OP_RMSNORM,     /* cap dtype: F32 */
-    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32) */
+    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32; v2: Q8G32, Q4G32) */
     DRAY_OP_ROPE,        /* cap dtype: F32 */
     DRAY_OP_KV_STORE,    /* cap dtype: the cache dtype (I8, F16) */
     DRAY_OP_ATTENTION,   /* cap dtype: the cache dtype (I8, F16) */
@@ -171,7 +175,12 @@ struct dray_view {
  *   table      I8   [n_rows][dim] with row_scale F32 [n_rows]   (dtype I8), or
  *              F32  [n_rows][dim], row_scale ignored              (dtype F32)
  *   out        F32  [n_tok][dim]
- * Tolerance: exact for F32; one f32 multiply order for I8 (rel 1e-6). */
+ * Since version 2 the table may also be Q8G32 or Q4G32 (the matmul weight layouts
+ * below with n_rows for n_out and dim for k, row_scale then being that layout's
+ * wscale), so a tied output head in a
+ * grouped format is also the embedding: out = W[id][i] * scale, with W computed
+ * as written there ((float)w * wscale, or nib * d + m), then times scale.
+ * Tolerance: exact for F32; one f32 multiply order for I8 and grouped (rel 1e-6). */
 struct dray_embed_args {
     struct dray_view ids, table, row_scale, out;
     uint32_t dtype;  /* of table: DRAY_I8 or DRAY_F32 */
@@ -216,7 +225,39 @@ struct dray_rmsnorm_args {
  *   out[t][o] += sum_j x[t][idx[j]] * outlier_w[o][j].
  * If accumulate is 1, the result is added to out instead of overwriting it.
  * out must not overlap x. k <= 65536 so the int32 sum cannot overflow.
- * Tolerance: abs 1e-4 * (max|out|), from f32 rounding of the scale product only. */
+ * Tolerance: abs 1e-4 * (max|out|), from f32 rounding of the scale product only.
+ *
+ * Grouped weights (version 2; declared by the bits DRAY_Q8G32 / DRAY_Q4G32 in
+ * op_caps.op_dtypes[DRAY_OP_MATMUL]). k must be a multiple of 32 and n_out of 16;
+ * G = k / 32 groups per row; group g is input channels 32g .. 32g+31. Rows come
+ * in blocks of 16 (block b = rows 16b .. 16b+15), and within a block each group
+ * is stored as 64-byte units that hold 4 consecutive inputs of all 16 rows (unit
+ * byte 4r + e = row 16b+r), so one 32-bit lane of a vector register is one row:
+ *   DRAY_Q8G32: w I8, n_out*k bytes: W8(o, c) is byte
+ *                 ((b*G + g)*8 + i)*64 + 4r + e,  o = 16b+r, c = 32g + 4i + e;
+ *               wscale F32 [n_out/16][G][16]: s(o, g) = wscale[(b*G + g)*16 + r];
+ *               W[o][c] = W8(o, c) * s(o, c/32).
+ *   DRAY_Q4G32: w U8, n_out*k/2 bytes: unit u (0..3) of (b, g) at
+ *                 ((b*G + g)*4 + u)*64; its byte 4r + e holds, as unsigned 0..15,
+ *                 input 32g + 4u + e in the low nibble and 32g + 16 + 4u + e in
+ *                 the high nibble of row 16b+r;
+ *               wscale F32 [n_out/16][G][2][16]: d(o, g) = wscale[((b*G + g)*2)*16 + r],
+ *                 m(o, g) = wscale[((b*G + g)*2 + 1)*16 + r];
+ *               W[o][c] = nib(o, c) * d(o, c/32) + m(o, c/32).
+ *   (GGUF Q8_0, Q5_0, Q4_0, Q4_1 and Q4_K convert into these exactly; Q6_K into
+ *   Q8G32 to within a quarter of its own step.)
+ * Activations are quantized per token and per group, symmetric:
+ *   sx[t][g] = max_{c in g} |x[t][c]| / 127, q = x/sx rounded to nearest even,
+ *   clamped to [-127, 127] (a zero group: q = 0, sx = 0), and
+ *   out[t][o] = sum over g in increasing order, accumulated in f32, of
+ *     Q8G32: (float)(sum_{c in g} q*W8) * (sx[t][g] * s(o, g))
+ *     Q4G32: sx[t][g] * (d * (float)(sum_{c in g} q*nib) + m * (float)(sum_{c in g} q))
+ *   with exact int32 group sums. Outlier channels do not apply (n_outlier must
+ *   be 0): a group's scale only sees its own 32 channels, so an outlier channel
+ *   costs precision only to the 31 beside it. accumulate as for I8.
+ * Tolerance: abs 1e-4 * sum_k |x[t][k]| |W[o][k]| (+ |out| when accumulating) per
+ *   output, for the f32 order of the group terms (a fast kernel may sum them in
+ *   another order). */
 struct dray_matmul_args {
     struct dray_view x, w, wscale, out;
     struct dray_view outlier_idx, outlier_w;
@@ -224,7 +265,8 @@ struct dray_matmul_args {
     uint32_t stride_x, stride_out;
     uint32_t n_outlier;
     uint32_t accumulate;
-    uint32_t wdtype; /* DRAY_I8 or DRAY_F32; set it explicitly (DRAY_F32 is 0) */
+    uint32_t wdtype; /* DRAY_I8, DRAY_F32, (v2) DRAY_Q8G32 or DRAY_Q4G32; set it
+                      * explicitly (DRAY_F32 is 0) */
 };
 
 /* Rotary embedding, NEOX layout, in place, on n_head heads of each token:

@@ -111,6 +111,7 @@ static inline int dray_util_caps_answer(struct dray_op_caps *caps, const struct 
 struct dray_util_limits {
     uint32_t max_head_dim, max_n_rot, max_k, max_heads;
     int whole_heads_only;
+    int grouped; /* 1: matmul and embed also take DRAY_Q8G32 and DRAY_Q4G32 (version 2) */
 };
 
 /* A whole op_caps member: the dtypes from the plugin's device_props, its
@@ -131,6 +132,11 @@ static inline int dray_util_op_caps(uint32_t index, struct dray_op_caps *caps,
     mine.max_k = lim->max_k;
     mine.max_heads = lim->max_heads;
     mine.rope_partial = !lim->whole_heads_only;
+    if (lim->grouped) {
+        uint32_t g = DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32);
+        mine.op_dtypes[DRAY_OP_MATMUL] |= g;
+        mine.op_dtypes[DRAY_OP_EMBED] |= g;
+    }
     return dray_util_caps_answer(caps, &mine);
 }
 
@@ -320,20 +326,55 @@ static inline int dray_util_check_views(const struct dray_util_needs *nd,
             return rc_;         \
     } while (0)
 
+/* Version 2's grouped weight dtypes (backend.h, matmul). */
+static inline int dray_util_grouped(uint32_t dtype)
+{
+    return dtype == DRAY_Q8G32 || dtype == DRAY_Q4G32;
+}
+
+/* Bytes of one weight row of k inputs in dtype (k a multiple of 32 if grouped). */
+static inline uint32_t dray_util_wrow_bytes(uint32_t dtype, uint32_t k)
+{
+    return dtype == DRAY_F32 ? k * 4u : dtype == DRAY_Q4G32 ? k / 2u : k;
+}
+
+/* f32 scale values per weight row: 1 (I8), 0 (F32), k/32 (Q8G32), k/16 (Q4G32:
+ * scale and min per group). */
+static inline uint32_t dray_util_wscale_floats(uint32_t dtype, uint32_t k)
+{
+    return dtype == DRAY_I8 ? 1u : dtype == DRAY_Q8G32 ? k / 32u : dtype == DRAY_Q4G32 ? k / 16u : 0u;
+}
+
+/* grouped: the plugin runs DRAY_Q8G32/DRAY_Q4G32 tables (else DRAY_ENOTSUP). */
+static inline int dray_util_check_embed_g(const struct dray_embed_args *a, int grouped,
+                                          struct dray_util_needs *nd, char *why, size_t len)
+{
+    memset(nd, 0, sizeof(*nd));
+    if (a->dtype != DRAY_I8 && a->dtype != DRAY_F32 && !(grouped && dray_util_grouped(a->dtype)))
+        return dray_util_fail(why, len, DRAY_ENOTSUP,
+                              "embed: table dtype %u is not I8, F32, Q8G32 or Q4G32", a->dtype);
+    if (dray_util_grouped(a->dtype) && (a->dim % 32 || a->n_rows % 16))
+        return dray_util_fail(why, len, DRAY_EINVAL,
+                              "embed: a grouped table needs dim %% 32 == 0 (dim = %u) and n_rows %% 16 "
+                              "== 0 (n_rows = %u)", a->dim, a->n_rows);
+    uint32_t row = dray_util_wrow_bytes(a->dtype, a->dim);
+    DRAY_UTIL_TRY(dray_util_need(nd, "embed ids", a->ids, 1, 0, a->n_tok, 4, why, len));
+    if (a->dtype == DRAY_F32)
+        DRAY_UTIL_TRY(dray_util_need(nd, "embed table", a->table, a->n_rows, a->dim, a->dim, 4, why, len));
+    else
+        DRAY_UTIL_TRY(dray_util_need(nd, "embed table", a->table, a->n_rows, row, row, 1, why, len));
+    DRAY_UTIL_TRY(dray_util_need(nd, "embed row_scale", a->row_scale, a->n_rows,
+                                 dray_util_wscale_floats(a->dtype, a->dim),
+                                 dray_util_wscale_floats(a->dtype, a->dim), 4, why, len));
+    DRAY_UTIL_TRY(dray_util_need(nd, "embed out", a->out, a->n_tok, a->dim, a->dim, 4, why, len));
+    return DRAY_OK;
+}
+
+/* The version-1 dtypes only (I8, F32). */
 static inline int dray_util_check_embed(const struct dray_embed_args *a,
                                         struct dray_util_needs *nd, char *why, size_t len)
 {
-    memset(nd, 0, sizeof(*nd));
-    if (a->dtype != DRAY_I8 && a->dtype != DRAY_F32)
-        return dray_util_fail(why, len, DRAY_ENOTSUP, "embed: table dtype %u is not I8 or F32",
-                              a->dtype);
-    size_t esz = a->dtype == DRAY_I8 ? 1 : 4;
-    DRAY_UTIL_TRY(dray_util_need(nd, "embed ids", a->ids, 1, 0, a->n_tok, 4, why, len));
-    DRAY_UTIL_TRY(dray_util_need(nd, "embed table", a->table, a->n_rows, a->dim, a->dim, esz, why, len));
-    DRAY_UTIL_TRY(dray_util_need(nd, "embed row_scale", a->row_scale, 1, 0,
-                                 a->dtype == DRAY_I8 ? a->n_rows : 0, 4, why, len));
-    DRAY_UTIL_TRY(dray_util_need(nd, "embed out", a->out, a->n_tok, a->dim, a->dim, 4, why, len));
-    return DRAY_OK;
+    return dray_util_check_embed_g(a, 0, nd, why, len);
 }
 
 static inline int dray_util_check_rmsnorm(const struct dray_rmsnorm_args *a,
@@ -357,19 +398,25 @@ static inline int dray_util_check_rmsnorm(const struct dray_rmsnorm_args *a,
     return DRAY_OK;
 }
 
-/* Views: x, w, wscale, out, outlier_idx, outlier_w (outliers only for I8). */
-static inline int dray_util_check_matmul(const struct dray_matmul_args *a,
-                                         struct dray_util_needs *nd, char *why, size_t len)
+/* Views: x, w, wscale, out, outlier_idx, outlier_w (outliers only for I8).
+ * grouped: the plugin runs DRAY_Q8G32/DRAY_Q4G32 weights (else DRAY_ENOTSUP). */
+static inline int dray_util_check_matmul_g(const struct dray_matmul_args *a, int grouped,
+                                           struct dray_util_needs *nd, char *why, size_t len)
 {
     memset(nd, 0, sizeof(*nd));
-    if (a->wdtype != DRAY_I8 && a->wdtype != DRAY_F32)
-        return dray_util_fail(why, len, DRAY_ENOTSUP, "matmul: weight dtype %u is not I8 or F32",
-                              a->wdtype);
+    if (a->wdtype != DRAY_I8 && a->wdtype != DRAY_F32 && !(grouped && dray_util_grouped(a->wdtype)))
+        return dray_util_fail(why, len, DRAY_ENOTSUP,
+                              "matmul: weight dtype %u is not I8, F32, Q8G32 or Q4G32", a->wdtype);
     int i8 = a->wdtype == DRAY_I8;
     uint32_t n_outlier = i8 ? a->n_outlier : 0; /* ignored for F32 weights */
     if (a->k > 65536)
         return dray_util_fail(why, len, DRAY_EINVAL, "matmul: k = %u exceeds 65536 (int32 sums)",
                               a->k);
+    if (dray_util_grouped(a->wdtype) && (a->k % 32 || a->n_out % 16 || a->n_outlier))
+        return dray_util_fail(why, len, DRAY_EINVAL,
+                              "matmul: grouped weights need k %% 32 == 0 (k = %u), n_out %% 16 == 0 "
+                              "(n_out = %u) and no outlier channels (n_outlier = %u)", a->k, a->n_out,
+                              a->n_outlier);
     if (a->stride_x < a->k || a->stride_out < a->n_out)
         return dray_util_fail(why, len, DRAY_EINVAL,
                               "matmul: stride_x %u < k %u or stride_out %u < n_out %u",
@@ -378,8 +425,13 @@ static inline int dray_util_check_matmul(const struct dray_matmul_args *a,
         return dray_util_fail(why, len, DRAY_EINVAL, "matmul: %u outliers but k = %u", n_outlier,
                               a->k);
     DRAY_UTIL_TRY(dray_util_need(nd, "matmul x", a->x, a->n_tok, a->stride_x, a->k, 4, why, len));
-    DRAY_UTIL_TRY(dray_util_need(nd, "matmul w", a->w, a->n_out, a->k, a->k, i8 ? 1 : 4, why, len));
-    DRAY_UTIL_TRY(dray_util_need(nd, "matmul wscale", a->wscale, 1, 0, i8 ? a->n_out : 0, 4, why, len));
+    uint32_t wrow = dray_util_wrow_bytes(a->wdtype, a->k);
+    uint32_t srow = dray_util_wscale_floats(a->wdtype, a->k);
+    if (a->wdtype == DRAY_F32)
+        DRAY_UTIL_TRY(dray_util_need(nd, "matmul w", a->w, a->n_out, a->k, a->k, 4, why, len));
+    else
+        DRAY_UTIL_TRY(dray_util_need(nd, "matmul w", a->w, a->n_out, wrow, wrow, 1, why, len));
+    DRAY_UTIL_TRY(dray_util_need(nd, "matmul wscale", a->wscale, a->n_out, srow, srow, 4, why, len));
     DRAY_UTIL_TRY(dray_util_need(nd, "matmul out", a->out, a->n_tok, a->stride_out, a->n_out, 4,
                                  why, len));
     DRAY_UTIL_TRY(dray_util_need(nd, "matmul outlier_idx", a->outlier_idx, 1, 0, n_outlier, 4, why,
@@ -389,6 +441,13 @@ static inline int dray_util_check_matmul(const struct dray_matmul_args *a,
     if (dray_util_overlap(a->out, nd->at[3].nbytes, a->x, nd->at[0].nbytes))
         return dray_util_fail(why, len, DRAY_EINVAL, "matmul: out overlaps x");
     return DRAY_OK;
+}
+
+/* The version-1 weight dtypes only (I8, F32). */
+static inline int dray_util_check_matmul(const struct dray_matmul_args *a,
+                                         struct dray_util_needs *nd, char *why, size_t len)
+{
+    return dray_util_check_matmul_g(a, 0, nd, why, len);
 }
 
 static inline int dray_util_check_rope(const struct dray_rope_args *a, struct dray_util_needs *nd,

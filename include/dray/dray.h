@@ -32,7 +32,18 @@ void dray_log_set_level(int level);
 
 /* ------------------------------------------------------------------ config */
 
-enum dray_precision { DRAY_PRECISION_INT8 = 0, DRAY_PRECISION_F32 = 1 };
+/* INT8: int8 weights with a scale per output channel, activations per token (W8A8).
+ * INT8G: int8 weights and activations with a scale per group of 32 inputs.
+ * W4A8: 4-bit weights (scale and min per group of 32) where the file's weights
+ *   are 4-bit, INT8G elsewhere. F32: the checking path.
+ * INT8G and W4A8 need a device that declares the grouped dtypes; elsewhere the
+ * engine uses INT8 and says so. */
+enum dray_precision {
+    DRAY_PRECISION_INT8 = 0,
+    DRAY_PRECISION_F32 = 1,
+    DRAY_PRECISION_INT8G = 2,
+    DRAY_PRECISION_W4A8 = 3,
+};
 
 /* Everything a config file can say; README.md has the table of keys.
  * dray_config_defaults() fills the documented defaults. Strings are NUL-terminated. */

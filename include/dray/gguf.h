@@ -102,6 +102,9 @@ uint64_t dray_gguf_tensor_nelems(const struct dray_gguf_tensor *t);
 uint32_t dray_ggml_block_elems(uint32_t type);
 uint32_t dray_ggml_block_bytes(uint32_t type);
 const char *dray_ggml_type_name(uint32_t type);
+/* True for the types that store 4-bit codes with a scale (and min) per group of
+ * 32 (Q4_0, Q4_1, Q4_K): the ones dray's 4-bit weights (W4A8) hold without loss. */
+bool dray_ggml_is_4bit(uint32_t type);
 bool dray_ggml_type_supported(uint32_t type);
 
 /* Dequantize row r of a 2-D tensor (ne[0] elements) into dst. */

@@ -12,7 +12,9 @@ void dray_cpu_avx2_embed(const struct dray_cpu_embed *a, uint32_t t0, uint32_t t
         size_t row = (size_t)a->ids[t];
         float *y = a->out + (size_t)t * a->dim;
         uint32_t i = 0;
-        if (a->is_i8) {
+        if (a->gdtype) { /* a few rows per step: the reference is plenty */
+            dray_cpu_ref_grow(a->gdtype, a->table, a->row_scale, row, a->dim, a->scale, y);
+        } else if (a->is_i8) {
             const int8_t *q = (const int8_t *)a->table + row * a->dim;
             float s = a->row_scale[row] * a->scale;
             __m256 vs = _mm256_set1_ps(s);

@@ -31,6 +31,8 @@ struct dray_cpu_embed {
     float *out;              /* [n_tok][dim] */
     uint32_t is_i8, dim;
     float scale;
+    uint32_t gdtype;         /* DRAY_Q8G32 / DRAY_Q4G32 (row_scale = that layout's
+                              * wscale), or 0: not grouped */
 };
 /* tokens [t0, t1) */
 void dray_cpu_ref_embed(const struct dray_cpu_embed *a, uint32_t t0, uint32_t t1);
@@ -74,6 +76,13 @@ struct dray_cpu_matmul {
      * of q_stride / 64 blocks of 1 KiB, block c of group g holding, at row r
      * and bytes 4t..4t+3, bytes 64c+4r .. 64c+4r+3 of token 16g+t. */
     int8_t *qt;
+    /* Grouped weights (wdtype DRAY_Q8G32 / DRAY_Q4G32, else 0; is_i8 is 0 then).
+     * The grouped quantize step fills q as above (unbiased, per-group scales),
+     * gsx [n_tok][k/32] (each group's scale) and gsum [n_tok][k/32] (each group's
+     * sum of q); every kernel set shares that step. */
+    uint32_t wdtype;
+    float *gsx;
+    int32_t *gsum;
 };
 /* Step 1 (I8 only): quantize tokens [t0, t1) of x into a->q / a->sx. */
 void dray_cpu_ref_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
@@ -98,6 +107,16 @@ void dray_cpu_avx512vnni_row_corr(const int8_t *w, uint32_t k, uint32_t n, int32
  * be allowed the tile state (dray_cpu_have_amx() asked the kernel). */
 void dray_cpu_amx_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_amx_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+/* Grouped weights (ref_gmatmul.c, the specification; avx512vnni_gmatmul.c).
+ * gquantize (shared): tokens [t0, t1); gmatmul: output channels [o0, o1), every
+ * token (the AVX-512 one needs o0 and o1 multiples of 16). */
+void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
+void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+/* Row r of a grouped table (dtype DRAY_Q8G32 or DRAY_Q4G32, dim a multiple of
+ * 32, rs = its scales) times scale into y[dim]. */
+void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_t r, uint32_t dim,
+                       float scale, float *y);
 /* The shared last step of one I8 output: scale, outliers, accumulate. */
 static inline float dray_cpu_mm_finish(const struct dray_cpu_matmul *a, uint32_t t, uint32_t o,
                                        int32_t isum)

@@ -108,16 +108,27 @@ static int make_embed(struct conf_rng *r, struct conf_case *c, int bench, uint32
     OOM_IF(ids);
     for (uint32_t t = 0; t < a.n_tok; t++)
         ids[t] = (int32_t)(t == 0 ? a.n_rows - 1 : t == 1 ? 0 : conf_range(r, 0, a.n_rows - 1));
+    if (dray_util_grouped(dtype)) { /* whole groups of 32, whole blocks of 16 rows */
+        a.dim = (a.dim + 31) / 32 * 32;
+        a.n_rows = (a.n_rows + 15) / 16 * 16;
+        for (uint32_t t = 0; t < a.n_tok; t++)
+            ids[t] = (int32_t)(t == 0 ? a.n_rows - 1 : t == 1 ? 0 : conf_range(r, 0, a.n_rows - 1));
+    }
     size_t cells = (size_t)a.n_rows * a.dim;
-    void *table = conf_arr_add(c, cells * (dtype == DRAY_I8 ? 1 : 4), 0);
-    float *rs = conf_arr_add(c, a.n_rows * 4, 0);
+    size_t tbytes = dtype == DRAY_F32 ? cells * 4 : (size_t)a.n_rows * dray_util_wrow_bytes(dtype, a.dim);
+    size_t nrs = dray_util_grouped(dtype) ? (size_t)a.n_rows * dray_util_wscale_floats(dtype, a.dim) : a.n_rows;
+    void *table = conf_arr_add(c, tbytes, 0);
+    float *rs = conf_arr_add(c, nrs * 4, 0);
     float *out = conf_arr_add(c, (size_t)a.n_tok * a.dim * 4, 1);
     OOM_IF(table && rs && out);
-    if (dtype == DRAY_I8)
-        fill_i8(r, table, cells);
-    else
+    if (dtype == DRAY_F32)
         fill_f32(r, table, cells, -1, 1);
-    fill_f32(r, rs, a.n_rows, 0.0005f, 0.02f);
+    else
+        fill_i8(r, table, tbytes); /* Q4G32: any byte is two valid nibbles */
+    fill_f32(r, rs, nrs, 0.0005f, 0.02f);
+    if (dtype == DRAY_Q4G32) /* the mins (second 16 of each 32): either sign */
+        for (size_t i = 16; i < nrs; i += (i % 32 == 31) ? 17 : 1)
+            rs[i] = conf_randf(r, -0.1f, 0.1f);
     fill_f32(r, out, (size_t)a.n_tok * a.dim, -1, 1);
     snprintf(c->shape, sizeof(c->shape), "n_tok=%u dim=%u n_rows=%u", a.n_tok, a.dim, a.n_rows);
     c->launch = launch_embed;
@@ -132,6 +143,16 @@ int conf_make_embed_i8(struct conf_rng *r, struct conf_case *c, int bench)
 int conf_make_embed_f32(struct conf_rng *r, struct conf_case *c, int bench)
 {
     return make_embed(r, c, bench, DRAY_F32);
+}
+
+int conf_make_embed_q8g(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_embed(r, c, bench, DRAY_Q8G32);
+}
+
+int conf_make_embed_q4g(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_embed(r, c, bench, DRAY_Q4G32);
 }
 
 /* ------------------------------------------------------------ rmsnorm */
@@ -284,6 +305,76 @@ int conf_make_matmul_i8(struct conf_rng *r, struct conf_case *c, int bench)
 int conf_make_matmul_f32(struct conf_rng *r, struct conf_case *c, int bench)
 {
     return make_matmul(r, c, bench, DRAY_F32);
+}
+
+/* The value of grouped weight (o, i) (backend.h, matmul: 16-row blocks), for
+ * the bound; written from the layout text, not from a plugin's code. */
+static float gweight(uint32_t dtype, const void *w, const float *ws, uint32_t k, uint32_t o, uint32_t i)
+{
+    size_t G = k / 32, bg = (size_t)(o / 16) * G + i / 32, r = o % 16, c = i % 32;
+    if (dtype == DRAY_Q8G32)
+        return (float)((const int8_t *)w)[(bg * 8 + c / 4) * 64 + r * 4 + c % 4] * ws[bg * 16 + r];
+    uint8_t b = ((const uint8_t *)w)[(bg * 4 + (c % 16) / 4) * 64 + r * 4 + c % 4];
+    float nib = (float)(c < 16 ? b & 15 : b >> 4);
+    return nib * ws[bg * 32 + r] + ws[bg * 32 + 16 + r];
+}
+
+/* Grouped weights: k in whole groups (one group up to 40), some zero tokens,
+ * some groups with a loud channel (what per-group scales are for); the bound is
+ * 1e-4 of sum_k |x||W| (+ the value added to). */
+static int make_gmatmul(struct conf_rng *r, struct conf_case *c, int bench, uint32_t wdtype)
+{
+    struct dray_matmul_args a = {.wdtype = wdtype};
+    a.n_tok = bench ? 8 : conf_range(r, 1, 24);
+    a.k = bench ? 1152 : 32 * (conf_range(r, 0, 3) == 0 ? conf_range(r, 1, 3) : conf_range(r, 1, 40));
+    a.n_out = bench ? 6912 : 16 * conf_range(r, 1, 20);
+    a.stride_x = a.k + (bench ? 0 : conf_range(r, 0, 4));
+    a.stride_out = a.n_out + (bench ? 0 : conf_range(r, 0, 4));
+    a.accumulate = !bench && conf_range(r, 0, 2) == 0;
+    size_t nx = (size_t)a.n_tok * a.stride_x, nwb = (size_t)a.n_out * dray_util_wrow_bytes(wdtype, a.k);
+    size_t ns = (size_t)a.n_out * dray_util_wscale_floats(wdtype, a.k);
+    size_t no = (size_t)a.n_tok * a.stride_out;
+    float *x = conf_arr_add(c, nx * 4, 0);
+    void *w = conf_arr_add(c, nwb, 0);
+    float *ws = conf_arr_add(c, ns * 4, 0);
+    float *out = conf_arr_add(c, no * 4, 1);
+    OOM_IF(x && w && ws && out && conf_arr_add(c, 0, 0) && conf_arr_add(c, 0, 0));
+    fill_f32(r, x, nx, -2, 2);
+    for (uint32_t t = 0; !bench && t < a.n_tok; t++) {
+        if (conf_range(r, 0, 7) == 0)
+            memset(x + (size_t)t * a.stride_x, 0, a.k * 4);
+        else if (conf_range(r, 0, 2) == 0) /* one loud channel */
+            x[(size_t)t * a.stride_x + conf_range(r, 0, a.k - 1)] *= 40.0f;
+    }
+    fill_i8(r, w, nwb);
+    fill_f32(r, ws, ns, 0.001f, 0.05f);
+    if (wdtype == DRAY_Q4G32) /* the mins (second 16 of each 32): either sign */
+        for (size_t i = 16; i < ns; i += (i % 32 == 31) ? 17 : 1)
+            ws[i] = conf_randf(r, -0.2f, 0.2f);
+    fill_f32(r, out, no, -1, 1);
+    c->elem_tol = calloc(no, sizeof(float));
+    OOM_IF(c->elem_tol);
+    for (uint32_t t = 0; t < a.n_tok; t++)
+        for (uint32_t o = 0; o < a.n_out; o++) {
+            double s = a.accumulate ? fabs(out[(size_t)t * a.stride_out + o]) : 0.0;
+            for (uint32_t i = 0; i < a.k; i++)
+                s += fabs(x[(size_t)t * a.stride_x + i] * gweight(wdtype, w, ws, a.k, o, i));
+            c->elem_tol[(size_t)t * a.stride_out + o] = (float)s;
+        }
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u k=%u n_out=%u%s", a.n_tok, a.k, a.n_out,
+             a.accumulate ? " accumulate" : "");
+    c->launch = launch_matmul;
+    return set_params(c, &a, sizeof(a));
+}
+
+int conf_make_matmul_q8g(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_gmatmul(r, c, bench, DRAY_Q8G32);
+}
+
+int conf_make_matmul_q4g(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_gmatmul(r, c, bench, DRAY_Q4G32);
 }
 
 /* ------------------------------------------------------------ rope */

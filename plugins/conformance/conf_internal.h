@@ -95,6 +95,11 @@ int conf_make_embed_f32(struct conf_rng *, struct conf_case *, int);
 int conf_make_rmsnorm(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_i8(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_f32(struct conf_rng *, struct conf_case *, int);
+/* version 2's grouped weights (matmul) and tables (embed) */
+int conf_make_matmul_q8g(struct conf_rng *, struct conf_case *, int);
+int conf_make_matmul_q4g(struct conf_rng *, struct conf_case *, int);
+int conf_make_embed_q8g(struct conf_rng *, struct conf_case *, int);
+int conf_make_embed_q4g(struct conf_rng *, struct conf_case *, int);
 int conf_make_rope(struct conf_rng *, struct conf_case *, int);
 int conf_make_kv_store_i8(struct conf_rng *, struct conf_case *, int);
 int conf_make_kv_store_f16(struct conf_rng *, struct conf_case *, int);

@@ -62,6 +62,10 @@ static const struct variant {
     /* embed: "exact for F32; one f32 multiply order for I8 (rel 1e-6)" */
     {"embed", DRAY_OP_EMBED, DRAY_I8, 1, conf_make_embed_i8, conf_check_f32, {0, 1e-6, 0, "rel 1e-6"}},
     {"embed", DRAY_OP_EMBED, DRAY_F32, 0, conf_make_embed_f32, conf_check_f32, {0, 0, 0, "exact"}},
+    /* grouped tables (version 2): the same one multiply order, rel 1e-6 (+ abs
+     * 1e-7 where a Q4G32 min cancels the scaled nibble) */
+    {"embed", DRAY_OP_EMBED, DRAY_Q8G32, 0, conf_make_embed_q8g, conf_check_f32, {1e-7, 1e-6, 0, "rel 1e-6"}},
+    {"embed", DRAY_OP_EMBED, DRAY_Q4G32, 0, conf_make_embed_q4g, conf_check_f32, {1e-7, 1e-6, 0, "rel 1e-6"}},
     /* rmsnorm: "rel 1e-5" */
     {"rmsnorm", DRAY_OP_RMSNORM, DRAY_F32, 1, conf_make_rmsnorm, conf_check_f32, {0, 1e-5, 0, "rel 1e-5"}},
     /* matmul I8: "abs 1e-4 * (max|out|)"; F32: "rel 1e-5 of the sum of |x||w|" */
@@ -69,6 +73,11 @@ static const struct variant {
      {1e-4, 0, 0, "abs 1e-4*max|out|"}},
     {"matmul", DRAY_OP_MATMUL, DRAY_F32, 0, conf_make_matmul_f32, conf_check_f32,
      {0, 0, 1e-5, "1e-5*sum|x||w|"}},
+    /* grouped (version 2): "abs 1e-4 * sum_k |x||W|" (the f32 order of the groups) */
+    {"matmul", DRAY_OP_MATMUL, DRAY_Q8G32, 0, conf_make_matmul_q8g, conf_check_f32,
+     {0, 0, 1e-4, "1e-4*sum|x||W|"}},
+    {"matmul", DRAY_OP_MATMUL, DRAY_Q4G32, 0, conf_make_matmul_q4g, conf_check_f32,
+     {0, 0, 1e-4, "1e-4*sum|x||W|"}},
     /* rope: "abs 1e-4 for |p| < 2^17" */
     {"rope", DRAY_OP_ROPE, DRAY_F32, 1, conf_make_rope, conf_check_f32, {1e-4, 0, 0, "abs 1e-4"}},
     /* kv_store: "I8 bit-exact ... except ties (|q| off by one in at most 1e-3 of
@@ -98,6 +107,8 @@ static const char *dtype_name(uint32_t t)
     case DRAY_F16: return "f16";
     case DRAY_I8: return "i8";
     case DRAY_I32: return "i32";
+    case DRAY_Q8G32: return "q8g";
+    case DRAY_Q4G32: return "q4g";
     }
     return "?";
 }

@@ -78,6 +78,18 @@ def greedy_first_difference(ref_logits, n_prompt, dray_tokens, n_max, stops):
     return None
 
 
+def int8_verdict(agree, positions, kl_sum, top1_min, kl_max, failures):
+    """Prints the int8 path's totals (top-1 agreement with the reference, mean
+    KL(ref||dray)) against their bounds; appends each bound missed to failures."""
+    top1, kl_mean = agree / positions, kl_sum / positions
+    print(f"\nint8 over {positions} positions: top-1 agreement {100 * top1:.2f}% (need >= "
+          f"{100 * top1_min:.0f}%), mean KL(ref||dray) {kl_mean:.5f} (need < {kl_max})")
+    if top1 < top1_min:
+        failures.append(f"int8 top-1 agreement {top1:.4f} < {top1_min}")
+    if kl_mean >= kl_max:
+        failures.append(f"int8 mean KL {kl_mean:.5f} >= {kl_max}")
+
+
 def log_softmax(x):
     """log softmax over the last axis, in float64."""
     x = x.astype(np.float64) - x.max(axis=-1, keepdims=True)

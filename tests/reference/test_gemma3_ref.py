@@ -30,7 +30,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gemma3_ref  # noqa: E402
-from refcommon import dray_greedy, dray_ids, dray_logits, greedy_first_difference, log_softmax  # noqa: E402
+from refcommon import (dray_greedy, dray_ids, dray_logits, greedy_first_difference,  # noqa: E402
+                       int8_verdict, log_softmax)
 
 F32_MAX_ABS = 5e-2
 F32_P90 = 1.5e-2
@@ -138,14 +139,7 @@ def main():
     for pi, n, fa, da, ia, klm, klx, ng, same in rows:
         print(f"{pi:6d}  {n:6d}  {fa:4d}/{n:<4d} {da:10.5f}  {ia:4d}/{n:<4d} {klm:12.5f} {klx:12.5f}  "
               + ("(logits only)" if same is None else f"{ng} tokens {'identical' if same else 'DIFFER'}"))
-    top1 = tot_agree / tot_pos
-    kl_mean = kl_sum / tot_pos
-    print(f"\nint8 over {tot_pos} positions: top-1 agreement {100 * top1:.2f}% (need >= "
-          f"{100 * INT8_TOP1:.0f}%), mean KL(ref||dray) {kl_mean:.5f} (need < {INT8_KL})")
-    if top1 < INT8_TOP1:
-        failures.append(f"int8 top-1 agreement {top1:.4f} < {INT8_TOP1}")
-    if kl_mean >= INT8_KL:
-        failures.append(f"int8 mean KL {kl_mean:.5f} >= {INT8_KL}")
+    int8_verdict(tot_agree, tot_pos, kl_sum, INT8_TOP1, INT8_KL, failures)
     for f in failures:
         print("FAIL:", f)
     print("PASS" if not failures else f"{len(failures)} check(s) failed")

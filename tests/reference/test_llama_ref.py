@@ -38,7 +38,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref  # noqa: E402
-from refcommon import dray_greedy, dray_ids, dray_logits, greedy_first_difference, log_softmax  # noqa: E402
+from refcommon import (dray_greedy, dray_ids, dray_logits, greedy_first_difference,  # noqa: E402
+                       int8_verdict, log_softmax)
 
 # f32 vs the reference with f16 K/V: summation order over 30 layers; logits reach ~25
 F32_MAX_ABS = 0.1
@@ -133,13 +134,7 @@ def main():
     for pi, n, fa, da, ia, klm, klx, g in rows:
         gs = "-" if g is None else f"{g[0]} tokens {'identical' if g[1] else 'DIFFER'}"
         print(f"{pi:6d}  {n:6d}  {fa:4d}/{n:<4d} {da:10.5f}  {ia:4d}/{n:<4d} {klm:12.5f} {klx:12.5f}  {gs}")
-    top1, kl_mean = tot_agree / tot_pos, kl_sum / tot_pos
-    print(f"\nint8 over {tot_pos} positions: top-1 agreement {100 * top1:.2f}% (need >= "
-          f"{100 * INT8_TOP1:.0f}%), mean KL(ref||dray) {kl_mean:.5f} (need < {INT8_KL})")
-    if top1 < INT8_TOP1:
-        failures.append(f"int8 top-1 agreement {top1:.4f} < {INT8_TOP1}")
-    if kl_mean >= INT8_KL:
-        failures.append(f"int8 mean KL {kl_mean:.5f} >= {INT8_KL}")
+    int8_verdict(tot_agree, tot_pos, kl_sum, INT8_TOP1, INT8_KL, failures)
     for f in failures:
         print("FAIL:", f)
     print(f"PASS ({time.time() - t0:.0f} s)" if not failures else f"{len(failures)} check(s) failed")

@@ -1,0 +1,121 @@
+/* AVX-512 VNNI matmul over grouped weights (backend.h, matmul: DRAY_Q8G32 and
+ * DRAY_Q4G32). The layout puts 16 rows side by side, 4 inputs each, in every
+ * 64-byte unit, so one vpdpbusd against 4 activation bytes broadcast to all
+ * lanes adds 4 products to each of 16 rows at once: a group of 32 inputs is 8
+ * of them, and the group's int32 sums come out with one row per lane. Each
+ * group then costs one conversion and one or two fused multiply-adds per 16
+ * rows, against the f32 scales stored 16 to a vector. A pass covers one block
+ * of 16 rows for up to four tokens, so a unit is loaded (and unpacked) once per
+ * four tokens. The int32 group sums are exact as in the reference; only the f32
+ * rounding of the scale products may differ (within the op's tolerance).
+ *   Q8G32: vpdpbusd takes u8 x s8, so the weights enter as w + 128 (xor 0x80)
+ *          and each group's sum starts from -128 * (the group's q summed),
+ *          which the quantize step keeps (gsum).
+ *   Q4G32: the nibbles are already u8 0..15: the low and high nibbles of a unit
+ *          are inputs 4u.. and 16+4u.. of the group; the min term adds
+ *          m * sx * gsum per group. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#define TB 4 /* tokens per pass */
+
+/* 4 activation bytes of token row q at input c, in every lane. */
+static inline __m512i bcast4(const int8_t *q, uint32_t c)
+{
+    int32_t v;
+    memcpy(&v, q + c, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Rows 16b .. 16b+15 for tokens t0 .. t0+nb-1 into y[j]. Always inlined with a
+ * constant nb, so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void pass_q8g(const struct dray_cpu_matmul *a, uint32_t b,
+                                                           uint32_t t0, uint32_t nb, __m512 *y)
+{
+    const uint32_t G = a->k / 32;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512 acc[TB];
+    for (uint32_t j = 0; j < nb; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < G; g++) {
+        const int8_t *w = (const int8_t *)a->w + ((size_t)b * G + g) * 8 * 64;
+        __m512i wv[8];
+        for (int i = 0; i < 8; i++)
+            wv[i] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w + 64 * i)), bias);
+        __m512 ws = _mm512_loadu_ps(a->wscale + ((size_t)b * G + g) * 16);
+        for (uint32_t j = 0; j < nb; j++) {
+            size_t t = t0 + j;
+            const int8_t *q = a->q + t * a->q_stride + 32 * g;
+            __m512i isum = _mm512_set1_epi32(-128 * a->gsum[t * G + g]);
+            for (int i = 0; i < 8; i++)
+                isum = _mm512_dpbusd_epi32(isum, wv[i], bcast4(q, 4u * (uint32_t)i));
+            __m512 s = _mm512_mul_ps(_mm512_set1_ps(a->gsx[t * G + g]), ws);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc[j]);
+        }
+    }
+    for (uint32_t j = 0; j < nb; j++)
+        y[j] = acc[j];
+}
+
+static inline __attribute__((always_inline)) void pass_q4g(const struct dray_cpu_matmul *a, uint32_t b,
+                                                           uint32_t t0, uint32_t nb, __m512 *y)
+{
+    const uint32_t G = a->k / 32;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[TB];
+    for (uint32_t j = 0; j < nb; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < G; g++) {
+        const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 4 * 64;
+        __m512i lo[4], hi[4];
+        for (int u = 0; u < 4; u++) {
+            __m512i z = _mm512_loadu_si512((const void *)(w + 64 * u));
+            lo[u] = _mm512_and_si512(z, lo4);
+            hi[u] = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+        }
+        const float *dm = a->wscale + ((size_t)b * G + g) * 32;
+        __m512 d = _mm512_loadu_ps(dm), m = _mm512_loadu_ps(dm + 16);
+        for (uint32_t j = 0; j < nb; j++) {
+            size_t t = t0 + j;
+            const int8_t *q = a->q + t * a->q_stride + 32 * g;
+            __m512i isum = _mm512_setzero_si512();
+            for (int u = 0; u < 4; u++) {
+                isum = _mm512_dpbusd_epi32(isum, lo[u], bcast4(q, 4u * (uint32_t)u));
+                isum = _mm512_dpbusd_epi32(isum, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
+            }
+            float sx = a->gsx[t * G + g];
+            __m512 term = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum),
+                                          _mm512_mul_ps(m, _mm512_set1_ps((float)a->gsum[t * G + g])));
+            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(sx), term, acc[j]);
+        }
+    }
+    for (uint32_t j = 0; j < nb; j++)
+        y[j] = acc[j];
+}
+
+#define PASS(NB) (q8 ? pass_q8g(a, b, t0, NB, y) : pass_q4g(a, b, t0, NB, y))
+
+/* o0 and o1 are multiples of 16 (the glue splits rows in 16s; n_out is one). */
+void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
+{
+    __m512 y[TB];
+    int q8 = a->wdtype == DRAY_Q8G32;
+    for (uint32_t t0 = 0; t0 < a->n_tok; t0 += TB) {
+        uint32_t nb = a->n_tok - t0 < TB ? a->n_tok - t0 : TB;
+        for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
+            switch (nb) { /* a constant count per call: see pass_q8g */
+            case 4: PASS(4); break;
+            case 3: PASS(3); break;
+            case 2: PASS(2); break;
+            default: PASS(1); break;
+            }
+            for (uint32_t j = 0; j < nb; j++) {
+                float *out = a->out + (size_t)(t0 + j) * a->stride_out + 16 * b;
+                __m512 v = a->accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), y[j]) : y[j];
+                _mm512_storeu_ps(out, v);
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+/* Reference matmul over grouped weights (backend.h, matmul: DRAY_Q8G32 and
+ * DRAY_Q4G32): activations quantized per token and per group of 32 channels,
+ * exact int32 dot products per group, group terms summed in f32 in increasing
+ * group order. This is the truth the fast kernels are checked against. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#define GROUP 32u
+
+void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1)
+{
+    uint32_t G = a->k / GROUP;
+    for (uint32_t t = t0; t < t1; t++) {
+        const float *x = a->x + (size_t)t * a->stride_x;
+        int8_t *q = a->q + (size_t)t * a->q_stride;
+        memset(q, 0, a->q_stride);
+        for (uint32_t g = 0; g < G; g++) {
+            const float *xg = x + g * GROUP;
+            float amax = 0.0f;
+            for (uint32_t c = 0; c < GROUP; c++)
+                amax = fabsf(xg[c]) > amax ? fabsf(xg[c]) : amax;
+            float sx = amax / 127.0f;
+            int32_t sum = 0;
+            if (sx != 0.0f)
+                for (uint32_t c = 0; c < GROUP; c++) {
+                    float v = nearbyintf(xg[c] / sx); /* nearest, ties to even */
+                    v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+                    q[g * GROUP + c] = (int8_t)v;
+                    sum += (int32_t)v;
+                }
+            a->gsx[(size_t)t * G + g] = sx;
+            a->gsum[(size_t)t * G + g] = sum;
+        }
+    }
+}
+
+/* Weight codes and scales at row o, input c (backend.h: rows in blocks of 16,
+ * each group stored as 64-byte units of 4 inputs x 16 rows). */
+static inline int32_t w8_at(const int8_t *w, uint32_t G, uint32_t o, uint32_t c)
+{
+    size_t unit = ((size_t)(o / 16) * G + c / 32) * 8 + (c % 32) / 4;
+    return w[unit * 64 + (o % 16) * 4 + c % 4];
+}
+
+static inline int32_t nib_at(const uint8_t *w, uint32_t G, uint32_t o, uint32_t c)
+{
+    uint32_t cc = c % 32;
+    size_t unit = ((size_t)(o / 16) * G + c / 32) * 4 + (cc % 16) / 4;
+    uint8_t b = w[unit * 64 + (o % 16) * 4 + cc % 4];
+    return cc < 16 ? (int32_t)(b & 15u) : (int32_t)(b >> 4);
+}
+
+/* Scale j (Q8G32: 0; Q4G32: 0 = d, 1 = m) of row o, group g; per = 1 or 2. */
+static inline float scale_at(const float *s, uint32_t G, uint32_t per, uint32_t o, uint32_t g, uint32_t j)
+{
+    return s[(((size_t)(o / 16) * G + g) * per + j) * 16 + o % 16];
+}
+
+void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
+{
+    uint32_t G = a->k / GROUP;
+    for (uint32_t t = 0; t < a->n_tok; t++) {
+        const int8_t *q = a->q + (size_t)t * a->q_stride;
+        const float *sx = a->gsx + (size_t)t * G;
+        const int32_t *qs = a->gsum + (size_t)t * G;
+        float *y = a->out + (size_t)t * a->stride_out;
+        for (uint32_t o = o0; o < o1; o++) {
+            float acc = 0.0f;
+            for (uint32_t g = 0; g < G; g++) {
+                int32_t isum = 0;
+                if (a->wdtype == DRAY_Q8G32) {
+                    for (uint32_t c = 0; c < GROUP; c++)
+                        isum += (int32_t)q[g * GROUP + c] * w8_at(a->w, G, o, g * GROUP + c);
+                    acc += (float)isum * (sx[g] * scale_at(a->wscale, G, 1, o, g, 0));
+                } else {
+                    for (uint32_t c = 0; c < GROUP; c++)
+                        isum += (int32_t)q[g * GROUP + c] * nib_at(a->w, G, o, g * GROUP + c);
+                    acc += sx[g] * (scale_at(a->wscale, G, 2, o, g, 0) * (float)isum +
+                                    scale_at(a->wscale, G, 2, o, g, 1) * (float)qs[g]);
+                }
+            }
+            y[o] = a->accumulate ? y[o] + acc : acc;
+        }
+    }
+}
+
+void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_t r, uint32_t dim,
+                       float scale, float *y)
+{
+    uint32_t G = dim / GROUP, o = (uint32_t)r;
+    for (uint32_t i = 0; i < dim; i++) {
+        uint32_t g = i / GROUP;
+        y[i] = dtype == DRAY_Q8G32
+                   ? (float)w8_at(table, G, o, i) * scale_at(rs, G, 1, o, g, 0) * scale
+                   : ((float)nib_at(table, G, o, i) * scale_at(rs, G, 2, o, g, 0) + scale_at(rs, G, 2, o, g, 1)) *
+                         scale;
+    }
+}
