@@ -21,6 +21,12 @@ between its turns. --metrics reads the server's /metrics before and after and
 prints how the dray_prefix_cache_* counters moved (spills, restores, time spent
 in the cache as a share of the requests' time).
 
+Behind a router (nginx with deploy/nginx.conf, or `replicas` in dray serve),
+--session-ids sends each conversation's id as the X-Session-Id header, so every
+turn can land where its cache is; --nonce auto makes this run's conversations
+differ from every other run's (and each level's from the others'), so a run is
+never helped by what an earlier one left in the servers' caches.
+
 Only the Python standard library is used, so it runs anywhere:
     python3 bench/chat_replay.py --url http://127.0.0.1:8080 --inflight 1,4,16
     python3 bench/chat_replay.py --url http://127.0.0.1:8081 --json results.jsonl  # llama-server
@@ -28,6 +34,8 @@ Only the Python standard library is used, so it runs anywhere:
 import argparse
 import http.client
 import json
+import os
+import re
 import statistics
 import sys
 import threading
@@ -54,11 +62,12 @@ CONTEXT = ["I am reading about this for a school project and want to get the bas
            "I already know a little, so you can skip the very simple parts."]
 
 
-def user_turn(conv, turn):
-    """A message of one to three sentences (about 15 to 45 tokens)."""
+def user_turn(conv, turn, tag=""):
+    """A message of one to three sentences (about 15 to 45 tokens); tag marks
+    the run (--nonce) in the first one."""
     topic = TOPICS[conv % len(TOPICS)]
     if turn == 0:
-        return f"Conversation {conv}: I would like to learn about {topic}. " + CONTEXT[conv % len(CONTEXT)]
+        return f"Conversation {conv}{tag}: I would like to learn about {topic}. " + CONTEXT[conv % len(CONTEXT)]
     q = FOLLOW_UPS[(turn - 1 + conv) % len(FOLLOW_UPS)].format(t=topic)
     return q + (" " + CONTEXT[(conv + turn) % len(CONTEXT)] if (conv + turn) % 2 else "")
 
@@ -84,6 +93,7 @@ class Client:
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.model, self.max_tokens, self.temperature, self.timeout = model, max_tokens, temperature, timeout
+        self.session_ids = False  # send X-Session-Id per conversation
 
     def conn(self):
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
@@ -99,7 +109,8 @@ class Client:
         return [m["id"] for m in json.loads(body)["data"]]
 
     def metrics(self):
-        """The server's /metrics as {name: value} (unlabelled samples), {} if none."""
+        """The server's /metrics as {name: value}, {} if none: unlabelled samples,
+        and samples labelled only by replica (dray serve's replicas) summed."""
         try:
             c = self.conn()
             c.request("GET", self.prefix[:-3] + "/metrics", headers=self.headers)
@@ -112,21 +123,24 @@ class Client:
         out = {}
         for line in body.splitlines():
             parts = line.split()
-            if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
-                try:
-                    out[parts[0]] = float(parts[1])
-                except ValueError:
-                    pass
+            if len(parts) != 2 or not re.fullmatch(r'[a-z_]+(\{replica="\d+"\})?', parts[0]):
+                continue
+            name = parts[0].split("{", 1)[0]
+            try:
+                out[name] = out.get(name, 0.0) + float(parts[1])
+            except ValueError:
+                pass
         return out
 
-    def chat(self, messages):
+    def chat(self, messages, headers=None):
         """One streamed request: (reply text, dict of measurements)."""
         body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
                 "temperature": self.temperature, "stream": True,
                 "stream_options": {"include_usage": True}}
         c = self.conn()
         t0 = time.perf_counter()
-        c.request("POST", self.prefix + "/chat/completions", json.dumps(body), self.headers)
+        c.request("POST", self.prefix + "/chat/completions", json.dumps(body),
+                  {**self.headers, **(headers or {})})
         r = c.getresponse()
         if r.status != 200:
             raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
@@ -162,24 +176,33 @@ class Client:
         }
 
 
-def run_conversation(cli, conv, turns, results, lock):
+def session(cli, conv, run_id):
+    """(first-turn tag, headers) of a conversation; run_id: None, or this run's
+    nonce and level."""
+    tag = f" ({run_id})" if run_id else ""
+    return tag, ({"X-Session-Id": f"replay-{run_id or 'run'}-{conv}"} if cli.session_ids else None)
+
+
+def run_conversation(cli, conv, turns, results, lock, run_id=None):
     messages = [{"role": "system", "content": SYSTEM}]
+    tag, headers = session(cli, conv, run_id)
     for t in range(turns):
-        messages.append({"role": "user", "content": user_turn(conv, t)})
-        reply, m = cli.chat(messages)
+        messages.append({"role": "user", "content": user_turn(conv, t, tag)})
+        reply, m = cli.chat(messages, headers)
         messages.append({"role": "assistant", "content": reply})
         m["turn"] = t
         with lock:
             results.append(m)
 
 
-def run_interleaved(cli, inflight, conversations, turns, results, lock):
+def run_interleaved(cli, inflight, conversations, turns, results, lock, run_id=None):
     """Round-robin: turn t of every conversation before turn t + 1 of any."""
     history = [[{"role": "system", "content": SYSTEM}] for _ in range(conversations)]
 
     def one(c, t):
-        history[c].append({"role": "user", "content": user_turn(c, t)})
-        reply, m = cli.chat(history[c])
+        tag, headers = session(cli, c, run_id)
+        history[c].append({"role": "user", "content": user_turn(c, t, tag)})
+        reply, m = cli.chat(history[c], headers)
         history[c].append({"role": "assistant", "content": reply})
         m["turn"] = t
         with lock:
@@ -191,14 +214,15 @@ def run_interleaved(cli, inflight, conversations, turns, results, lock):
                 f.result()
 
 
-def run_level(cli, inflight, conversations, turns, interleave=False):
+def run_level(cli, inflight, conversations, turns, interleave=False, run_id=None):
     results, lock = [], threading.Lock()
     t0 = time.perf_counter()
     if interleave:
-        run_interleaved(cli, inflight, conversations, turns, results, lock)
+        run_interleaved(cli, inflight, conversations, turns, results, lock, run_id)
     else:
         with ThreadPoolExecutor(inflight) as ex:
-            futs = [ex.submit(run_conversation, cli, c, turns, results, lock) for c in range(conversations)]
+            futs = [ex.submit(run_conversation, cli, c, turns, results, lock, run_id)
+                    for c in range(conversations)]
             for f in futs:
                 f.result()
     wall = time.perf_counter() - t0
@@ -276,8 +300,15 @@ def main():
                     help="send turns round-robin over the conversations (turn-major order)")
     ap.add_argument("--metrics", action="store_true",
                     help="read /metrics before and after each level and print the prefix-cache deltas")
+    ap.add_argument("--session-ids", action="store_true",
+                    help="send X-Session-Id (one per conversation) for sticky routing")
+    ap.add_argument("--nonce", default="",
+                    help="tag this run's conversations so that no other run shares their cache; "
+                         "'auto' = a random one")
     a = ap.parse_args()
+    nonce = os.urandom(4).hex() if a.nonce == "auto" else a.nonce
     cli = Client(a.url, a.api_key, a.model, a.max_tokens, a.temperature, a.timeout)
+    cli.session_ids = a.session_ids
     if not cli.model:
         cli.model = cli.models()[0]
     label = a.label or a.url
@@ -285,12 +316,14 @@ def main():
           f"{a.max_tokens} tokens per reply, temperature {a.temperature}")
     for level in (int(x) for x in a.inflight.split(",")):
         before = cli.metrics() if a.metrics else {}
-        res = run_level(cli, level, a.conversations or max(8, level), a.turns, a.interleave)
+        run_id = f"{nonce}.{level}" if nonce else None
+        res = run_level(cli, level, a.conversations or max(8, level), a.turns, a.interleave, run_id)
         if a.metrics:
             after = cli.metrics()
             res["metrics_delta"] = {k: after[k] - before.get(k, 0) for k in after
                                     if k.startswith("dray_prefix_cache_")}
-        res.update({"server": label, "model": cli.model, "max_tokens": a.max_tokens, "time": time.time()})
+        res.update({"server": label, "model": cli.model, "max_tokens": a.max_tokens, "time": time.time(),
+                    "nonce": nonce, "session_ids": a.session_ids})
         show(res, label)
         if a.json:
             with open(a.json, "a") as f:
