@@ -716,3 +716,18 @@ int dray_config_set(struct dray_config *cfg, const char *key, const char *value,
         return dray_fail(err, errlen, DRAY_EINVAL, "key '%s': %s", key, why);
     return 0;
 }
+
+/* The sampling defaults of a config, as a request starts from them (here, not in
+ * the engine, so that what parses requests needs no engine). */
+void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->temperature = cfg->temperature;
+    p->top_k = cfg->top_k;
+    p->top_p = cfg->top_p;
+    p->min_p = cfg->min_p;
+    p->repeat_penalty = cfg->repeat_penalty;
+    p->repeat_last_n = 64;
+    p->seed = cfg->seed;
+    p->max_tokens = cfg->max_tokens;
+}
