@@ -314,7 +314,7 @@ static void check_spill(const struct dray_config *cs, const struct prompt *const
      * window layers of each and for little more than turn 2 in the global ones;
      * the per-sequence and per-token costs depend on context and max_seqs, so a
      * probe engine with those settings measures them first */
-    uint64_t tokens = t2->n + gen + 2 * (uint64_t)cfg.kv_block;
+    uint64_t tokens = t2->n + gen + (uint64_t)cfg.kv_block;
     cfg.max_seqs = N_PROMPTS;
     cfg.context = (uint32_t)tokens;
     if (cfg.host_cache == 0) {
@@ -325,7 +325,7 @@ static void check_spill(const struct dray_config *cs, const struct prompt *const
     int rc = open_side(&cfg, &sp, err, sizeof(err));
     if (rc == 0) {
         cfg.kv_budget = N_PROMPTS * sp.in->kv_bytes_per_seq_fixed +
-                        sp.in->kv_bytes_per_token * (tokens + 2 * (uint64_t)cfg.kv_block);
+                        sp.in->kv_bytes_per_token * (tokens + (uint64_t)cfg.kv_block);
         close_side(&sp);
     }
     if (rc || open_side(&cfg, &sp, err, sizeof(err)) || dray_sched_create(sp.e, 0, &sp.s, err, sizeof(err)) ||

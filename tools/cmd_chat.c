@@ -27,13 +27,32 @@ static void usage(void)
     dray_cli_help();
 }
 
-/* Set by the SIGINT handler, read and cleared by the loop (only a flag: nothing
- * else is safe in a handler). */
-static volatile sig_atomic_t g_interrupted;
+/* What Ctrl-C means depends on where the loop is, and the handler decides it
+ * itself: a flag cleared by the loop after printing the prompt would lose a
+ * Ctrl-C that lands between the prompt and the read (then getline blocks and the
+ * key seems dead). Only sig_atomic_t flags, write() and _exit() are used here,
+ * which is all a handler may use.
+ *   at the prompt, armed  -> exit 0 (the second Ctrl-C, or the first after a stopped reply)
+ *   at the prompt         -> arm, say how to quit; getline returns EINTR and reprompts
+ *   anywhere else         -> stop the reply at the next token (g_interrupted) */
+static volatile sig_atomic_t g_interrupted, g_at_prompt, g_armed;
 
 static void on_sigint(int sig)
 {
     (void)sig;
+    if (g_at_prompt) {
+        if (g_armed) {
+            static const char nl[] = "\n";
+            ssize_t w = write(STDOUT_FILENO, nl, sizeof(nl) - 1);
+            (void)w;
+            _exit(0);
+        }
+        static const char msg[] = "\n(Ctrl-C again, /exit or Ctrl-D quits)\n";
+        ssize_t w = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+        (void)w;
+        g_armed = 1;
+        return;
+    }
     g_interrupted = 1;
 }
 
@@ -107,29 +126,23 @@ int dray_cmd_chat(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0;
     int rc = 0;
-    /* the last Ctrl-C (a stopped reply, or one at the prompt) asks for the next to exit */
-    bool armed = false;
     catch_sigint();
     for (;;) {
         if (tty) {
             printf("> ");
-            fflush(stdout);
         }
-        g_interrupted = 0;
+        fflush(stdout);
+        g_at_prompt = 1;
         errno = 0;
-        if (getline(&line, &cap, stdin) < 0) {
-            if (!g_interrupted && errno != EINTR)
+        ssize_t got = getline(&line, &cap, stdin);
+        g_at_prompt = 0;
+        if (got < 0) {
+            if (errno != EINTR)
                 break; /* end of input */
-            clearerr(stdin);
-            if (armed) {
-                printf("\n");
-                break;
-            }
-            armed = true;
-            printf("\n(Ctrl-C again, /exit or Ctrl-D quits)\n");
+            clearerr(stdin); /* a Ctrl-C at the prompt: the handler armed the exit */
             continue;
         }
-        armed = false;
+        g_armed = 0;
         chomp(line);
         if (!line[0])
             continue;
@@ -157,7 +170,7 @@ int dray_cmd_chat(int argc, char **argv)
         }
         printf("\n");
         if (!strcmp(st.stop_reason, "caller")) {
-            armed = true;
+            g_armed = 1; /* the next Ctrl-C at the prompt exits */
             fprintf(stderr, "[reply stopped by Ctrl-C; it stays in the conversation. "
                     "Ctrl-C again at the prompt quits]\n");
         }

@@ -34,6 +34,7 @@ static void pick_kernels(struct dray_ctx *ctx)
     ctx->k.rope = dray_cpu_avx2_rope;
     ctx->k.attention = dray_cpu_avx2_attention;
     ctx->k.gated_act = dray_cpu_avx2_gated_act;
+    ctx->k.gmatmul = dray_cpu_avx2_gmatmul; /* AVX-VNNI too: the AVX-512 one below */
 #endif
 #ifdef DRAY_CPU_AVXVNNI
     if (ctx->isa == DRAY_CPU_ISA_AVXVNNI) {

@@ -120,7 +120,8 @@ struct dray_ctx {
     char err[VK_ERRLEN];
 };
 
-/* vk_plugin.c */
+/* vk_util.c: the host's services from negotiation on (NULL before: libc, no log) */
+void dray_vk_set_host(const struct dray_host *host);
 void *dray_vk_alloc(size_t n);
 void dray_vk_free(void *p);
 void dray_vk_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

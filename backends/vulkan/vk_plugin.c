@@ -1,86 +1,14 @@
-/* Vulkan plugin entry: ABI negotiation, the operator table, errors and logging.
+/* Vulkan plugin entry: ABI negotiation and the operator table (errors, logging
+ * and host memory are vk_util.c's, which every other file uses).
  *
  * Every table entry that takes a context goes through a wrapper that clears the
  * last error first and, after the call, turns any validation-layer message that
  * arrived meanwhile into DRAY_EBACKEND (see DRAY_VK_VALIDATION in vk_device.c). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vk_internal.h"
-
-static const struct dray_host *vk_host;
-
-void *dray_vk_alloc(size_t n)
-{
-    if (vk_host && vk_host->alloc)
-        return vk_host->alloc(n);
-    return malloc(n);
-}
-
-void dray_vk_free(void *p)
-{
-    if (!p)
-        return;
-    if (vk_host && vk_host->free)
-        vk_host->free(p);
-    else
-        free(p);
-}
-
-void dray_vk_log(int level, const char *fmt, ...)
-{
-    char msg[VK_ERRLEN];
-    va_list ap;
-
-    if (!vk_host || !vk_host->log)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    vk_host->log(level, "vulkan", msg);
-}
-
-int dray_vk_fail(struct dray_ctx *ctx, int rc, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(ctx->err, sizeof(ctx->err), fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-const char *dray_vk_result_str(VkResult r)
-{
-    switch (r) {
-    case VK_SUCCESS: return "VK_SUCCESS";
-    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
-    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
-    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
-    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
-    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
-    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
-    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
-    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
-    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
-    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
-    case VK_TIMEOUT: return "VK_TIMEOUT";
-    default: return "VkResult error";
-    }
-}
-
-/* 0 for success, else an error naming the failed call. */
-int dray_vk_check(struct dray_ctx *ctx, VkResult r, const char *what)
-{
-    if (r == VK_SUCCESS)
-        return 0;
-    int rc = (r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY)
-                 ? DRAY_ENOMEM
-                 : DRAY_EBACKEND;
-    return dray_vk_fail(ctx, rc, "%s failed: %s (%d)", what, dray_vk_result_str(r), (int)r);
-}
 
 /* Start of every call on a context. */
 static void vk_enter(struct dray_ctx *ctx)
@@ -225,6 +153,6 @@ DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host 
 {
     int rc = dray_util_negotiate(version, &vk_ops, ops, err, errlen);
     if (rc == 0)
-        vk_host = host;
+        dray_vk_set_host(host);
     return rc;
 }

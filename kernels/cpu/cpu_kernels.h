@@ -109,10 +109,11 @@ void dray_cpu_amx_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_
 void dray_cpu_amx_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* Grouped weights (ref_gmatmul.c, the specification; avx512vnni_gmatmul.c).
  * gquantize (shared): tokens [t0, t1); gmatmul: output channels [o0, o1), every
- * token (the AVX-512 one needs o0 and o1 multiples of 16). */
+ * token (the AVX2 and AVX-512 ones need o0 and o1 multiples of 16). */
 void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* Row r of a grouped table (dtype DRAY_Q8G32 or DRAY_Q4G32, dim a multiple of
  * 32, rs = its scales) times scale into y[dim]. */
 void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_t r, uint32_t dim,

@@ -136,7 +136,14 @@ def test_serving(dray, model):
         check(done == per, f"/metrics: requests done per replica {done} match the headers {per}")
         check(all(m[f'dray_prompt_tokens_cached_total{{replica="{k}"}}'] > 0 for k in (0, 1)),
               "/metrics: each replica served cached tokens")
-        served = [ln for ln in log if re.search(r"POST /v1/chat/completions 200 .* replica=[01]$", ln.strip())]
+        # the server logs a request after its response is sent, and the reader thread
+        # lags behind that: give the last line a moment to arrive
+        def served_lines():
+            return [ln for ln in list(log) if re.search(r"POST /v1/chat/completions 200 .* replica=[01]$", ln.strip())]
+        end = time.time() + 15
+        while len(served_lines()) < 2 * N_CONV + 2 and time.time() < end:
+            time.sleep(0.1)
+        served = served_lines()
         check(len(served) == 2 * N_CONV + 2, f"the log names the replica of each of {len(served)} requests")
     finally:
         proc.terminate()
