@@ -158,7 +158,10 @@ void dray_config_defaults(struct dray_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     snprintf(cfg->backend, sizeof(cfg->backend), "cpu");
-    cfg->precision = DRAY_PRECISION_INT8;
+    /* exact 4-bit where the file is 4-bit, grouped int8 elsewhere: closer to f32
+     * than int8 per row with outlier channels (README, accuracy) and no slower;
+     * int8 on a device without grouped weights */
+    cfg->precision = DRAY_PRECISION_W4A8;
     cfg->kv_dtype = DRAY_I8;
     cfg->outlier_channels = 32; /* per matmul input (16 for the output head), found at load */
     cfg->host_cache = 1ull << 30;
@@ -712,4 +715,19 @@ int dray_config_set(struct dray_config *cfg, const char *key, const char *value,
     if (set_value(cfg, k, value, why, sizeof(why)) != 0)
         return dray_fail(err, errlen, DRAY_EINVAL, "key '%s': %s", key, why);
     return 0;
+}
+
+/* The sampling defaults of a config, as a request starts from them (here, not in
+ * the engine, so that what parses requests needs no engine). */
+void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->temperature = cfg->temperature;
+    p->top_k = cfg->top_k;
+    p->top_p = cfg->top_p;
+    p->min_p = cfg->min_p;
+    p->repeat_penalty = cfg->repeat_penalty;
+    p->repeat_last_n = 64;
+    p->seed = cfg->seed;
+    p->max_tokens = cfg->max_tokens;
 }

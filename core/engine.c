@@ -271,15 +271,3 @@ int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add
     return 0;
 }
 
-void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_params *p)
-{
-    memset(p, 0, sizeof(*p));
-    p->temperature = cfg->temperature;
-    p->top_k = cfg->top_k;
-    p->top_p = cfg->top_p;
-    p->min_p = cfg->min_p;
-    p->repeat_penalty = cfg->repeat_penalty;
-    p->repeat_last_n = 64;
-    p->seed = cfg->seed;
-    p->max_tokens = cfg->max_tokens;
-}

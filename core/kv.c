@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "error.h"
 
@@ -50,6 +51,9 @@ struct dray_kv {
     uint32_t *step_new; /* [max_seqs] */
     uint8_t *mark;      /* [max_seqs] duplicate check scratch */
     struct dray_kv_layer_step *lsteps; /* [n_layer] */
+
+    uint64_t cow_copies; /* shared partial blocks copied before a write */
+    double cow_s;        /* host time spent issuing (and, without a copy op, doing) them */
 
     dray_kv_reclaim_fn reclaim; /* asked for blocks before a step fails (prefix cache) */
     void *reclaim_user;
@@ -651,7 +655,12 @@ static int unshare_tail(struct dray_kv *kv, uint32_t g, uint32_t seq)
     int32_t *t = table_of(kv, g, seq);
     uint32_t old = (uint32_t)t[e], nb = gr->free_list[--gr->n_free];
     gr->ref[nb] = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = block_copy(kv, g, nb, old);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    kv->cow_s += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    kv->cow_copies++;
     if (rc) {
         unref(gr, nb);
         return rc;
@@ -963,6 +972,12 @@ int dray_kv_seq_attach(struct dray_kv *kv, uint32_t seq_id, uint32_t len,
     }
     kv->seq_len[seq_id] = len;
     return 0;
+}
+
+void dray_kv_cow_stats(const struct dray_kv *kv, uint64_t *copies, double *seconds)
+{
+    *copies = kv->cow_copies;
+    *seconds = kv->cow_s;
 }
 
 uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len)

@@ -181,6 +181,10 @@ uint32_t dray_kv_make_free(struct dray_kv *kv, uint32_t g, uint32_t want);
 /* A fresh block with one reference (the caller's). DRAY_ENOMEM when none is free
  * even after reclaiming. */
 int dray_kv_block_alloc(struct dray_kv *kv, uint32_t g, uint32_t *block);
+/* Copies on write so far (one block of one group each) and the host time they
+ * took (the copy op is queued, so on an asynchronous device this is the issue
+ * time; the copy itself runs with the step). */
+void dray_kv_cow_stats(const struct dray_kv *kv, uint64_t *copies, double *seconds);
 /* First table entry a sequence of length len still needs in group g (0 for
  * global groups; window groups drop entries no future query can see). */
 uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len);

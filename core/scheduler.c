@@ -414,7 +414,11 @@ static void note_kv_usage(struct dray_sched *s)
         s->st.cache_host_bytes = c.host_bytes;
         s->st.cache_spills = c.spills;
         s->st.cache_restores = c.restores;
-        s->st.cache_us = (uint64_t)(s->cache_s * 1e6);
+        uint64_t copies;
+        double cow_s;
+        dray_kv_cow_stats(s->e->kv, &copies, &cow_s);
+        s->st.cache_us = (uint64_t)((s->cache_s + cow_s) * 1e6);
+        s->st.cache_cow_copies = copies;
     }
 }
 

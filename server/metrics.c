@@ -166,7 +166,9 @@ static const struct {
     {"dray_prefix_cache_restores_total", "counter",
      "Cached blocks moved back from host memory to the device.", STAT(cache_restores)},
     {"dray_prefix_cache_microseconds_total", "counter",
-     "Time the scheduler spent in prefix-cache lookups and inserts.", STAT(cache_us)},
+     "Time spent in prefix-cache lookups, inserts and copies on write.", STAT(cache_us)},
+    {"dray_prefix_cache_cow_copies_total", "counter",
+     "Shared partial KV blocks copied before a request wrote into them.", STAT(cache_cow_copies)},
 };
 
 static int print_sched(struct dray_srv_buf *b, const struct dray_sched_stats *st, uint32_t n,

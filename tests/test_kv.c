@@ -801,11 +801,17 @@ static void test_kv_shared_partial_block_is_copied_before_write(void **state)
             check_step_group(kv, g, 1, &b, &n);
         }
         dray_kv_step_end(kv);
+        uint64_t copies;
+        double secs;
+        dray_kv_cow_stats(kv, &copies, &secs);
+        assert_int_equal(copies, 2); /* one block in each group */
         /* a second step writes into B's own block: no further copy */
         int32_t before = dray_kv_seq_block(kv, b, 0, 1);
         assert_int_equal(step1(kv, b, 1), 0);
         assert_int_equal(dray_kv_seq_block(kv, b, 0, 1), before);
         dray_kv_step_end(kv);
+        dray_kv_cow_stats(kv, &copies, &secs);
+        assert_int_equal(copies, 2);
         dray_kv_seq_free(kv, b);
         for (uint32_t g = 0; g < 2; g++) {
             assert_int_equal(dray_kv_block_download(kv, g, (uint32_t)blocks[g][1], got), 0);

@@ -302,7 +302,9 @@ struct dray_sched_stats {
     uint64_t cache_entries, cache_checkpoints, cache_blocks, cache_evictions;
     uint64_t cache_host_bytes, cache_spills, cache_restores; /* host-memory tier */
     uint64_t cache_us;        /* loop-thread time in the cache's lookup+attach and insert
-                               * (with the spills and restores they cause), microseconds */
+                               * (with the spills and restores they cause) and in the
+                               * copies on write of shared partial blocks, microseconds */
+    uint64_t cache_cow_copies; /* shared partial blocks copied before a write */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""greedy.first_difference (one teacher-forced pass) gives the same verdict as
+"""refcommon.greedy_first_difference (one teacher-forced pass) gives the same verdict as
 decoding the reference token by token, which is what the reference checks did
 before. A toy causal model stands in for the reference: the logits at position p
 are a fixed random function of tokens 0..p only (a prefix hash seeds them), so
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import greedy  # noqa: E402
+from refcommon import greedy_first_difference  # noqa: E402
 
 V, STOP = 12, 0
 
@@ -38,7 +38,7 @@ def step_by_step(prompt, n):
 
 
 def verdict(prompt, cand, n):
-    return greedy.first_difference(logits(prompt + cand), len(prompt), cand, n, (STOP,)) is None
+    return greedy_first_difference(logits(prompt + cand), len(prompt), cand, n, (STOP,)) is None
 
 
 def main():
