@@ -22,10 +22,13 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 common=(-q -m "$model" -t "$threads" -c 512 --chunks "$chunks")
 paths=(
-  "int8 default (W8A8 + outliers, int8 KV)|"
-  "int8 weights, f16 KV|--kv-dtype f16"
+  "w4a8 default (4-bit where the file is, grouped int8 elsewhere, int8 KV)|"
+  "w4a8, f16 KV|--kv-dtype f16"
+  "int8g (grouped int8 everywhere), int8 KV|--precision int8g"
+  "int8 (W8A8 per row + outliers), int8 KV|--precision int8"
+  "int8, f16 KV|--precision int8 --kv-dtype f16"
   "f32 weights, int8 KV|--precision f32 --kv-dtype int8"
-  "int8, outlier channels off|--set outlier_channels=0"
+  "int8, outlier channels off|--precision int8 --set outlier_channels=0"
 )
 for text in "${texts[@]}"; do
   base="$tmp/base.kld"

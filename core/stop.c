@@ -115,6 +115,10 @@ int dray_stop_feed(struct dray_stop *st, const char *piece, size_t len, const ch
     *emit_len = 0;
     if (st->matched >= 0)
         return 1;
+    /* an empty piece (a control token's text) changes nothing held back; it may
+     * come before any buffer exists, and memcpy/memmem must not see NULL */
+    if (len == 0)
+        return 0;
     if (grow(&st->pending, &st->cap, st->n_pending + len))
         return DRAY_ENOMEM;
     memcpy(st->pending + st->n_pending, piece, len);

@@ -44,6 +44,7 @@ static const char *run(const char *path, float *logits)
     snprintf(c.backend, sizeof(c.backend), "cpu");
     c.context = 64;
     c.max_seqs = 1;
+    c.precision = DRAY_PRECISION_INT8; /* outlier channels are an int8 matter */
     c.outlier_channels = 4;
     c.threads = 2;
     struct dray_engine *e = NULL;

@@ -85,7 +85,7 @@ static void test_config_defaults_are_the_documented_ones(void **state)
     assert_string_equal(c.plugin_path, "");
     assert_int_equal(c.threads, 0);
     assert_false(c.reference_kernels);
-    assert_int_equal(c.precision, DRAY_PRECISION_INT8);
+    assert_int_equal(c.precision, DRAY_PRECISION_W4A8);
     assert_int_equal(c.kv_dtype, DRAY_I8);
     assert_int_equal(c.outlier_channels, 32);
     assert_int_equal(c.kv_budget, 0);

@@ -29,6 +29,7 @@ static struct dray_engine *open_on(const char *backend, const char *kv_dtype, co
     snprintf(c.model, sizeof(c.model), "%s", path);
     snprintf(c.backend, sizeof(c.backend), "%s", backend);
     assert_int_equal(dray_config_set(&c, "kv_dtype", kv_dtype, err, errlen), 0);
+    c.precision = DRAY_PRECISION_INT8; /* the weights both plugins run */
     c.context = 64;
     c.max_seqs = 2;
     c.chunk = 16;

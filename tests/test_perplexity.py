@@ -158,7 +158,8 @@ def kl_stats(base_lp, lp):
 
 def check_compare(a, tmp, base, tokens, n_vocab, rows_lp=None):
     """int8 run compared with base: every printed statistic against numpy."""
-    out = sh([a.dray, "perplexity", "-q", "-m", a.model, "--kl-divergence", "--kl-divergence-base", base])
+    out = sh([a.dray, "perplexity", "-q", "-m", a.model, "--precision", "int8", "--kl-divergence",
+              "--kl-divergence-base", base])
     _, _, _, _, rows = read_kld(base)
     base_lp = decode_rows(rows, n_vocab)
     logits = chunk_logits(a.dray, a.model, tokens, "int8", "int8", tmp, n_vocab)
@@ -191,7 +192,8 @@ def check_numpy_base(a, tmp, tokens, lp_f32, n_vocab, kl_dray_base):
     # only the format's rounding of log-probs (steps of 16/65535) separates them
     ok = abs(kl0) < 1e-5 and top0 == 100.0
     print(f"{'ok  ' if ok else 'FAIL'} f32 against the numpy-written base: mean KL {kl0}, same top {top0}%")
-    out = sh([a.dray, "perplexity", "-q", "-m", a.model, "--kl-divergence", "--kl-divergence-base", path])
+    out = sh([a.dray, "perplexity", "-q", "-m", a.model, "--precision", "int8", "--kl-divergence",
+              "--kl-divergence-base", path])
     ok &= close("int8 KL against the numpy base", printed(out, "mean KL"), float(kl_dray_base), 1e-3, 1e-6)
     return ok
 

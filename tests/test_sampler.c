@@ -406,6 +406,27 @@ static void test_stop_matches_across_token_boundaries_and_holds_back(void **stat
     dray_stop_free(&st);
 }
 
+/* A token whose text is empty (a control token, an incomplete UTF-8 sequence)
+ * may come first, before anything was buffered: nothing is emitted and nothing
+ * is read or written (the UBSan build caught a memcpy to the NULL buffer here). */
+static void test_stop_takes_an_empty_piece_first(void **state)
+{
+    (void)state;
+    const char *stops[1] = {"###"};
+    struct dray_stop st;
+    assert_int_equal(dray_stop_init(&st, stops, 1, err, sizeof(err)), 0);
+    const char *e;
+    size_t el;
+    assert_int_equal(dray_stop_feed(&st, "", 0, &e, &el), 0);
+    assert_int_equal(el, 0);
+    assert_int_equal(dray_stop_feed(&st, NULL, 0, &e, &el), 0);
+    assert_int_equal(el, 0);
+    assert_int_equal(dray_stop_feed(&st, "ab", 2, &e, &el), 0);
+    assert_int_equal(el, 2);
+    assert_memory_equal(e, "ab", 2);
+    dray_stop_free(&st);
+}
+
 static void test_stop_releases_false_starts_and_flushes_at_end(void **state)
 {
     (void)state;
@@ -454,6 +475,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_sampler_rejects_bad_params),
     cmocka_unit_test(test_stop_matches_across_token_boundaries_and_holds_back),
     cmocka_unit_test(test_stop_releases_false_starts_and_flushes_at_end),
+    cmocka_unit_test(test_stop_takes_an_empty_piece_first),
 };
 
 int main(void) { return cmocka_run_group_tests(tests, NULL, NULL); }
