@@ -15,7 +15,11 @@
  *                 cold;
  *   kv_spill      the same with a KV pool so small that turn 1's blocks are
  *                 spilled to the host tier (the plugin's downloads) and restored
- *                 (its uploads) for turn 2.
+ *                 (its uploads) for turn 2;
+ *   kv_transfer   a prompt's KV computed by the subject, exported to host memory
+ *                 (dray_session_kv_export) and imported into a CPU session, which
+ *                 continues with its own cold tokens; and CPU -> subject likewise
+ *                 (a difference is allowed at a near-tie, as for greedy).
  *
  * Requests carry distinct cache salts so that only the prefix_cache check shares
  * KV between requests. */
@@ -353,6 +357,121 @@ static void check_spill(const struct dray_config *cs, const struct prompt *const
     result_free(&rp);
 }
 
+/* ------------------------------------------------------------ kv_transfer */
+
+struct transfer {
+    size_t bytes;
+    uint32_t moved;    /* tokens whose KV was moved */
+    struct result warm, cold;
+};
+
+static int collect_id(void *user, const char *text, size_t len, int32_t id)
+{
+    (void)text;
+    (void)len;
+    struct result *r = user;
+    if (id < 0)
+        return 0;
+    int32_t *g = realloc(r->ids, (r->n + 1) * sizeof(int32_t));
+    if (!g)
+        return 1;
+    r->ids = g;
+    r->ids[r->n++] = id;
+    return 0;
+}
+
+static int greedy_session(struct dray_session *s, const int32_t *ids, size_t n, uint32_t gen,
+                          struct result *out, char *err, size_t errlen)
+{
+    struct dray_gen_params g;
+    struct dray_gen_stats st;
+    memset(&g, 0, sizeof(g)); /* temperature 0: greedy */
+    g.top_p = 1;
+    g.repeat_penalty = 1;
+    g.seed = 1;
+    g.max_tokens = gen;
+    return dray_session_generate(s, ids, n, &g, collect_id, out, &st, err, errlen);
+}
+
+/* `from` computes the KV of q without its last token, exports it; `to` imports it
+ * into a fresh session and generates from there (warm), then runs q cold. */
+static int transfer_once(struct dray_engine *from, struct dray_engine *to, const struct prompt *q,
+                         uint32_t gen, struct transfer *t, char *err, size_t errlen)
+{
+    struct dray_session *s = NULL;
+    void *data = NULL;
+    int rc = dray_session_new(from, &s, err, errlen);
+    if (!rc)
+        rc = dray_session_prefill(s, q->ids, q->n - 1, err, errlen);
+    if (!rc)
+        rc = dray_session_kv_export(s, &data, &t->bytes, err, errlen);
+    dray_session_free(s);
+    s = NULL;
+    if (!rc)
+        rc = dray_session_new(to, &s, err, errlen);
+    if (!rc)
+        rc = dray_session_kv_import(s, data, t->bytes, err, errlen);
+    free(data);
+    if (!rc) {
+        t->moved = dray_session_len(s);
+        rc = greedy_session(s, q->ids + t->moved, q->n - t->moved, gen, &t->warm, err, errlen);
+    }
+    dray_session_free(s);
+    s = NULL;
+    if (!rc)
+        rc = dray_session_new(to, &s, err, errlen);
+    if (!rc)
+        rc = greedy_session(s, q->ids, q->n, gen, &t->cold, err, errlen);
+    dray_session_free(s);
+    return rc;
+}
+
+/* Both directions, subject -> cpu and cpu -> subject. Each receiving side must
+ * continue with the tokens it computes cold, or part from them at a near-tie (the
+ * CPU's margin within TIE_FACTOR x the logits check's largest RMS error, as the
+ * greedy check: the two plugins' KV of one prompt agree only to rounding on int8). */
+static void check_transfer(struct side *sub, struct side *ref, const struct prompt *q, uint32_t gen,
+                           double rms_err, const char *plugin, struct dray_cert_check *ck)
+{
+    struct side *from[2] = {sub, ref}, *to[2] = {ref, sub};
+    const char *name[2] = {"cpu", plugin}, *fname[2] = {plugin, "cpu"};
+    char err[1024];
+    ck->ran = 1;
+    ck->passed = 1;
+    ck->measured = (double)gen;
+    ck->tolerance = (double)gen;
+    for (int i = 0; i < 2; i++) {
+        struct transfer t = {0};
+        size_t w = strlen(ck->detail);
+        char *dst = ck->detail + w;
+        size_t room = sizeof(ck->detail) - w;
+        if (transfer_once(from[i]->e, to[i]->e, q, gen, &t, err, sizeof(err))) {
+            ck->passed = 0;
+            snprintf(dst, room, "%s%s -> %s failed: %s", i ? "; " : "", fname[i], name[i], err);
+        } else {
+            size_t d = first_diff(&t.cold, &t.warm);
+            int same = d == t.cold.n && d == t.warm.n;
+            double margin = 0;
+            int tie = 0;
+            if (!same && d < t.cold.n && d < t.warm.n && rms_err >= 0 &&
+                ref_margin(ref, q, t.cold.ids, d, t.cold.ids[d], t.warm.ids[d], &margin, err,
+                           sizeof(err)) == 0)
+                tie = margin <= TIE_FACTOR * rms_err;
+            ck->passed &= same || tie;
+            if ((double)d < ck->measured)
+                ck->measured = (double)d;
+            snprintf(dst, room, "%s%s -> %s: %u tokens' KV (%zu bytes) moved, %s continued with "
+                     "%zu of %zu tokens equal to its cold run", i ? "; " : "", fname[i], name[i],
+                     t.moved, t.bytes, name[i], d, t.cold.n);
+            if (!same && tie)
+                snprintf(dst + strlen(dst), room - strlen(dst), " (a near-tie: CPU margin %.3g)",
+                         margin);
+        }
+        result_free(&t.warm);
+        result_free(&t.cold);
+    }
+}
+
 /* ------------------------------------------------------------ the run */
 
 int dray_certify_model(const struct dray_config *base, const char *plugin, const char *device,
@@ -525,9 +644,21 @@ int dray_certify_model(const struct dray_config *base, const char *plugin, const
     report(cb, log);
     report(cp, log);
     report(cs2, log);
-    struct dray_cert_check *ck = add_check(m, "kv_transfer", "", 0);
-    snprintf(ck->detail, sizeof(ck->detail), "KV blocks spilled by the plugin restored into the "
-             "CPU plugin and back: not checked yet (no cross-plugin KV transfer in the engine)");
+    /* kv_transfer: sessions from here on, so the subject's scheduler goes first
+     * (one thread drives an engine's KV) */
+    dray_sched_destroy(sub.s);
+    sub.s = NULL;
+    struct dray_cert_check *ck = add_check(m, "kv_transfer",
+                                           "tokens equal to the cold run (worse direction)", gen);
+    struct prompt q = {malloc((p[0].n + p[1].n) * sizeof(int32_t)), p[0].n + p[1].n - 1};
+    if (q.ids) { /* prompt 0, then prompt 1 without its BOS: more than one KV block */
+        memcpy(q.ids, p[0].ids, p[0].n * sizeof(int32_t));
+        memcpy(q.ids + p[0].n, p[1].ids + 1, (p[1].n - 1) * sizeof(int32_t));
+        check_transfer(&sub, &ref, &q, gen, rms_err, m->plugin, ck);
+    } else {
+        snprintf(ck->detail, sizeof(ck->detail), "out of memory for the prompt");
+    }
+    free(q.ids);
     report(ck, log);
 done:
     if (m->error[0])
@@ -549,10 +680,10 @@ done:
         pass &= !m->checks[i].ran || m->checks[i].passed;
     /* logits, greedy and batched must have run; prefix_cache unless the
      * configuration turned the cache off, kv_spill unless it turned the cache or
-     * its host tier off; kv_transfer is reported, not required */
+     * its host tier off */
     for (size_t i = 0; i < m->n_checks; i++) {
         const char *n = m->checks[i].name;
-        int required = strcmp(n, "prefix_cache") && strcmp(n, "kv_spill") && strcmp(n, "kv_transfer");
+        int required = strcmp(n, "prefix_cache") && strcmp(n, "kv_spill");
         required |= !strcmp(n, "prefix_cache") && base->prefix_cache;
         required |= !strcmp(n, "kv_spill") && base->prefix_cache && base->host_cache;
         pass &= m->checks[i].ran || !required;

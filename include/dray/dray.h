@@ -202,6 +202,22 @@ int dray_session_prefill(struct dray_session *s, const int32_t *ids, size_t n, c
  * batching): session i takes ids[i]; logits (may be NULL) gets [n][n_vocab]. */
 int dray_sessions_decode(struct dray_session *const *ss, uint32_t n, const int32_t *ids,
                          float *logits, char *err, size_t errlen);
+/* A session's KV as one host buffer, so that another engine on the same model,
+ * on any plugin, continues from it (moving a conversation between devices, and
+ * the certification's kv_transfer check). The buffer holds the session's first
+ * len - len % kv_block tokens (whole blocks): their ids and every layer's K and V
+ * in the vendor-neutral host layout of the KV host tier (int8 with f32 scales, or
+ * f16, as the engine's kv_dtype says), behind a header that names the layout.
+ * Host byte order: for this machine's engines, not a file format. Neither call
+ * may run while a scheduler (dray_sched) drives the same engine.
+ * Export: *data is malloc'd, *bytes its size; DRAY_ERANGE when the session holds
+ * less than one block. Import into an empty session of an engine with the same
+ * layout (model, kv_dtype, kv_block): DRAY_EINVAL naming the mismatch otherwise,
+ * DRAY_ENOMEM when its KV pool has no room; on failure the session stays empty. */
+int dray_session_kv_export(struct dray_session *s, void **data, size_t *bytes, char *err,
+                           size_t errlen);
+int dray_session_kv_import(struct dray_session *s, const void *data, size_t bytes, char *err,
+                           size_t errlen);
 /* One chat turn: renders the model's chat template for the new user message
  * (plus the system prompt on the first turn), prefills only the new tokens and
  * generates the reply, which stays in the session's KV for the next turn. */
