@@ -84,8 +84,8 @@ static float *read_scores(FILE *f, const struct header *want, size_t *n, const c
     return s;
 }
 
-void dray_calib_cache_lookup(const struct dray_gguf *g, char *path, size_t path_len,
-                             float **scores, size_t *n)
+void dray_calib_cache_lookup(const struct dray_gguf *g, const char *precision, char *path,
+                             size_t path_len, float **scores, size_t *n)
 {
     char dir[4096];
     struct header want = {.version = DRAY_CALIB_VERSION, .file_size = dray_gguf_file_size(g)};
@@ -99,7 +99,7 @@ void dray_calib_cache_lookup(const struct dray_gguf *g, char *path, size_t path_
     for (int i = 0; i < 16 && len > 0 && (size_t)len + 3 < path_len; i++)
         len += snprintf(path + len, path_len - (size_t)len, "%02x", want.file_hash[i]);
     if (len > 0 && (size_t)len < path_len)
-        snprintf(path + len, path_len - (size_t)len, "-v%u.bin", DRAY_CALIB_VERSION);
+        snprintf(path + len, path_len - (size_t)len, "-%s-v%u.bin", precision, DRAY_CALIB_VERSION);
     FILE *f = fopen(path, "rb");
     if (!f)
         return; /* first start with this model */

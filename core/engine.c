@@ -33,19 +33,41 @@ double dray_now_s(void)
 
 /* ------------------------------------------------------------------ open */
 
-/* The model, prepared straight into int8 with its outlier channels when the
- * calibration cache has this file's scores (calib_cache.h). */
+/* The config's name of a weight precision (the calibration cache keys on it). */
+static const char *precision_name(enum dray_precision p)
+{
+    static const char *const name[] = {"int8", "f32", "int8g", "w4a8"};
+    return name[p <= DRAY_PRECISION_W4A8 ? p : 0];
+}
+
+/* Whether this configuration calibrates: outlier channels of int8 weights, and
+ * K smoothing of an int8 KV (whatever the weights). */
+static bool wants_outliers(const struct dray_config *c)
+{
+    return c->precision == DRAY_PRECISION_INT8 && c->outlier_channels;
+}
+
+static bool wants_smooth_k(const struct dray_config *c)
+{
+    return c->kv_dtype == DRAY_I8;
+}
+
+/* The model, prepared straight from the calibration cache's scores for this
+ * file and precision when it has them (calib_cache.h): int8 with its outlier
+ * channels, the K smoothing folded into the head norms. */
 static int load_model(struct dray_engine *e, char *err, size_t errlen)
 {
     struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true,
-                                 .smooth_k = e->cfg.kv_dtype == DRAY_I8};
+                                 .smooth_k = wants_smooth_k(&e->cfg)};
     float *scores = NULL;
     size_t n = 0;
     e->calib_cache[0] = 0;
     e->info.calibration = "none";
-    if (e->cfg.precision == DRAY_PRECISION_INT8 && e->cfg.outlier_channels) {
+    if (wants_outliers(&e->cfg))
         mo.outlier_channels = e->cfg.outlier_channels; /* calibrate() follows */
-        dray_calib_cache_lookup(e->gguf, e->calib_cache, sizeof(e->calib_cache), &scores, &n);
+    if (wants_outliers(&e->cfg) || wants_smooth_k(&e->cfg)) {
+        dray_calib_cache_lookup(e->gguf, precision_name(e->cfg.precision), e->calib_cache,
+                                sizeof(e->calib_cache), &scores, &n);
         mo.calib_scores = scores;
         mo.n_calib_scores = n;
     }
@@ -64,19 +86,18 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
     }
     if (!rc && scores) {
         e->info.calibration = "cached";
-        dray_info("outlier channels from the calibration cache %s", e->calib_cache);
+        dray_info("calibration from the cache %s", e->calib_cache);
     }
     free(scores);
     return rc;
 }
 
 /* Calibrate when the cache had nothing, then store the scores for next time.
- * An int8 KV cache wants calibration too (K smoothing), even with f32 weights;
- * those runs have no outlier scores, so nothing is cached for them. */
+ * An int8 KV cache wants calibration too (K smoothing), whatever the weights. */
 static int calibrate(struct dray_engine *e, char *err, size_t errlen)
 {
-    bool outliers = e->cfg.precision == DRAY_PRECISION_INT8 && e->cfg.outlier_channels;
-    bool smooth_k = e->cfg.kv_dtype == DRAY_I8;
+    bool outliers = wants_outliers(&e->cfg);
+    bool smooth_k = wants_smooth_k(&e->cfg);
     if ((!outliers && !smooth_k) || !strcmp(e->info.calibration, "cached"))
         return 0;
     int rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, outliers ? e->cfg.outlier_channels : 0,
@@ -152,8 +173,7 @@ static void fill_info(struct dray_engine *e)
     in->n_ctx_train = mi->n_ctx_train;
     in->n_params = mi->n_params;
     in->weight_bytes = mi->weight_bytes;
-    static const char *const prec[] = {"int8", "f32", "int8g", "w4a8"};
-    in->precision = prec[e->cfg.precision <= DRAY_PRECISION_W4A8 ? e->cfg.precision : 0];
+    in->precision = precision_name(e->cfg.precision);
     in->kv_dtype = e->cfg.kv_dtype == DRAY_F16 ? "f16" : "int8";
 }
 

@@ -383,7 +383,7 @@ static int adopt_scores(struct dray_model *m, const struct dray_model_opts *o, c
     if (!m->calib || !m->pick)
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
     memcpy(m->calib, o->calib_scores, calib_count(m) * sizeof(float));
-    m->n_outlier = o->outlier_channels;
+    m->n_outlier = o->outlier_channels; /* 0 unless int8 weights: K smoothing alone */
     return 0;
 }
 
@@ -426,9 +426,13 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
      * re-prepares them in int8. */
     uint32_t layer_dtype = dtype == DRAY_I8 && o->outlier_channels ? DRAY_F32 : dtype;
     /* ... unless the scores of an earlier calibration are given: then the layers
-     * are prepared in int8 with their outlier channels right away */
-    if (!rc && dtype == DRAY_I8 && o->outlier_channels && o->calib_scores) {
+     * are prepared in int8 with their outlier channels right away, and the K
+     * smoothing of an int8 KV is folded in below, whatever the weights */
+    bool outliers = dtype == DRAY_I8 && o->outlier_channels;
+    if (!rc && o->calib_scores && (outliers || (o->smooth_k && m->head_norms))) {
         rc = adopt_scores(m, o, err, errlen);
+        if (!outliers)
+            m->n_outlier = 0;
         layer_dtype = dtype;
     }
     for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
@@ -439,7 +443,7 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
     }
     if (o->progress && isatty(2))
         fprintf(stderr, "\n");
-    if (!rc && m->calib && layer_dtype == DRAY_I8)
+    if (!rc && m->calib && layer_dtype == DRAY_I8 && m->n_outlier)
         rc = calib_head(m, m->n_outlier, err, errlen);
     if (!rc && m->calib && o->smooth_k && m->head_norms)
         rc = dec_kv_smooth_apply(m, err, errlen);
@@ -823,7 +827,7 @@ int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, 
     account(m);
     free(m->calib_host);
     m->calib_host = NULL;
-    if (rc || !outliers) { /* no scores to hand out: failed, or K smoothing alone */
+    if (rc) { /* K smoothing alone keeps its scores too: the cache hands them out */
         free(m->calib);
         m->calib = NULL;
     }

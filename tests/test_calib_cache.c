@@ -1,7 +1,8 @@
 /* The calibration cache (core/calib_cache.h): the first int8 start of a model
  * calibrates and stores the scores; later starts prepare the weights from them
  * and compute exactly the same logits; a stale or corrupt file is detected and
- * replaced; another model file gets its own. */
+ * replaced; another model file gets its own. W4A8 weights with an int8 KV
+ * calibrate only the K smoothing, and cache that under their own key. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,8 +35,9 @@ static const char *model(uint64_t seed)
     return path;
 }
 
-/* Open path in int8 with 4 outlier channels; the logits of a fixed prompt. */
-static const char *run(const char *path, float *logits)
+/* Open path in `precision` (int8: with 4 outlier channels) and an int8 KV; the
+ * logits of a fixed prompt, and how the engine calibrated. */
+static const char *run_in(enum dray_precision precision, const char *path, float *logits)
 {
     char err[1024];
     struct dray_config c;
@@ -44,7 +46,7 @@ static const char *run(const char *path, float *logits)
     snprintf(c.backend, sizeof(c.backend), "cpu");
     c.context = 64;
     c.max_seqs = 1;
-    c.precision = DRAY_PRECISION_INT8; /* outlier channels are an int8 matter */
+    c.precision = precision; /* outlier channels are an int8 matter */
     c.outlier_channels = 4;
     c.threads = 2;
     struct dray_engine *e = NULL;
@@ -64,6 +66,11 @@ static const char *run(const char *path, float *logits)
     dray_session_free(s);
     dray_engine_close(e);
     return how;
+}
+
+static const char *run(const char *path, float *logits)
+{
+    return run_in(DRAY_PRECISION_INT8, path, logits);
 }
 
 static int count_files(void)
@@ -115,6 +122,23 @@ static void test_second_start_uses_the_cache_with_identical_logits(void **state)
     assert_int_equal(count_files(), 2);
 }
 
+static void test_w4a8_caches_its_k_smoothing_apart_from_int8(void **state)
+{
+    (void)state;
+    static float a[N_TOK * TINY_GEMMA_VOCAB], b[N_TOK * TINY_GEMMA_VOCAB];
+    const char *path = model(14);
+    int before = count_files();
+    assert_string_equal(run_in(DRAY_PRECISION_W4A8, path, a), "computed");
+    assert_int_equal(count_files(), before + 1);
+    assert_string_equal(run_in(DRAY_PRECISION_W4A8, path, b), "cached");
+    assert_memory_equal(a, b, sizeof(a));
+    /* int8 calibrates in f32, so its scores are not w4a8's: a file of its own */
+    assert_string_equal(run(path, b), "computed");
+    assert_int_equal(count_files(), before + 2);
+    assert_string_equal(run_in(DRAY_PRECISION_W4A8, path, b), "cached");
+    assert_memory_equal(a, b, sizeof(a));
+}
+
 static void test_cache_off(void **state)
 {
     (void)state;
@@ -136,6 +160,7 @@ int main(void)
     setenv("DRAY_CACHE_DIR", cache_dir, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_start_uses_the_cache_with_identical_logits),
+        cmocka_unit_test(test_w4a8_caches_its_k_smoothing_apart_from_int8),
         cmocka_unit_test(test_cache_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
