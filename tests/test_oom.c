@@ -293,19 +293,44 @@ static bool attempt(long n, long *live_before, unsigned *failed_open, unsigned *
     return true;
 }
 
-/* The ramp: every allocation of the first 150, then a stride, to the end of a
- * load and generation (where the failure no longer fires). */
+/* How many of dray's allocations a clean open makes, and an open plus a
+ * generation: the counter runs down from a count that never reaches 0. */
+static void count_allocations(long *n_open, long *n_total)
+{
+    char err[1024];
+    const long big = 1L << 40;
+    arm(big);
+    struct dray_engine *e = open_tiny(err, sizeof(err));
+    assert_non_null(e);
+    *n_open = big - atomic_load(&g_countdown);
+    struct collected c;
+    assert_int_equal(generate(e, &c, err, sizeof(err)), 0);
+    *n_total = big - atomic_load(&g_countdown);
+    arm(0);
+    dray_engine_close(e);
+}
+
+/* The ramp: every allocation of the first 150, then a stride through the rest of
+ * the load, then every allocation of the generation (a handful, which a stride
+ * sized for the load would jump over), to the end (where the failure no longer
+ * fires). */
 static void test_every_failing_allocation(void **state)
 {
     (void)state;
     unsigned failed_open = 0, failed_gen = 0, tried = 0;
+    long n_open, n_total;
+    count_allocations(&n_open, &n_total);
     long n = 1, live = clean_cycle(0);
     while (attempt(n, &live, &failed_open, &failed_gen)) {
         tried++;
-        n += n < 150 ? 1 : n / 20;
+        if (n < 150 || n >= n_open)
+            n++;
+        else
+            n = n + n / 20 < n_open ? n + n / 20 : n_open;
     }
-    fprintf(stderr, "%u allocations failed in turn (up to #%ld): %u opens and %u generations "
-            "reported it\n", tried, n, failed_open, failed_gen);
+    fprintf(stderr, "%u allocations failed in turn (up to #%ld; an open makes %ld, a generation %ld): "
+            "%u opens and %u generations reported it\n", tried, n, n_open, n_total - n_open,
+            failed_open, failed_gen);
     assert_true(tried > 100);
     assert_true(failed_open > 0 && failed_gen > 0);
     char err[1024];
