@@ -264,6 +264,31 @@ static void test_chat_none_template_is_an_error_at_use(void **state)
     assert_non_null(strstr(err, "chat_template"));
 }
 
+/* The scheduler feeds a reply's stop token into the KV only when it is the
+ * template's turn end: the next turn's prompt renders the reply followed by
+ * exactly that marker. A model without a template dray knows has none. */
+static void test_chat_turn_end_follows_the_reply_in_the_next_prompt(void **state)
+{
+    (void)state;
+    const char *names[] = {"gemma", "chatml"};
+    const struct dray_chat_msg m[] = {{"user", "q"}, {"assistant", "the reply"}, {"user", "next"}};
+    for (int i = 0; i < 2; i++) {
+        struct dray_chat_template t;
+        char err[320] = "", *out = NULL, want[64];
+        assert_int_equal(dray_chat_template_named(names[i], &t, err, sizeof(err)), 0);
+        const char *end = dray_chat_turn_end(&t);
+        assert_non_null(end);
+        assert_int_equal(dray_chat_render(&t, m, 3, true, &out, err, sizeof(err)), 0);
+        snprintf(want, sizeof(want), "the reply%s", end);
+        assert_non_null(strstr(out, want));
+        free(out);
+        dray_chat_template_free(&t);
+    }
+    struct dray_chat_template none;
+    pick("llama", NULL, NULL, &none);
+    assert_null(dray_chat_turn_end(&none));
+}
+
 static struct dray_chat_template chatml_with(const char *sys)
 {
     struct dray_chat_template t;
@@ -338,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_chat_turn_text_and_errors),
         cmocka_unit_test(test_chat_template_detected_from_metadata),
         cmocka_unit_test(test_chat_none_template_is_an_error_at_use),
+        cmocka_unit_test(test_chat_turn_end_follows_the_reply_in_the_next_prompt),
         cmocka_unit_test(test_chatml_render_with_default_system),
         cmocka_unit_test(test_chat_segments_keep_content_out_of_markers),
     };
