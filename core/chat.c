@@ -75,6 +75,11 @@ static const struct style *style_of(const struct dray_chat_template *t)
     return t && t->style == DRAY_CHAT_CHATML ? &chatml : &gemma;
 }
 
+const char *dray_chat_turn_end(const struct dray_chat_template *t)
+{
+    return t && t->style != DRAY_CHAT_NONE ? style_of(t)->end : NULL;
+}
+
 static bool is_role(const struct dray_chat_msg *m, const char *role)
 {
     return m->role && !strcmp(m->role, role);

@@ -118,4 +118,9 @@ int dray_chat_render_turn(const struct dray_chat_template *t, const struct dray_
                           size_t n, bool eot_in_kv, bool add_generation_prompt, char **out,
                           char *err, size_t errlen);
 
+/* The marker that closes an assistant turn in t's rendering ("<end_of_turn>",
+ * "<|im_end|>"), or NULL for style NONE. The scheduler feeds a reply's stop token
+ * into the KV only when it is this marker: the next turn's prompt contains it. */
+const char *dray_chat_turn_end(const struct dray_chat_template *t);
+
 #endif

@@ -14,6 +14,15 @@
  *   5. samples the next token of every sequence whose pending tokens were all
  *      fed, and streams its text.
  *
+ * A request that ends on max_tokens, or on the stop token that the chat template
+ * renders as the end of an assistant turn (Gemma's <end_of_turn>), has sampled a
+ * token the next turn's prompt contains but never fed it. Its response is sent at
+ * once; its sequence becomes a *finisher* that feeds that one token (no logits)
+ * in the next step, beside the others' decoding, and only then goes into the
+ * prefix cache. Admission waits for the finishers (one step at most), so the next
+ * turn's lookup sees the whole previous turn. A cancelled request, a stop string
+ * (the template does not render it), or a preemption feeds nothing.
+ *
  * A request's tokens: toks[0..n_toks) = prompt + tokens generated so far. Those
  * that are in the KV are its session's history; the rest (the whole prompt after
  * admission or preemption, or just the last sampled token) are pending. Because a
@@ -65,6 +74,7 @@ struct dray_request {
     struct dray_emitter em;
     uint64_t admit_seq;              /* admission order: the newest is preempted first */
     uint64_t salt;                   /* prefix-cache tenant */
+    int32_t feed;                    /* sampled when it finished, to feed after; -1: none */
 
     /* shared, under s->mu */
     pthread_cond_t cv;
@@ -75,6 +85,17 @@ struct dray_request {
     const char *finish;
     uint32_t n_generated, n_cached, n_preempted;
     double t_submit, t_admit, t_first, t_done;
+};
+
+/* A finished request's sequence feeding its last sampled token (loop thread only;
+ * the request itself may be freed by its client meanwhile). toks[0..n) is what the
+ * KV holds once toks[n-1] is fed. */
+struct finisher {
+    struct finisher *next;
+    struct dray_session *sess;
+    int32_t *toks;
+    size_t n;
+    uint64_t salt;
 };
 
 struct req_list {
@@ -90,6 +111,9 @@ struct dray_sched {
     pthread_cond_t work;             /* the loop sleeps here when idle */
     pthread_t thread;
     struct req_list waiting, running;
+    struct finisher *finishing;      /* fed in the next step, then inserted in pc */
+    uint32_t n_finishing;
+    int32_t turn_end;                /* the chat template's end-of-turn token, or -1 */
     bool stopping, draining, destroyed;
     uint32_t n_live;                 /* requests not yet freed by their clients */
     uint32_t max_waiting, max_seqs, chunk;
@@ -97,7 +121,7 @@ struct dray_sched {
     struct dray_sched_stats st;
 
     /* one step's batch (loop thread only) */
-    struct dray_session **b_sess;    /* [max_seqs] */
+    struct dray_session **b_sess;    /* [max_seqs]: requests first, then finishers */
     struct dray_request **b_req;     /* [max_seqs] */
     uint32_t *b_n;                   /* [max_seqs] tokens each */
     int32_t *b_ids;                  /* [chunk] */
@@ -215,6 +239,46 @@ static void release_kv(struct dray_sched *s, struct dray_request *r, bool keep)
     r->sess = NULL;
 }
 
+/* Hand r's sequence to a finisher that feeds r->feed; false (nothing changed)
+ * when there is nothing to feed or no memory for it. */
+static bool start_finisher(struct dray_sched *s, struct dray_request *r)
+{
+    if (!s->pc || !r->sess || r->feed < 0 || r->n_toks + 1 > s->e->info.context ||
+        !grow((void **)&r->toks, &r->cap_toks, r->n_toks + 1, sizeof(int32_t)))
+        return false;
+    struct finisher *f = malloc(sizeof(*f));
+    if (!f)
+        return false;
+    r->toks[r->n_toks] = r->feed;
+    *f = (struct finisher){.next = s->finishing, .sess = r->sess, .toks = r->toks,
+                           .n = r->n_toks + 1, .salt = r->salt};
+    s->finishing = f;
+    s->n_finishing++;
+    r->sess = NULL;
+    r->toks = NULL;
+    r->n_toks = r->cap_toks = 0;
+    return true;
+}
+
+/* Free the first n finishers; what each holds goes into the cache when keep (fed
+ * or not: the cache takes the tokens that are in its KV). */
+static void end_finishers(struct dray_sched *s, uint32_t n, bool keep)
+{
+    for (; n && s->finishing; n--) {
+        struct finisher *f = s->finishing;
+        s->finishing = f->next;
+        if (keep) {
+            double t0 = dray_now_s();
+            dray_pcache_insert(s->pc, f->salt, f->toks, dray_session_len(f->sess), f->sess->seq);
+            s->cache_s += dray_now_s() - t0;
+        }
+        dray_session_free(f->sess);
+        free(f->toks);
+        free(f);
+        s->n_finishing--;
+    }
+}
+
 /* End r (mu held): free its KV, record why, wake its client. A request whose
  * client already let go is freed here. */
 static void finish(struct dray_sched *s, struct dray_request *r, const char *why, int rc,
@@ -225,7 +289,8 @@ static void finish(struct dray_sched *s, struct dray_request *r, const char *why
     list_remove(r->state == REQ_WAITING ? &s->waiting : &s->running, r);
     if (rc == 0)
         dray_emitter_flush(&r->em);
-    release_kv(s, r, rc == 0 || rc == DRAY_ECANCELED);
+    if (rc != 0 || !start_finisher(s, r))
+        release_kv(s, r, rc == 0 || rc == DRAY_ECANCELED);
     r->state = REQ_DONE;
     r->done = true;
     r->finish = why;
@@ -321,6 +386,13 @@ static void admit(struct dray_sched *s)
 static uint32_t build_batch(struct dray_sched *s, uint32_t *n_tok, uint32_t *n_rows)
 {
     uint32_t nb = 0, T = 0, nr = 0;
+    /* first the finishers (the head of s->finishing): one token each, no logits */
+    for (struct finisher *f = s->finishing; f && T < s->chunk; f = f->next) {
+        s->b_ids[T++] = f->toks[f->n - 1];
+        s->b_sess[nb] = f->sess;
+        s->b_req[nb] = NULL;
+        s->b_n[nb++] = 1;
+    }
     for (int pass = 0; pass < 2; pass++)
         for (struct dray_request *r = s->running.head; r && T < s->chunk; r = r->next) {
             size_t have = dray_session_len(r->sess), pending = r->n_toks - have;
@@ -371,6 +443,7 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
         return;
     }
     if (dray_tokenizer_is_eog(e->tok, id)) {
+        r->feed = id == s->turn_end ? id : -1;
         finish(s, r, "stop", 0, NULL);
         return;
     }
@@ -383,8 +456,10 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     pthread_cond_broadcast(&r->cv);
     if (stopped)
         finish(s, r, "stop", 0, NULL);
-    else if ((r->max_tokens && r->n_generated >= r->max_tokens) || r->n_toks + 1 > e->info.context)
+    else if ((r->max_tokens && r->n_generated >= r->max_tokens) || r->n_toks + 1 > e->info.context) {
+        r->feed = id; /* the reply's text holds it: the next turn's prompt does too */
         finish(s, r, "length", 0, NULL);
+    }
     else if (!grow((void **)&r->toks, &r->cap_toks, r->n_toks + 1, sizeof(int32_t)))
         finish(s, r, "error", DRAY_ENOMEM, "out of memory");
     else
@@ -420,6 +495,7 @@ static void note_kv_usage(struct dray_sched *s)
         s->st.cache_us = (uint64_t)((s->cache_s + cow_s) * 1e6);
         s->st.cache_cow_copies = copies;
     }
+    s->st.finishing = s->n_finishing;
 }
 
 /* One step (mu held on entry and exit, dropped around the forward pass). */
@@ -432,13 +508,22 @@ static void step(struct dray_sched *s)
                               sizeof(err));
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
-    if (rc == DRAY_ENOMEM && s->running.n > 1) {
+    uint32_t n_fed = 0;
+    for (uint32_t i = 0; i < nb; i++)
+        n_fed += !s->b_req[i];
+    if (rc == DRAY_ENOMEM && s->n_finishing) {
+        end_finishers(s, s->n_finishing, true); /* the pool is short: they give way, unfed */
+    } else if (rc == DRAY_ENOMEM && s->running.n > 1) {
         preempt_newest(s);
     } else if (rc) {
         dray_error("scheduler: step of %u tokens failed: %s", T, err);
+        end_finishers(s, s->n_finishing, false);
         for (uint32_t i = 0; i < nb; i++)
-            finish(s, s->b_req[i], "error", rc, err);
+            if (s->b_req[i])
+                finish(s, s->b_req[i], "error", rc, err);
     } else {
+        s->st.cache_fed_tokens += n_fed;
+        end_finishers(s, n_fed, true); /* those in this batch: the list's head */
         for (uint32_t i = 0; i < n_rows; i++)
             advance(s, s->b_req[s->b_row_req[i]], s->logits + (size_t)i * s->e->info.n_vocab);
     }
@@ -454,13 +539,16 @@ static void *loop(void *arg)
         note_kv_usage(s);
         if (s->stopping)
             break;
-        admit(s);
-        if (!s->running.n) {
+        if (!s->n_finishing)
+            admit(s);
+        if (!s->running.n && !s->n_finishing) {
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
         step(s);
     }
+    end_finishers(s, s->n_finishing, false);
+    note_kv_usage(s);
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -480,6 +568,8 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
     s->max_waiting = max_waiting ? max_waiting : 256;
     s->st.max_seqs = s->max_seqs;
     s->st.max_waiting = s->max_waiting;
+    const char *end = dray_chat_turn_end(&e->chat);
+    s->turn_end = end ? dray_tokenizer_find(e->tok, end, strlen(end)) : -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     s->b_sess = calloc(s->max_seqs, sizeof(*s->b_sess));
@@ -578,6 +668,7 @@ static int request_new(struct dray_sched *s, const struct dray_request_params *p
     r->n_toks = r->n_prompt = p->n_ids;
     r->salt = dray_pcache_salt(p->cache_salt);
     r->max_tokens = g->max_tokens;
+    r->feed = -1;
     *out = r;
     return 0;
 fail:

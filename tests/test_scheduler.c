@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -165,12 +166,25 @@ static void expect_same_as_alone(struct dray_request **r, const struct collected
     }
 }
 
+/* A finished request's last sampled token is fed into the KV after its response
+ * (then the sequence goes into the prefix cache): wait for that, up to 20 s. */
+static void wait_finishers(struct dray_sched *s, struct dray_sched_stats *st)
+{
+    for (int i = 0; i < 20000; i++) {
+        dray_sched_get_stats(s, st);
+        if (!st->finishing)
+            return;
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    fail_msg("the scheduler still feeds %u finished requests after 20 s", st->finishing);
+}
+
 /* Idle: nothing runs, and every block still in use is one the prefix cache keeps
  * (a window block may sit in two checkpoints, so blocks <= references). */
 static void expect_idle(struct dray_sched *s, uint64_t done)
 {
     struct dray_sched_stats st;
-    dray_sched_get_stats(s, &st);
+    wait_finishers(s, &st);
     assert_int_equal(st.requests_done, done);
     assert_int_equal(st.running, 0);
     assert_int_equal(st.waiting, 0);
@@ -227,6 +241,9 @@ static void test_preempted_requests_complete_with_the_same_tokens(void **state)
     dray_sched_get_stats(s, &st);
     assert_true(st.preemptions > 0);
     expect_idle(s, N_REQ);
+    /* each fed its last token once, when it finished; a preemption feeds nothing */
+    wait_finishers(s, &st);
+    assert_int_equal(st.cache_fed_tokens, N_REQ);
     dray_sched_destroy(s);
     dray_engine_close(e);
 }
@@ -255,7 +272,7 @@ static void test_cancel_frees_the_request_blocks(void **state)
         dray_request_free(r[k]);
     }
     struct dray_sched_stats st;
-    dray_sched_get_stats(s, &st);
+    wait_finishers(s, &st);
     assert_int_equal(st.requests_cancelled, 2);
     assert_true(st.kv_blocks_used <= st.cache_blocks);
     dray_sched_destroy(s);
@@ -402,16 +419,19 @@ static void cache_hit_equals_cold(const char *kv_dtype)
     assert_int_equal(warm.n, reply.n);
     assert_memory_equal(warm.ids, reply.ids, reply.n * sizeof(int32_t));
     struct dray_request_output b = run_one(s, t2, n2, 16, NULL, &warm);
-    /* all of turn 1 that is in its KV (the reply's last token was sampled but
-     * never fed) comes from the cache, its partial last block included */
-    size_t in_kv = n1 + reply.n - 1;
+    /* all of turn 1 comes from the cache, its partial last block included, and
+     * the reply's last token too: sampled on max_tokens, it was fed into the KV
+     * after turn 1's response */
+    assert_string_equal(a.finish_reason, "length");
+    size_t in_kv = n1 + reply.n;
     assert_int_not_equal(in_kv % 4, 0);
     assert_int_equal(b.n_cached, in_kv);
     assert_int_equal(warm.n, cold.n);
     assert_memory_equal(warm.ids, cold.ids, cold.n * sizeof(int32_t));
     struct dray_sched_stats st;
-    dray_sched_get_stats(s, &st);
+    wait_finishers(s, &st);
     assert_int_equal(st.prompt_tokens_cached, b.n_cached);
+    assert_int_equal(st.cache_fed_tokens, 2);
     assert_true(st.cache_checkpoints >= 2);
     dray_sched_destroy(s);
     dray_engine_close(e);
@@ -561,6 +581,38 @@ static void test_cache_host_tier_spills_and_restores(void **state)
     assert_true(cached < 40);
 }
 
+/* Only a request that finishes feeds its last sampled token: a cancelled one
+ * feeds nothing (it may be cut off anywhere, and its client gets no reply to
+ * send back), the same request run to its end feeds one. */
+static void test_cancelled_request_feeds_nothing(void **state)
+{
+    (void)state;
+    struct dray_engine *e = open_tiny(4, 16, 0);
+    char err[512];
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    int32_t ids[64];
+    size_t n = prompt_for(0, ids);
+    struct dray_request *r;
+    struct dray_request_params p = {.ids = ids, .n_ids = n};
+    greedy(&p.gen, 60); /* 5 + 60 tokens fit the context: it would feed if it finished */
+    assert_int_equal(dray_sched_submit(s, &p, &r, err, sizeof(err)), 0);
+    dray_request_cancel(r);
+    struct collected got;
+    struct dray_request_output o = drain_request(r, &got);
+    assert_string_equal(o.finish_reason, "cancelled");
+    dray_request_free(r);
+    struct dray_sched_stats st;
+    wait_finishers(s, &st);
+    assert_int_equal(st.cache_fed_tokens, 0);
+    o = run_one(s, ids, n, 4, NULL, &got);
+    assert_string_equal(o.finish_reason, "length");
+    wait_finishers(s, &st);
+    assert_int_equal(st.cache_fed_tokens, 1);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
 /* prefix_cache: false: nothing is kept, nothing is reused. */
 static void test_cache_off_reuses_nothing(void **state)
 {
@@ -589,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_batched_requests_match_running_alone),
         cmocka_unit_test(test_preempted_requests_complete_with_the_same_tokens),
         cmocka_unit_test(test_cancel_frees_the_request_blocks),
+        cmocka_unit_test(test_cancelled_request_feeds_nothing),
         cmocka_unit_test(test_stop_string_ends_the_request),
         cmocka_unit_test(test_bad_requests_and_shutdown),
         cmocka_unit_test(test_cache_hit_gives_the_cold_tokens_int8_kv),

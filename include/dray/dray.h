@@ -318,6 +318,9 @@ struct dray_sched_stats {
                                * (with the spills and restores they cause) and in the
                                * copies on write of shared partial blocks, microseconds */
     uint64_t cache_cow_copies; /* shared partial blocks copied before a write */
+    uint64_t cache_fed_tokens; /* finished replies' last sampled tokens fed into the KV
+                                * after the response, so the next turn's prompt hits them */
+    uint32_t finishing;        /* finished requests whose last token is still to be fed */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says
