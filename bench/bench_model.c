@@ -96,7 +96,7 @@ static double step_bytes(const struct dray_engine_info *in, uint32_t batch, doub
     if (window > (double)in->kv_bytes_per_seq_fixed)
         window = (double)in->kv_bytes_per_seq_fixed;
     double kv = (double)in->kv_bytes_per_token * len + window;
-    return (double)in->weight_bytes + batch * (kv + 2.0 * in->n_vocab * sizeof(float));
+    return (double)in->step_weight_bytes + batch * (kv + 2.0 * in->n_vocab * sizeof(float));
 }
 
 struct result {
@@ -163,7 +163,7 @@ static void report(const struct dray_config *cfg, const struct dray_engine_info 
            r->decode_s);
     printf("roofline: a step reads %.1f MB (weights %.1f incl. output head and outlier columns, "
            "KV and logits %.1f); at %.0f GB/s: %.1f steps/s -> %.0f%% of it\n", r->bytes / 1e6,
-           in->weight_bytes / 1e6, (r->bytes - (double)in->weight_bytes) / 1e6, o->bw, roof, 100.0 * steps / roof);
+           in->step_weight_bytes / 1e6, (r->bytes - (double)in->step_weight_bytes) / 1e6, o->bw, roof, 100.0 * steps / roof);
     FILE *f = o->json ? fopen(o->json, "a") : NULL;
     if (o->json && !f)
         fprintf(stderr, "dray bench model: cannot append to %s: %s\n", o->json, strerror(errno));

@@ -38,6 +38,8 @@
 static const struct enum_name precision_names[] = {
     {"int8", DRAY_PRECISION_INT8}, {"f32", DRAY_PRECISION_F32}, {"int8g", DRAY_PRECISION_INT8G},
     {"w4a8", DRAY_PRECISION_W4A8}, {NULL, 0}};
+static const struct enum_name head_precision_names[] = {
+    {"auto", DRAY_HEAD_AUTO}, {"int8g", DRAY_HEAD_INT8G}, {"w4a8", DRAY_HEAD_W4A8}, {NULL, 0}};
 static const struct enum_name kv_dtype_names[] = {{"int8", DRAY_I8}, {"f16", DRAY_F16}, {NULL, 0}};
 static const struct enum_name log_level_names[] = {{"error", DRAY_LOG_ERROR},
                                                    {"warn", DRAY_LOG_WARN},
@@ -83,6 +85,11 @@ const struct key dray_config_keys[] = {
      "of 32 inputs, for weights and activations), w4a8 (4-bit weights where the file's are "
      "4-bit, int8g elsewhere) or f32 (checking path); int8g and w4a8 fall back to int8 on a "
      "device without them"},
+    {"head_precision", "precision", "head_precision", T_ENUM, F(head_precision), 0, 0, head_precision_names, 0,
+     "output head under `precision` int8g or w4a8: int8g (int8 groups where the file's head is "
+     "wider than 4 bits, as Gemma's Q8_0 head), w4a8 (4-bit groups, rounding a wider head: "
+     "lossy, halves the head's bytes per decode step; a head tied to the embedding gets its "
+     "own 4-bit copy) or auto (= int8g); ignored by int8 and f32"},
     {"kv_dtype", "precision", "kv_dtype", T_ENUM, F(kv_dtype), 0, 0, kv_dtype_names, 0,
      "KV cache element type (int8 with a scale per token and head)"},
     {"outlier_channels", "precision", "outlier_channels", T_U32, F(outlier_channels), 0, 65536, NULL, 0,

@@ -58,7 +58,8 @@ static bool wants_smooth_k(const struct dray_config *c)
 static int load_model(struct dray_engine *e, char *err, size_t errlen)
 {
     struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true,
-                                 .smooth_k = wants_smooth_k(&e->cfg)};
+                                 .smooth_k = wants_smooth_k(&e->cfg),
+                                 .head_4bit = e->cfg.head_precision == DRAY_HEAD_W4A8};
     float *scores = NULL;
     size_t n = 0;
     e->calib_cache[0] = 0;
@@ -173,6 +174,7 @@ static void fill_info(struct dray_engine *e)
     in->n_ctx_train = mi->n_ctx_train;
     in->n_params = mi->n_params;
     in->weight_bytes = mi->weight_bytes;
+    in->step_weight_bytes = mi->step_weight_bytes;
     in->precision = precision_name(e->cfg.precision);
     in->kv_dtype = e->cfg.kv_dtype == DRAY_F16 ? "f16" : "int8";
 }
@@ -232,6 +234,7 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         goto fail;
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */
     e->info.weight_bytes = e->arch->info(e->model)->weight_bytes;
+    e->info.step_weight_bytes = e->arch->info(e->model)->step_weight_bytes;
     e->logits = malloc((size_t)e->info.n_vocab * sizeof(float));
     if (!e->logits) {
         rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");

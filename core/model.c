@@ -86,7 +86,7 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
         uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t src = dray_rope_pair_row(r + i, pair_hd);
-            int rc = dtype == DRAY_Q4G32 /* straight from the file's 4-bit codes */
+            int rc = dtype == DRAY_Q4G32 && dray_ggml_is_4bit(t->type) /* the file's own codes */
                          ? dray_gguf_tensor_row_q4g(t, src, (uint8_t *)p->q + i * (k / 2), p->sc + i * (k / 16))
                          : dray_gguf_tensor_row_f32(t, src, p->f32 + i * k);
             if (rc)
@@ -100,6 +100,8 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k), sf = dray_util_wscale_floats(dtype, (uint32_t)k);
             if (dtype == DRAY_Q8G32)
                 dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
+            else if (!dray_ggml_is_4bit(t->type)) /* DRAY_Q4G32_ROUND: rounds a wider file */
+                dray_quantize_rows_q4g(p->f32, n, k, (uint8_t *)p->q, p->sc);
             /* rows and row are multiples of 16 here, so the slab's blocks are
              * contiguous in the device layout at the same byte offset */
             dray_grouped_interleave(dtype, n, k, p->q, p->sc, p->qi, p->sci);
@@ -156,6 +158,9 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
                               char *err, size_t errlen)
 {
     uint64_t k = parts[0]->ne[0], n_out = 0;
+    bool round4 = dtype == DRAY_Q4G32_ROUND;
+    if (round4)
+        dtype = DRAY_Q4G32;
     memset(out, 0, sizeof(*out));
     for (uint32_t i = 0; i < n_parts; i++) {
         if (pair_hd && pair_hd[i] && (pair_hd[i] % 2 || parts[i]->ne[1] % pair_hd[i]))
@@ -173,11 +178,11 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
                          parts[0]->name, (unsigned long long)n_out, (unsigned long long)k);
     /* Grouped: rows must be whole groups (else int8 per row, which takes any k);
      * 4-bit only where every part is 4-bit in the file, so W4A8 never rounds a
-     * wider source onto a coarser grid. */
+     * wider source onto a coarser grid (unless asked to: DRAY_Q4G32_ROUND). */
     for (uint32_t i = 0; dray_util_grouped(dtype) && i < n_parts; i++)
         if (k % 32 || parts[i]->ne[1] % 16) /* whole groups, whole 16-row blocks */
             dtype = DRAY_I8;
-    for (uint32_t i = 0; dtype == DRAY_Q4G32 && i < n_parts; i++)
+    for (uint32_t i = 0; dtype == DRAY_Q4G32 && !round4 && i < n_parts; i++)
         if (!dray_ggml_is_4bit(parts[i]->type))
             dtype = DRAY_Q8G32;
     out->n_out = (uint32_t)n_out;

@@ -28,6 +28,8 @@ struct dray_model_info {
     int32_t share_kv[DRAY_MAX_LAYERS]; /* per layer: earlier layer whose KV it reads, or -1 */
     uint64_t n_params;
     uint64_t weight_bytes;     /* device bytes of prepared weights */
+    uint64_t step_weight_bytes; /* of those, the ones a decode step reads: all but the
+                                 * embedding table when the head is a matrix of its own */
 };
 
 struct dray_model_opts {
@@ -44,6 +46,10 @@ struct dray_model_opts {
     /* The KV cache will be int8: K channels rescaled from the calibration (the
      * given scores, or the calibrate hook's smooth_k), see models/kv_smooth.c. */
     bool smooth_k;
+    /* Grouped precisions: the output head in 4-bit groups even where the file's
+     * head is wider (DRAY_Q4G32_ROUND); a head tied to the embedding gets its own
+     * 4-bit copy, so the embedding gather keeps the file's precision. */
+    bool head_4bit;
 };
 
 /* One forward step. Tokens are grouped by sequence in the same order as the
@@ -106,6 +112,10 @@ struct dray_weight {
     struct dray_buf *outlier_w;   /* F32 [n_out][n_outlier] */
     uint32_t n_outlier;
 };
+/* dtype for dray_weight_prepare: DRAY_Q4G32 even where the file is wider than 4
+ * bits, rounding those rows (dray_quantize_rows_q4g: lossy); plain DRAY_Q4G32
+ * turns such tensors into DRAY_Q8G32 instead. Never a device dtype. */
+#define DRAY_Q4G32_ROUND (0x100u | DRAY_Q4G32)
 /* outliers: n_outlier increasing input channels to keep in f32 (I8 only), or NULL. */
 int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
                         uint32_t n_parts, uint32_t dtype, const int32_t *outliers,

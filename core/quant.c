@@ -52,6 +52,76 @@ void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t
     dray_quantize_rows_i8(w, rows * (cols / 32), 32, q, scale);
 }
 
+/* Squared error of x[0..31] against codes c with y = c*d + m. */
+static double q4_sse(const float *x, const uint8_t *c, float d, float m)
+{
+    double e = 0;
+    for (int i = 0; i < 32; i++) {
+        double r = (double)x[i] - ((double)c[i] * d + m);
+        e += r * r;
+    }
+    return e;
+}
+
+static void q4_codes(const float *x, float d, float m, uint8_t *c)
+{
+    for (int i = 0; i < 32; i++) {
+        float v = d > 0.0f ? round_even_small((x[i] - m) / d) : 0.0f;
+        v = v > 15.0f ? 15.0f : v;
+        v = v < 0.0f ? 0.0f : v;
+        c[i] = (uint8_t)(v == v ? (int)v : 0);
+    }
+}
+
+/* One group of 32: start from the min/max grid (every error within d/2), then
+ * alternate a least-squares fit of d and m to the codes with re-rounding,
+ * keeping the smallest squared error seen, so the result is never worse than
+ * min/max. Codes packed like dray_gguf_tensor_row_q4g (i low, i+16 high). */
+static void q4_group(const float *x, uint8_t *packed, float *dm)
+{
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < 32; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    uint8_t best[32], c[32];
+    float bd = (hi - lo) / 15.0f, bm = lo;
+    q4_codes(x, bd, bm, best);
+    double be = q4_sse(x, best, bd, bm);
+    memcpy(c, best, sizeof(c));
+    for (int it = 0; it < 4 && be > 0 && bd > 0.0f; it++) {
+        double n = 32, sq = 0, sqq = 0, sx = 0, sqx = 0;
+        for (int i = 0; i < 32; i++) {
+            sq += c[i];
+            sqq += (double)c[i] * c[i];
+            sx += x[i];
+            sqx += (double)c[i] * x[i];
+        }
+        double det = n * sqq - sq * sq;
+        if (!(det > 0))
+            break;
+        float d = (float)((n * sqx - sq * sx) / det), m = (float)((sx - (n * sqx - sq * sx) / det * sq) / n);
+        if (!(d > 0.0f))
+            break;
+        q4_codes(x, d, m, c);
+        double e = q4_sse(x, c, d, m);
+        if (!(e < be))
+            break;
+        be = e, bd = d, bm = m;
+        memcpy(best, c, sizeof(c));
+    }
+    for (int i = 0; i < 16; i++)
+        packed[i] = (uint8_t)(best[i] | best[i + 16] << 4);
+    dm[0] = bd;
+    dm[1] = bm;
+}
+
+void dray_quantize_rows_q4g(const float *w, uint64_t rows, uint64_t cols, uint8_t *q, float *dm)
+{
+    for (uint64_t g = 0; g < rows * (cols / 32); g++)
+        q4_group(w + g * 32, q + g * 16, dm + g * 2);
+}
+
 void dray_grouped_interleave(uint32_t dtype, uint64_t rows, uint64_t k, const void *q, const float *sc,
                              void *qo, float *so)
 {

@@ -16,6 +16,15 @@ void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t 
  * losslessly (dray_gguf_tensor_row_q4g). */
 void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
 
+/* backend.h's Q4G32 codes of f32 rows (cols a multiple of 32), row-major: q
+ * [rows][cols/2] (16 bytes per group, input i low and i+16 high in byte i, as
+ * dray_gguf_tensor_row_q4g), dm [rows][cols/32][2] = {d, m}, y = code*d + m.
+ * Lossy (for 8-bit sources such as a Q8_0 head): per group the min/max grid
+ * (every error within (max-min)/30), refined by least squares on d and m when
+ * that lowers the group's squared error, so the squared error is never above
+ * the min/max grid's. A group already on a 16-level grid comes back exactly. */
+void dray_quantize_rows_q4g(const float *w, uint64_t rows, uint64_t cols, uint8_t *q, float *dm);
+
 /* Row-major grouped codes and scales of `rows` rows (a multiple of 16) into
  * backend.h's layout of 16-row blocks (dtype DRAY_Q8G32 or DRAY_Q4G32):
  *   q  row-major: Q8G32 int8 [rows][k]; Q4G32 [rows][k/2], 16 bytes per group

@@ -86,6 +86,7 @@ static void test_config_defaults_are_the_documented_ones(void **state)
     assert_int_equal(c.threads, 0);
     assert_false(c.reference_kernels);
     assert_int_equal(c.precision, DRAY_PRECISION_W4A8);
+    assert_int_equal(c.head_precision, DRAY_HEAD_AUTO);
     assert_int_equal(c.kv_dtype, DRAY_I8);
     assert_int_equal(c.outlier_channels, 32);
     assert_int_equal(c.kv_budget, 0);
@@ -147,7 +148,7 @@ static void test_config_loads_sections(void **state)
     char err[512];
     int rc = load_text("model:\n  path: g.gguf\n  context: 4096\n  chat_template: chatml\n"
                        "backend:\n  plugin: vulkan\n  device: \"1\"\n  reference_kernels: true\n"
-                       "precision:\n  weights: int8\n  outlier_channels: 8\n"
+                       "precision:\n  weights: int8\n  head_precision: w4a8\n  outlier_channels: 8\n"
                        "memory:\n  kv_budget: 512MiB\n  host_cache: 2GiB\n  kv_block: 32\n"
                        "scheduler:\n  max_seqs: 16\n  chunk: 256\n"
                        "sampling:\n  top_k: 0\n  top_p: 1\n  min_p: 0\n  max_tokens: 64\n"
@@ -161,6 +162,7 @@ static void test_config_loads_sections(void **state)
     assert_string_equal(c.backend, "vulkan");
     assert_string_equal(c.device, "1");
     assert_true(c.reference_kernels);
+    assert_int_equal(c.head_precision, DRAY_HEAD_W4A8);
     assert_int_equal(c.outlier_channels, 8);
     assert_int_equal(c.kv_budget, 512ull << 20);
     assert_int_equal(c.host_cache, 2ull << 30);
@@ -301,6 +303,8 @@ static void test_config_rejects_bad_values_with_expected_form(void **state)
     assert_load_error("threads: -2\n", 1, "expected an integer 0..1024, got '-2'");
     assert_load_error("prefix_cache: yes\n", 1, "expected true or false, got 'yes'");
     assert_load_error("precision: fp16\n", 1, "key 'precision': expected one of int8|f32|int8g|w4a8, got 'fp16'");
+    assert_load_error("head_precision: q4\n", 1,
+                      "key 'head_precision': expected one of auto|int8g|w4a8, got 'q4'");
     assert_load_error("kv_dtype: f32\n", 1, "expected one of int8|f16, got 'f32'");
     assert_load_error("log_level: verbose\n", 1, "expected one of error|warn|info|debug, got 'verbose'");
     assert_load_error("top_p: 1.5\n", 1, "key 'top_p': expected a number 0..1, got '1.5'");
@@ -400,7 +404,7 @@ static void test_config_print_reads_back_identically(void **state)
     const char *sets[][2] = {
         {"model", "/a \"quoted\" \\ path.gguf"}, {"backend", "opencl"}, {"fallback", "cpu"},
         {"device", "3"}, {"threads", "7"}, {"reference_kernels", "true"}, {"precision", "f32"},
-        {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
+        {"head_precision", "int8g"}, {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
         {"top_p", "0.9"}, {"min_p", "0.123456"}, {"seed", "42"}, {"log_level", "info"},
         {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"}, {"chat_template", "gemma"},
         {"max_body", "2MiB"}, {"max_queue", "5"}, {"max_messages", "9"}, {"max_prompt_tokens", "77"},

@@ -1,5 +1,6 @@
 /* dray_quantize_rows_i8: per-row symmetric int8, scale = max|w| / 127,
- * q = round-half-to-even(w / scale) in [-127, 127], zero rows get scale 0. */
+ * q = round-half-to-even(w / scale) in [-127, 127], zero rows get scale 0.
+ * dray_quantize_rows_q4g: 4-bit codes with scale and min per group of 32 (lossy). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -92,6 +93,74 @@ static void test_quant_random_rows_reconstruct_within_half_a_step(void **state)
     free(q);
 }
 
+/* Q4G32 of one group: y = code*d + m, codes 0..15 packed i low / i+16 high. */
+static float q4_at(const uint8_t *q, const float *dm, int i)
+{
+    int code = i < 16 ? q[i] & 0xF : q[i - 16] >> 4;
+    return (float)code * dm[0] + dm[1];
+}
+
+static void test_q4g_group_on_a_16_level_grid_comes_back(void **state)
+{
+    (void)state;
+    /* a Q4_1-like group: codes c(i) = (7i) mod 16, d 0.25, m -1.5 -> the min/max grid
+     * is this grid, and least squares cannot lower a zero error */
+    float w[32];
+    uint8_t q[16];
+    float dm[2];
+    for (int i = 0; i < 32; i++)
+        w[i] = (float)((7 * i) % 16) * 0.25f - 1.5f;
+    dray_quantize_rows_q4g(w, 1, 32, q, dm);
+    assert_true(dm[0] == 0.25f && dm[1] == -1.5f);
+    for (int i = 0; i < 32; i++)
+        assert_true(q4_at(q, dm, i) == w[i]);
+}
+
+static void test_q4g_known_row_stays_under_the_min_max_error(void **state)
+{
+    (void)state;
+    /* a Q8_0-like row of 2 groups: int8 codes times one scale, the case of Gemma's head.
+     * Per group the squared error is at most the min/max grid's, 32 * ((max-min)/30)^2,
+     * and every element is within one min/max step (max-min)/15. */
+    enum { K = 64 };
+    float w[K], dm[4];
+    uint8_t q[K / 2];
+    for (int i = 0; i < K; i++)
+        w[i] = (float)(((i * 37) % 255) - 127) * 0.0123f * (i < 32 ? 1.0f : 0.1f);
+    dray_quantize_rows_q4g(w, 1, K, q, dm);
+    for (int g = 0; g < K / 32; g++) {
+        float lo = w[g * 32], hi = w[g * 32];
+        for (int i = 0; i < 32; i++) {
+            lo = fminf(lo, w[g * 32 + i]);
+            hi = fmaxf(hi, w[g * 32 + i]);
+        }
+        double sse = 0, step = (hi - lo) / 15.0;
+        for (int i = 0; i < 32; i++) {
+            double e = w[g * 32 + i] - q4_at(q + g * 16, dm + g * 2, i);
+            assert_true(fabs(e) <= step * 1.0001);
+            sse += e * e;
+        }
+        assert_true(sse <= 32 * (step / 2) * (step / 2) * 1.0001);
+        assert_true(dm[g * 2] > 0.0f);
+    }
+    /* the second group is the first scaled by 0.1 where their inputs agree: the
+     * groups are quantized independently, so its scale is about a tenth */
+    assert_true(dm[2] < dm[0] * 0.2f);
+}
+
+static void test_q4g_constant_group_is_exact(void **state)
+{
+    (void)state;
+    float w[32];
+    uint8_t q[16];
+    float dm[2];
+    for (int i = 0; i < 32; i++)
+        w[i] = -0.75f;
+    dray_quantize_rows_q4g(w, 1, 32, q, dm);
+    for (int i = 0; i < 32; i++)
+        assert_true(q4_at(q, dm, i) == -0.75f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -99,6 +168,9 @@ int main(void)
         cmocka_unit_test(test_quant_zero_row_gets_zero_scale),
         cmocka_unit_test(test_quant_rows_are_independent),
         cmocka_unit_test(test_quant_random_rows_reconstruct_within_half_a_step),
+        cmocka_unit_test(test_q4g_group_on_a_16_level_grid_comes_back),
+        cmocka_unit_test(test_q4g_known_row_stays_under_the_min_max_error),
+        cmocka_unit_test(test_q4g_constant_group_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

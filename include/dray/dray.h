@@ -45,6 +45,16 @@ enum dray_precision {
     DRAY_PRECISION_W4A8 = 3,
 };
 
+/* The output head under INT8G/W4A8 (other precisions ignore it). INT8G: the
+ * head keeps int8 groups where the file's head is wider than 4 bits (Gemma's
+ * Q8_0 head). W4A8: 4-bit groups whatever the file holds, rounding a wider head
+ * (lossy; a tied head gets its own 4-bit copy). AUTO: dray's default choice. */
+enum dray_head_precision {
+    DRAY_HEAD_AUTO = 0,
+    DRAY_HEAD_INT8G = 1,
+    DRAY_HEAD_W4A8 = 2,
+};
+
 /* Everything a config file can say; README.md has the table of keys.
  * dray_config_defaults() fills the documented defaults. Strings are NUL-terminated. */
 struct dray_config {
@@ -65,6 +75,7 @@ struct dray_config {
 
     /* precision */
     enum dray_precision precision; /* weights and matmuls */
+    enum dray_head_precision head_precision; /* the output head under int8g/w4a8 */
     uint32_t kv_dtype;        /* DRAY_I8 or DRAY_F16 */
     uint32_t outlier_channels;/* input channels per matmul kept in f32; 0 = off */
 
@@ -134,6 +145,8 @@ struct dray_engine_info {
     double load_s;                     /* time to open, check and prepare everything */
     const char *calibration;           /* int8 outlier channels: "none", "computed" (and
                                         * stored in the calibration cache), "cached" */
+    uint64_t step_weight_bytes;        /* weight bytes a decode step reads (weight_bytes
+                                        * less an embedding table the head does not share) */
 };
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen);
