@@ -396,7 +396,7 @@ static void test_q4g_rows_equal_the_dequantized_rows(void **state)
 {
     (void)state;
     static const uint32_t types[] = {DRAY_GGML_Q4_0, DRAY_GGML_Q4_1, DRAY_GGML_Q4_K};
-    uint8_t data[2 * 2 * 144];
+    uint8_t data[2 * 16 * 20]; /* 2 rows of 512: the largest is Q4_1 (16 blocks of 20 bytes a row) */
     float f[512], dm[2 * 16];
     uint8_t q[256];
     dray_test_seed(7);
@@ -404,6 +404,7 @@ static void test_q4g_rows_equal_the_dequantized_rows(void **state)
         uint32_t type = types[ti];
         uint32_t be = dray_ggml_block_elems(type), bb = dray_ggml_block_bytes(type);
         uint64_t ne0 = 512, nrow = 2;
+        assert_true(nrow * ne0 / be * bb <= sizeof(data));
         for (size_t i = 0; i < sizeof(data); i++)
             data[i] = (uint8_t)dray_test_rand();
         for (uint64_t b = 0; b < nrow * ne0 / be; b++) { /* finite halves: 0x2e00..0x39ff (~0.1..0.7) */

@@ -33,9 +33,12 @@ static void usage(void)
  * key seems dead). Only sig_atomic_t flags, write() and _exit() are used here,
  * which is all a handler may use.
  *   at the prompt, armed  -> exit 0 (the second Ctrl-C, or the first after a stopped reply)
- *   at the prompt         -> arm, say how to quit; getline returns EINTR and reprompts
+ *   at the prompt         -> arm, say how to quit and show the prompt again; the
+ *                            loop goes back to reading without a prompt of its own
+ *                            (the Ctrl-C may land before the read, which then
+ *                            just goes on waiting)
  *   anywhere else         -> stop the reply at the next token (g_interrupted) */
-static volatile sig_atomic_t g_interrupted, g_at_prompt, g_armed;
+static volatile sig_atomic_t g_interrupted, g_at_prompt, g_armed, g_tty;
 
 static void on_sigint(int sig)
 {
@@ -47,8 +50,9 @@ static void on_sigint(int sig)
             (void)w;
             _exit(0);
         }
-        static const char msg[] = "\n(Ctrl-C again, /exit or Ctrl-D quits)\n";
-        ssize_t w = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+        static const char msg[] = "\n(Ctrl-C again, /exit or Ctrl-D quits)\n> ";
+        /* the prompt only on a terminal, like the loop's */
+        ssize_t w = write(STDOUT_FILENO, msg, sizeof(msg) - (g_tty ? 1 : 3));
         (void)w;
         g_armed = 1;
         return;
@@ -126,22 +130,28 @@ int dray_cmd_chat(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0;
     int rc = 0;
+    g_tty = tty;
     catch_sigint();
+    bool prompt = true;
     for (;;) {
-        if (tty) {
-            printf("> ");
-        }
+        /* at the prompt before it shows: a Ctrl-C the user presses once "> " is
+         * on the screen must find the handler in its prompt mode */
         fflush(stdout);
         g_at_prompt = 1;
+        if (tty && prompt)
+            printf("> ");
+        fflush(stdout);
         errno = 0;
         ssize_t got = getline(&line, &cap, stdin);
         g_at_prompt = 0;
         if (got < 0) {
             if (errno != EINTR)
                 break; /* end of input */
-            clearerr(stdin); /* a Ctrl-C at the prompt: the handler armed the exit */
+            clearerr(stdin); /* a Ctrl-C at the prompt: the handler armed and reprompted */
+            prompt = false;
             continue;
         }
+        prompt = true;
         g_armed = 0;
         chomp(line);
         if (!line[0])
