@@ -50,6 +50,9 @@ struct dray_model_opts {
      * head is wider (DRAY_Q4G32_ROUND); a head tied to the embedding gets its own
      * 4-bit copy, so the embedding gather keeps the file's precision. */
     bool head_4bit;
+    /* Grouped precisions: matmuls with two-pass activations (DRAY_Q8G32_X2 /
+     * DRAY_Q4G32_X2: config activations int8x2, on a device that declares them). */
+    bool two_pass;
 };
 
 /* One forward step. Tokens are grouped by sequence in the same order as the
