@@ -19,6 +19,9 @@ struct tiny_gemma {
                                 * (keys with always-loud channels, as Gemma's) */
     float loud;                /* > 0: the attention and FFN input norms scale channels
                                 * 3, 17 and 40 by this, making them activation outliers */
+    int chatml;                /* the vocabulary's last two ids are ChatML's control tokens
+                                * <|im_start|> (298) and <|im_end|> (299), for tests that
+                                * render with chat_template "chatml" */
 };
 
 /* Sensible small defaults: 7 layers (so both a global layer and a local one after it
