@@ -19,15 +19,16 @@
  * token the next turn's prompt contains but never fed it. Its response is sent at
  * once; its sequence becomes a *finisher* that feeds that one token (no logits)
  * in the next step, beside the others' decoding, and then goes into the prefix
- * cache. A chat request (dray_request_params.chat) then feeds, in one more step,
- * what the next turn's prompt has after the reply up to the new user message's
- * text: the turn end (when max_tokens cut the reply), the template's "\n" and the
- * next user turn's header (dray_chat_next_user_head), and goes into the cache
- * again. Both ends stay cached: a request that continues the reply some other way
- * still finds a checkpoint at the first. Admission waits for the finishers (two
- * steps at most), so the next turn's lookup sees the whole previous turn. A
- * cancelled request, a stop string (the template does not render it), or a
- * preemption feeds nothing.
+ * cache. A chat request (dray_request_params.chat) feeds in the same step what
+ * the next turn's prompt has after the reply up to the new user message's text:
+ * the turn end (when max_tokens cut the reply), the template's "\n" and the next
+ * user turn's header (dray_chat_next_user_head). It goes into the cache once
+ * before that step (the reply without its last token) and once after; a request
+ * that continues the reply some other way still reuses it up to the divergence,
+ * the window layers' blocks coming from those two checkpoints (prefix_cache.h).
+ * Admission waits for the finishers (one step at most), so the next turn's
+ * lookup sees the whole previous turn. A cancelled request, a stop string (the
+ * template does not render it), or a preemption feeds nothing.
  *
  * A request's tokens: toks[0..n_toks) = prompt + tokens generated so far. Those
  * that are in the KV are its session's history; the rest (the whole prompt after
@@ -97,13 +98,12 @@ struct dray_request {
 
 /* A finished request's sequence feeding what it sampled last and, for a chat,
  * the next user turn's head (loop thread only; the request itself may be freed by
- * its client meanwhile). toks[0..n) is what the KV holds once all is fed; it goes
- * into the cache at mid (the reply and its last token) and at n. */
+ * its client meanwhile). toks[0..n) is what the KV holds once all is fed. */
 struct finisher {
     struct finisher *next;
     struct dray_session *sess;
     int32_t *toks;
-    size_t mid, n;
+    size_t n;
     uint64_t salt;
 };
 
@@ -237,16 +237,22 @@ static void sched_free(struct dray_sched *s)
 
 /* ------------------------------------------------------------ the loop */
 
+/* Put the first len tokens of sess (ids) into the prefix cache, timed. */
+static void cache_insert(struct dray_sched *s, uint64_t salt, const int32_t *ids, size_t len,
+                              struct dray_session *sess)
+{
+    double t0 = dray_now_s();
+    dray_pcache_insert(s->pc, salt, ids, len, sess->seq);
+    s->cache_s += dray_now_s() - t0;
+}
+
 /* Give r's KV back; what it computed stays in the prefix cache when keep. */
 static void release_kv(struct dray_sched *s, struct dray_request *r, bool keep)
 {
     if (!r->sess)
         return;
-    if (s->pc && keep) {
-        double t0 = dray_now_s();
-        dray_pcache_insert(s->pc, r->salt, r->toks, dray_session_len(r->sess), r->sess->seq);
-        s->cache_s += dray_now_s() - t0;
-    }
+    if (s->pc && keep)
+        cache_insert(s, r->salt, r->toks, dray_session_len(r->sess), r->sess);
     dray_session_free(r->sess);
     r->sess = NULL;
 }
@@ -273,9 +279,12 @@ static bool start_finisher(struct dray_sched *s, struct dray_request *r)
         if (r->feed != s->turn_end)
             r->toks[at++] = s->turn_end; /* max_tokens cut the reply: the next prompt closes it */
         memcpy(r->toks + at, s->head, s->n_head * sizeof(int32_t));
+        /* the reply as it is now: with the checkpoint after the feed, it serves a
+         * request that continues the reply (its last token included) otherwise */
+        cache_insert(s, r->salt, r->toks, r->n_toks, r->sess);
     }
     *f = (struct finisher){.next = s->finishing, .sess = r->sess, .toks = r->toks,
-                           .mid = mid, .n = n, .salt = r->salt};
+                           .n = n, .salt = r->salt};
     s->finishing = f;
     s->n_finishing++;
     r->sess = NULL;
@@ -284,33 +293,24 @@ static bool start_finisher(struct dray_sched *s, struct dray_request *r)
     return true;
 }
 
-/* The next stop of f: mid, then n. */
-static size_t finisher_to(const struct finisher *f)
-{
-    return dray_session_len(f->sess) < f->mid ? f->mid : f->n;
-}
-
 /* Insert what f's KV holds into the cache. */
 static void finisher_insert(struct dray_sched *s, const struct finisher *f)
 {
-    double t0 = dray_now_s();
-    dray_pcache_insert(s->pc, f->salt, f->toks, dray_session_len(f->sess), f->sess->seq);
-    s->cache_s += dray_now_s() - t0;
+    cache_insert(s, f->salt, f->toks, dray_session_len(f->sess), f->sess);
 }
 
-/* After a step that fed the first n finishers: each that reached a stop goes into
- * the cache; those that fed all they have are freed, the others stay at the head
- * of the list (for the next step) in the same order. */
+/* After a step that fed the first n finishers: those that fed all they have go
+ * into the cache and are freed; the others (a step shorter than their tokens)
+ * stay at the head of the list, in the same order, for the next step. */
 static void finishers_fed(struct dray_sched *s, uint32_t n)
 {
     for (struct finisher **pf = &s->finishing, *f; n && (f = *pf); n--) {
         size_t len = dray_session_len(f->sess);
-        if (len == f->mid || len == f->n)
-            finisher_insert(s, f);
         if (len < f->n) {
             pf = &f->next;
             continue;
         }
+        finisher_insert(s, f);
         *pf = f->next;
         dray_session_free(f->sess);
         free(f->toks);
@@ -444,7 +444,7 @@ static uint32_t build_batch(struct dray_sched *s, uint32_t *n_tok, uint32_t *n_r
     uint32_t nb = 0, T = 0, nr = 0;
     /* first the finishers (the head of s->finishing): up to their next stop, no logits */
     for (struct finisher *f = s->finishing; f && T < s->chunk; f = f->next) {
-        size_t have = dray_session_len(f->sess), to = finisher_to(f);
+        size_t have = dray_session_len(f->sess), to = f->n;
         uint32_t take = (uint32_t)(to - have < s->chunk - T ? to - have : s->chunk - T);
         memcpy(s->b_ids + T, f->toks + have, take * sizeof(int32_t));
         s->b_sess[nb] = f->sess;
