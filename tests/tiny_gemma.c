@@ -25,7 +25,7 @@ static const char *const words[] = {
     "ll", "el", "lo", "▁w", "wo", "or", "rl", "ld", "▁world", "world", ".", ",", "!", "?",
 };
 
-static int add_vocab(struct dray_gguf_writer *w, uint32_t n_vocab)
+static int add_vocab(struct dray_gguf_writer *w, uint32_t n_vocab, int chatml)
 {
     static char bytes[256][8];
     const char *toks[TINY_GEMMA_MAX_VOCAB];
@@ -55,6 +55,11 @@ static int add_vocab(struct dray_gguf_writer *w, uint32_t n_vocab)
         toks[n] = unused[n];
         scores[n] = -1000.0f;
         types[n] = 5; /* unused */
+    }
+    if (chatml) {
+        toks[TINY_GEMMA_VOCAB - 2] = "<|im_start|>";
+        toks[TINY_GEMMA_VOCAB - 1] = "<|im_end|>";
+        types[TINY_GEMMA_VOCAB - 2] = types[TINY_GEMMA_VOCAB - 1] = 3; /* control */
     }
     int rc = dray_gguf_add_str(w, "tokenizer.ggml.model", "llama");
     rc |= dray_gguf_add_arr_str(w, "tokenizer.ggml.tokens", toks, n_vocab);
@@ -171,7 +176,7 @@ int tiny_gemma_write(const struct tiny_gemma *t, const char *path)
     rc |= dray_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
     rc |= dray_gguf_add_f32(w, KEY("rope.freq_base"), 1000000.0f);
 #undef KEY
-    rc |= add_vocab(w, n_vocab);
+    rc |= add_vocab(w, n_vocab, t->chatml);
     rc |= add_tensor(w, t, "token_embd.weight", t->n_embd, n_vocab, -0.5f, 0.5f, 0);
     rc |= add_tensor(w, t, "output_norm.weight", t->n_embd, 1, 0.5f, 1.5f, 0);
     if (t->output_head)

@@ -19,6 +19,9 @@ struct tiny_gemma {
                                 * (keys with always-loud channels, as Gemma's) */
     float loud;                /* > 0: the attention and FFN input norms scale channels
                                 * 3, 17 and 40 by this, making them activation outliers */
+    int chatml;                /* ids 298 and 299 of the vocabulary are ChatML's control tokens
+                                * <|im_start|> (298) and <|im_end|> (299), for tests that
+                                * render with chat_template "chatml" */
     uint32_t n_vocab;          /* 0 = TINY_GEMMA_VOCAB; up to TINY_GEMMA_MAX_VOCAB (more
                                 * unused tokens: e.g. whole 16-row blocks for grouped heads) */
 };

@@ -282,6 +282,11 @@ struct dray_request_params {
     size_t n_ids;
     struct dray_gen_params gen; /* sampling, max_tokens, stop strings (copied) */
     const char *cache_salt;   /* tenant key for the prefix cache; NULL = shared */
+    bool chat;                /* ids are a conversation rendered by dray_engine_chat_tokenize
+                               * with the generation prompt: when the reply ends on the
+                               * template's turn end or on max_tokens, the prefix cache
+                               * also gets the turn's closing and the next user turn's
+                               * header, which the next turn's prompt contains */
 };
 
 /* What a request has produced since the last poll. Pointers stay valid until
@@ -321,9 +326,11 @@ struct dray_sched_stats {
                                * (with the spills and restores they cause) and in the
                                * copies on write of shared partial blocks, microseconds */
     uint64_t cache_cow_copies; /* shared partial blocks copied before a write */
-    uint64_t cache_fed_tokens; /* finished replies' last sampled tokens fed into the KV
-                                * after the response, so the next turn's prompt hits them */
-    uint32_t finishing;        /* finished requests whose last token is still to be fed */
+    uint64_t cache_fed_tokens; /* tokens fed into the KV after a response, so the next
+                                * turn's prompt hits them: a finished reply's last sampled
+                                * token, and for a chat request the turn's closing and the
+                                * next user header */
+    uint32_t finishing;        /* finished requests whose tokens are still to be fed */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says
