@@ -47,8 +47,10 @@ enum dray_precision {
 
 /* The output head under INT8G/W4A8 (other precisions ignore it). INT8G: the
  * head keeps int8 groups where the file's head is wider than 4 bits (Gemma's
- * Q8_0 head). W4A8: 4-bit groups whatever the file holds, rounding a wider head
- * (lossy; a tied head gets its own 4-bit copy). AUTO: dray's default choice. */
+ * Q8_0 head). W4A8: 4-bit groups whatever the file holds, rounding a wider head;
+ * a head tied to an 8-bit embedding table gets its own 4-bit copy and its
+ * head_rescore largest logits per row are computed again from the table
+ * (lossy without that). AUTO: dray's default choice (INT8G). */
 enum dray_head_precision {
     DRAY_HEAD_AUTO = 0,
     DRAY_HEAD_INT8G = 1,
@@ -76,6 +78,7 @@ struct dray_config {
     /* precision */
     enum dray_precision precision; /* weights and matmuls */
     enum dray_head_precision head_precision; /* the output head under int8g/w4a8 */
+    uint32_t head_rescore;    /* 4-bit head logits per row recomputed from the 8-bit table */
     uint32_t kv_dtype;        /* DRAY_I8 or DRAY_F16 */
     uint32_t outlier_channels;/* input channels per matmul kept in f32; 0 = off */
 
