@@ -36,6 +36,14 @@
  * preempted request recomputes exactly toks, its later tokens are the ones it
  * would have produced without the preemption.
  *
+ * A long sequence also leaves checkpoints while it runs: window layers recycle
+ * their old blocks, and a later request that diverges inside the sequence can
+ * reuse it up to the divergence only if checkpoints lie less than a window
+ * apart around that point (prefix_cache.h). So after a step, a sequence that
+ * the next step could carry more than `ckpt_gap` tokens past its last
+ * checkpoint (or the prefix it was given) goes into the cache at its last
+ * block boundary. Chat turns shorter than the window never need one.
+ *
  * Locking: one mutex guards the queues, every request's shared fields and the
  * stats. The loop drops it only around the forward pass, which touches nothing a
  * client can see.
@@ -84,6 +92,7 @@ struct dray_request {
     uint64_t salt;                   /* prefix-cache tenant */
     int32_t feed;                    /* sampled when it finished, to feed after; -1: none */
     bool chat;                       /* a rendered conversation (dray_request_params.chat) */
+    size_t ckpt_at;                  /* length at its last checkpoint or cache hit */
 
     /* shared, under s->mu */
     pthread_cond_t cv;
@@ -125,6 +134,8 @@ struct dray_sched {
     int32_t turn_end;                /* the chat template's end-of-turn token, or -1 */
     int32_t *head;                   /* [n_head] the next user turn's head after turn_end */
     size_t n_head;                   /* 0: a chat feeds only what it sampled */
+    uint32_t ckpt_gap;               /* most tokens between two checkpoints that still
+                                      * serve everything between them; 0: no window */
     bool stopping, draining, destroyed;
     uint32_t n_live;                 /* requests not yet freed by their clients */
     uint32_t max_waiting, max_seqs, chunk;
@@ -416,6 +427,7 @@ static bool start_sequence(struct dray_sched *s, struct dray_request *r)
         r->sess = NULL;
         return false;
     }
+    r->ckpt_at = L;
     if (!r->t_admit) { /* first admission: what the client sees as cached */
         r->n_cached = L;
         s->st.prompt_tokens_cached += L;
@@ -557,6 +569,19 @@ static void note_kv_usage(struct dray_sched *s)
     s->st.finishing = s->n_finishing;
 }
 
+/* After a step: checkpoint r at its last block boundary when the next step could
+ * take it more than ckpt_gap tokens past the block of its last one. */
+static void checkpoint_if_due(struct dray_sched *s, struct dray_request *r)
+{
+    size_t len = dray_session_len(r->sess), pending = r->n_toks - len;
+    size_t bs = dray_kv_block_size(s->e->kv), base = r->ckpt_at / bs * bs, at = len / bs * bs;
+    size_t next = pending ? (pending < s->chunk ? pending : s->chunk) : 1;
+    if (at <= base || len + next - base <= s->ckpt_gap)
+        return;
+    cache_insert(s, r->salt, r->toks, at, r->sess);
+    r->ckpt_at = at;
+}
+
 /* One step (mu held on entry and exit, dropped around the forward pass). */
 static void step(struct dray_sched *s)
 {
@@ -584,6 +609,9 @@ static void step(struct dray_sched *s)
             if (s->b_req[i])
                 finish(s, s->b_req[i], "error", rc, err);
     } else {
+        for (uint32_t i = 0; s->pc && s->ckpt_gap && i < nb; i++)
+            if (s->b_req[i])
+                checkpoint_if_due(s, s->b_req[i]);
         s->st.cache_fed_tokens += fed_tokens;
         finishers_fed(s, n_fed); /* those in this batch: the list's head */
         for (uint32_t i = 0; i < n_rows; i++)
@@ -632,6 +660,15 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
     s->st.max_waiting = s->max_waiting;
     const char *end = dray_chat_turn_end(&e->chat);
     s->turn_end = end ? dray_tokenizer_find(e->tok, end, strlen(end)) : -1;
+    /* consecutive checkpoints at c1 < c2 serve every point between them when the
+     * blocks c2's holds start at or before c1's block: c2 - c1 <= window + bs - 2
+     * (kv.h: a query at L keeps the blocks with positions > L - window) */
+    const struct dray_kv_plan *plan = dray_kv_get_plan(e->kv);
+    for (uint32_t g = 0; g < plan->n_group; g++) {
+        uint32_t w = plan->group[g].window, gap = w + dray_kv_block_size(e->kv) - 2;
+        if (w && (!s->ckpt_gap || gap < s->ckpt_gap))
+            s->ckpt_gap = gap;
+    }
     char why[256];
     if (s->turn_end >= 0 &&
         dray_chat_next_user_head(e->tok, &e->chat, &s->head, &s->n_head, why, sizeof(why)))

@@ -716,6 +716,40 @@ static void test_cache_divergence_between_checkpoints_host_tier(void **state)
     divergence_between_checkpoints(true);
 }
 
+/* A sequence longer than the window leaves checkpoints as it runs, so that a
+ * later request diverging anywhere inside it reuses it up to the divergence.
+ * A 40-token prompt fed 4 tokens a step (window 8): Q shares its first 13
+ * tokens. Only the end of the request (44) is kept otherwise, and the window
+ * blocks around 13 were recycled long before: Q would start from 0. */
+static void test_cache_long_sequence_leaves_checkpoints(void **state)
+{
+    (void)state;
+    struct opts o = {.max_seqs = 4, .chunk = 4};
+    struct dray_engine *e = open_with(&o);
+    char err[512];
+    int32_t t[64], q[64];
+    size_t n = prompt_for(5, t), nq = 13;
+    assert_int_equal(n, 40);
+    memcpy(q, t, nq * sizeof(int32_t));
+    for (int j = 0; j < 5; j++)
+        q[nq++] = (int32_t)(140 + j * 3);
+    assert_int_not_equal(q[13], t[13]);
+    struct collected cold, got;
+    run_alone(e, q, nq, 8, &cold);
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    run_one(s, t, n, 4, NULL, &got);
+    struct dray_sched_stats st;
+    wait_finishers(s, &st);
+    assert_true(st.cache_checkpoints > 2);
+    struct dray_request_output a = run_one(s, q, nq, 8, NULL, &got);
+    assert_int_equal(a.n_cached, 13);
+    assert_int_equal(got.n, cold.n);
+    assert_memory_equal(got.ids, cold.ids, cold.n * sizeof(int32_t));
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
 /* One tenant's prefixes never serve another's; the same tenant hits. */
 static void test_cache_tenants_are_isolated(void **state)
 {
@@ -859,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_chat_next_turn_is_cached_chatml),
         cmocka_unit_test(test_cache_divergence_between_checkpoints),
         cmocka_unit_test(test_cache_divergence_between_checkpoints_host_tier),
+        cmocka_unit_test(test_cache_long_sequence_leaves_checkpoints),
         cmocka_unit_test(test_cache_tenants_are_isolated),
         cmocka_unit_test(test_cache_off_reuses_nothing),
         cmocka_unit_test(test_cache_host_tier_spills_and_restores),
