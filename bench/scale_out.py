@@ -24,77 +24,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HOSTS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
-
-
-def free_port(host):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url, deadline):
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except (urllib.error.URLError, ConnectionError, OSError):
-            time.sleep(0.3)
-    return False
-
-
-def start_servers(a, n, tmp):
-    servers = []
-    for i, host in enumerate(HOSTS[:n]):
-        port = free_port(host)
-        log = open(os.path.join(tmp, f"server{i}.log"), "w")
-        p = subprocess.Popen([a.dray, "serve", "-m", a.model, "--host", host, "--port", str(port),
-                              "-c", str(a.context), "-t", str(a.threads), "--set", f"max_seqs={a.max_seqs}",
-                              "--replicas", str(a.replicas)],
-                             stdout=log, stderr=subprocess.STDOUT)
-        servers.append({"proc": p, "addr": f"{host}:{port}"})
-    deadline = time.time() + 300
-    for s in servers:
-        if not wait_http(f"http://{s['addr']}/health", deadline):
-            sys.exit(f"scale_out: dray serve on {s['addr']} did not become healthy (see {tmp}/server*.log)")
-    return servers
-
-
-def nginx_conf(src, tmp, servers, listen, routing):
-    """deploy/nginx.conf with its upstream list, paths and listen address
-    rewritten (the lines marked "dray-test:"); routing "random" swaps the
-    consistent hash for nginx's random balancer."""
-    out = []
-    for line in open(src):
-        if "dray-test: upstream" in line:
-            continue
-        if "dray-test: pid" in line:
-            line = f"pid {tmp}/nginx.pid;\n"
-        elif "dray-test: error_log" in line:
-            line = f"error_log {tmp}/error.log warn;\n"
-        elif "dray-test: access_log" in line:
-            line = f"    access_log {tmp}/access.log dray;\n"
-        elif "dray-test: listen" in line:
-            line = f"        listen {listen};\n"
-        elif line.strip().startswith("hash $dray_route_key"):
-            if routing == "random":
-                line = "        random;\n"
-            line += "".join(f"        server {s['addr']} max_fails=1 fail_timeout=30s;\n" for s in servers)
-        out.append(line)
-    path = os.path.join(tmp, f"nginx-{routing}.conf")
-    with open(path, "w") as f:
-        f.write("".join(out))
-    return path
+sys.path.insert(0, os.path.join(HERE, "..", "deploy"))
+from local_cluster import CONF, HOSTS, free_port, nginx_conf, start_nginx, start_servers  # noqa: E402
 
 
 def spread(tmp, servers):
@@ -119,14 +55,18 @@ def stop(p, grace=30):
 
 
 def one_run(a, nginx, n, routing, tmp):
-    servers, ng = start_servers(a, n, tmp), None
+    if n > len(HOSTS):
+        sys.exit(f"scale_out: at most {len(HOSTS)} servers (one per loopback address in deploy/local_cluster.py)")
+    servers, ng = [], None
     try:
-        listen = f"127.0.0.1:{free_port('127.0.0.1')}"
-        conf = nginx_conf(a.conf, tmp, servers, listen, routing)
-        ng = subprocess.Popen([nginx, "-p", tmp, "-c", conf, "-g", "daemon off;"],
-                              stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/nginx.out", "w"))
-        if not wait_http(f"http://{listen}/health", time.time() + 20):
-            sys.exit(f"scale_out: nginx did not come up on {listen} (see {tmp}/nginx.out, error.log)")
+        try:
+            servers = start_servers(a.dray, a.model, n, tmp,
+                                    ["-c", str(a.context), "-t", str(a.threads), "--set", f"max_seqs={a.max_seqs}",
+                                     "--replicas", str(a.replicas)])
+            listen = f"127.0.0.1:{free_port()}"
+            ng = start_nginx(nginx, tmp, nginx_conf(a.conf, tmp, servers, listen, routing), listen)
+        except RuntimeError as e:
+            sys.exit(f"scale_out: {e}")
         out = os.path.join(tmp, "replay.jsonl")
         if os.path.exists(out):
             os.remove(out)
@@ -150,7 +90,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dray", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--conf", default=os.path.join(HERE, "..", "deploy", "nginx.conf"))
+    ap.add_argument("--conf", default=CONF)
     ap.add_argument("--servers", default="1,2,3")
     ap.add_argument("--routing", default="sticky,random")
     ap.add_argument("--conversations", type=int, default=12)

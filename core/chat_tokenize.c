@@ -1,6 +1,7 @@
 /* Chat segments to token ids (see chat_tokenize.h). */
 #include "chat_tokenize.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,4 +112,64 @@ int dray_chat_tokenize(const struct dray_tokenizer *tok, const struct dray_chat_
     rc = dray_chat_tokenize_segs(tok, &s, ids, n_ids, err, errlen);
     dray_chat_segs_free(&s);
     return rc;
+}
+
+/* The segments of s before the first one that points into text (a message's
+ * content), or s->n if none does. */
+static size_t segs_before(const struct dray_chat_segs *s, const char *text, size_t len)
+{
+    uintptr_t lo = (uintptr_t)text, hi = lo + len; /* different objects: compare as integers */
+    for (size_t i = 0; i < s->n; i++)
+        if ((uintptr_t)s->v[i].s >= lo && (uintptr_t)s->v[i].s < hi)
+            return i;
+    return s->n;
+}
+
+int dray_chat_next_user_head(const struct dray_tokenizer *tok, const struct dray_chat_template *t,
+                             int32_t **ids, size_t *n_ids, char *err, size_t errlen)
+{
+    /* messages that start differently: a letter, punctuation, a space, a digit */
+    static const char *const probe[] = {"Hello", "?", " x", "1"};
+    int32_t *head = NULL;
+    size_t n_head = 0;
+    int rc = 0;
+    *ids = NULL;
+    *n_ids = 0;
+    for (size_t p = 0; p < sizeof(probe) / sizeof(probe[0]) && !rc; p++) {
+        struct dray_chat_msg m = {"user", probe[p]};
+        struct dray_chat_segs s;
+        /* the marker closing the reply is in the KV already: what follows it */
+        rc = dray_chat_render_segs(t, &m, 1, true, true, false, &s, err, errlen);
+        if (rc)
+            break;
+        size_t before = segs_before(&s, probe[p], strlen(probe[p]));
+        struct dray_chat_segs upto = s, with = s;
+        upto.n = before;
+        with.n = before < s.n ? before + 1 : s.n;
+        int32_t *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        rc = dray_chat_tokenize_segs(tok, &upto, &a, &na, err, errlen);
+        if (!rc)
+            rc = dray_chat_tokenize_segs(tok, &with, &b, &nb, err, errlen);
+        dray_chat_segs_free(&s);
+        if (!rc) {
+            size_t k = 0, lim = p ? n_head : na; /* the first probe sets the candidates */
+            while (k < lim && k < na && k < nb && a[k] == b[k] && (!p || head[k] == a[k]))
+                k++;
+            if (!p) {
+                head = a;
+                a = NULL;
+            }
+            n_head = k;
+        }
+        free(a);
+        free(b);
+    }
+    if (rc) {
+        free(head);
+        return rc;
+    }
+    *ids = head;
+    *n_ids = n_head;
+    return 0;
 }

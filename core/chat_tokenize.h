@@ -25,4 +25,15 @@ int dray_chat_tokenize(const struct dray_tokenizer *tok, const struct dray_chat_
                        bool eot_in_kv, bool add_generation_prompt, int32_t **ids, size_t *n_ids,
                        char *err, size_t errlen);
 
+/* The tokens that follow an assistant turn's end marker in the next request's
+ * prompt, up to where the next user message's text starts: the template's
+ * closing text and the next user turn's header (gemma: "\n" <start_of_turn>
+ * "user\n"; chatml: "\n" <|im_start|> "user\n"), tokenized as
+ * dray_chat_tokenize tokenizes the whole next prompt. The header's last text run
+ * is tokenized together with the message that follows it, so only the tokens
+ * that come out the same whatever message follows (tried with several) are
+ * given. *ids is malloc'd (non-NULL on success); DRAY_ENOTSUP for style NONE. */
+int dray_chat_next_user_head(const struct dray_tokenizer *tok, const struct dray_chat_template *t,
+                             int32_t **ids, size_t *n_ids, char *err, size_t errlen);
+
 #endif

@@ -89,9 +89,15 @@ const struct key dray_config_keys[] = {
      "device without them"},
     {"head_precision", "precision", "head_precision", T_ENUM, F(head_precision), 0, 0, head_precision_names, 0,
      "output head under `precision` int8g or w4a8: int8g (int8 groups where the file's head is "
-     "wider than 4 bits, as Gemma's Q8_0 head), w4a8 (4-bit groups, rounding a wider head: "
-     "lossy, halves the head's bytes per decode step; a head tied to the embedding gets its "
-     "own 4-bit copy) or auto (= int8g); ignored by int8 and f32"},
+     "wider than 4 bits, as Gemma's Q8_0 head), w4a8 (4-bit groups, rounding a wider head; a "
+     "head tied to the embedding gets its own 4-bit copy and is rescored, see "
+     "`head_rescore`; a separate head is not: lossy) or auto (= int8g); a device without the "
+     "4-bit matmul keeps int8g; ignored by int8 and f32"},
+    {"head_rescore", "precision", "head_rescore", T_U32, F(head_rescore), 0, 4096, NULL, 0,
+     "rescored 4-bit head: the 4-bit head computes every logit, then this many of the largest "
+     "logits of each row are computed again from the 8-bit embedding table (f32 activations) and "
+     "replace theirs, so greedy picks and the likely tokens get 8-bit logits while a step "
+     "reads the head in 4 bits; 0 = the 4-bit logits as they are (lossy)"},
     {"kv_dtype", "precision", "kv_dtype", T_ENUM, F(kv_dtype), 0, 0, kv_dtype_names, 0,
      "KV cache element type (int8 with a scale per token and head)"},
     {"outlier_channels", "precision", "outlier_channels", T_U32, F(outlier_channels), 0, 65536, NULL, 0,
@@ -182,6 +188,7 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->activations = DRAY_ACTIVATIONS_INT8X2;
     cfg->kv_dtype = DRAY_I8;
     cfg->outlier_channels = 32; /* per matmul input (16 for the output head), found at load */
+    cfg->head_rescore = 32;     /* candidates per row of logits (models/head_rescore.c) */
     cfg->host_cache = 1ull << 30;
     cfg->kv_block = 16;
     cfg->prefix_cache = true;

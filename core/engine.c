@@ -59,7 +59,8 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
 {
     struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true,
                                  .smooth_k = wants_smooth_k(&e->cfg),
-                                 .head_4bit = e->cfg.head_precision == DRAY_HEAD_W4A8,
+                                 .head_precision = e->cfg.head_precision,
+                                 .head_rescore = e->cfg.head_rescore,
                                  .two_pass = e->cfg.activations == DRAY_ACTIVATIONS_INT8X2};
     float *scores = NULL;
     size_t n = 0;

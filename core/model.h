@@ -48,8 +48,11 @@ struct dray_model_opts {
     bool smooth_k;
     /* Grouped precisions: the output head in 4-bit groups even where the file's
      * head is wider (DRAY_Q4G32_ROUND); a head tied to the embedding gets its own
-     * 4-bit copy, so the embedding gather keeps the file's precision. */
-    bool head_4bit;
+     * 4-bit copy, so the embedding gather keeps the file's precision, and the
+     * head_rescore largest logits of each row are computed again from that 8-bit
+     * table (models/head_rescore.c). */
+    enum dray_head_precision head_precision;
+    uint32_t head_rescore;     /* candidates per row; 0 = the 4-bit logits as they are */
     /* Grouped precisions: matmuls with two-pass activations (DRAY_Q8G32_X2 /
      * DRAY_Q4G32_X2: config activations int8x2, on a device that declares them). */
     bool two_pass;

@@ -288,6 +288,7 @@ void dec_free(struct dray_model *m)
         return;
     struct dray_device *dev = m->dev;
     free_acts(m);
+    dec_rescore_free(m);
     for (uint32_t il = 0; m->layer && il < m->info.n_layer; il++) {
         struct dec_layer *L = &m->layer[il];
         struct dray_buf *v[] = {L->attn_norm, L->q_norm, L->k_norm, L->post_attn_norm,
@@ -335,12 +336,45 @@ static void account(struct dray_model *m)
         in->weight_bytes += (vec + bias) * 4;
     }
     /* a step gathers one embedding row per token, so a table the head does not
-     * share is not read in bulk */
+     * share is not read in bulk; a rescored head reads k rows of it per row of
+     * logits on top of its own 4-bit copy */
     in->step_weight_bytes = in->weight_bytes - (m->output.n_out ? weight_bytes(&m->embd) : 0);
+    if (m->rescore.k && m->embd.n_out)
+        in->step_weight_bytes += weight_bytes(&m->embd) / m->embd.n_out * m->rescore.k;
+}
+
+/* Whether the device declares dtype for the op (ABI v2 caps, or v1's props). */
+static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
+{
+    const struct dray_op_caps *c = &m->dev->caps;
+    return (uint32_t)op < c->n_ops && (c->op_dtypes[op] & DRAY_DTYPE_BIT(dtype));
+}
+
+/* The head's precision (config head_precision, head_rescore), for grouped
+ * weights only. A head tied to an 8-bit embedding table can be 4-bit and
+ * rescored: its own 4-bit copy is read in full each step, and the top
+ * head_rescore logits of each row come again from the table (head_rescore.c),
+ * which the embedding gather keeps anyway. w4a8 takes the 4-bit head, rescored where it
+ * can be (a separate output.weight wider than 4 bits is rounded: lossy); auto
+ * keeps the 8-bit head: the top 64 rescored still cost 2-3x its KL (issue 11
+ * allows 10%). Sets *rescore to the candidates per row (0 = none). */
+static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied,
+                           const struct dray_model_opts *o, uint32_t *rescore)
+{
+    *rescore = 0;
+    if (!dray_util_grouped(dtype) || !dev_runs(m, DRAY_OP_MATMUL, DRAY_Q4G32))
+        return dtype; /* plugins without the 4-bit matmul keep the 8-bit head */
+    if (tied && m->embd.dtype == DRAY_Q8G32 && dev_runs(m, DRAY_OP_MATMUL, DRAY_F32))
+        *rescore = o->head_rescore < m->info.n_vocab ? o->head_rescore : m->info.n_vocab;
+    if (o->head_precision == DRAY_HEAD_W4A8)
+        return DRAY_Q4G32_ROUND;
+    *rescore = 0;
+    return dtype;
 }
 
 /* token_embd, and output.weight when the family uses a separate head. */
-static int load_embeddings(struct dray_model *m, uint32_t dtype, bool head_4bit, char *err, size_t errlen)
+static int load_embeddings(struct dray_model *m, uint32_t dtype, const struct dray_model_opts *o,
+                           char *err, size_t errlen)
 {
     struct dray_model_info *in = &m->info;
     struct dray_gguf *g = m->g;
@@ -357,22 +391,25 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, bool head_4bit,
      * gives it outlier channels without changing the table (dray_weight_set_outliers) */
     int rc = dray_weight_prepare(m->dev, &te, 1, dtype, NULL, 0, &m->embd, err, errlen);
     const struct dray_gguf_tensor *out = find_tensor(g, -1, "output", "weight", false, err, errlen);
-    /* head_4bit: the head is the bulk of a decode step's weight bytes (Gemma 3
-     * 270M: 170 of 293 MB), so 4-bit there halves most of the step's reads */
-    uint32_t head_dtype = head_4bit && dray_util_grouped(dtype) ? DRAY_Q4G32_ROUND : dtype;
     if (!rc && out && !m->output_allowed) {
         dray_warn("%s: has output.weight; %s ties the output to token_embd, using token_embd",
                   dray_gguf_name(g), m->fam->arch);
         out = NULL;
-    } else if (!rc && out) {
+    }
+    /* a 4-bit head: the head is the bulk of a decode step's weight bytes (Gemma 3
+     * 270M: 189 of 296 MB in 8-bit groups, 126 MB in 4-bit ones) */
+    uint32_t rescore = 0, hd = rc ? dtype : head_dtype(m, dtype, !out, o, &rescore);
+    if (!rc && out) {
         rc = check_shape(g, out, in->n_embd, in->n_vocab, err, errlen);
         if (!rc)
-            rc = dray_weight_prepare(m->dev, &out, 1, head_dtype, NULL, 0, &m->output, err, errlen);
+            rc = dray_weight_prepare(m->dev, &out, 1, hd, NULL, 0, &m->output, err, errlen);
     }
-    if (!rc && !out && head_dtype == DRAY_Q4G32_ROUND && m->embd.dtype == DRAY_Q8G32) {
-        rc = dray_weight_prepare(m->dev, &te, 1, head_dtype, NULL, 0, &m->output, err, errlen);
+    if (!rc && !out && hd == DRAY_Q4G32_ROUND && m->embd.dtype == DRAY_Q8G32) {
+        rc = dray_weight_prepare(m->dev, &te, 1, hd, NULL, 0, &m->output, err, errlen);
         m->head_copy = true;
     }
+    if (!rc && m->head_copy && rescore)
+        rc = dec_rescore_init(m, rescore, err, errlen);
     if (!rc)
         rc = load_vector(m, -1, "output_norm", in->n_embd, &m->output_norm, err, errlen);
     return rc;
@@ -431,7 +468,7 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
                      : o->precision == DRAY_PRECISION_INT8G ? DRAY_Q8G32
                      : o->precision == DRAY_PRECISION_W4A8  ? DRAY_Q4G32
                                                             : DRAY_I8;
-    rc = load_embeddings(m, dtype, o->head_4bit, err, errlen);
+    rc = load_embeddings(m, dtype, o, err, errlen);
     /* With outlier channels to find, the layers start in f32: calibration then sees
      * the exact activations, so every plugin picks the same channels (an int8
      * calibration pass would carry each plugin's rounding into the choice), and
@@ -673,6 +710,8 @@ static int output_logits(struct dray_model *m, const struct dray_batch *b)
         if (!rc)
             rc = ops->download(ctx, b->logits + (size_t)r0 * in->n_vocab, dec_at(m->a.logits, 0),
                                (size_t)n * in->n_vocab * 4);
+        if (!rc && m->rescore.k)
+            rc = dec_rescore(m, n, b->logits + (size_t)r0 * in->n_vocab);
         if (rc)
             return rc;
     }

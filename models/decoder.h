@@ -48,6 +48,18 @@ struct dec_acts {
     struct dray_buf *logits; /* F32 [DEC_LOGIT_SLAB][n_vocab] */
 };
 
+/* The rescored head (head_rescore.c): the 4-bit head's k largest logits of a
+ * row computed again from the 8-bit table embd and put in their place. */
+struct dec_rescore {
+    uint32_t k;               /* candidates per row; 0 = off (the head is read as is) */
+    struct dray_buf *ids;     /* I32 [DEC_LOGIT_SLAB][k] candidate token ids */
+    struct dray_buf *rows;    /* F32 [DEC_LOGIT_SLAB][k][n_embd] their rows of embd */
+    struct dray_buf *out;     /* F32 [DEC_LOGIT_SLAB][k] their logits */
+    int32_t *ids_host;        /* [DEC_LOGIT_SLAB][k] */
+    float *out_host;          /* [DEC_LOGIT_SLAB][k] */
+    float *top;               /* [k] scratch of the selection */
+};
+
 struct dray_model;
 
 /* What a family adds to the shared decoder. */
@@ -73,12 +85,13 @@ struct dray_model {
     bool biases_allowed;       /* attn_{q,k,v,output}.bias are read when present */
     bool output_allowed;       /* output.weight is the head when present (else tied) */
     bool two_pass;             /* grouped matmuls with two-pass activations (model opts) */
-    bool head_copy;            /* output is a 4-bit copy of the tied embd (model opts head_4bit) */
+    bool head_copy;            /* output is a 4-bit copy of the tied embd (model opts head_precision) */
     bool rope_unpermute;       /* Q/K rows are stored for adjacent-pair RoPE (see llama.c) */
     struct dray_weight embd;   /* [n_vocab][n_embd]: embedding table (and tied output head) */
     struct dray_weight output; /* [n_vocab][n_embd] separate head; n_out 0 = tied to embd */
     struct dray_buf *output_norm;
     struct dec_acts a;
+    struct dec_rescore rescore;
     int32_t *meta_host;        /* [2][max_batch] staging for ids and positions */
     struct dec_layer *layer;   /* [n_layer] */
     struct dray_gguf *g;       /* the file, for re-preparing weights after calibration */
@@ -115,6 +128,14 @@ int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen);
 /* "<arch>.<key>" as u32 in [lo, hi] (dray_hparam_u32: dflt NULL = required). */
 int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t lo, uint32_t hi,
                 const uint32_t *dflt, uint32_t *v, char *err, size_t errlen);
+
+/* The rescored head (head_rescore.c): buffers for k candidates per row, freed
+ * by dec_rescore_free; dec_rescore replaces the k largest of each of the n host
+ * rows of logits (n <= DEC_LOGIT_SLAB, xl holding their normed hidden states)
+ * with their logits from the 8-bit table embd. */
+int dec_rescore_init(struct dray_model *m, uint32_t k, char *err, size_t errlen);
+int dec_rescore(struct dray_model *m, uint32_t n, float *logits);
+void dec_rescore_free(struct dray_model *m);
 
 /* ---------------------------------------------------------------- building blocks */
 

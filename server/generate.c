@@ -60,7 +60,8 @@ static int submit(struct dray_srv *s, struct dray_srv_replica *rep, const struct
     *n_prompt = (uint32_t)n;
     if ((rc = dray_srv_check_prompt(n, s->cfg->max_prompt_tokens, s->context, param, e)))
         goto out;
-    struct dray_request_params p = {.ids = ids, .n_ids = n, .gen = q->gen, .cache_salt = q->cache_salt};
+    struct dray_request_params p = {.ids = ids, .n_ids = n, .gen = q->gen, .cache_salt = q->cache_salt,
+                                    .chat = q->kind == DRAY_SRV_CHAT};
     rc = dray_sched_submit(rep->sched, &p, out, why, sizeof(why));
     if (rc)
         submit_error(rc, why, param, e);

@@ -87,6 +87,7 @@ static void test_config_defaults_are_the_documented_ones(void **state)
     assert_false(c.reference_kernels);
     assert_int_equal(c.precision, DRAY_PRECISION_W4A8);
     assert_int_equal(c.head_precision, DRAY_HEAD_AUTO);
+    assert_int_equal(c.head_rescore, 32);
     assert_int_equal(c.kv_dtype, DRAY_I8);
     assert_int_equal(c.outlier_channels, 32);
     assert_int_equal(c.activations, DRAY_ACTIVATIONS_INT8X2);
@@ -149,7 +150,7 @@ static void test_config_loads_sections(void **state)
     char err[512];
     int rc = load_text("model:\n  path: g.gguf\n  context: 4096\n  chat_template: chatml\n"
                        "backend:\n  plugin: vulkan\n  device: \"1\"\n  reference_kernels: true\n"
-                       "precision:\n  weights: int8\n  head_precision: w4a8\n  outlier_channels: 8\n"
+                       "precision:\n  weights: int8\n  head_precision: w4a8\n  head_rescore: 64\n  outlier_channels: 8\n"
                        "memory:\n  kv_budget: 512MiB\n  host_cache: 2GiB\n  kv_block: 32\n"
                        "scheduler:\n  max_seqs: 16\n  chunk: 256\n"
                        "sampling:\n  top_k: 0\n  top_p: 1\n  min_p: 0\n  max_tokens: 64\n"
@@ -164,6 +165,7 @@ static void test_config_loads_sections(void **state)
     assert_string_equal(c.device, "1");
     assert_true(c.reference_kernels);
     assert_int_equal(c.head_precision, DRAY_HEAD_W4A8);
+    assert_int_equal(c.head_rescore, 64);
     assert_int_equal(c.outlier_channels, 8);
     assert_int_equal(c.kv_budget, 512ull << 20);
     assert_int_equal(c.host_cache, 2ull << 30);
@@ -407,7 +409,7 @@ static void test_config_print_reads_back_identically(void **state)
     const char *sets[][2] = {
         {"model", "/a \"quoted\" \\ path.gguf"}, {"backend", "opencl"}, {"fallback", "cpu"},
         {"device", "3"}, {"threads", "7"}, {"reference_kernels", "true"}, {"precision", "f32"},
-        {"head_precision", "int8g"}, {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
+        {"head_precision", "int8g"}, {"head_rescore", "5"}, {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
         {"top_p", "0.9"}, {"min_p", "0.123456"}, {"seed", "42"}, {"log_level", "info"},
         {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"}, {"chat_template", "gemma"},
         {"max_body", "2MiB"}, {"max_queue", "5"}, {"max_messages", "9"}, {"max_prompt_tokens", "77"},

@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "dray/dray.h"
+#include "greedy.h"
 #include "testutil.h"
 #include "tiny_gemma.h"
 
@@ -97,42 +98,10 @@ static struct dray_engine *open_faulty(const char *fault, char *err, size_t errl
     return rc ? NULL : e;
 }
 
-struct collected {
-    int32_t ids[64];
-    size_t n;
-};
-
-static int collect(void *user, const char *text, size_t len, int32_t id)
-{
-    (void)text;
-    (void)len;
-    struct collected *c = user;
-    if (id >= 0 && c->n < 64)
-        c->ids[c->n++] = id;
-    return 0;
-}
-
-static void greedy(struct dray_gen_params *g)
-{
-    memset(g, 0, sizeof(*g));
-    g->repeat_penalty = 1;
-    g->top_p = 1;
-    g->max_tokens = N_GEN;
-}
-
 /* One greedy generation in a fresh session: its rc, the tokens in out. */
-static int generate(struct dray_engine *e, struct collected *out, char *err, size_t errlen)
+static int generate(struct dray_engine *e, struct dray_test_tokens *out, char *err, size_t errlen)
 {
-    struct dray_session *s = NULL;
-    struct dray_gen_params g;
-    struct dray_gen_stats st;
-    greedy(&g);
-    out->n = 0;
-    int rc = dray_session_new(e, &s, err, errlen);
-    if (!rc)
-        rc = dray_session_generate(s, PROMPT, N_PROMPT, &g, collect, out, &st, err, errlen);
-    dray_session_free(s);
-    return rc;
+    return dray_test_generate_fresh(e, PROMPT, N_PROMPT, N_GEN, out, err, errlen);
 }
 
 /* The error of an injected fault: the plugin by name, and which call failed. */
@@ -174,7 +143,7 @@ static int setup(void **state)
         return -1;
     }
     g_load_calls = calls("any");
-    struct collected c;
+    struct dray_test_tokens c;
     int rc = generate(e, &c, err, sizeof(err));
     g_gen_calls = calls("any") - g_load_calls;
     dray_engine_close(e);
@@ -199,7 +168,7 @@ static void test_every_call_of_a_generation(void **state)
     assert_non_null(e);
     unsigned long hit = 0;
     for (unsigned long n = 1; n <= g_gen_calls; n++) {
-        struct collected c;
+        struct dray_test_tokens c;
         arm("any", n);
         if (generate(e, &c, err, sizeof(err)) == 0) {
             /* a call whose failure the engine may absorb must still give the clean tokens */
@@ -255,7 +224,7 @@ static void test_first_call_of_each_kind_in_a_generation(void **state)
     unsigned long at_load[N_KINDS];
     for (size_t k = 0; k < N_KINDS; k++)
         at_load[k] = calls(KINDS[k]);
-    struct collected c;
+    struct dray_test_tokens c;
     assert_int_equal(generate(e, &c, err, sizeof(err)), 0);
     unsigned long in_gen[N_KINDS];
     for (size_t k = 0; k < N_KINDS; k++)
@@ -281,18 +250,18 @@ static void test_first_call_of_each_kind_in_a_generation(void **state)
 
 /* One scheduled request to the end: its output, its ids in got. */
 static struct dray_request_output run_request(struct dray_sched *s, struct dray_request **r,
-                                              struct collected *got)
+                                              struct dray_test_tokens *got)
 {
     char err[512];
     struct dray_request_params p = {.ids = PROMPT, .n_ids = N_PROMPT};
-    greedy(&p.gen);
+    dray_test_greedy_params(&p.gen, N_GEN);
     if (dray_sched_submit(s, &p, r, err, sizeof(err)))
         fail_msg("submit: %s", err);
     struct dray_request_output o;
     got->n = 0;
     do {
         assert_int_equal(dray_request_poll(*r, &o, -1), 1);
-        for (size_t i = 0; i < o.n_ids && got->n < 64; i++)
+        for (size_t i = 0; i < o.n_ids && got->n < DRAY_TEST_MAX_GEN; i++)
             got->ids[got->n++] = o.ids[i];
     } while (!o.done);
     return o;
@@ -310,7 +279,7 @@ static void test_scheduled_request(void **state)
     struct dray_sched *s = NULL;
     if (dray_sched_create(e, 0, &s, err, sizeof(err)))
         fail_msg("scheduler: %s", err);
-    struct collected got;
+    struct dray_test_tokens got;
     struct dray_request *r = NULL;
     arm("any", NEVER); /* count the calls of a clean request */
     struct dray_request_output o = run_request(s, &r, &got);

@@ -14,6 +14,7 @@
 #include "dray/dray.h"
 #include "engine_internal.h"
 #include "kv.h"
+#include "greedy.h"
 #include "testutil.h"
 #include "tiny_gemma.h"
 
@@ -39,35 +40,10 @@ static struct dray_engine *open_on(const char *backend, const char *kv_dtype, co
     return dray_engine_open(&c, &e, err, errlen) ? NULL : e;
 }
 
-static void prompt(int32_t *ids)
-{
-    ids[0] = 2;
-    for (int i = 1; i < N_PROMPT; i++)
-        ids[i] = 6 + (i * 41) % (TINY_GEMMA_VOCAB - 6);
-}
-
-struct toks {
-    int32_t ids[N_GEN];
-    size_t n;
-};
-
-static int collect(void *user, const char *text, size_t len, int32_t id)
-{
-    (void)text;
-    (void)len;
-    struct toks *t = user;
-    if (id >= 0 && t->n < N_GEN)
-        t->ids[t->n++] = id;
-    return 0;
-}
-
-static void generate(struct dray_session *s, const int32_t *ids, size_t n, struct toks *out)
+static void generate(struct dray_session *s, const int32_t *ids, size_t n, struct dray_test_tokens *out)
 {
     char err[512];
-    struct dray_gen_params g = {.top_p = 1, .repeat_penalty = 1, .max_tokens = N_GEN};
-    struct dray_gen_stats st;
-    out->n = 0;
-    if (dray_session_generate(s, ids, n, &g, collect, out, &st, err, sizeof(err)))
+    if (dray_test_generate(s, ids, n, N_GEN, out, err, sizeof(err)))
         fail_msg("generate: %s", err);
 }
 
@@ -123,7 +99,7 @@ static void cpu_state_continues_on(const char *backend, const char *kv_dtype)
     assert_int_equal(tiny_gemma_write(&t, path), 0);
     char err[1024];
     int32_t ids[N_PROMPT];
-    prompt(ids);
+    dray_test_tiny_prompt(ids, N_PROMPT);
 
     struct dray_engine *cpu = open_on("cpu", kv_dtype, path, err, sizeof(err));
     if (!cpu)
@@ -142,7 +118,7 @@ static void cpu_state_continues_on(const char *backend, const char *kv_dtype)
     dray_session_free(s);
     dray_engine_close(cpu);
 
-    struct toks cold, warm;
+    struct dray_test_tokens cold, warm;
     assert_int_equal(dray_session_new(other, &s, err, sizeof(err)), 0);
     generate(s, ids, N_PROMPT, &cold);
     dray_session_free(s);

@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "dray/dray.h"
+#include "greedy.h"
 #include "testutil.h"
 #include "tiny_gemma.h"
 
@@ -171,40 +172,12 @@ static struct dray_engine *open_tiny(char *err, size_t errlen)
     return dray_engine_open(&c, &e, err, errlen) ? NULL : e;
 }
 
-struct collected {
-    int32_t ids[16];
-    size_t n;
-};
-
-static int collect(void *user, const char *text, size_t len, int32_t id)
+static int generate(struct dray_engine *e, struct dray_test_tokens *out, char *err, size_t errlen)
 {
-    (void)text;
-    (void)len;
-    struct collected *c = user;
-    if (id >= 0 && c->n < 16)
-        c->ids[c->n++] = id;
-    return 0;
+    return dray_test_generate_fresh(e, PROMPT, N_PROMPT, N_GEN, out, err, errlen);
 }
 
-static int generate(struct dray_engine *e, struct collected *out, char *err, size_t errlen)
-{
-    struct dray_session *s = NULL;
-    struct dray_gen_params g;
-    struct dray_gen_stats st;
-    memset(&g, 0, sizeof(g));
-    g.repeat_penalty = 1;
-    g.top_p = 1;
-    g.max_tokens = N_GEN;
-    out->n = 0;
-    err[0] = 0;
-    int rc = dray_session_new(e, &s, err, errlen);
-    if (!rc)
-        rc = dray_session_generate(s, PROMPT, N_PROMPT, &g, collect, out, &st, err, errlen);
-    dray_session_free(s);
-    return rc;
-}
-
-static bool clean_tokens(const struct collected *c)
+static bool clean_tokens(const struct dray_test_tokens *c)
 {
     return c->n == N_GEN && !memcmp(c->ids, g_clean, sizeof(g_clean));
 }
@@ -225,7 +198,7 @@ static int setup(void **state)
     /* twice: the first open fills the calibration cache and runs one-time set-ups */
     for (int i = 0; i < 2; i++) {
         struct dray_engine *e = open_tiny(err, sizeof(err));
-        struct collected c;
+        struct dray_test_tokens c;
         if (!e || generate(e, &c, err, sizeof(err)) || c.n != N_GEN) {
             fprintf(stderr, "clean run: %s\n", err);
             return -1;
@@ -245,7 +218,7 @@ static long clean_cycle(long n)
     struct dray_engine *e = open_tiny(err, sizeof(err));
     if (!e)
         fail_msg("malloc %ld: the open after the failed attempt failed: %s", n, err);
-    struct collected c;
+    struct dray_test_tokens c;
     if (generate(e, &c, err, sizeof(err)) || !clean_tokens(&c))
         fail_msg("malloc %ld: the generation after the failed attempt failed: %s", n, err);
     dray_engine_close(e);
@@ -267,7 +240,7 @@ static bool attempt(long n, long *live_before, unsigned *failed_open, unsigned *
                      f ? "a message" : "the failure having fired", err);
         ++*failed_open;
     } else {
-        struct collected c;
+        struct dray_test_tokens c;
         int rc = generate(e, &c, err, sizeof(err));
         bool f = fired();
         if (rc) {
@@ -303,7 +276,7 @@ static void count_allocations(long *n_open, long *n_total)
     struct dray_engine *e = open_tiny(err, sizeof(err));
     assert_non_null(e);
     *n_open = big - atomic_load(&g_countdown);
-    struct collected c;
+    struct dray_test_tokens c;
     assert_int_equal(generate(e, &c, err, sizeof(err)), 0);
     *n_total = big - atomic_load(&g_countdown);
     arm(0);

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "dray/dray.h"
+#include "greedy.h"
 #include "testutil.h"
 #include "tiny_gemma.h"
 
@@ -47,35 +48,10 @@ static struct dray_engine *open_on(const char *backend, const char *kv_dtype, co
     return dray_engine_open(&c, &e, err, errlen) ? NULL : e;
 }
 
-static void prompt(int32_t *ids)
-{
-    ids[0] = 2;
-    for (int i = 1; i < N_PROMPT; i++)
-        ids[i] = 6 + (i * 41) % (TINY_GEMMA_VOCAB - 6);
-}
-
-struct toks {
-    int32_t ids[N_GEN];
-    size_t n;
-};
-
-static int collect(void *user, const char *text, size_t len, int32_t id)
-{
-    (void)text;
-    (void)len;
-    struct toks *t = user;
-    if (id >= 0 && t->n < N_GEN)
-        t->ids[t->n++] = id;
-    return 0;
-}
-
-static void generate(struct dray_session *s, const int32_t *ids, size_t n, struct toks *out)
+static void generate(struct dray_session *s, const int32_t *ids, size_t n, struct dray_test_tokens *out)
 {
     char err[512];
-    struct dray_gen_params g = {.top_p = 1, .repeat_penalty = 1, .max_tokens = N_GEN};
-    struct dray_gen_stats st;
-    out->n = 0;
-    if (dray_session_generate(s, ids, n, &g, collect, out, &st, err, sizeof(err)))
+    if (dray_test_generate(s, ids, n, N_GEN, out, err, sizeof(err)))
         fail_msg("generate: %s", err);
 }
 
@@ -105,7 +81,7 @@ static void export_prompt(struct dray_engine *from, void **data, size_t *bytes)
 {
     char err[512];
     int32_t ids[N_PROMPT];
-    prompt(ids);
+    dray_test_tiny_prompt(ids, N_PROMPT);
     struct dray_session *s;
     assert_int_equal(dray_session_new(from, &s, err, sizeof(err)), 0);
     assert_int_equal(dray_session_prefill(s, ids, N_PROMPT - 1, err, sizeof(err)), 0);
@@ -119,8 +95,8 @@ static void continues_from(struct dray_engine *to, const void *data, size_t byte
 {
     char err[512];
     int32_t ids[N_PROMPT];
-    prompt(ids);
-    struct toks cold, warm;
+    dray_test_tiny_prompt(ids, N_PROMPT);
+    struct dray_test_tokens cold, warm;
     struct dray_session *s;
     /* warm first, into an engine that never computed this prompt: a freed block
      * still holding the same prompt's KV would hide an import that wrote nothing */
@@ -247,7 +223,7 @@ static void test_refusals(void **state)
     /* a session that already holds tokens takes no import */
     struct dray_session *s;
     int32_t ids[N_PROMPT];
-    prompt(ids);
+    dray_test_tiny_prompt(ids, N_PROMPT);
     assert_int_equal(dray_session_new(i8, &s, err, sizeof(err)), 0);
     assert_int_equal(dray_session_prefill(s, ids, 2, err, sizeof(err)), 0);
     assert_int_equal(dray_session_kv_import(s, data, bytes, err, sizeof(err)), DRAY_EINVAL);

@@ -25,12 +25,12 @@ static const char *const words[] = {
     "ll", "el", "lo", "▁w", "wo", "or", "rl", "ld", "▁world", "world", ".", ",", "!", "?",
 };
 
-static int add_vocab(struct dray_gguf_writer *w)
+static int add_vocab(struct dray_gguf_writer *w, uint32_t n_vocab, int chatml)
 {
     static char bytes[256][8];
-    const char *toks[TINY_GEMMA_VOCAB];
-    float scores[TINY_GEMMA_VOCAB];
-    int32_t types[TINY_GEMMA_VOCAB];
+    const char *toks[TINY_GEMMA_MAX_VOCAB];
+    float scores[TINY_GEMMA_MAX_VOCAB];
+    int32_t types[TINY_GEMMA_MAX_VOCAB];
     static const char *const special[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
     uint32_t n = 0;
     for (; n < 6; n++) {
@@ -44,22 +44,27 @@ static int add_vocab(struct dray_gguf_writer *w)
         scores[n] = 0.0f;
         types[n] = 6; /* byte */
     }
-    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]) && n < TINY_GEMMA_VOCAB; i++, n++) {
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]) && n < n_vocab; i++, n++) {
         toks[n] = words[i];
         scores[n] = -(float)i; /* earlier words merge first */
         types[n] = 1;
     }
-    static char unused[TINY_GEMMA_VOCAB][24];
-    for (; n < TINY_GEMMA_VOCAB; n++) {
+    static char unused[TINY_GEMMA_MAX_VOCAB][24];
+    for (; n < n_vocab; n++) {
         snprintf(unused[n], sizeof(unused[n]), "<unused%u>", n);
         toks[n] = unused[n];
         scores[n] = -1000.0f;
         types[n] = 5; /* unused */
     }
+    if (chatml) {
+        toks[TINY_GEMMA_VOCAB - 2] = "<|im_start|>";
+        toks[TINY_GEMMA_VOCAB - 1] = "<|im_end|>";
+        types[TINY_GEMMA_VOCAB - 2] = types[TINY_GEMMA_VOCAB - 1] = 3; /* control */
+    }
     int rc = dray_gguf_add_str(w, "tokenizer.ggml.model", "llama");
-    rc |= dray_gguf_add_arr_str(w, "tokenizer.ggml.tokens", toks, TINY_GEMMA_VOCAB);
-    rc |= dray_gguf_add_arr(w, "tokenizer.ggml.scores", DRAY_GGUF_FLOAT32, scores, TINY_GEMMA_VOCAB);
-    rc |= dray_gguf_add_arr(w, "tokenizer.ggml.token_type", DRAY_GGUF_INT32, types, TINY_GEMMA_VOCAB);
+    rc |= dray_gguf_add_arr_str(w, "tokenizer.ggml.tokens", toks, n_vocab);
+    rc |= dray_gguf_add_arr(w, "tokenizer.ggml.scores", DRAY_GGUF_FLOAT32, scores, n_vocab);
+    rc |= dray_gguf_add_arr(w, "tokenizer.ggml.token_type", DRAY_GGUF_INT32, types, n_vocab);
     rc |= dray_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 2);
     rc |= dray_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 1);
     rc |= dray_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 3);
@@ -147,6 +152,9 @@ static int add_tensor(struct dray_gguf_writer *w, const struct tiny_gemma *t, co
 
 int tiny_gemma_write(const struct tiny_gemma *t, const char *path)
 {
+    uint32_t n_vocab = t->n_vocab ? t->n_vocab : TINY_GEMMA_VOCAB;
+    if (n_vocab > TINY_GEMMA_MAX_VOCAB || n_vocab < TINY_GEMMA_VOCAB)
+        return -1; /* the words and special tokens need 300 */
     struct dray_gguf_writer *w = dray_gguf_writer_new();
     char key[96], name[64];
     const char *a = t->arch;
@@ -168,11 +176,11 @@ int tiny_gemma_write(const struct tiny_gemma *t, const char *path)
     rc |= dray_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
     rc |= dray_gguf_add_f32(w, KEY("rope.freq_base"), 1000000.0f);
 #undef KEY
-    rc |= add_vocab(w);
-    rc |= add_tensor(w, t, "token_embd.weight", t->n_embd, TINY_GEMMA_VOCAB, -0.5f, 0.5f, 0);
+    rc |= add_vocab(w, n_vocab, t->chatml);
+    rc |= add_tensor(w, t, "token_embd.weight", t->n_embd, n_vocab, -0.5f, 0.5f, 0);
     rc |= add_tensor(w, t, "output_norm.weight", t->n_embd, 1, 0.5f, 1.5f, 0);
     if (t->output_head)
-        rc |= add_tensor(w, t, "output.weight", t->n_embd, TINY_GEMMA_VOCAB, -0.5f, 0.5f, 0);
+        rc |= add_tensor(w, t, "output.weight", t->n_embd, n_vocab, -0.5f, 0.5f, 0);
     for (uint32_t il = 0; il < t->n_layer; il++) {
         struct { const char *what; uint64_t ne0, ne1; float lo, hi; } ts[] = {
             {"attn_norm", t->n_embd, 1, 0.5f, 1.5f}, {"attn_q_norm", t->head_dim, 1, 0.5f, 1.5f},

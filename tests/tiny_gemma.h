@@ -19,13 +19,19 @@ struct tiny_gemma {
                                 * (keys with always-loud channels, as Gemma's) */
     float loud;                /* > 0: the attention and FFN input norms scale channels
                                 * 3, 17 and 40 by this, making them activation outliers */
+    int chatml;                /* ids 298 and 299 of the vocabulary are ChatML's control tokens
+                                * <|im_start|> (298) and <|im_end|> (299), for tests that
+                                * render with chat_template "chatml" */
+    uint32_t n_vocab;          /* 0 = TINY_GEMMA_VOCAB; up to TINY_GEMMA_MAX_VOCAB (more
+                                * unused tokens: e.g. whole 16-row blocks for grouped heads) */
 };
 
 /* Sensible small defaults: 7 layers (so both a global layer and a local one after it
  * exist), n_embd 64, 4 heads of 16, 1 kv head, window 8, n_ff 96, ctx 256. */
 void tiny_gemma_defaults(struct tiny_gemma *t);
-/* Writes the file; returns 0 on success. n_vocab is TINY_GEMMA_VOCAB. */
+/* Writes the file; returns 0 on success. */
 int tiny_gemma_write(const struct tiny_gemma *t, const char *path);
 #define TINY_GEMMA_VOCAB 300
+#define TINY_GEMMA_MAX_VOCAB 512
 
 #endif

@@ -47,8 +47,10 @@ enum dray_precision {
 
 /* The output head under INT8G/W4A8 (other precisions ignore it). INT8G: the
  * head keeps int8 groups where the file's head is wider than 4 bits (Gemma's
- * Q8_0 head). W4A8: 4-bit groups whatever the file holds, rounding a wider head
- * (lossy; a tied head gets its own 4-bit copy). AUTO: dray's default choice. */
+ * Q8_0 head). W4A8: 4-bit groups whatever the file holds, rounding a wider head;
+ * a head tied to an 8-bit embedding table gets its own 4-bit copy and its
+ * head_rescore largest logits per row are computed again from the table
+ * (lossy without that). AUTO: dray's default choice (INT8G). */
 enum dray_head_precision {
     DRAY_HEAD_AUTO = 0,
     DRAY_HEAD_INT8G = 1,
@@ -87,6 +89,7 @@ struct dray_config {
     /* precision */
     enum dray_precision precision; /* weights and matmuls */
     enum dray_head_precision head_precision; /* the output head under int8g/w4a8 */
+    uint32_t head_rescore;    /* 4-bit head logits per row recomputed from the 8-bit table */
     uint32_t kv_dtype;        /* DRAY_I8 or DRAY_F16 */
     uint32_t outlier_channels;/* input channels per matmul kept in f32; 0 = off */
     enum dray_activations activations; /* of grouped matmuls (int8g, w4a8) */
@@ -291,6 +294,11 @@ struct dray_request_params {
     size_t n_ids;
     struct dray_gen_params gen; /* sampling, max_tokens, stop strings (copied) */
     const char *cache_salt;   /* tenant key for the prefix cache; NULL = shared */
+    bool chat;                /* ids are a conversation rendered by dray_engine_chat_tokenize
+                               * with the generation prompt: when the reply ends on the
+                               * template's turn end or on max_tokens, the prefix cache
+                               * also gets the turn's closing and the next user turn's
+                               * header, which the next turn's prompt contains */
 };
 
 /* What a request has produced since the last poll. Pointers stay valid until
@@ -330,9 +338,11 @@ struct dray_sched_stats {
                                * (with the spills and restores they cause) and in the
                                * copies on write of shared partial blocks, microseconds */
     uint64_t cache_cow_copies; /* shared partial blocks copied before a write */
-    uint64_t cache_fed_tokens; /* finished replies' last sampled tokens fed into the KV
-                                * after the response, so the next turn's prompt hits them */
-    uint32_t finishing;        /* finished requests whose last token is still to be fed */
+    uint64_t cache_fed_tokens; /* tokens fed into the KV after a response, so the next
+                                * turn's prompt hits them: a finished reply's last sampled
+                                * token, and for a chat request the turn's closing and the
+                                * next user header */
+    uint32_t finishing;        /* finished requests whose tokens are still to be fed */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says

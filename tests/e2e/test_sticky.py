@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,10 @@ import time
 import urllib.error
 import urllib.request
 
-HOSTS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
+from local_cluster import CONF, free_port, nginx_conf, start_nginx, start_servers  # noqa: E402
+
+N_SERVERS = 3
 N_CONV = 6
 MAX_TOKENS = 12
 TIMEOUT = 120  # seconds, for any one request
@@ -53,23 +55,6 @@ def fail(msg):
     sys.exit(1)
 
 
-def free_port(host):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url, deadline):
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except (urllib.error.URLError, ConnectionError, OSError):
-            time.sleep(0.3)
-    return False
-
-
 def chat(base, session, messages):
     body = {"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0}
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
@@ -81,45 +66,6 @@ def chat(base, session, messages):
             return r.status, out["choices"][0]["message"]["content"], out["usage"]
     except urllib.error.HTTPError as e:
         return e.code, "", {}
-
-
-def start_servers(dray, model, tmp):
-    servers = []
-    for i, host in enumerate(HOSTS):
-        port = free_port(host)
-        log = open(os.path.join(tmp, f"server{i}.log"), "w")
-        p = subprocess.Popen([dray, "serve", "-m", model, "--host", host, "--port", str(port),
-                              "-c", "2048", "-t", "1", "--set", "max_seqs=4"],
-                             stdout=log, stderr=subprocess.STDOUT)
-        servers.append({"host": host, "port": port, "proc": p, "addr": f"{host}:{port}"})
-    deadline = time.time() + 180
-    for s in servers:
-        if not wait_http(f"http://{s['addr']}/health", deadline):
-            fail(f"dray serve on {s['addr']} did not become healthy (see {tmp}/server*.log)")
-    return servers
-
-
-def nginx_conf(src, tmp, servers, listen):
-    out = []
-    for line in open(src):
-        if "dray-test: upstream" in line:
-            continue  # replaced below, at the first one
-        if "dray-test: pid" in line:
-            line = f"pid {tmp}/nginx.pid;\n"
-        elif "dray-test: error_log" in line:
-            line = f"error_log {tmp}/error.log warn;\n"
-        elif "dray-test: access_log" in line:
-            line = f"    access_log {tmp}/access.log dray;\n"
-        elif "dray-test: listen" in line:
-            line = f"        listen {listen};\n"
-        elif line.strip().startswith("hash $dray_route_key"):
-            line += "".join(f"        server {s['addr']} max_fails=1 fail_timeout=30s;\n"
-                            for s in servers)
-        out.append(line)
-    path = os.path.join(tmp, "nginx.conf")
-    with open(path, "w") as f:
-        f.write("".join(out))
-    return path
 
 
 def access_log(tmp, want):
@@ -163,8 +109,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dray", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--conf", default=os.path.join(os.path.dirname(__file__), "..", "..",
-                                                   "deploy", "nginx.conf"))
+    ap.add_argument("--conf", default=CONF)
     a = ap.parse_args()
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
     if not nginx:
@@ -173,13 +118,13 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dray-sticky.")
     servers, ng = [], None
     try:
-        servers = start_servers(a.dray, a.model, tmp)
-        listen = f"127.0.0.1:{free_port('127.0.0.1')}"
-        conf = nginx_conf(a.conf, tmp, servers, listen)
-        ng = subprocess.Popen([nginx, "-p", tmp, "-c", conf, "-g", "daemon off;"],
-                              stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/nginx.out", "w"))
-        if not wait_http(f"http://{listen}/health", time.time() + 20):
-            fail(f"nginx did not come up on {listen} (see {tmp}/nginx.out, error.log)")
+        try:
+            servers = start_servers(a.dray, a.model, N_SERVERS, tmp,
+                                    ["-c", "2048", "-t", "1", "--set", "max_seqs=4"], timeout=180)
+            listen = f"127.0.0.1:{free_port()}"
+            ng = start_nginx(nginx, tmp, nginx_conf(a.conf, tmp, servers, listen), listen)
+        except RuntimeError as e:
+            fail(str(e))
         base = f"http://{listen}"
         hist = {f"conv-{c}": [] for c in range(N_CONV)}
         proxied = []

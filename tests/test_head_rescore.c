@@ -1,0 +1,197 @@
+/* The rescored output head (models/head_rescore.c, config head_precision and
+ * head_rescore): a 4-bit copy of a tied head computes every logit, and the K
+ * largest of each row are computed again from the 8-bit embedding table. On a
+ * tiny Gemma whose vocabulary is whole 16-row blocks (304 tokens) with a Q8_0
+ * table, so the grouped head engages, three engines on the same file:
+ *   8-bit  head_precision int8g: the table itself is the head
+ *   4-bit  head_precision w4a8, head_rescore 0: the 4-bit logits as they are
+ *   K      head_precision w4a8, head_rescore K: the 4-bit logits, rescored */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dray/dray.h"
+#include "ref_naive.h"
+#include "testutil.h"
+#include "tiny_gemma.h"
+
+#define VOCAB 304u /* 19 blocks of 16 rows */
+#define K 16u
+
+static const char *model_path(void)
+{
+    static const char *path;
+    if (!path) {
+        struct tiny_gemma t;
+        tiny_gemma_defaults(&t);
+        t.n_vocab = VOCAB;
+        t.weight_type = DRAY_GGML_Q8_0;
+        path = dray_test_path("tiny_rescore.gguf");
+        assert_int_equal(tiny_gemma_write(&t, path), 0);
+    }
+    return path;
+}
+
+/* head: "int8g" / "w4a8" / "auto"; rescore: candidates per row, or -1 for the default */
+static struct dray_engine *open_engine(const char *head, int rescore)
+{
+    struct dray_config c;
+    struct dray_engine *e = NULL;
+    char err[1024], k[16];
+    dray_config_defaults(&c);
+    snprintf(c.backend, sizeof(c.backend), "cpu");
+    snprintf(c.model, sizeof(c.model), "%s", model_path());
+    snprintf(k, sizeof(k), "%d", rescore);
+    assert_int_equal(dray_config_set(&c, "precision", "int8g", err, sizeof(err)), 0);
+    assert_int_equal(dray_config_set(&c, "head_precision", head, err, sizeof(err)), 0);
+    if (rescore >= 0)
+        assert_int_equal(dray_config_set(&c, "head_rescore", k, err, sizeof(err)), 0);
+    c.context = 64;
+    c.max_seqs = 2;
+    c.chunk = 16;
+    c.kv_block = 4;
+    c.threads = 2;
+    if (dray_engine_open(&c, &e, err, sizeof(err)))
+        fail_msg("engine (head %s, rescore %d): %s", head, rescore, err);
+    return e;
+}
+
+static int32_t *prompt(uint32_t n)
+{
+    int32_t *ids = malloc(n * sizeof(int32_t));
+    ids[0] = 2; /* <bos> */
+    for (uint32_t i = 1; i < n; i++)
+        ids[i] = (int32_t)(6 + (i * 37) % (VOCAB - 6));
+    return ids;
+}
+
+/* The K-th largest of x[0..n). */
+static float kth_largest(const float *x, uint32_t n, uint32_t k)
+{
+    float *s = malloc(n * sizeof(float)), v;
+    memcpy(s, x, n * sizeof(float));
+    for (uint32_t i = 0; i < k; i++) /* k passes of selection: n is small */
+        for (uint32_t j = i + 1; j < n; j++)
+            if (s[j] > s[i]) {
+                v = s[i];
+                s[i] = s[j];
+                s[j] = v;
+            }
+    v = s[k - 1];
+    free(s);
+    return v;
+}
+
+/* Over the 24 positions of a prompt (two prefill chunks, one slab of logits
+ * rows): exactly the K largest logits of the 4-bit head change, the rest are
+ * the 4-bit head's bit for bit, and the changed ones are the 8-bit head's to
+ * within the rounding of its int8 activations (the rescore multiplies the same
+ * 8-bit weights by f32 activations), far closer than the 4-bit values were.
+ * Greedy picks are the 8-bit head's. */
+static void test_rescore_replaces_the_top_k_with_8bit_logits(void **state)
+{
+    (void)state;
+    const uint32_t n = 24;
+    int32_t *ids = prompt(n);
+    struct dray_engine *e8 = open_engine("int8g", -1), *e4 = open_engine("w4a8", 0),
+                       *ek = open_engine("w4a8", K);
+    float *l8 = ref_engine_logits(e8, ids, n, VOCAB), *l4 = ref_engine_logits(e4, ids, n, VOCAB),
+          *lk = ref_engine_logits(ek, ids, n, VOCAB);
+    double err_k = 0, err_4 = 0, spread = 0;
+    for (uint32_t p = 0; p < n; p++) {
+        const float *a = l8 + p * VOCAB, *b = l4 + p * VOCAB, *c = lk + p * VOCAB;
+        float kth = kth_largest(b, VOCAB, K);
+        uint32_t changed = 0;
+        for (uint32_t v = 0; v < VOCAB; v++) {
+            spread = fmax(spread, fabs(a[v]));
+            if (c[v] == b[v])
+                continue;
+            changed++;
+            assert_true(b[v] >= kth); /* only the 4-bit head's top K are rescored */
+            err_k = fmax(err_k, fabs(c[v] - a[v]));
+            err_4 = fmax(err_4, fabs(b[v] - a[v]));
+        }
+        assert_int_equal(changed, K);
+        assert_int_equal(ref_argmax_f(c, VOCAB), ref_argmax_f(a, VOCAB));
+    }
+    printf("# top-%u logits vs the 8-bit head: rescored %.5f, 4-bit %.5f (largest |logit| %.3f)\n",
+           K, err_k, err_4, spread);
+    /* measured: rescored 0.054, 4-bit 0.39, largest 13.6 */
+    assert_true(err_k < 0.01 * spread);
+    assert_true(err_k < 0.25 * err_4);
+    free(l8);
+    free(l4);
+    free(lk);
+    free(ids);
+    dray_engine_close(e8);
+    dray_engine_close(e4);
+    dray_engine_close(ek);
+}
+
+/* Two sessions decoded in lockstep (one forward step, two rows of logits, as the
+ * scheduler runs them) pick the 8-bit head's greedy tokens for 12 steps. */
+static void test_rescore_batched_greedy_decode_follows_the_8bit_head(void **state)
+{
+    (void)state;
+    struct dray_engine *e[2] = {open_engine("int8g", -1), open_engine("w4a8", K)};
+    int32_t got[2][12][2];
+    char err[512];
+    float *logits = malloc(2 * VOCAB * sizeof(float));
+    for (int m = 0; m < 2; m++) {
+        struct dray_session *s[2];
+        int32_t a[6] = {2, 40, 41, 42, 43, 44}, b[4] = {2, 270, 271, 272}, next[2] = {45, 273};
+        assert_int_equal(dray_session_new(e[m], &s[0], err, sizeof(err)), 0);
+        assert_int_equal(dray_session_new(e[m], &s[1], err, sizeof(err)), 0);
+        assert_int_equal(dray_session_prefill(s[0], a, 6, err, sizeof(err)), 0);
+        assert_int_equal(dray_session_prefill(s[1], b, 4, err, sizeof(err)), 0);
+        for (int step = 0; step < 12; step++) {
+            if (dray_sessions_decode(s, 2, next, logits, err, sizeof(err)))
+                fail_msg("decode: %s", err);
+            for (int i = 0; i < 2; i++)
+                got[m][step][i] = next[i] = (int32_t)ref_argmax_f(logits + i * VOCAB, VOCAB);
+        }
+        dray_session_free(s[0]);
+        dray_session_free(s[1]);
+    }
+    assert_memory_equal(got[0], got[1], sizeof(got[0]));
+    free(logits);
+    dray_engine_close(e[0]);
+    dray_engine_close(e[1]);
+}
+
+/* A decode step reads the 4-bit head and K rows of the 8-bit table per row of
+ * logits (the roofline counts both): 64 int8 weights and 2 f32 scales per row. */
+static void test_rescore_step_bytes_count_both_heads(void **state)
+{
+    (void)state;
+    struct dray_engine *e8 = open_engine("int8g", -1), *e4 = open_engine("w4a8", 0),
+                       *ek = open_engine("w4a8", K), *ed = open_engine("auto", -1);
+    uint64_t b8 = dray_engine_get_info(e8)->step_weight_bytes,
+             b4 = dray_engine_get_info(e4)->step_weight_bytes,
+             bk = dray_engine_get_info(ek)->step_weight_bytes,
+             bd = dray_engine_get_info(ed)->step_weight_bytes;
+    assert_int_equal(bk, b4 + K * (64 + 2 * 4));
+    assert_true(bk < b8);
+    /* the default (auto) keeps the 8-bit head */
+    assert_int_equal(bd, b8);
+    dray_engine_close(e8);
+    dray_engine_close(e4);
+    dray_engine_close(ek);
+    dray_engine_close(ed);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rescore_replaces_the_top_k_with_8bit_logits),
+        cmocka_unit_test(test_rescore_batched_greedy_decode_follows_the_8bit_head),
+        cmocka_unit_test(test_rescore_step_bytes_count_both_heads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
