@@ -8,7 +8,8 @@ Checks (the bounds are the documented contract of the two precisions):
             rounded to f16 as the cache stores them: the reference's argmax at
             every position; max |dlogit| < F32_MAX_ABS over all positions and the
             90th percentile of the per-position max < F32_P90;
-  int8 path (the default precision, w4a8 since 2026-12-01, + int8 KV): top-1 agreement >= INT8_TOP1 of all
+  int8 path (the default precision, w4a8 since 2026-12-01, with two-pass int8
+            activations, + int8 KV): top-1 agreement >= INT8_TOP1 of all
             positions, mean KL(ref || dray) < INT8_KL;
   greedy    64 tokens of dray f32 == 64 tokens of the reference, per prompt.
 The measured values are printed as a table, to be quoted in notes.
@@ -39,8 +40,10 @@ F32_P90 = 1.5e-2
 # the calibration rework; the bound sits just under it so a real regression still fails.
 # The w4a8 default (Q4_K tensors exact in 4-bit, the rest grouped int8, per-group int8
 # activations), same day: 99.11% (7 of 787 positions differ), mean KL 0.00104.
+# With two-pass activations (config activations: int8x2, the default since the same
+# day): 99.36% (5 of 787 differ), mean KL 0.00039; the KL bound is 5x that.
 INT8_TOP1 = 0.98
-INT8_KL = 0.005
+INT8_KL = 0.002
 N_GREEDY = 64
 # The reference has no KV cache (on purpose: less to get wrong). Greedy is checked
 # in one reference pass over the prompt plus dray's tokens (refcommon's
