@@ -53,8 +53,9 @@ struct dray_model_opts {
      * table (models/head_rescore.c). */
     enum dray_head_precision head_precision;
     uint32_t head_rescore;     /* candidates per row; 0 = the 4-bit logits as they are */
-    /* Grouped precisions: matmuls with two-pass activations (DRAY_Q8G32_X2 /
-     * DRAY_Q4G32_X2: config activations int8x2, on a device that declares them). */
+    /* Grouped precisions: layer matmuls with two-pass activations (DRAY_Q8G32_X2 /
+     * DRAY_Q4G32_X2: config activations int8x2, on a device that declares them);
+     * the output head keeps one pass. */
     bool two_pass;
 };
 
