@@ -89,8 +89,8 @@ const struct key dray_config_keys[] = {
      "output head under `precision` int8g or w4a8: int8g (int8 groups where the file's head is "
      "wider than 4 bits, as Gemma's Q8_0 head), w4a8 (4-bit groups, rounding a wider head; a "
      "head tied to the embedding gets its own 4-bit copy and is rescored, see "
-     "`head_rescore`; a separate head is not: lossy) or auto (= int8g); a device without the "
-     "4-bit matmul keeps int8g; ignored by int8 and f32"},
+     "`head_rescore`; a separate head is not: lossy) or auto (4-bit where it is rescored, "
+     "int8g elsewhere); a device without the 4-bit matmul keeps int8g; ignored by int8 and f32"},
     {"head_rescore", "precision", "head_rescore", T_U32, F(head_rescore), 0, 1 << 20, NULL, 0,
      "rescored 4-bit head: the 4-bit head computes every logit, then its most likely tokens "
      "(until `head_rescore_tail` of its probability is left; at least 16, at most this many "
@@ -182,7 +182,7 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->kv_dtype = DRAY_I8;
     cfg->outlier_channels = 32; /* per matmul input (16 for the output head), found at load */
     cfg->head_rescore = 4096;   /* most candidates per row of logits (models/head_rescore.c) */
-    cfg->head_rescore_tail = 0.002f;
+    cfg->head_rescore_tail = 0.005f; /* KL no worse than the 8-bit head's (issue 11) */
     cfg->host_cache = 1ull << 30;
     cfg->kv_block = 16;
     cfg->prefix_cache = true;

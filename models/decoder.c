@@ -337,10 +337,12 @@ static void account(struct dray_model *m)
     }
     /* a step gathers one embedding row per token, so a table the head does not
      * share is not read in bulk (a rescored head reads some rows of it per row of
-     * logits, on top of its own 4-bit copy: rescore_bytes per row) */
+     * logits, on top of its own 4-bit copy: rescore_bytes per candidate, the
+     * cache lines of its 8-bit row and its f32 copy written and read back) */
     in->step_weight_bytes = in->weight_bytes - (m->output.n_out ? weight_bytes(&m->embd) : 0);
-    if (m->rescore.max && m->embd.n_out)
-        in->rescore_bytes = weight_bytes(&m->embd) / m->embd.n_out + 2ull * in->n_embd * 4;
+    if (m->rescore.max) /* a Q8G32 row: 4 bytes in each 64-byte unit, a scale in each
+                         * 16-float line (backend.h), so whole lines are read */
+        in->rescore_bytes = (in->n_embd / 4 + in->n_embd / 32) * 64ull + 2ull * in->n_embd * 4;
 }
 
 /* Whether the device declares dtype for the op (ABI v2 caps, or v1's props). */
@@ -356,7 +358,8 @@ static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
  * tokens of each row get their logits from the table again (head_rescore.c),
  * which the embedding gather keeps anyway. w4a8 takes the 4-bit head, rescored where it
  * can be (a separate output.weight wider than 4 bits is rounded: lossy); auto
- * keeps the 8-bit head. Sets *rescore to the most candidates per row (0 = none). */
+ * takes it where it is rescored and the 8-bit head elsewhere. Sets *rescore to
+ * the most candidates per row (0 = none). */
 static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied,
                            const struct dray_model_opts *o, uint32_t *rescore)
 {
@@ -365,7 +368,7 @@ static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied
         return dtype; /* plugins without the 4-bit matmul keep the 8-bit head */
     if (tied && m->embd.dtype == DRAY_Q8G32 && dev_runs(m, DRAY_OP_MATMUL, DRAY_F32))
         *rescore = o->head_rescore;
-    if (o->head_precision == DRAY_HEAD_W4A8)
+    if (o->head_precision == DRAY_HEAD_W4A8 || (o->head_precision == DRAY_HEAD_AUTO && *rescore))
         return DRAY_Q4G32_ROUND;
     *rescore = 0;
     return dtype;

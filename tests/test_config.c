@@ -88,7 +88,7 @@ static void test_config_defaults_are_the_documented_ones(void **state)
     assert_int_equal(c.precision, DRAY_PRECISION_W4A8);
     assert_int_equal(c.head_precision, DRAY_HEAD_AUTO);
     assert_int_equal(c.head_rescore, 4096);
-    assert_float_equal(c.head_rescore_tail, 0.002, 1e-9);
+    assert_float_equal(c.head_rescore_tail, 0.005, 1e-9);
     assert_int_equal(c.kv_dtype, DRAY_I8);
     assert_int_equal(c.outlier_channels, 32);
     assert_int_equal(c.kv_budget, 0);
