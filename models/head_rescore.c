@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "log.h"
 
 /* The selection's histogram: buckets of 1/4 nat below the row's largest logit,
  * 32 nats deep (262144 tokens 32 nats down hold 3e-9 of the probability). */
@@ -57,6 +58,10 @@ int dec_rescore_init(struct dray_model *m, uint32_t max, float tail, char *err, 
 void dec_rescore_free(struct dray_model *m)
 {
     struct dec_rescore *r = &m->rescore;
+    if (m->info.rescore_rows)
+        dray_debug("rescored head: %llu rows of logits, %.1f candidates a row",
+                   (unsigned long long)m->info.rescore_rows,
+                   (double)m->info.rescore_candidates / (double)m->info.rescore_rows);
     struct dray_buf *bufs[] = {r->ids, r->rows, r->out};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
