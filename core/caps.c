@@ -80,6 +80,22 @@ enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_
     return DRAY_PRECISION_INT8;
 }
 
+enum dray_activations dray_caps_activations(const struct dray_op_caps *c, enum dray_precision p,
+                                            enum dray_activations want, char *why, size_t whylen)
+{
+    uint32_t need = p == DRAY_PRECISION_INT8G  ? DRAY_DTYPE_BIT(DRAY_Q8G32_X2)
+                    : p == DRAY_PRECISION_W4A8 ? DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2)
+                                               : 0;
+    why[0] = '\0';
+    if (want != DRAY_ACTIVATIONS_INT8X2 || !need ||
+        (c->n_ops > DRAY_OP_MATMUL && (c->op_dtypes[DRAY_OP_MATMUL] & need) == need))
+        return want;
+    dray_fail(why, whylen, DRAY_ENOTSUP,
+              "activations int8x2: the device does not declare two-pass activations for matmul; "
+              "using int8");
+    return DRAY_ACTIVATIONS_INT8;
+}
+
 /* One limit: 0 = none declared. */
 static int over(uint32_t limit, uint32_t value)
 {

@@ -21,6 +21,12 @@ int dray_caps_check_config(const struct dray_op_caps *c, const struct dray_confi
 /* The precision to run: cfg's, or INT8 when cfg asks for grouped weights
  * (INT8G, W4A8) the device does not declare for matmul and embed; then why says
  * so in one line. */
+/* The activations to run under precision p (the one dray_caps_precision chose):
+ * want, or INT8 with the reason in why when p is grouped and the device does not
+ * declare the two-pass forms of its matmul dtypes (why "" otherwise). Only the
+ * grouped precisions have a choice; for the others want comes back unchanged. */
+enum dray_activations dray_caps_activations(const struct dray_op_caps *c, enum dray_precision p,
+                                            enum dray_activations want, char *why, size_t whylen);
 enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_precision want,
                                         char *why, size_t whylen);
 

@@ -40,6 +40,8 @@ static const struct enum_name precision_names[] = {
     {"w4a8", DRAY_PRECISION_W4A8}, {NULL, 0}};
 static const struct enum_name head_precision_names[] = {
     {"auto", DRAY_HEAD_AUTO}, {"int8g", DRAY_HEAD_INT8G}, {"w4a8", DRAY_HEAD_W4A8}, {NULL, 0}};
+static const struct enum_name activations_names[] = {
+    {"int8", DRAY_ACTIVATIONS_INT8}, {"int8x2", DRAY_ACTIVATIONS_INT8X2}, {NULL, 0}};
 static const struct enum_name kv_dtype_names[] = {{"int8", DRAY_I8}, {"f16", DRAY_F16}, {NULL, 0}};
 static const struct enum_name log_level_names[] = {{"error", DRAY_LOG_ERROR},
                                                    {"warn", DRAY_LOG_WARN},
@@ -105,6 +107,11 @@ const struct key dray_config_keys[] = {
     {"outlier_channels", "precision", "outlier_channels", T_U32, F(outlier_channels), 0, 65536, NULL, 0,
      "input channels per matmul kept in f32 inside the int8 matmul (mixed precision; half as "
      "many for the output head); found at load by a short f32 calibration pass; 0 = off"},
+    {"activations", "precision", "activations", T_ENUM, F(activations), 0, 0, activations_names, 0,
+     "activations of the matmuls under `precision` int8g or w4a8: int8x2 (two int8 passes per "
+     "group of 32 inputs, the second over the first's rounding error: about 15 bits, the "
+     "weights read once for both, so decoding costs the same and prefill matmuls about twice "
+     "the int8 work) or int8 (one pass); int8x2 falls back to int8 on a device without it"},
     {"kv_budget", "memory", "kv_budget", T_SIZE, F(kv_budget), 0, 0, NULL, 0,
      "device memory for the KV cache; 0 = enough for `max_seqs` sequences of the full "
      "`context`"},
@@ -179,6 +186,10 @@ void dray_config_defaults(struct dray_config *cfg)
      * than int8 per row with outlier channels (README, accuracy) and no slower;
      * int8 on a device without grouped weights */
     cfg->precision = DRAY_PRECISION_W4A8;
+    /* the int8 rounding of the activations was most of w4a8's distance from f32
+     * (SmolLM2: top-1 96.3% -> 98.7%), and decoding does not pay for the second
+     * pass (README, accuracy) */
+    cfg->activations = DRAY_ACTIVATIONS_INT8X2;
     cfg->kv_dtype = DRAY_I8;
     cfg->outlier_channels = 32; /* per matmul input (16 for the output head), found at load */
     cfg->head_rescore = 4096;   /* most candidates per row of logits (models/head_rescore.c) */

@@ -61,7 +61,8 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
                                  .smooth_k = wants_smooth_k(&e->cfg),
                                  .head_precision = e->cfg.head_precision,
                                  .head_rescore = e->cfg.head_rescore,
-                                 .head_rescore_tail = e->cfg.head_rescore_tail};
+                                 .head_rescore_tail = e->cfg.head_rescore_tail,
+                                 .two_pass = e->cfg.activations == DRAY_ACTIVATIONS_INT8X2};
     float *scores = NULL;
     size_t n = 0;
     e->calib_cache[0] = 0;
@@ -208,6 +209,10 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     if (!rc) {
         char why[256];
         e->cfg.precision = dray_caps_precision(&e->dev.caps, e->cfg.precision, why, sizeof(why));
+        if (why[0])
+            dray_warn("%s", why);
+        e->cfg.activations = dray_caps_activations(&e->dev.caps, e->cfg.precision, e->cfg.activations, why,
+                                                   sizeof(why));
         if (why[0])
             dray_warn("%s", why);
     }

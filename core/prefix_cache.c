@@ -37,6 +37,7 @@ struct dray_pcache {
     uint32_t bs, n_group;
     bool window[DRAY_KV_MAX_GROUPS];
     bool has_window;
+    uint32_t max_window;      /* the widest window group's window, tokens */
     struct pc_entry **bucket;
     size_t n_bucket;          /* power of two */
     struct pc_entry *newest, *oldest;
@@ -406,6 +407,8 @@ int dray_pcache_create(struct dray_kv *kv, uint64_t host_bytes, struct dray_pcac
     for (uint32_t g = 0; g < p->n_group; g++) {
         pc->window[g] = p->group[g].window != 0;
         pc->has_window |= pc->window[g];
+        if (p->group[g].window > pc->max_window)
+            pc->max_window = p->group[g].window;
         pc->wblock_bytes[g] = dray_kv_block_host_bytes(kv, g);
         if (!pc->window[g])
             pc->g_bytes += pc->wblock_bytes[g];
@@ -597,7 +600,19 @@ static void pin_hit(const struct pc_hit *h, bool pin)
         h->tail->pinned = pin;
 }
 
-static int attach_device(struct dray_pcache *pc, const struct pc_hit *h, uint32_t seq)
+#define PC_MAX_CANDS 64 /* checkpoints looked at for one assembled hit */
+
+/* Window blocks of a hit gathered from several checkpoints: for window group g
+ * and table entry k, block[g][k - first[g]] (see assemble_window). */
+struct pc_wtab {
+    uint32_t first[DRAY_KV_MAX_GROUPS], n[DRAY_KV_MAX_GROUPS];
+    int32_t *block[DRAY_KV_MAX_GROUPS];
+    struct pc_entry *src[PC_MAX_CANDS]; /* the checkpoints they come from, pinned */
+    uint32_t n_src;
+};
+
+static int attach_device(struct dray_pcache *pc, const struct pc_hit *h, const struct pc_wtab *wt,
+                         uint32_t seq)
 {
     uint32_t n_ent = (h->len + pc->bs - 1) / pc->bs, w = n_ent + 1; /* src may hold one more */
     int32_t *tab = malloc((size_t)pc->n_group * w * sizeof(int32_t));
@@ -620,6 +635,9 @@ static int attach_device(struct dray_pcache *pc, const struct pc_hit *h, uint32_
     if (h->src)
         FOR_CKPT(pc, h->src, g, k, i)
             tab[(size_t)g * w + k] = h->src->ckpt[i];
+    for (uint32_t g = 0; wt && g < pc->n_group; g++)
+        for (uint32_t j = 0; j < wt->n[g]; j++)
+            tab[(size_t)g * w + wt->first[g] + j] = wt->block[g][j];
     int rc = dray_kv_seq_attach(pc->kv, seq, h->len, rows);
     free(tab);
     return rc;
@@ -661,8 +679,12 @@ static void scan_children(struct dray_pcache *pc, uint64_t salt, struct pc_entry
 /* The longest hit for ids[0..n): full blocks as far as they match; at each
  * level, a full entry that can serve (with a checkpoint where there are window
  * groups) or a child used up to where it stops matching. The root's children
- * (every tenant's first blocks) are scanned only when nothing else matched. */
-static struct pc_hit longest_hit(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n)
+ * (every tenant's first blocks) are scanned only when nothing else matched.
+ * *match: the longest cached prefix, whether or not one checkpoint serves it
+ * (leaf: the last full entry that matches; tail: its child that matches
+ * furthest, or NULL when none matches a token). */
+static struct pc_hit longest_hit(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n,
+                                 struct pc_hit *match)
 {
     uint32_t n_full = (uint32_t)(n / pc->bs);
     uint64_t h = salt;
@@ -680,7 +702,149 @@ static struct pc_hit longest_hit(struct dray_pcache *pc, uint64_t salt, const in
             scan_children(pc, salt, e->parent, ids, n, &best);
     }
     scan_children(pc, salt, e, ids, n, &best);
+    *match = (struct pc_hit){.leaf = e, .len = e ? e->n_tok : 0};
+    uint32_t base = match->len, avail = n - base < pc->bs ? (uint32_t)(n - base) : pc->bs;
+    for (struct pc_entry *c = *children_of(pc, e); c; c = c->sibling) {
+        uint32_t m = c->salt == salt ? common_len(c->tok, ids + base, c->n_part < avail ? c->n_part : avail) : 0;
+        if (base + m > match->len) {
+            match->tail = c;
+            match->len = base + m;
+        }
+    }
     return best;
+}
+
+/* ------------------------------------------------------------- assembled window
+ * A query that diverges at M inside a cached prefix where no checkpoint ends in
+ * M's block (an earlier message edited, a reply continued some other way) needs,
+ * besides the global blocks up to M, the window blocks of entries
+ * live_from(M / bs * bs) .. ceil(M / bs) - 1. Recomputing them is no cheap way
+ * out: a window layer's KV at position q comes from the hidden state at q, which
+ * every window layer below took from the window before q, so exact window KV at
+ * M - window .. M needs (window layers) x window positions recomputed. But the
+ * checkpoints around M hold those blocks when they lie less than a window apart
+ * (every turn of a chat leaves one at its reply's end and after the next user
+ * header): a checkpoint at c whose sequence matches the query for v tokens holds
+ * a valid block k when it covers entry k and v >= min((k + 1) * bs, M). The
+ * checkpoints looked at are those on the matched path and its tails, and in the
+ * subtree past the divergence (every sequence there matches all M tokens), down
+ * to where checkpoints no longer cover M's entries. */
+
+struct pc_cands {
+    struct pc_entry *x[PC_MAX_CANDS];
+    uint32_t valid[PC_MAX_CANDS]; /* tokens the checkpoint's sequence shares with the query */
+    uint32_t n;
+};
+
+static void add_cand(struct pc_cands *cs, struct pc_entry *x, uint32_t valid)
+{
+    if (has_ckpt(x) && cs->n < PC_MAX_CANDS) {
+        cs->x[cs->n] = x;
+        cs->valid[cs->n++] = valid;
+    }
+}
+
+static void add_subtree(struct dray_pcache *pc, struct pc_cands *cs, struct pc_entry *x,
+                        uint32_t valid, uint32_t limit)
+{
+    if (x->n_tok - x->n_part > limit)
+        return;
+    add_cand(cs, x, valid);
+    for (struct pc_entry *c = x->child; c; c = c->sibling)
+        add_subtree(pc, cs, c, valid, limit);
+}
+
+/* Index of window group g's entry k in x's checkpoint, or -1. */
+static int ckpt_slot(const struct dray_pcache *pc, const struct pc_entry *x, uint32_t g, uint32_t k)
+{
+    FOR_CKPT(pc, x, gg, kk, i)
+        if (gg == g && kk == k)
+            return (int)i;
+    return -1;
+}
+
+/* Unpin wt's sources and free its tables. */
+static void wtab_free(struct pc_wtab *wt)
+{
+    for (uint32_t s = 0; s < wt->n_src; s++)
+        wt->src[s]->pinned = false;
+    for (uint32_t g = 0; g < DRAY_KV_MAX_GROUPS; g++)
+        free(wt->block[g]);
+    memset(wt, 0, sizeof(*wt));
+}
+
+/* Fill wt for a hit at m->len from the checkpoints around it; false when some
+ * block is in none of them (or a restore from the host tier failed). The
+ * sources stay pinned until wtab_free, so that nothing reclaims their blocks
+ * before the attach takes its references. */
+static bool assemble_window(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n,
+                            const struct pc_hit *m, struct pc_wtab *wt)
+{
+    uint32_t bs = pc->bs, M = m->len, reach = pc->max_window + 2 * bs;
+    uint32_t lo = M > reach ? M - reach : 0, limit = M + reach;
+    struct pc_cands cs = {.n = 0};
+    for (struct pc_entry *p = m->leaf;; p = p->parent) {
+        uint32_t base = p ? p->n_tok : 0;
+        if (p)
+            add_cand(&cs, p, base);
+        uint32_t avail = n - base < bs ? (uint32_t)(n - base) : bs;
+        for (struct pc_entry *c = *children_of(pc, p); c; c = c->sibling)
+            if (c->salt == salt && c != m->tail && c->n_part < bs)
+                add_cand(&cs, c, base + common_len(c->tok, ids + base, c->n_part < avail ? c->n_part : avail));
+        if (!p || base < lo)
+            break;
+    }
+    if (m->tail)
+        add_subtree(pc, &cs, m->tail, M, limit);
+    else
+        for (struct pc_entry *c = *children_of(pc, m->leaf); c; c = c->sibling)
+            if (c->salt == salt)
+                add_subtree(pc, &cs, c, M, limit);
+
+    /* a source for every block the query needs */
+    struct pc_entry **src = wt->src;
+    uint32_t n_src = 0;
+    bool ok = true;
+    memset(wt, 0, sizeof(*wt));
+    for (uint32_t g = 0; ok && g < pc->n_group; g++) {
+        if (!pc->window[g])
+            continue;
+        wt->first[g] = dray_kv_live_from(pc->kv, g, M / bs * bs);
+        wt->n[g] = (M + bs - 1) / bs - wt->first[g];
+        wt->block[g] = malloc((wt->n[g] ? wt->n[g] : 1) * sizeof(int32_t));
+        ok = wt->block[g] != NULL;
+        for (uint32_t j = 0; ok && j < wt->n[g]; j++) {
+            uint32_t k = wt->first[g] + j, need = (k + 1) * bs < M ? (k + 1) * bs : M;
+            int best = -1;
+            for (uint32_t c = 0; c < cs.n; c++)
+                if (cs.valid[c] >= need && ckpt_slot(pc, cs.x[c], g, k) >= 0 &&
+                    (best < 0 || (!cs.x[best]->ckpt && cs.x[c]->ckpt)))
+                    best = (int)c; /* a device-resident one if there is one */
+            ok = best >= 0;
+            if (!ok)
+                break;
+            wt->block[g][j] = best; /* the candidate for now; its block below */
+            uint32_t s = 0;
+            while (s < n_src && src[s] != cs.x[best])
+                s++;
+            if (s == n_src)
+                src[n_src++] = cs.x[best];
+        }
+    }
+    for (uint32_t s = 0; s < n_src; s++)
+        src[s]->pinned = true;
+    wt->n_src = n_src;
+    for (uint32_t s = 0; ok && s < n_src; s++)
+        if (!src[s]->ckpt)
+            ok = restore_ckpt(pc, src[s]);
+    for (uint32_t g = 0; ok && g < pc->n_group; g++)
+        for (uint32_t j = 0; j < wt->n[g]; j++) {
+            struct pc_entry *x = cs.x[wt->block[g][j]];
+            wt->block[g][j] = x->ckpt[ckpt_slot(pc, x, g, wt->first[g] + j)];
+        }
+    if (!ok)
+        wtab_free(wt);
+    return ok;
 }
 
 uint32_t dray_pcache_attach(struct dray_pcache *pc, uint64_t salt, const int32_t *ids, size_t n,
@@ -688,13 +852,32 @@ uint32_t dray_pcache_attach(struct dray_pcache *pc, uint64_t salt, const int32_t
 {
     pc->st.lookups++;
     pc->st.lookup_tokens += n;
-    struct pc_hit h = longest_hit(pc, salt, ids, n);
+    struct pc_hit m, h = longest_hit(pc, salt, ids, n, &m);
+    if (m.len > h.len && pc->has_window) {
+        /* past the last checkpoint that serves alone: gather the window blocks */
+        struct pc_wtab wt = {.n_src = 0};
+        pin_hit(&m, true);
+        bool got = restore_hit(pc, &m) && assemble_window(pc, salt, ids, n, &m, &wt);
+        bool ok = got && attach_device(pc, &m, &wt, seq) == 0;
+        if (got) {
+            for (uint32_t s = 0; s < wt.n_src; s++)
+                touch_path(pc, wt.src[s]);
+            wtab_free(&wt);
+        }
+        pin_hit(&m, false);
+        if (ok) {
+            touch_path(pc, m.tail ? m.tail : m.leaf);
+            pc->st.assembled++;
+            pc->st.hit_tokens += m.len;
+            return m.len;
+        }
+    }
     if (!h.len)
         return 0;
     pin_hit(&h, true);
     if (h.src)
         h.src->pinned = true;
-    bool ok = restore_hit(pc, &h) && attach_device(pc, &h, seq) == 0;
+    bool ok = restore_hit(pc, &h) && attach_device(pc, &h, NULL, seq) == 0;
     pin_hit(&h, false);
     if (h.src)
         h.src->pinned = false;

@@ -23,8 +23,14 @@
  * query there can see (from the last block boundary on, so it also serves a
  * query anywhere inside its last block). A lookup reuses the longest cached
  * prefix that a checkpoint serves: the next turn of a chat extends exactly such
- * a prefix. (A divergence further back would need the window layers recomputed
- * from window tokens before it: not built, such a request reuses less.)
+ * a prefix. A query that diverges further back (an earlier message edited)
+ * reuses everything up to the divergence when the checkpoints around it hold
+ * the window blocks it needs between them, which they do when they lie less
+ * than a window apart (a chat leaves one per reply and one per user header);
+ * otherwise it falls back to the longest prefix one checkpoint serves.
+ * Recomputing only the window layers' last `window` positions instead would not
+ * give a cold run's KV: each window layer's input at a position depends on the
+ * window before it in every window layer below (prefix_cache.c).
  *
  * Memory. Every block the cache holds is one reference (kv.h); blocks in use by
  * running sequences are shared, never copied. When the KV pool runs short, the
@@ -54,6 +60,9 @@ struct dray_pcache_stats {
     uint64_t evictions;                          /* entries and checkpoints dropped */
     uint64_t host_bytes;                         /* host tier: bytes held now */
     uint64_t spills, restores;                   /* device -> host, host -> device moves */
+    uint64_t assembled;                          /* hits whose window blocks came from
+                                                  * several checkpoints (a divergence
+                                                  * inside a cached prefix) */
 };
 
 /* Registers itself as the KV manager's reclaim callback. host_bytes: the host

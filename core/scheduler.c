@@ -19,21 +19,30 @@
  * token the next turn's prompt contains but never fed it. Its response is sent at
  * once; its sequence becomes a *finisher* that feeds that one token (no logits)
  * in the next step, beside the others' decoding, and then goes into the prefix
- * cache. A chat request (dray_request_params.chat) then feeds, in one more step,
- * what the next turn's prompt has after the reply up to the new user message's
- * text: the turn end (when max_tokens cut the reply), the template's "\n" and the
- * next user turn's header (dray_chat_next_user_head), and goes into the cache
- * again. Both ends stay cached: a request that continues the reply some other way
- * still finds a checkpoint at the first. Admission waits for the finishers (two
- * steps at most), so the next turn's lookup sees the whole previous turn. A
- * cancelled request, a stop string (the template does not render it), or a
- * preemption feeds nothing.
+ * cache. A chat request (dray_request_params.chat) feeds in the same step what
+ * the next turn's prompt has after the reply up to the new user message's text:
+ * the turn end (when max_tokens cut the reply), the template's "\n" and the next
+ * user turn's header (dray_chat_next_user_head). It goes into the cache once
+ * before that step (the reply without its last token) and once after; a request
+ * that continues the reply some other way still reuses it up to the divergence,
+ * the window layers' blocks coming from those two checkpoints (prefix_cache.h).
+ * Admission waits for the finishers (one step at most), so the next turn's
+ * lookup sees the whole previous turn. A cancelled request, a stop string (the
+ * template does not render it), or a preemption feeds nothing.
  *
  * A request's tokens: toks[0..n_toks) = prompt + tokens generated so far. Those
  * that are in the KV are its session's history; the rest (the whole prompt after
  * admission or preemption, or just the last sampled token) are pending. Because a
  * preempted request recomputes exactly toks, its later tokens are the ones it
  * would have produced without the preemption.
+ *
+ * A long sequence also leaves checkpoints while it runs: window layers recycle
+ * their old blocks, and a later request that diverges inside the sequence can
+ * reuse it up to the divergence only if checkpoints lie less than a window
+ * apart around that point (prefix_cache.h). So after a step, a sequence that
+ * the next step could carry more than `ckpt_gap` tokens past its last
+ * checkpoint (or the prefix it was given) goes into the cache at its last
+ * block boundary. Chat turns shorter than the window never need one.
  *
  * Locking: one mutex guards the queues, every request's shared fields and the
  * stats. The loop drops it only around the forward pass, which touches nothing a
@@ -83,6 +92,7 @@ struct dray_request {
     uint64_t salt;                   /* prefix-cache tenant */
     int32_t feed;                    /* sampled when it finished, to feed after; -1: none */
     bool chat;                       /* a rendered conversation (dray_request_params.chat) */
+    size_t ckpt_at;                  /* length at its last checkpoint or cache hit */
 
     /* shared, under s->mu */
     pthread_cond_t cv;
@@ -97,13 +107,12 @@ struct dray_request {
 
 /* A finished request's sequence feeding what it sampled last and, for a chat,
  * the next user turn's head (loop thread only; the request itself may be freed by
- * its client meanwhile). toks[0..n) is what the KV holds once all is fed; it goes
- * into the cache at mid (the reply and its last token) and at n. */
+ * its client meanwhile). toks[0..n) is what the KV holds once all is fed. */
 struct finisher {
     struct finisher *next;
     struct dray_session *sess;
     int32_t *toks;
-    size_t mid, n;
+    size_t n;
     uint64_t salt;
 };
 
@@ -125,6 +134,8 @@ struct dray_sched {
     int32_t turn_end;                /* the chat template's end-of-turn token, or -1 */
     int32_t *head;                   /* [n_head] the next user turn's head after turn_end */
     size_t n_head;                   /* 0: a chat feeds only what it sampled */
+    uint32_t ckpt_gap;               /* most tokens between two checkpoints that still
+                                      * serve everything between them; 0: no window */
     bool stopping, draining, destroyed;
     uint32_t n_live;                 /* requests not yet freed by their clients */
     uint32_t max_waiting, max_seqs, chunk;
@@ -237,16 +248,22 @@ static void sched_free(struct dray_sched *s)
 
 /* ------------------------------------------------------------ the loop */
 
+/* Put the first len tokens of sess (ids) into the prefix cache, timed. */
+static void cache_insert(struct dray_sched *s, uint64_t salt, const int32_t *ids, size_t len,
+                              struct dray_session *sess)
+{
+    double t0 = dray_now_s();
+    dray_pcache_insert(s->pc, salt, ids, len, sess->seq);
+    s->cache_s += dray_now_s() - t0;
+}
+
 /* Give r's KV back; what it computed stays in the prefix cache when keep. */
 static void release_kv(struct dray_sched *s, struct dray_request *r, bool keep)
 {
     if (!r->sess)
         return;
-    if (s->pc && keep) {
-        double t0 = dray_now_s();
-        dray_pcache_insert(s->pc, r->salt, r->toks, dray_session_len(r->sess), r->sess->seq);
-        s->cache_s += dray_now_s() - t0;
-    }
+    if (s->pc && keep)
+        cache_insert(s, r->salt, r->toks, dray_session_len(r->sess), r->sess);
     dray_session_free(r->sess);
     r->sess = NULL;
 }
@@ -273,9 +290,12 @@ static bool start_finisher(struct dray_sched *s, struct dray_request *r)
         if (r->feed != s->turn_end)
             r->toks[at++] = s->turn_end; /* max_tokens cut the reply: the next prompt closes it */
         memcpy(r->toks + at, s->head, s->n_head * sizeof(int32_t));
+        /* the reply as it is now: with the checkpoint after the feed, it serves a
+         * request that continues the reply (its last token included) otherwise */
+        cache_insert(s, r->salt, r->toks, r->n_toks, r->sess);
     }
     *f = (struct finisher){.next = s->finishing, .sess = r->sess, .toks = r->toks,
-                           .mid = mid, .n = n, .salt = r->salt};
+                           .n = n, .salt = r->salt};
     s->finishing = f;
     s->n_finishing++;
     r->sess = NULL;
@@ -284,33 +304,24 @@ static bool start_finisher(struct dray_sched *s, struct dray_request *r)
     return true;
 }
 
-/* The next stop of f: mid, then n. */
-static size_t finisher_to(const struct finisher *f)
-{
-    return dray_session_len(f->sess) < f->mid ? f->mid : f->n;
-}
-
 /* Insert what f's KV holds into the cache. */
 static void finisher_insert(struct dray_sched *s, const struct finisher *f)
 {
-    double t0 = dray_now_s();
-    dray_pcache_insert(s->pc, f->salt, f->toks, dray_session_len(f->sess), f->sess->seq);
-    s->cache_s += dray_now_s() - t0;
+    cache_insert(s, f->salt, f->toks, dray_session_len(f->sess), f->sess);
 }
 
-/* After a step that fed the first n finishers: each that reached a stop goes into
- * the cache; those that fed all they have are freed, the others stay at the head
- * of the list (for the next step) in the same order. */
+/* After a step that fed the first n finishers: those that fed all they have go
+ * into the cache and are freed; the others (a step shorter than their tokens)
+ * stay at the head of the list, in the same order, for the next step. */
 static void finishers_fed(struct dray_sched *s, uint32_t n)
 {
     for (struct finisher **pf = &s->finishing, *f; n && (f = *pf); n--) {
         size_t len = dray_session_len(f->sess);
-        if (len == f->mid || len == f->n)
-            finisher_insert(s, f);
         if (len < f->n) {
             pf = &f->next;
             continue;
         }
+        finisher_insert(s, f);
         *pf = f->next;
         dray_session_free(f->sess);
         free(f->toks);
@@ -416,6 +427,7 @@ static bool start_sequence(struct dray_sched *s, struct dray_request *r)
         r->sess = NULL;
         return false;
     }
+    r->ckpt_at = L;
     if (!r->t_admit) { /* first admission: what the client sees as cached */
         r->n_cached = L;
         s->st.prompt_tokens_cached += L;
@@ -444,7 +456,7 @@ static uint32_t build_batch(struct dray_sched *s, uint32_t *n_tok, uint32_t *n_r
     uint32_t nb = 0, T = 0, nr = 0;
     /* first the finishers (the head of s->finishing): up to their next stop, no logits */
     for (struct finisher *f = s->finishing; f && T < s->chunk; f = f->next) {
-        size_t have = dray_session_len(f->sess), to = finisher_to(f);
+        size_t have = dray_session_len(f->sess), to = f->n;
         uint32_t take = (uint32_t)(to - have < s->chunk - T ? to - have : s->chunk - T);
         memcpy(s->b_ids + T, f->toks + have, take * sizeof(int32_t));
         s->b_sess[nb] = f->sess;
@@ -557,6 +569,19 @@ static void note_kv_usage(struct dray_sched *s)
     s->st.finishing = s->n_finishing;
 }
 
+/* After a step: checkpoint r at its last block boundary when the next step could
+ * take it more than ckpt_gap tokens past the block of its last one. */
+static void checkpoint_if_due(struct dray_sched *s, struct dray_request *r)
+{
+    size_t len = dray_session_len(r->sess), pending = r->n_toks - len;
+    size_t bs = dray_kv_block_size(s->e->kv), base = r->ckpt_at / bs * bs, at = len / bs * bs;
+    size_t next = pending ? (pending < s->chunk ? pending : s->chunk) : 1;
+    if (at <= base || len + next - base <= s->ckpt_gap)
+        return;
+    cache_insert(s, r->salt, r->toks, at, r->sess);
+    r->ckpt_at = at;
+}
+
 /* One step (mu held on entry and exit, dropped around the forward pass). */
 static void step(struct dray_sched *s)
 {
@@ -584,6 +609,9 @@ static void step(struct dray_sched *s)
             if (s->b_req[i])
                 finish(s, s->b_req[i], "error", rc, err);
     } else {
+        for (uint32_t i = 0; s->pc && s->ckpt_gap && i < nb; i++)
+            if (s->b_req[i])
+                checkpoint_if_due(s, s->b_req[i]);
         s->st.cache_fed_tokens += fed_tokens;
         finishers_fed(s, n_fed); /* those in this batch: the list's head */
         for (uint32_t i = 0; i < n_rows; i++)
@@ -632,6 +660,15 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
     s->st.max_waiting = s->max_waiting;
     const char *end = dray_chat_turn_end(&e->chat);
     s->turn_end = end ? dray_tokenizer_find(e->tok, end, strlen(end)) : -1;
+    /* consecutive checkpoints at c1 < c2 serve every point between them when the
+     * blocks c2's holds start at or before c1's block: c2 - c1 <= window + bs - 2
+     * (kv.h: a query at L keeps the blocks with positions > L - window) */
+    const struct dray_kv_plan *plan = dray_kv_get_plan(e->kv);
+    for (uint32_t g = 0; g < plan->n_group; g++) {
+        uint32_t w = plan->group[g].window, gap = w + dray_kv_block_size(e->kv) - 2;
+        if (w && (!s->ckpt_gap || gap < s->ckpt_gap))
+            s->ckpt_gap = gap;
+    }
     char why[256];
     if (s->turn_end >= 0 &&
         dray_chat_next_user_head(e->tok, &e->chat, &s->head, &s->n_head, why, sizeof(why)))

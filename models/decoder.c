@@ -463,6 +463,7 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
     m->qkv_dim = m->q_dim + 2 * m->kv_dim;
     m->attn_scale = 1.0f / sqrtf((float)in->head_dim);
     m->max_batch = o->max_batch ? o->max_batch : 512;
+    m->two_pass = o->two_pass;
     /* grouped: W4A8 asks for 4-bit, which weight preparation turns into Q8G32 for
      * tensors that are not 4-bit in the file */
     uint32_t dtype = o->precision == DRAY_PRECISION_F32     ? DRAY_F32
@@ -528,7 +529,9 @@ static int matmul(struct dray_model *m, struct dray_view x, uint32_t stride_x,
         .x = x, .w = {w->w, 0}, .wscale = {w->scale, 0}, .out = out,
         .outlier_idx = {w->outlier_idx, 0}, .outlier_w = {w->outlier_w, 0}, .n_outlier = w->n_outlier,
         .n_tok = n_tok, .n_out = w->n_out, .k = w->k,
-        .stride_x = stride_x, .stride_out = stride_out, .wdtype = w->dtype,
+        .stride_x = stride_x, .stride_out = stride_out,
+        /* grouped weights with two-pass activations when asked (backend.h) */
+        .wdtype = m->two_pass ? dray_util_x2_of(w->dtype) : w->dtype,
     };
     return m->dev->ops->matmul(m->dev->ctx, &a);
 }

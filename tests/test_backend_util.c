@@ -154,6 +154,18 @@ static void test_validators_return_documented_codes(void **state)
     m.k = m.stride_x = 64;
     m.n_outlier = 1; /* no outlier channels on the grouped path */
     assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_EINVAL);
+    m.n_outlier = 0;
+    /* two-pass activations: only a plugin that runs them (grouped 2) takes them,
+     * sized as the weights of their layout */
+    m.wdtype = DRAY_Q4G32_X2;
+    assert_int_equal(dray_util_check_matmul_g(&m, 1, &nd, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_int_equal(dray_util_check_matmul_g(&m, 2, &nd, why, sizeof(why)), DRAY_OK);
+    assert_int_equal(nd.at[1].nbytes, 16 * 32);
+    assert_int_equal(nd.at[2].nbytes, 16 * 4 * 4);
+    m.wdtype = DRAY_Q8G32_X2;
+    assert_int_equal(dray_util_check_matmul_g(&m, 2, &nd, why, sizeof(why)), DRAY_OK);
+    assert_int_equal(nd.at[1].nbytes, 16 * 64);
+    assert_int_equal(dray_util_check_matmul(&m, &nd, why, sizeof(why)), DRAY_ENOTSUP);
 
     struct dray_kv_pool pool = {.k = v, .v = v, .k_scale = v, .v_scale = v, .dtype = DRAY_F32,
                                 .n_kv_head = 1, .head_dim = 4, .block_size = 4, .n_slots = 8};

@@ -74,6 +74,37 @@ static void test_grouped_precision_falls_back_to_int8(void **state)
     assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_W4A8, why, sizeof(why)), DRAY_PRECISION_W4A8);
 }
 
+/* Two-pass activations: only for the grouped precisions, and only where the
+ * device declares the two-pass forms of every matmul dtype the precision uses;
+ * otherwise one pass and a reason. */
+static void test_two_pass_activations_fall_back_to_one_pass(void **state)
+{
+    (void)state;
+    struct dray_op_caps c;
+    char why[256];
+    full_caps(&c);
+    enum dray_activations x2 = DRAY_ACTIVATIONS_INT8X2;
+    assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_W4A8, x2, why, sizeof(why)), DRAY_ACTIVATIONS_INT8);
+    assert_string_equal(why, "activations int8x2: the device does not declare two-pass activations for "
+                             "matmul; using int8");
+    /* int8 and f32 have no grouped matmuls: nothing to fall back from */
+    assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_INT8, x2, why, sizeof(why)), x2);
+    assert_string_equal(why, "");
+    assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_F32, x2, why, sizeof(why)), x2);
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2);
+    assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_INT8G, x2, why, sizeof(why)), x2);
+    assert_string_equal(why, "");
+    /* w4a8 also runs Q4G32 matmuls */
+    assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_W4A8, x2, why, sizeof(why)), DRAY_ACTIVATIONS_INT8);
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
+    assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_W4A8, x2, why, sizeof(why)), x2);
+    /* one pass asked for: never a warning */
+    full_caps(&c);
+    assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_W4A8, DRAY_ACTIVATIONS_INT8, why, sizeof(why)),
+                     DRAY_ACTIVATIONS_INT8);
+    assert_string_equal(why, "");
+}
+
 static void test_shape_limits(void **state)
 {
     (void)state;
@@ -109,6 +140,7 @@ int main(void)
         cmocka_unit_test(test_config_dtypes),
         cmocka_unit_test(test_shape_limits),
         cmocka_unit_test(test_grouped_precision_falls_back_to_int8),
+        cmocka_unit_test(test_two_pass_activations_fall_back_to_one_pass),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -532,9 +532,9 @@ static void add_text(struct dray_engine *e, const char *text, int32_t *v, size_t
  * message's text: turn 1's prompt, the reply, and what the template writes
  * between the reply and the message (the turn end, "\n", the next turn's start,
  * "user\n"), which the scheduler feeds after turn 1's response. A request that
- * continues the reply some other way still hits up to the reply's end (the
- * window of 8 has moved on by then: the checkpoint there was kept). Both hits
- * give the cold run's tokens. */
+ * continues the reply some other way still hits up to the reply's end, its last
+ * token included: the window layers' blocks come from the checkpoints before
+ * and after the fed tokens. Both hits give the cold run's tokens. */
 static void chat_next_turn_is_cached(const char *tmpl, int32_t start, int32_t end)
 {
     struct opts o = {.max_seqs = 4, .chunk = 16, .chat_template = tmpl};
@@ -623,6 +623,131 @@ static void test_chat_next_turn_is_cached_chatml(void **state)
 {
     (void)state;
     chat_next_turn_is_cached("chatml", 298, 299); /* <|im_start|>, <|im_end|> */
+}
+
+/* A request that diverges inside a cached prefix, in a block where no
+ * checkpoint ends, reuses everything before the divergence: the window layers'
+ * blocks there come from the checkpoints before and after it. Three short
+ * turns (a 12-token prompt, then 5 new tokens per turn, 2-token replies) leave
+ * checkpoints at 14, 21 and 28, closer than the window of 8 but more than a
+ * block of 4 apart. Q edits turn 2's message after its 18th token, Q2 turn 3's
+ * after its 25th. No single checkpoint serves 18 or 25 (14 and 21 would be the
+ * hits), yet both reuse all they share with the cache, so only their own new
+ * tokens are computed, and both give the cold run's tokens. With pressure, a
+ * KV pool of 128 tokens and six longer requests in between push the
+ * checkpoints to the host tier first: they come back for the hit. */
+static void divergence_between_checkpoints(bool pressure)
+{
+    uint64_t budget = 0;
+    if (pressure) {
+        struct dray_engine *probe = open_tiny(4, 16, 0);
+        const struct dray_engine_info *in = dray_engine_get_info(probe);
+        budget = 4 * in->kv_bytes_per_seq_fixed + in->kv_bytes_per_token * 128;
+        dray_engine_close(probe);
+    }
+    struct opts o = {.max_seqs = 4, .chunk = 16, .kv_budget = budget};
+    struct dray_engine *e = open_with(&o);
+    char err[512];
+    int32_t t[3][64], q[2][64];
+    size_t nt[3], nq[2], at[2] = {18, 25};
+    struct collected reply[3], cold[2], got;
+    nt[0] = prompt_for(1, t[0]);
+    assert_int_equal(nt[0], 12);
+    run_alone(e, t[0], nt[0], 2, &reply[0]);
+    for (int i = 1; i < 3; i++) {
+        memcpy(t[i], t[i - 1], nt[i - 1] * sizeof(int32_t));
+        memcpy(t[i] + nt[i - 1], reply[i - 1].ids, 2 * sizeof(int32_t));
+        nt[i] = nt[i - 1] + 2;
+        for (int j = 0; j < 5; j++)
+            t[i][nt[i]++] = (int32_t)(50 + i * 20 + j * 7);
+        run_alone(e, t[i], nt[i], 2, &reply[i]);
+    }
+    assert_int_equal(nt[2], 26);
+    for (int k = 0; k < 2; k++) {
+        memcpy(q[k], t[k + 1], at[k] * sizeof(int32_t));
+        nq[k] = at[k];
+        for (int j = 0; j < 5; j++)
+            q[k][nq[k]++] = (int32_t)(120 + k * 10 + j * 3);
+        assert_int_not_equal(q[k][at[k]], t[k + 1][at[k]]);
+        run_alone(e, q[k], nq[k], 8, &cold[k]);
+    }
+
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    struct dray_sched_stats st;
+    for (int i = 0; i < 3; i++) {
+        struct dray_request_output a = run_one(s, t[i], nt[i], 2, NULL, &got);
+        assert_memory_equal(got.ids, reply[i].ids, 2 * sizeof(int32_t));
+        assert_int_equal(a.n_cached, i ? nt[i - 1] + 2 : 0);
+        wait_finishers(s, &st);
+    }
+    if (pressure) {
+        struct dray_request *r[N_REQ];
+        submit_all(s, r, 40);
+        for (int k = 0; k < N_REQ; k++) {
+            drain_request(r[k], &got);
+            dray_request_free(r[k]);
+        }
+        wait_finishers(s, &st);
+        assert_true(st.cache_spills > 0);
+    }
+    for (int k = 0; k < 2; k++) {
+        struct dray_request_output a = run_one(s, q[k], nq[k], 8, NULL, &got);
+        assert_int_equal(a.n_cached, at[k]);
+        assert_int_equal(got.n, cold[k].n);
+        assert_memory_equal(got.ids, cold[k].ids, cold[k].n * sizeof(int32_t));
+    }
+    wait_finishers(s, &st);
+    if (pressure)
+        assert_true(st.cache_restores > 0);
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
+static void test_cache_divergence_between_checkpoints(void **state)
+{
+    (void)state;
+    divergence_between_checkpoints(false);
+}
+
+static void test_cache_divergence_between_checkpoints_host_tier(void **state)
+{
+    (void)state;
+    divergence_between_checkpoints(true);
+}
+
+/* A sequence longer than the window leaves checkpoints as it runs, so that a
+ * later request diverging anywhere inside it reuses it up to the divergence.
+ * A 40-token prompt fed 4 tokens a step (window 8): Q shares its first 13
+ * tokens. Only the end of the request (44) is kept otherwise, and the window
+ * blocks around 13 were recycled long before: Q would start from 0. */
+static void test_cache_long_sequence_leaves_checkpoints(void **state)
+{
+    (void)state;
+    struct opts o = {.max_seqs = 4, .chunk = 4};
+    struct dray_engine *e = open_with(&o);
+    char err[512];
+    int32_t t[64], q[64];
+    size_t n = prompt_for(5, t), nq = 13;
+    assert_int_equal(n, 40);
+    memcpy(q, t, nq * sizeof(int32_t));
+    for (int j = 0; j < 5; j++)
+        q[nq++] = (int32_t)(140 + j * 3);
+    assert_int_not_equal(q[13], t[13]);
+    struct collected cold, got;
+    run_alone(e, q, nq, 8, &cold);
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 0, &s, err, sizeof(err)), 0);
+    run_one(s, t, n, 4, NULL, &got);
+    struct dray_sched_stats st;
+    wait_finishers(s, &st);
+    assert_true(st.cache_checkpoints > 2);
+    struct dray_request_output a = run_one(s, q, nq, 8, NULL, &got);
+    assert_int_equal(a.n_cached, 13);
+    assert_int_equal(got.n, cold.n);
+    assert_memory_equal(got.ids, cold.ids, cold.n * sizeof(int32_t));
+    dray_sched_destroy(s);
+    dray_engine_close(e);
 }
 
 /* One tenant's prefixes never serve another's; the same tenant hits. */
@@ -766,6 +891,9 @@ int main(void)
         cmocka_unit_test(test_cache_partial_block_copy_on_write_f16_kv),
         cmocka_unit_test(test_chat_next_turn_is_cached_gemma),
         cmocka_unit_test(test_chat_next_turn_is_cached_chatml),
+        cmocka_unit_test(test_cache_divergence_between_checkpoints),
+        cmocka_unit_test(test_cache_divergence_between_checkpoints_host_tier),
+        cmocka_unit_test(test_cache_long_sequence_leaves_checkpoints),
         cmocka_unit_test(test_cache_tenants_are_isolated),
         cmocka_unit_test(test_cache_off_reuses_nothing),
         cmocka_unit_test(test_cache_host_tier_spills_and_restores),

@@ -114,8 +114,8 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
     uint32_t t1 = t0 + j->tok_blk < a->n_tok ? t0 + j->tok_blk : a->n_tok;
     struct dray_cpu_matmul sub = *a;
     sub.n_tok = t1 - t0;
-    sub.x = a->x + (size_t)t0 * a->stride_x;
-    sub.out = a->out + (size_t)t0 * a->stride_out;
+    sub.x = a->x + (size_t)(t0 >> a->pairs) * a->stride_x;
+    sub.out = a->out + (size_t)(t0 >> a->pairs) * a->stride_out; /* t0 even with pairs */
     if (a->is_i8) {
         sub.q = a->q + (size_t)t0 * a->q_stride;
         sub.sx = a->sx + t0;
@@ -175,20 +175,22 @@ static int matmul_outliers(struct dray_ctx *ctx, const struct dray_matmul_args *
 }
 
 /* Grouped weights: scratch for q, the group scales and sums, then the quantize
- * step over the tokens. */
+ * step over the tokens. Two-pass activations quantize two rows per token, and
+ * the matmul step then runs over rows (n_tok doubled). */
 static int grouped_scratch(struct dray_ctx *ctx, struct matmul_job *j)
 {
     struct dray_cpu_matmul *k = &j->k;
-    size_t G = k->k / 32, up = 63;
+    size_t G = k->k / 32, up = 63, rows = (size_t)k->n_tok << k->pairs;
     k->q_stride = ((size_t)k->k + up) & ~up;
-    size_t qb = k->q_stride * k->n_tok, gb = (G * 4 * k->n_tok + up) & ~up;
+    size_t qb = k->q_stride * rows, gb = (G * 4 * rows + up) & ~up;
     char *s = dray_cpu_scratch(ctx, qb + 2 * gb + 64);
     if (!s)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %zu bytes of activations", qb);
     k->q = (int8_t *)s;
     k->gsx = (float *)(s + qb);
     k->gsum = (int32_t *)(s + qb + gb);
-    dray_cpu_parallel(ctx, k->n_tok, 1, (double)k->n_tok * k->k, quantize_body, j);
+    dray_cpu_parallel(ctx, k->n_tok, 1, (double)rows * k->k, quantize_body, j);
+    k->n_tok = (uint32_t)rows;
     return 0;
 }
 
@@ -199,10 +201,11 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: NULL args");
     struct dray_util_needs nd;
     void *p[DRAY_UTIL_MAX_NEEDS];
-    CHECK(dray_cpu_args(ctx, dray_util_check_matmul_g(a, 1, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    CHECK(dray_cpu_args(ctx, dray_util_check_matmul_g(a, 2, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     if (a->k == 0) /* the kernels' row loops need one column */
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: k = 0 (want 1..65536)");
     int i8 = a->wdtype == DRAY_I8;
+    uint32_t wl = dray_util_wlayout(a->wdtype); /* two-pass forms: their weights' layout */
     void *x = p[0], *w = p[1], *ws = p[2], *out = p[3];
     struct matmul_job j = {.ctx = ctx};
     struct dray_cpu_matmul *k = &j.k;
@@ -210,11 +213,12 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
                                   .n_out = a->n_out, .k = a->k, .stride_x = a->stride_x,
                                   .stride_out = a->stride_out, .accumulate = a->accumulate != 0,
                                   .is_i8 = (uint32_t)i8,
-                                  .wdtype = dray_util_grouped(a->wdtype) ? a->wdtype : 0};
+                                  .wdtype = dray_util_grouped(wl) ? wl : 0,
+                                  .pairs = (uint32_t)dray_util_x2(a->wdtype)};
     CHECK(matmul_outliers(ctx, a, k, p[4], p[5]));
     if (a->n_tok == 0 || a->n_out == 0)
         return 0;
-    double work = (double)a->n_tok * a->n_out * a->k;
+    double work = (double)((size_t)a->n_tok << dray_util_x2(a->wdtype)) * a->n_out * a->k;
     if (i8) {
         k->q_stride = ((size_t)a->k + 63) & ~(size_t)63;
         size_t qbytes = k->q_stride * a->n_tok;

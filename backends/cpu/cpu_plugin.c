@@ -35,6 +35,7 @@ static void pick_kernels(struct dray_ctx *ctx)
     ctx->k.attention = dray_cpu_avx2_attention;
     ctx->k.gated_act = dray_cpu_avx2_gated_act;
     ctx->k.gmatmul = dray_cpu_avx2_gmatmul; /* AVX-VNNI too: the AVX-512 one below */
+    ctx->k.gquantize = dray_cpu_avx2_gquantize; /* every set from here on */
 #endif
 #ifdef DRAY_CPU_AVXVNNI
     if (ctx->isa == DRAY_CPU_ISA_AVXVNNI) {
@@ -211,11 +212,11 @@ static int cpu_synchronize(struct dray_ctx *ctx)
     return 0; /* every call has finished by the time it returns */
 }
 
-/* Version 2: the props' dtypes, the grouped weight formats, and the one limit of
- * the contract: k <= 65536. */
+/* Version 2: the props' dtypes, the grouped weight formats with their two-pass
+ * activation forms, and the one limit of the contract: k <= 65536. */
 static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    static const struct dray_util_limits lim = {.max_k = 65536, .grouped = 1};
+    static const struct dray_util_limits lim = {.max_k = 65536, .grouped = 2};
     return dray_util_op_caps(index, caps, dray_cpu_device_props, &lim);
 }
 

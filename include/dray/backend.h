@@ -74,6 +74,11 @@ enum dray_dtype {
      * per group along k; layouts at struct dray_matmul_args */
     DRAY_Q8G32 = 4, /* int8 per group of 32 with an f32 scale */
     DRAY_Q4G32 = 5, /* 4-bit 0..15 per group of 32 with an f32 scale and min (W4A8) */
+    /* since version 2, matmul only: the same weights (layouts as Q8G32 / Q4G32),
+     * activations quantized in two int8 passes (a residual pass after the first:
+     * about 15 bits); see struct dray_matmul_args */
+    DRAY_Q8G32_X2 = 6,
+    DRAY_Q4G32_X2 = 7,
     DRAY_DTYPE_COUNT
 };
 #define DRAY_DTYPE_BIT(t) (1u << (t))
@@ -100,7 +105,8 @@ struct dray_host {
 enum dray_op {
     DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32; v2: Q8G32, Q4G32) */
     DRAY_OP_RMSNORM,     /* cap dtype: F32 */
-    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32; v2: Q8G32, Q4G32) */
+    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32; v2: Q8G32, Q4G32, and
+                          * their two-pass activation forms Q8G32_X2, Q4G32_X2) */
     DRAY_OP_ROPE,        /* cap dtype: F32 */
     DRAY_OP_KV_STORE,    /* cap dtype: the cache dtype (I8, F16) */
     DRAY_OP_ATTENTION,   /* cap dtype: the cache dtype (I8, F16) */
@@ -257,7 +263,22 @@ struct dray_rmsnorm_args {
  *   costs precision only to the 31 beside it. accumulate as for I8.
  * Tolerance: abs 1e-4 * sum_k |x[t][k]| |W[o][k]| (+ |out| when accumulating) per
  *   output, for the f32 order of the group terms (a fast kernel may sum them in
- *   another order). */
+ *   another order).
+ *
+ * Two-pass activations (version 2; wdtype DRAY_Q8G32_X2 / DRAY_Q4G32_X2, declared
+ * by their own bits in op_caps.op_dtypes[DRAY_OP_MATMUL]; w and wscale exactly as
+ * for DRAY_Q8G32 / DRAY_Q4G32). One int8 pass leaves each input off by up to half
+ * a step, sx/2; over 30 layers that is most of the int8 path's distance from f32
+ * (a small Llama: top-1 96% -> 98.7%, KL 0.0053 -> 0.0010). So x is quantized as
+ * above into (q, sx, group sums), then its residual
+ *   r[t][c] = x[t][c] - q[t][c] * sx[t][g]   (in f32; fused or not)
+ * by the same rule into (q', sx') (|r| <= sx/2, so sx' <= sx/254), and
+ *   out[t][o] = (out if accumulating) + [the sum above over (q, sx)] + [the same
+ *               sum over (q', sx')], added in that order.
+ * Each pass is exact int32 group sums as above, so a kernel may run the two as
+ * two token rows against the same weight bytes: decoding (memory-bound) costs
+ * about the same, a prefill matmul about twice the int8 arithmetic.
+ * Tolerance: as above, abs 1e-4 * sum_k |x||W| (+ |out| when accumulating). */
 struct dray_matmul_args {
     struct dray_view x, w, wscale, out;
     struct dray_view outlier_idx, outlier_w;
@@ -265,8 +286,8 @@ struct dray_matmul_args {
     uint32_t stride_x, stride_out;
     uint32_t n_outlier;
     uint32_t accumulate;
-    uint32_t wdtype; /* DRAY_I8, DRAY_F32, (v2) DRAY_Q8G32 or DRAY_Q4G32; set it
-                      * explicitly (DRAY_F32 is 0) */
+    uint32_t wdtype; /* DRAY_I8, DRAY_F32, (v2) DRAY_Q8G32, DRAY_Q4G32, DRAY_Q8G32_X2
+                      * or DRAY_Q4G32_X2; set it explicitly (DRAY_F32 is 0) */
 };
 
 /* Rotary embedding, NEOX layout, in place, on n_head heads of each token:

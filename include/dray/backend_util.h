@@ -111,7 +111,8 @@ static inline int dray_util_caps_answer(struct dray_op_caps *caps, const struct 
 struct dray_util_limits {
     uint32_t max_head_dim, max_n_rot, max_k, max_heads;
     int whole_heads_only;
-    int grouped; /* 1: matmul and embed also take DRAY_Q8G32 and DRAY_Q4G32 (version 2) */
+    int grouped; /* 1: matmul and embed also take DRAY_Q8G32 and DRAY_Q4G32 (version 2);
+                  * 2: matmul also their two-pass forms DRAY_Q8G32_X2 and DRAY_Q4G32_X2 */
 };
 
 /* A whole op_caps member: the dtypes from the plugin's device_props, its
@@ -137,6 +138,8 @@ static inline int dray_util_op_caps(uint32_t index, struct dray_op_caps *caps,
         mine.op_dtypes[DRAY_OP_MATMUL] |= g;
         mine.op_dtypes[DRAY_OP_EMBED] |= g;
     }
+    if (lim->grouped >= 2)
+        mine.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
     return dray_util_caps_answer(caps, &mine);
 }
 
@@ -332,6 +335,25 @@ static inline int dray_util_grouped(uint32_t dtype)
     return dtype == DRAY_Q8G32 || dtype == DRAY_Q4G32;
 }
 
+/* Version 2's two-pass activation forms of them (matmul only). */
+static inline int dray_util_x2(uint32_t dtype)
+{
+    return dtype == DRAY_Q8G32_X2 || dtype == DRAY_Q4G32_X2;
+}
+
+/* The weight layout a matmul wdtype reads: a two-pass form reads its grouped
+ * dtype's; every other dtype is its own. */
+static inline uint32_t dray_util_wlayout(uint32_t wdtype)
+{
+    return wdtype == DRAY_Q8G32_X2 ? DRAY_Q8G32 : wdtype == DRAY_Q4G32_X2 ? DRAY_Q4G32 : wdtype;
+}
+
+/* A grouped dtype's two-pass form (what the host asks for when the device has it). */
+static inline uint32_t dray_util_x2_of(uint32_t dtype)
+{
+    return dtype == DRAY_Q8G32 ? DRAY_Q8G32_X2 : dtype == DRAY_Q4G32 ? DRAY_Q4G32_X2 : dtype;
+}
+
 /* Bytes of one weight row of k inputs in dtype (k a multiple of 32 if grouped). */
 static inline uint32_t dray_util_wrow_bytes(uint32_t dtype, uint32_t k)
 {
@@ -399,20 +421,25 @@ static inline int dray_util_check_rmsnorm(const struct dray_rmsnorm_args *a,
 }
 
 /* Views: x, w, wscale, out, outlier_idx, outlier_w (outliers only for I8).
- * grouped: the plugin runs DRAY_Q8G32/DRAY_Q4G32 weights (else DRAY_ENOTSUP). */
+ * grouped: 1 = the plugin runs DRAY_Q8G32/DRAY_Q4G32 weights, 2 = also their
+ * two-pass forms DRAY_Q8G32_X2/DRAY_Q4G32_X2 (else DRAY_ENOTSUP). */
 static inline int dray_util_check_matmul_g(const struct dray_matmul_args *a, int grouped,
                                            struct dray_util_needs *nd, char *why, size_t len)
 {
     memset(nd, 0, sizeof(*nd));
-    if (a->wdtype != DRAY_I8 && a->wdtype != DRAY_F32 && !(grouped && dray_util_grouped(a->wdtype)))
+    if (a->wdtype != DRAY_I8 && a->wdtype != DRAY_F32 && !(grouped && dray_util_grouped(a->wdtype)) &&
+        !(grouped >= 2 && dray_util_x2(a->wdtype)))
         return dray_util_fail(why, len, DRAY_ENOTSUP,
-                              "matmul: weight dtype %u is not I8, F32, Q8G32 or Q4G32", a->wdtype);
+                              "matmul: weight dtype %u is not %s", a->wdtype,
+                              grouped >= 2 ? "I8, F32, Q8G32, Q4G32, Q8G32_X2 or Q4G32_X2"
+                                           : "I8, F32, Q8G32 or Q4G32");
     int i8 = a->wdtype == DRAY_I8;
+    uint32_t wl = dray_util_wlayout(a->wdtype); /* the layout the weights are in */
     uint32_t n_outlier = i8 ? a->n_outlier : 0; /* ignored for F32 weights */
     if (a->k > 65536)
         return dray_util_fail(why, len, DRAY_EINVAL, "matmul: k = %u exceeds 65536 (int32 sums)",
                               a->k);
-    if (dray_util_grouped(a->wdtype) && (a->k % 32 || a->n_out % 16 || a->n_outlier))
+    if (dray_util_grouped(wl) && (a->k % 32 || a->n_out % 16 || a->n_outlier))
         return dray_util_fail(why, len, DRAY_EINVAL,
                               "matmul: grouped weights need k %% 32 == 0 (k = %u), n_out %% 16 == 0 "
                               "(n_out = %u) and no outlier channels (n_outlier = %u)", a->k, a->n_out,
@@ -425,8 +452,8 @@ static inline int dray_util_check_matmul_g(const struct dray_matmul_args *a, int
         return dray_util_fail(why, len, DRAY_EINVAL, "matmul: %u outliers but k = %u", n_outlier,
                               a->k);
     DRAY_UTIL_TRY(dray_util_need(nd, "matmul x", a->x, a->n_tok, a->stride_x, a->k, 4, why, len));
-    uint32_t wrow = dray_util_wrow_bytes(a->wdtype, a->k);
-    uint32_t srow = dray_util_wscale_floats(a->wdtype, a->k);
+    uint32_t wrow = dray_util_wrow_bytes(wl, a->k);
+    uint32_t srow = dray_util_wscale_floats(wl, a->k);
     if (a->wdtype == DRAY_F32)
         DRAY_UTIL_TRY(dray_util_need(nd, "matmul w", a->w, a->n_out, a->k, a->k, 4, why, len));
     else

@@ -57,6 +57,17 @@ enum dray_head_precision {
     DRAY_HEAD_W4A8 = 2,
 };
 
+/* The activations of a grouped matmul (precision INT8G or W4A8). INT8: one int8
+ * pass per group of 32 inputs. INT8X2: two int8 passes, the second over the
+ * first's rounding error (about 15 bits; the weights are read once for both, so
+ * decoding costs the same and prefill matmuls about twice the int8 work).
+ * INT8X2 needs a device that declares it; elsewhere the engine uses INT8 and
+ * says so. */
+enum dray_activations {
+    DRAY_ACTIVATIONS_INT8 = 0,
+    DRAY_ACTIVATIONS_INT8X2 = 1,
+};
+
 /* Everything a config file can say; README.md has the table of keys.
  * dray_config_defaults() fills the documented defaults. Strings are NUL-terminated. */
 struct dray_config {
@@ -82,6 +93,7 @@ struct dray_config {
     float head_rescore_tail;  /* 4-bit probability a row may leave unrescored */
     uint32_t kv_dtype;        /* DRAY_I8 or DRAY_F16 */
     uint32_t outlier_channels;/* input channels per matmul kept in f32; 0 = off */
+    enum dray_activations activations; /* of grouped matmuls (int8g, w4a8) */
 
     /* memory */
     uint64_t kv_budget;       /* bytes of device memory for the KV cache; 0 = auto */

@@ -13,13 +13,15 @@
  *          which the quantize step keeps (gsum).
  *   Q4G32: the nibbles are already u8 0..15: the low and high nibbles of a unit
  *          are inputs 4u.. and 16+4u.. of the group; the min term adds
- *          m * sx * gsum per group. */
+ *          m * sx * gsum per group.
+ * Two-pass activations (a->pairs) are two q rows per token: a pass of four
+ * rows covers two tokens, both passes against one load of the weights. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 
-#define TB 4 /* tokens per pass */
+#define TB 4 /* q rows per pass (tokens, or halves of two-pass tokens) */
 
 /* 4 activation bytes of token row q at input c, in every lane. */
 static inline __m512i bcast4(const int8_t *q, uint32_t c)
@@ -111,9 +113,10 @@ void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, u
             case 2: PASS(2); break;
             default: PASS(1); break;
             }
+            /* in row order: a two-pass token's residual row adds to its first */
             for (uint32_t j = 0; j < nb; j++) {
-                float *out = a->out + (size_t)(t0 + j) * a->stride_out + 16 * b;
-                __m512 v = a->accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), y[j]) : y[j];
+                float *out = dray_cpu_gout(a, t0 + j) + 16 * b;
+                __m512 v = dray_cpu_gadds(a, t0 + j) ? _mm512_add_ps(_mm512_loadu_ps(out), y[j]) : y[j];
                 _mm512_storeu_ps(out, v);
             }
         }

@@ -83,7 +83,24 @@ struct dray_cpu_matmul {
     uint32_t wdtype;
     float *gsx;
     int32_t *gsum;
+    /* Two-pass activations (backend.h: DRAY_Q8G32_X2 / DRAY_Q4G32_X2; wdtype is
+     * then the layout, Q8G32 or Q4G32): 1 when q, gsx and gsum hold two rows per
+     * token of x, row 2t its first pass and row 2t+1 its residual's. gquantize
+     * takes tokens of x; gmatmul takes n_tok rows of q and writes row r to output
+     * token r >> pairs, the odd rows adding to what the even row left
+     * (dray_cpu_gout / dray_cpu_gadds), so a kernel that runs several rows
+     * against one load of the weights reads them once for both passes. */
+    uint32_t pairs;
 };
+/* Grouped kernels: the output row that q row r goes to, and whether r adds to it. */
+static inline float *dray_cpu_gout(const struct dray_cpu_matmul *a, uint32_t r)
+{
+    return a->out + (size_t)(r >> a->pairs) * a->stride_out;
+}
+static inline int dray_cpu_gadds(const struct dray_cpu_matmul *a, uint32_t r)
+{
+    return a->accumulate || (r & a->pairs);
+}
 /* Step 1 (I8 only): quantize tokens [t0, t1) of x into a->q / a->sx. */
 void dray_cpu_ref_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_avx2_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
@@ -108,12 +125,15 @@ void dray_cpu_avx512vnni_row_corr(const int8_t *w, uint32_t k, uint32_t n, int32
 void dray_cpu_amx_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_amx_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* Grouped weights (ref_gmatmul.c, the specification; avx512vnni_gmatmul.c).
- * gquantize (shared): tokens [t0, t1); gmatmul: output channels [o0, o1), every
- * token (the AVX2 and AVX-512 ones need o0 and o1 multiples of 16). */
+ * gquantize (shared): tokens [t0, t1) of x (rows 2t and 2t+1 of q when pairs);
+ * gmatmul: output channels [o0, o1), every q row (the AVX2 and AVX-512 ones
+ * need o0 and o1 multiples of 16). */
 void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
+/* The grouped quantize step with AVX2 (avx2_gmatmul.c): the reference's results. */
+void dray_cpu_avx2_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 /* Row r of a grouped table (dtype DRAY_Q8G32 or DRAY_Q4G32, dim a multiple of
  * 32, rs = its scales) times scale into y[dim]. */
 void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_t r, uint32_t dim,

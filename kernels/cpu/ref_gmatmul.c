@@ -1,7 +1,8 @@
 /* Reference matmul over grouped weights (backend.h, matmul: DRAY_Q8G32 and
- * DRAY_Q4G32): activations quantized per token and per group of 32 channels,
- * exact int32 dot products per group, group terms summed in f32 in increasing
- * group order. This is the truth the fast kernels are checked against. */
+ * DRAY_Q4G32, and their two-pass forms): activations quantized per token and per
+ * group of 32 channels (two passes: then the residual the same way), exact int32
+ * dot products per group, group terms summed in f32 in increasing group order.
+ * This is the truth the fast kernels are checked against. */
 #include <math.h>
 #include <string.h>
 
@@ -9,29 +10,48 @@
 
 #define GROUP 32u
 
+/* One token's k inputs into int8 per group of 32: q, and each group's scale
+ * and sum of q. */
+static void quantize_groups(const float *x, uint32_t G, int8_t *q, float *gsx, int32_t *gsum)
+{
+    for (uint32_t g = 0; g < G; g++) {
+        const float *xg = x + g * GROUP;
+        float amax = 0.0f;
+        for (uint32_t c = 0; c < GROUP; c++)
+            amax = fabsf(xg[c]) > amax ? fabsf(xg[c]) : amax;
+        float sx = amax / 127.0f;
+        int32_t sum = 0;
+        if (sx != 0.0f)
+            for (uint32_t c = 0; c < GROUP; c++) {
+                float v = nearbyintf(xg[c] / sx); /* nearest, ties to even */
+                v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+                q[g * GROUP + c] = (int8_t)v;
+                sum += (int32_t)v;
+            }
+        gsx[g] = sx;
+        gsum[g] = sum;
+    }
+}
+
 void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1)
 {
     uint32_t G = a->k / GROUP;
+    float r[GROUP];
     for (uint32_t t = t0; t < t1; t++) {
         const float *x = a->x + (size_t)t * a->stride_x;
-        int8_t *q = a->q + (size_t)t * a->q_stride;
-        memset(q, 0, a->q_stride);
+        size_t row = (size_t)t << a->pairs;
+        int8_t *q = a->q + row * a->q_stride;
+        float *sx = a->gsx + row * G;
+        memset(q, 0, a->q_stride << a->pairs);
+        quantize_groups(x, G, q, sx, a->gsum + row * G);
+        if (!a->pairs)
+            continue;
+        /* the residual, group by group, into the next row (backend.h: two-pass
+         * activations) */
         for (uint32_t g = 0; g < G; g++) {
-            const float *xg = x + g * GROUP;
-            float amax = 0.0f;
             for (uint32_t c = 0; c < GROUP; c++)
-                amax = fabsf(xg[c]) > amax ? fabsf(xg[c]) : amax;
-            float sx = amax / 127.0f;
-            int32_t sum = 0;
-            if (sx != 0.0f)
-                for (uint32_t c = 0; c < GROUP; c++) {
-                    float v = nearbyintf(xg[c] / sx); /* nearest, ties to even */
-                    v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-                    q[g * GROUP + c] = (int8_t)v;
-                    sum += (int32_t)v;
-                }
-            a->gsx[(size_t)t * G + g] = sx;
-            a->gsum[(size_t)t * G + g] = sum;
+                r[c] = x[g * GROUP + c] - (float)q[g * GROUP + c] * sx[g];
+            quantize_groups(r, 1, q + a->q_stride + g * GROUP, sx + G + g, a->gsum + (row + 1) * G + g);
         }
     }
 }
@@ -65,7 +85,8 @@ void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t
         const int8_t *q = a->q + (size_t)t * a->q_stride;
         const float *sx = a->gsx + (size_t)t * G;
         const int32_t *qs = a->gsum + (size_t)t * G;
-        float *y = a->out + (size_t)t * a->stride_out;
+        float *y = dray_cpu_gout(a, t);
+        int adds = dray_cpu_gadds(a, t);
         for (uint32_t o = o0; o < o1; o++) {
             float acc = 0.0f;
             for (uint32_t g = 0; g < G; g++) {
@@ -81,7 +102,7 @@ void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t
                                     scale_at(a->wscale, G, 2, o, g, 1) * (float)qs[g]);
                 }
             }
-            y[o] = a->accumulate ? y[o] + acc : acc;
+            y[o] = adds ? y[o] + acc : acc;
         }
     }
 }

@@ -325,6 +325,7 @@ static float gweight(uint32_t dtype, const void *w, const float *ws, uint32_t k,
 static int make_gmatmul(struct conf_rng *r, struct conf_case *c, int bench, uint32_t wdtype)
 {
     struct dray_matmul_args a = {.wdtype = wdtype};
+    wdtype = dray_util_wlayout(wdtype); /* two-pass forms: the weights of their layout */
     a.n_tok = bench ? 8 : conf_range(r, 1, 24);
     a.k = bench ? 1152 : 32 * (conf_range(r, 0, 3) == 0 ? conf_range(r, 1, 3) : conf_range(r, 1, 40));
     a.n_out = bench ? 6912 : 16 * conf_range(r, 1, 20);
@@ -375,6 +376,16 @@ int conf_make_matmul_q8g(struct conf_rng *r, struct conf_case *c, int bench)
 int conf_make_matmul_q4g(struct conf_rng *r, struct conf_case *c, int bench)
 {
     return make_gmatmul(r, c, bench, DRAY_Q4G32);
+}
+
+int conf_make_matmul_q8gx2(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_gmatmul(r, c, bench, DRAY_Q8G32_X2);
+}
+
+int conf_make_matmul_q4gx2(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_gmatmul(r, c, bench, DRAY_Q4G32_X2);
 }
 
 /* ------------------------------------------------------------ rope */

@@ -98,6 +98,8 @@ int conf_make_matmul_f32(struct conf_rng *, struct conf_case *, int);
 /* version 2's grouped weights (matmul) and tables (embed) */
 int conf_make_matmul_q8g(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_q4g(struct conf_rng *, struct conf_case *, int);
+int conf_make_matmul_q8gx2(struct conf_rng *, struct conf_case *, int);
+int conf_make_matmul_q4gx2(struct conf_rng *, struct conf_case *, int);
 int conf_make_embed_q8g(struct conf_rng *, struct conf_case *, int);
 int conf_make_embed_q4g(struct conf_rng *, struct conf_case *, int);
 int conf_make_rope(struct conf_rng *, struct conf_case *, int);

@@ -78,6 +78,11 @@ static const struct variant {
      {0, 0, 1e-4, "1e-4*sum|x||W|"}},
     {"matmul", DRAY_OP_MATMUL, DRAY_Q4G32, 0, conf_make_matmul_q4g, conf_check_f32,
      {0, 0, 1e-4, "1e-4*sum|x||W|"}},
+    /* their two-pass activation forms: the same bound */
+    {"matmul", DRAY_OP_MATMUL, DRAY_Q8G32_X2, 0, conf_make_matmul_q8gx2, conf_check_f32,
+     {0, 0, 1e-4, "1e-4*sum|x||W|"}},
+    {"matmul", DRAY_OP_MATMUL, DRAY_Q4G32_X2, 0, conf_make_matmul_q4gx2, conf_check_f32,
+     {0, 0, 1e-4, "1e-4*sum|x||W|"}},
     /* rope: "abs 1e-4 for |p| < 2^17" */
     {"rope", DRAY_OP_ROPE, DRAY_F32, 1, conf_make_rope, conf_check_f32, {1e-4, 0, 0, "abs 1e-4"}},
     /* kv_store: "I8 bit-exact ... except ties (|q| off by one in at most 1e-3 of
@@ -109,6 +114,8 @@ static const char *dtype_name(uint32_t t)
     case DRAY_I32: return "i32";
     case DRAY_Q8G32: return "q8g";
     case DRAY_Q4G32: return "q4g";
+    case DRAY_Q8G32_X2: return "q8gx2";
+    case DRAY_Q4G32_X2: return "q4gx2";
     }
     return "?";
 }
