@@ -357,9 +357,10 @@ static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
  * rescored: its own 4-bit copy is read in full each step, and the most likely
  * tokens of each row get their logits from the table again (head_rescore.c),
  * which the embedding gather keeps anyway. w4a8 takes the 4-bit head, rescored where it
- * can be (a separate output.weight wider than 4 bits is rounded: lossy); auto
- * takes it where it is rescored and the 8-bit head elsewhere. Sets *rescore to
- * the most candidates per row (0 = none). */
+ * can be (a separate output.weight wider than 4 bits is rounded: lossy). auto
+ * keeps the 8-bit head: with two-pass activations its KL is so low that the
+ * rescored head's tail noise adds 23-39% (issue 11 allows 10%). Sets *rescore
+ * to the most candidates per row (0 = none). */
 static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied,
                            const struct dray_model_opts *o, uint32_t *rescore)
 {
@@ -368,7 +369,7 @@ static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied
         return dtype; /* plugins without the 4-bit matmul keep the 8-bit head */
     if (tied && m->embd.dtype == DRAY_Q8G32 && dev_runs(m, DRAY_OP_MATMUL, DRAY_F32))
         *rescore = o->head_rescore;
-    if (o->head_precision == DRAY_HEAD_W4A8 || (o->head_precision == DRAY_HEAD_AUTO && *rescore))
+    if (o->head_precision == DRAY_HEAD_W4A8)
         return DRAY_Q4G32_ROUND;
     *rescore = 0;
     return dtype;

@@ -50,7 +50,7 @@ enum dray_precision {
  * Q8_0 head). W4A8: 4-bit groups whatever the file holds, rounding a wider head;
  * a head tied to an 8-bit embedding table gets its own 4-bit copy and the
  * logits of its most likely tokens are computed again from the table
- * (lossy without that). AUTO: 4-bit where it is rescored, else INT8G. */
+ * (lossy without that). AUTO: dray's default choice (INT8G). */
 enum dray_head_precision {
     DRAY_HEAD_AUTO = 0,
     DRAY_HEAD_INT8G = 1,
