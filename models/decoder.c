@@ -356,11 +356,11 @@ static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
  * weights only. A head tied to an 8-bit embedding table can be 4-bit and
  * rescored: its own 4-bit copy is read in full each step, and the most likely
  * tokens of each row get their logits from the table again (head_rescore.c),
- * which the embedding gather keeps anyway. w4a8 takes the 4-bit head, rescored where it
- * can be (a separate output.weight wider than 4 bits is rounded: lossy). auto
- * keeps the 8-bit head: with two-pass activations its KL is so low that the
- * rescored head's tail noise adds 23-39% (issue 11 allows 10%). Sets *rescore
- * to the most candidates per row (0 = none). */
+ * which the embedding gather keeps anyway. w4a8 takes the 4-bit head, rescored
+ * where it can be (a separate output.weight wider than 4 bits is rounded:
+ * lossy). auto keeps the 8-bit head: with two-pass activations its KL is so low
+ * that the rescored head's tail noise adds 23-39% (issue 11 allows 10%). Sets
+ * *rescore to the most candidates per row (0 = none). */
 static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied,
                            const struct dray_model_opts *o, uint32_t *rescore)
 {
