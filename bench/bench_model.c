@@ -82,12 +82,24 @@ static int32_t argmax(const float *x, uint32_t n)
     return (int32_t)best;
 }
 
+struct result {
+    double prefill_s, decode_s, bytes;
+    double rescore_per_step; /* candidates a rescored head rescored per decode step */
+};
+
+/* Weight bytes of a step: the prepared weights a step reads, and a rescored
+ * head's candidate rows (8-bit row read, f32 copy written and read back). */
+static double step_weights(const struct dray_engine_info *in, const struct result *r)
+{
+    return (double)in->step_weight_bytes + r->rescore_per_step * (double)in->rescore_bytes;
+}
+
 /* Bytes one decode step must move, for the roofline: every prepared weight byte
  * once (the output head reads its whole int8 table, row scales and outlier
  * columns), and per sequence the KV it attends over at average length len and
  * its logits row (written by the head, read by the pick). Sliding-window layers
  * read at most their per-sequence pool. */
-static double step_bytes(const struct dray_engine_info *in, uint32_t batch, double len)
+static double step_bytes(const struct dray_engine_info *in, const struct result *r, uint32_t batch, double len)
 {
     bool i8 = !strcmp(in->kv_dtype, "int8");
     double per_layer_tok = in->n_kv_head * (2.0 * in->head_dim * (i8 ? 1 : 2) + (i8 ? 8 : 0));
@@ -96,12 +108,8 @@ static double step_bytes(const struct dray_engine_info *in, uint32_t batch, doub
     if (window > (double)in->kv_bytes_per_seq_fixed)
         window = (double)in->kv_bytes_per_seq_fixed;
     double kv = (double)in->kv_bytes_per_token * len + window;
-    return (double)in->step_weight_bytes + batch * (kv + 2.0 * in->n_vocab * sizeof(float));
+    return step_weights(in, r) + batch * (kv + 2.0 * in->n_vocab * sizeof(float));
 }
-
-struct result {
-    double prefill_s, decode_s, bytes;
-};
 
 static int prefill_all(struct dray_engine *e, const struct model_opts *o, struct dray_session **ss,
                        struct result *r, char *err, size_t errlen)
@@ -138,6 +146,8 @@ static int decode_all(struct dray_engine *e, const struct model_opts *o, struct 
         snprintf(err, errlen, "out of memory for %u rows of logits", o->batch);
     for (uint32_t b = 0; ids && b < o->batch; b++)
         ids[b] = token_at(o->prefill + b, in->n_vocab); /* as if sampled after the prefill */
+    uint64_t rows0, cand0, rows1, cand1;
+    dray_engine_rescore_stats(e, &rows0, &cand0);
     double t0 = now_s();
     for (uint32_t step = 0; !rc && step < o->decode; step++) {
         rc = dray_sessions_decode(ss, o->batch, ids, logits, err, errlen);
@@ -145,6 +155,8 @@ static int decode_all(struct dray_engine *e, const struct model_opts *o, struct 
             ids[b] = argmax(logits + (size_t)b * in->n_vocab, in->n_vocab);
     }
     r->decode_s = now_s() - t0;
+    dray_engine_rescore_stats(e, &rows1, &cand1);
+    r->rescore_per_step = o->decode ? (double)(cand1 - cand0) / o->decode : 0;
     free(ids);
     free(logits);
     return rc;
@@ -161,9 +173,13 @@ static void report(const struct dray_config *cfg, const struct dray_engine_info 
     printf("decode  %u steps, %u sequence%s in lockstep, logits + greedy pick each step: %.1f steps/s, "
            "%.1f tok/s  (%.3f s)\n", o->decode, o->batch, o->batch > 1 ? "s" : "", steps, steps * o->batch,
            r->decode_s);
+    double w = step_weights(in, r);
+    if (in->rescore_bytes)
+        printf("rescored head: %.0f candidates per step, %.1f MB of its step's weights\n",
+               r->rescore_per_step, r->rescore_per_step * (double)in->rescore_bytes / 1e6);
     printf("roofline: a step reads %.1f MB (weights %.1f incl. output head and outlier columns, "
            "KV and logits %.1f); at %.0f GB/s: %.1f steps/s -> %.0f%% of it\n", r->bytes / 1e6,
-           in->step_weight_bytes / 1e6, (r->bytes - (double)in->step_weight_bytes) / 1e6, o->bw, roof, 100.0 * steps / roof);
+           w / 1e6, (r->bytes - w) / 1e6, o->bw, roof, 100.0 * steps / roof);
     FILE *f = o->json ? fopen(o->json, "a") : NULL;
     if (o->json && !f)
         fprintf(stderr, "dray bench model: cannot append to %s: %s\n", o->json, strerror(errno));
@@ -199,7 +215,7 @@ int dray_bench_model(const struct dray_config *cfg_in, int argc, char **argv)
     if (!rc)
         rc = decode_all(e, &o, ss, &r, err, sizeof(err));
     if (!rc) {
-        r.bytes = step_bytes(dray_engine_get_info(e), o.batch, o.prefill + o.decode / 2.0);
+        r.bytes = step_bytes(dray_engine_get_info(e), &r, o.batch, o.prefill + o.decode / 2.0);
         report(&cfg, dray_engine_get_info(e), &o, &r);
     } else {
         fprintf(stderr, "dray: %s\n", ss ? err : "out of memory");

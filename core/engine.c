@@ -61,6 +61,7 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
                                  .smooth_k = wants_smooth_k(&e->cfg),
                                  .head_precision = e->cfg.head_precision,
                                  .head_rescore = e->cfg.head_rescore,
+                                 .head_rescore_tail = e->cfg.head_rescore_tail,
                                  .two_pass = e->cfg.activations == DRAY_ACTIVATIONS_INT8X2};
     float *scores = NULL;
     size_t n = 0;
@@ -177,6 +178,7 @@ static void fill_info(struct dray_engine *e)
     in->n_params = mi->n_params;
     in->weight_bytes = mi->weight_bytes;
     in->step_weight_bytes = mi->step_weight_bytes;
+    in->rescore_bytes = mi->rescore_bytes;
     in->precision = precision_name(e->cfg.precision);
     in->kv_dtype = e->cfg.kv_dtype == DRAY_F16 ? "f16" : "int8";
 }
@@ -277,6 +279,13 @@ void dray_engine_close(struct dray_engine *e)
 const struct dray_engine_info *dray_engine_get_info(const struct dray_engine *e)
 {
     return &e->info;
+}
+
+void dray_engine_rescore_stats(const struct dray_engine *e, uint64_t *rows, uint64_t *candidates)
+{
+    const struct dray_model_info *mi = e->arch->info(e->model);
+    *rows = mi->rescore_rows;
+    *candidates = mi->rescore_candidates;
 }
 
 int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add_bos,

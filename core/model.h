@@ -30,6 +30,11 @@ struct dray_model_info {
     uint64_t weight_bytes;     /* device bytes of prepared weights */
     uint64_t step_weight_bytes; /* of those, the ones a decode step reads: all but the
                                  * embedding table when the head is a matrix of its own */
+    /* A rescored head (models/head_rescore.c) reads, per candidate of a row of
+     * logits, its row of the 8-bit table and writes and reads it as f32: bytes
+     * per candidate (0 = no rescored head), and the rows and candidates so far. */
+    uint64_t rescore_bytes;
+    uint64_t rescore_rows, rescore_candidates;
 };
 
 struct dray_model_opts {
@@ -49,10 +54,11 @@ struct dray_model_opts {
     /* Grouped precisions: the output head in 4-bit groups even where the file's
      * head is wider (DRAY_Q4G32_ROUND); a head tied to the embedding gets its own
      * 4-bit copy, so the embedding gather keeps the file's precision, and the
-     * head_rescore largest logits of each row are computed again from that 8-bit
-     * table (models/head_rescore.c). */
+     * most likely tokens of each row are computed again from that 8-bit table
+     * (models/head_rescore.c). */
     enum dray_head_precision head_precision;
-    uint32_t head_rescore;     /* candidates per row; 0 = the 4-bit logits as they are */
+    uint32_t head_rescore;     /* most candidates per row; 0 = the 4-bit logits as they are */
+    float head_rescore_tail;   /* 4-bit probability a row may leave unrescored */
     /* Grouped precisions: layer matmuls with two-pass activations (DRAY_Q8G32_X2 /
      * DRAY_Q4G32_X2: config activations int8x2, on a device that declares them);
      * the output head keeps one pass. */

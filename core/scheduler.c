@@ -268,6 +268,18 @@ static void release_kv(struct dray_sched *s, struct dray_request *r, bool keep)
     r->sess = NULL;
 }
 
+/* Does a window group drop a block between a sequence of length a and one of b? */
+static bool window_moves(const struct dray_sched *s, size_t a, size_t b)
+{
+    struct dray_kv *kv = s->e->kv;
+    uint32_t bs = dray_kv_block_size(kv);
+    for (uint32_t g = 0; g < dray_kv_get_plan(kv)->n_group; g++)
+        if (dray_kv_live_from(kv, g, (uint32_t)(a / bs * bs)) !=
+            dray_kv_live_from(kv, g, (uint32_t)(b / bs * bs)))
+            return true;
+    return false;
+}
+
 /* Hand r's sequence to a finisher that feeds r->feed (and a chat's next user
  * head when the context has room for it); false (nothing changed) when there is
  * nothing to feed or no memory for it. */
@@ -290,9 +302,11 @@ static bool start_finisher(struct dray_sched *s, struct dray_request *r)
         if (r->feed != s->turn_end)
             r->toks[at++] = s->turn_end; /* max_tokens cut the reply: the next prompt closes it */
         memcpy(r->toks + at, s->head, s->n_head * sizeof(int32_t));
-        /* the reply as it is now: with the checkpoint after the feed, it serves a
-         * request that continues the reply (its last token included) otherwise */
-        cache_insert(s, r->salt, r->toks, r->n_toks, r->sess);
+        /* the checkpoint after the feed also serves a request that continues the
+         * reply otherwise, unless the feed moves a window past a block it needs:
+         * then the reply as it is now goes in too (the two serve it together) */
+        if (window_moves(s, r->n_toks, n))
+            cache_insert(s, r->salt, r->toks, r->n_toks, r->sess);
     }
     *f = (struct finisher){.next = s->finishing, .sess = r->sess, .toks = r->toks,
                            .n = n, .salt = r->salt};

@@ -336,11 +336,13 @@ static void account(struct dray_model *m)
         in->weight_bytes += (vec + bias) * 4;
     }
     /* a step gathers one embedding row per token, so a table the head does not
-     * share is not read in bulk; a rescored head reads k rows of it per row of
-     * logits on top of its own 4-bit copy */
+     * share is not read in bulk (a rescored head reads some rows of it per row of
+     * logits, on top of its own 4-bit copy: rescore_bytes per candidate, the
+     * cache lines of its 8-bit row and its f32 copy written and read back) */
     in->step_weight_bytes = in->weight_bytes - (m->output.n_out ? weight_bytes(&m->embd) : 0);
-    if (m->rescore.k && m->embd.n_out)
-        in->step_weight_bytes += weight_bytes(&m->embd) / m->embd.n_out * m->rescore.k;
+    if (m->rescore.max) /* a Q8G32 row: 4 bytes in each 64-byte unit, a scale in each
+                         * 16-float line (backend.h), so whole lines are read */
+        in->rescore_bytes = (in->n_embd / 4 + in->n_embd / 32) * 64ull + 2ull * in->n_embd * 4;
 }
 
 /* Whether the device declares dtype for the op (ABI v2 caps, or v1's props). */
@@ -352,12 +354,13 @@ static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
 
 /* The head's precision (config head_precision, head_rescore), for grouped
  * weights only. A head tied to an 8-bit embedding table can be 4-bit and
- * rescored: its own 4-bit copy is read in full each step, and the top
- * head_rescore logits of each row come again from the table (head_rescore.c),
- * which the embedding gather keeps anyway. w4a8 takes the 4-bit head, rescored where it
- * can be (a separate output.weight wider than 4 bits is rounded: lossy); auto
- * keeps the 8-bit head: the top 64 rescored still cost 2-3x its KL (issue 11
- * allows 10%). Sets *rescore to the candidates per row (0 = none). */
+ * rescored: its own 4-bit copy is read in full each step, and the most likely
+ * tokens of each row get their logits from the table again (head_rescore.c),
+ * which the embedding gather keeps anyway. w4a8 takes the 4-bit head, rescored
+ * where it can be (a separate output.weight wider than 4 bits is rounded:
+ * lossy). auto keeps the 8-bit head: with two-pass activations its KL is so low
+ * that the rescored head's tail noise adds 23-39% (issue 11 allows 10%). Sets
+ * *rescore to the most candidates per row (0 = none). */
 static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied,
                            const struct dray_model_opts *o, uint32_t *rescore)
 {
@@ -365,7 +368,7 @@ static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied
     if (!dray_util_grouped(dtype) || !dev_runs(m, DRAY_OP_MATMUL, DRAY_Q4G32))
         return dtype; /* plugins without the 4-bit matmul keep the 8-bit head */
     if (tied && m->embd.dtype == DRAY_Q8G32 && dev_runs(m, DRAY_OP_MATMUL, DRAY_F32))
-        *rescore = o->head_rescore < m->info.n_vocab ? o->head_rescore : m->info.n_vocab;
+        *rescore = o->head_rescore;
     if (o->head_precision == DRAY_HEAD_W4A8)
         return DRAY_Q4G32_ROUND;
     *rescore = 0;
@@ -409,7 +412,7 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, const struct dr
         m->head_copy = true;
     }
     if (!rc && m->head_copy && rescore)
-        rc = dec_rescore_init(m, rescore, err, errlen);
+        rc = dec_rescore_init(m, rescore, o->head_rescore_tail, err, errlen);
     if (!rc)
         rc = load_vector(m, -1, "output_norm", in->n_embd, &m->output_norm, err, errlen);
     return rc;
@@ -714,7 +717,7 @@ static int output_logits(struct dray_model *m, const struct dray_batch *b)
         if (!rc)
             rc = ops->download(ctx, b->logits + (size_t)r0 * in->n_vocab, dec_at(m->a.logits, 0),
                                (size_t)n * in->n_vocab * 4);
-        if (!rc && m->rescore.k)
+        if (!rc && m->rescore.max)
             rc = dec_rescore(m, n, b->logits + (size_t)r0 * in->n_vocab);
         if (rc)
             return rc;

@@ -48,16 +48,19 @@ struct dec_acts {
     struct dray_buf *logits; /* F32 [DEC_LOGIT_SLAB][n_vocab] */
 };
 
-/* The rescored head (head_rescore.c): the 4-bit head's k largest logits of a
- * row computed again from the 8-bit table embd and put in their place. */
+/* The rescored head (head_rescore.c): the 4-bit head's most likely tokens of
+ * each row, until at most `tail` of its probability is left (at least
+ * DEC_RESCORE_MIN, at most max), computed again from the 8-bit table embd and
+ * put in their place. One row of logits at a time. */
+#define DEC_RESCORE_MIN 16u
 struct dec_rescore {
-    uint32_t k;               /* candidates per row; 0 = off (the head is read as is) */
-    struct dray_buf *ids;     /* I32 [DEC_LOGIT_SLAB][k] candidate token ids */
-    struct dray_buf *rows;    /* F32 [DEC_LOGIT_SLAB][k][n_embd] their rows of embd */
-    struct dray_buf *out;     /* F32 [DEC_LOGIT_SLAB][k] their logits */
-    int32_t *ids_host;        /* [DEC_LOGIT_SLAB][k] */
-    float *out_host;          /* [DEC_LOGIT_SLAB][k] */
-    float *top;               /* [k] scratch of the selection */
+    uint32_t max;             /* most candidates per row; 0 = off (the head is read as is) */
+    float tail;               /* 4-bit probability a row may leave unrescored */
+    struct dray_buf *ids;     /* I32 [max] candidate token ids */
+    struct dray_buf *rows;    /* F32 [max][n_embd] their rows of embd */
+    struct dray_buf *out;     /* F32 [max] their logits */
+    int32_t *ids_host;        /* [max] */
+    float *out_host;          /* [max] */
 };
 
 struct dray_model;
@@ -129,11 +132,11 @@ int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen);
 int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint32_t lo, uint32_t hi,
                 const uint32_t *dflt, uint32_t *v, char *err, size_t errlen);
 
-/* The rescored head (head_rescore.c): buffers for k candidates per row, freed
- * by dec_rescore_free; dec_rescore replaces the k largest of each of the n host
- * rows of logits (n <= DEC_LOGIT_SLAB, xl holding their normed hidden states)
- * with their logits from the 8-bit table embd. */
-int dec_rescore_init(struct dray_model *m, uint32_t k, char *err, size_t errlen);
+/* The rescored head (head_rescore.c): buffers for up to max candidates per
+ * row (freed by dec_rescore_free); dec_rescore rescores each of the n host rows
+ * of logits (n <= DEC_LOGIT_SLAB, xl holding their normed hidden states) and
+ * counts rows and candidates in m->info. */
+int dec_rescore_init(struct dray_model *m, uint32_t max, float tail, char *err, size_t errlen);
 int dec_rescore(struct dray_model *m, uint32_t n, float *logits);
 void dec_rescore_free(struct dray_model *m);
 

@@ -1,46 +1,59 @@
 /* The rescored output head (see decoder.h, struct dec_rescore): a 4-bit head
- * (DRAY_Q4G32, 2.5 bits/weight cheaper to read than the 8-bit table) computes
- * every logit of a row, then the K largest of them are computed again from the
+ * (DRAY_Q4G32, 6 bits a weight with its scale and min, against the 8-bit
+ * table's 9: Gemma 3 270M's head reads 126 instead of 189 MB) computes
+ * every logit of a row, then its most likely tokens are computed again from the
  * 8-bit table the embedding gather keeps anyway, and replace the 4-bit values.
  *
- * Why this is enough: the 4-bit head's error is noise of a few percent of the
- * logit spread. It matters where the probability is (the top of the row: greedy
- * picks, top-k/top-p sampling, most of a KL divergence), and the true top tokens
- * are among the 4-bit top K unless the noise moves one down by K places. The
- * tail keeps its 4-bit logits: tokens of tiny probability either way.
+ * How many: the 4-bit logits carry noise of about 0.33 (Gemma 3 270M, rms over
+ * the vocabulary), and a token left with noise e costs about p e^2 / 2 of KL
+ * divergence, so what the 4-bit logits cost is the probability left to them
+ * times ~0.055. A fixed top 64 leaves 5-15% of the probability on a flat row
+ * (2-3x the 8-bit head's whole KL with one-pass activations). So the candidates
+ * are the 4-bit head's most likely tokens until what is left holds at most
+ * `tail` of its probability (at least DEC_RESCORE_MIN, at most `max`): a peaked
+ * row takes a few dozen, a flat one thousands (Gemma, GPL-3: 950 a row on
+ * average at tail 0.005, 1560 at 0.002). Each costs ~16.6 KB of memory traffic
+ * (rescore_bytes in decoder.c), so this pays at batch 1 only.
  *
- * All device work is two ops of the operator table per slab, so every plugin
- * that runs the 4-bit head runs this too: EMBED gathers the K candidate rows of
+ * The device work is three ops of the operator table per row, so every plugin
+ * that runs the 4-bit head runs this too: EMBED gathers the candidates' rows of
  * the 8-bit table as F32 (scale 1: the table itself, not Gemma's sqrt(d) input
- * scaling), and one F32 MATMUL per row multiplies the row's normed hidden state
- * by its own K candidate rows. The top-K selection runs on the host over the
- * downloaded logits, which the caller reads there anyway. */
+ * scaling), and an F32 MATMUL multiplies them by the row's normed hidden state
+ * (unquantized: these logits are the 8-bit weights' exact ones). The selection
+ * runs on the host over the downloaded logits, which the caller reads there. */
 #include "decoder.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
+#include "log.h"
 
-int dec_rescore_init(struct dray_model *m, uint32_t k, char *err, size_t errlen)
+/* The selection's histogram: buckets of 1/4 nat below the row's largest logit,
+ * 32 nats deep (262144 tokens 32 nats down hold 3e-9 of the probability). */
+#define BUCKETS_PER_NAT 4.0f
+#define N_BUCKETS 128u
+
+int dec_rescore_init(struct dray_model *m, uint32_t max, float tail, char *err, size_t errlen)
 {
     struct dec_rescore *r = &m->rescore;
     const struct dray_ops *ops = m->dev->ops;
     const struct dray_model_info *in = &m->info;
-    size_t n = (size_t)DEC_LOGIT_SLAB * k;
-    r->k = k;
+    r->max = max < DEC_RESCORE_MIN ? DEC_RESCORE_MIN : max;
+    r->max = r->max < in->n_vocab ? r->max : in->n_vocab;
+    r->tail = tail;
     struct { struct dray_buf **buf; size_t bytes; } want[] = {
-        {&r->ids, n * 4}, {&r->rows, n * in->n_embd * 4}, {&r->out, n * 4}};
+        {&r->ids, (size_t)r->max * 4}, {&r->rows, (size_t)r->max * in->n_embd * 4}, {&r->out, (size_t)r->max * 4}};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         int rc = ops->alloc(m->dev->ctx, want[i].bytes, want[i].buf);
         if (rc)
             return dray_fail(err, errlen, rc, "device memory for the rescored head (%zu bytes) on %s: %s",
                              want[i].bytes, ops->name, ops->last_error(m->dev->ctx));
     }
-    r->ids_host = malloc(n * sizeof(int32_t));
-    r->out_host = malloc(n * sizeof(float));
-    r->top = malloc(k * sizeof(float));
-    if (!r->ids_host || !r->out_host || !r->top)
+    r->ids_host = malloc((size_t)r->max * sizeof(int32_t));
+    r->out_host = malloc((size_t)r->max * sizeof(float));
+    if (!r->ids_host || !r->out_host)
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
     return 0;
 }
@@ -48,39 +61,53 @@ int dec_rescore_init(struct dray_model *m, uint32_t k, char *err, size_t errlen)
 void dec_rescore_free(struct dray_model *m)
 {
     struct dec_rescore *r = &m->rescore;
+    if (m->info.rescore_rows)
+        dray_debug("rescored head: %llu rows of logits, %.1f candidates a row",
+                   (unsigned long long)m->info.rescore_rows,
+                   (double)m->info.rescore_candidates / (double)m->info.rescore_rows);
     struct dray_buf *bufs[] = {r->ids, r->rows, r->out};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             m->dev->ops->free(m->dev->ctx, bufs[i]);
     free(r->ids_host);
     free(r->out_host);
-    free(r->top);
     memset(r, 0, sizeof(*r));
 }
 
-/* The k largest of x[0..n) (k <= n) into idx, largest first (ties: the lower
- * index first; NaN never enters). val is k floats of scratch. Insertion into a
- * sorted list: after the first few thousand values almost every x fails the
- * one compare against the k-th best, so this is one pass at memory speed. */
-static void top_k(const float *x, uint32_t n, uint32_t k, int32_t *idx, float *val)
+/* The candidates of one row x[0..n): every token whose logit is less than B/4
+ * nats below the largest, B the fewest buckets that leave at most `tail` of the
+ * probability outside (from bucket counts, each bucket's tokens taken at its
+ * middle: within e^(1/8) of the truth), widened to at least DEC_RESCORE_MIN
+ * tokens and narrowed to at most max. NaN logits are never candidates. Returns
+ * the count written to idx. */
+static uint32_t candidates(const float *x, uint32_t n, float tail, uint32_t max, int32_t *idx)
 {
-    uint32_t have = 0;
+    float top = -INFINITY;
+    for (uint32_t i = 0; i < n; i++)
+        top = x[i] > top ? x[i] : top;
+    uint32_t cnt[N_BUCKETS] = {0};
     for (uint32_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (have == k && !(v > val[k - 1]))
-            continue;
-        if (have < k && v != v)
-            continue;
-        uint32_t j = have < k ? have++ : k - 1;
-        for (; j > 0 && val[j - 1] < v; j--) {
-            val[j] = val[j - 1];
-            idx[j] = idx[j - 1];
-        }
-        val[j] = v;
-        idx[j] = (int32_t)i;
+        float t = (top - x[i]) * BUCKETS_PER_NAT;
+        if (t < (float)N_BUCKETS) /* false for NaN and -inf */
+            cnt[(uint32_t)t]++;
     }
-    for (; have < k; have++) /* only with NaN logits: pad with token 0, harmless */
-        idx[have] = 0;
+    double w[N_BUCKETS], z = 0, left = 0;
+    for (uint32_t b = 0; b < N_BUCKETS; b++)
+        z += w[b] = cnt[b] * exp(-(b + 0.5) / BUCKETS_PER_NAT);
+    uint32_t B = N_BUCKETS, count = 0;
+    while (B > 1 && left + w[B - 1] <= tail * z)
+        left += w[--B];
+    for (uint32_t b = 0; b < B; b++)
+        count += cnt[b];
+    while (count < DEC_RESCORE_MIN && B < N_BUCKETS)
+        count += cnt[B++];
+    while (count > max && B > 1)
+        count -= cnt[--B];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n && k < max; i++)
+        if ((top - x[i]) * BUCKETS_PER_NAT < (float)B)
+            idx[k++] = (int32_t)i;
+    return k;
 }
 
 int dec_rescore(struct dray_model *m, uint32_t n, float *logits)
@@ -88,31 +115,35 @@ int dec_rescore(struct dray_model *m, uint32_t n, float *logits)
     struct dec_rescore *r = &m->rescore;
     const struct dray_ops *ops = m->dev->ops;
     struct dray_ctx *ctx = m->dev->ctx;
-    const uint32_t V = m->info.n_vocab, d = m->info.n_embd, k = r->k;
-    for (uint32_t i = 0; i < n; i++)
-        top_k(logits + (size_t)i * V, V, k, r->ids_host + (size_t)i * k, r->top);
-    int rc = ops->upload(ctx, dec_at(r->ids, 0), r->ids_host, (size_t)n * k * 4);
-    /* rows[i*k + j] = table[ids[i*k + j]] as f32, exactly the 8-bit head's weights */
-    struct dray_embed_args e = {
-        .ids = {r->ids, 0}, .table = {m->embd.w, 0}, .row_scale = {m->embd.scale, 0},
-        .out = dec_at(r->rows, 0), .dtype = m->embd.dtype, .n_tok = n * k, .dim = d,
-        .n_rows = V, .scale = 1.0f,
-    };
-    if (!rc)
-        rc = ops->embed(ctx, &e);
+    const uint32_t V = m->info.n_vocab, d = m->info.n_embd;
+    int rc = 0;
     for (uint32_t i = 0; i < n && !rc; i++) {
-        /* out[i*k .. +k) = rows[i*k .. +k) . xl[i], in f32 (the activations unquantized) */
-        struct dray_matmul_args a = {
-            .x = dec_at(m->a.xl, (size_t)i * d), .w = dec_at(r->rows, (size_t)i * k * d),
-            .out = dec_at(r->out, (size_t)i * k), .n_tok = 1, .n_out = k, .k = d,
-            .stride_x = d, .stride_out = k, .wdtype = DRAY_F32,
+        float *row = logits + (size_t)i * V;
+        uint32_t k = candidates(row, V, r->tail, r->max, r->ids_host);
+        if (k == 0)
+            continue; /* a row of NaN: nothing to rescore */
+        rc = ops->upload(ctx, dec_at(r->ids, 0), r->ids_host, (size_t)k * 4);
+        /* rows[j] = table[ids[j]] as f32: exactly the 8-bit head's weights */
+        struct dray_embed_args e = {
+            .ids = {r->ids, 0}, .table = {m->embd.w, 0}, .row_scale = {m->embd.scale, 0},
+            .out = dec_at(r->rows, 0), .dtype = m->embd.dtype, .n_tok = k, .dim = d,
+            .n_rows = V, .scale = 1.0f,
         };
-        rc = ops->matmul(ctx, &a);
+        if (!rc)
+            rc = ops->embed(ctx, &e);
+        /* out[j] = rows[j] . xl[i] in f32 */
+        struct dray_matmul_args a = {
+            .x = dec_at(m->a.xl, (size_t)i * d), .w = dec_at(r->rows, 0), .out = dec_at(r->out, 0),
+            .n_tok = 1, .n_out = k, .k = d, .stride_x = d, .stride_out = k, .wdtype = DRAY_F32,
+        };
+        if (!rc)
+            rc = ops->matmul(ctx, &a);
+        if (!rc)
+            rc = ops->download(ctx, r->out_host, dec_at(r->out, 0), (size_t)k * 4);
+        for (uint32_t j = 0; j < k && !rc; j++)
+            row[r->ids_host[j]] = r->out_host[j];
+        m->info.rescore_rows++;
+        m->info.rescore_candidates += k;
     }
-    if (!rc)
-        rc = ops->download(ctx, r->out_host, dec_at(r->out, 0), (size_t)n * k * 4);
-    for (uint32_t i = 0; i < n && !rc; i++)
-        for (uint32_t j = 0; j < k; j++)
-            logits[(size_t)i * V + (uint32_t)r->ids_host[(size_t)i * k + j]] = r->out_host[(size_t)i * k + j];
     return rc;
 }

@@ -87,7 +87,8 @@ static void test_config_defaults_are_the_documented_ones(void **state)
     assert_false(c.reference_kernels);
     assert_int_equal(c.precision, DRAY_PRECISION_W4A8);
     assert_int_equal(c.head_precision, DRAY_HEAD_AUTO);
-    assert_int_equal(c.head_rescore, 32);
+    assert_int_equal(c.head_rescore, 4096);
+    assert_float_equal(c.head_rescore_tail, 0.005, 1e-9);
     assert_int_equal(c.kv_dtype, DRAY_I8);
     assert_int_equal(c.outlier_channels, 32);
     assert_int_equal(c.activations, DRAY_ACTIVATIONS_INT8X2);
@@ -409,7 +410,7 @@ static void test_config_print_reads_back_identically(void **state)
     const char *sets[][2] = {
         {"model", "/a \"quoted\" \\ path.gguf"}, {"backend", "opencl"}, {"fallback", "cpu"},
         {"device", "3"}, {"threads", "7"}, {"reference_kernels", "true"}, {"precision", "f32"},
-        {"head_precision", "int8g"}, {"head_rescore", "5"}, {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
+        {"head_precision", "int8g"}, {"head_rescore", "5"}, {"head_rescore_tail", "0.01"}, {"kv_dtype", "f16"}, {"kv_budget", "123457"}, {"host_cache", "3MiB"}, {"temperature", "0.3"},
         {"top_p", "0.9"}, {"min_p", "0.123456"}, {"seed", "42"}, {"log_level", "info"},
         {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"}, {"chat_template", "gemma"},
         {"max_body", "2MiB"}, {"max_queue", "5"}, {"max_messages", "9"}, {"max_prompt_tokens", "77"},

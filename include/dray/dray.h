@@ -48,8 +48,8 @@ enum dray_precision {
 /* The output head under INT8G/W4A8 (other precisions ignore it). INT8G: the
  * head keeps int8 groups where the file's head is wider than 4 bits (Gemma's
  * Q8_0 head). W4A8: 4-bit groups whatever the file holds, rounding a wider head;
- * a head tied to an 8-bit embedding table gets its own 4-bit copy and its
- * head_rescore largest logits per row are computed again from the table
+ * a head tied to an 8-bit embedding table gets its own 4-bit copy and the
+ * logits of its most likely tokens are computed again from the table
  * (lossy without that). AUTO: dray's default choice (INT8G). */
 enum dray_head_precision {
     DRAY_HEAD_AUTO = 0,
@@ -90,7 +90,8 @@ struct dray_config {
     /* precision */
     enum dray_precision precision; /* weights and matmuls */
     enum dray_head_precision head_precision; /* the output head under int8g/w4a8 */
-    uint32_t head_rescore;    /* 4-bit head logits per row recomputed from the 8-bit table */
+    uint32_t head_rescore;    /* most 4-bit head logits per row recomputed from the 8-bit table */
+    float head_rescore_tail;  /* 4-bit probability a row may leave unrescored */
     uint32_t kv_dtype;        /* DRAY_I8 or DRAY_F16 */
     uint32_t outlier_channels;/* input channels per matmul kept in f32; 0 = off */
     enum dray_activations activations; /* of grouped matmuls (int8g, w4a8) */
@@ -163,11 +164,17 @@ struct dray_engine_info {
                                         * stored in the calibration cache), "cached" */
     uint64_t step_weight_bytes;        /* weight bytes a decode step reads (weight_bytes
                                         * less an embedding table the head does not share) */
+    uint64_t rescore_bytes;            /* a rescored 4-bit head (config head_rescore): bytes
+                                        * read and written per candidate it rescores, on top of
+                                        * step_weight_bytes; 0 = none */
 };
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen);
 void dray_engine_close(struct dray_engine *e);
 const struct dray_engine_info *dray_engine_get_info(const struct dray_engine *e);
+/* A rescored head's work so far (rows of logits, candidates rescored in them),
+ * for the bytes a step reads; 0 and 0 without one. */
+void dray_engine_rescore_stats(const struct dray_engine *e, uint64_t *rows, uint64_t *candidates);
 
 /* Tokenize with the model's tokenizer. add_bos follows the model's metadata;
  * parse_special turns "<start_of_turn>" etc. into their ids. *ids is malloc'd. */

@@ -6,13 +6,39 @@
 #include "avx2_util.h"
 #include "cpu_kernels.h"
 
+/* Row r of a DRAY_Q8G32 table (backend.h: rows in blocks of 16, each group of
+ * 32 inputs stored as 8 units of 64 bytes = 4 inputs x 16 rows) as f32: per
+ * group one gather of the row's 4 bytes from each unit gives its 32 codes in
+ * input order. The rescored head gathers a few thousand rows a step. Same
+ * products as the reference: ((float)w * s) * scale. */
+static void q8g_row(const int8_t *table, const float *rs, size_t r, uint32_t dim, float scale, float *y)
+{
+    const uint32_t G = dim / 32, o = (uint32_t)(r % 16);
+    const size_t b = r / 16;
+    const __m256i units = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (uint32_t g = 0; g < G; g++) {
+        const int8_t *grp = table + (b * G + g) * 512 + o * 4;
+        __m256i w = _mm256_i32gather_epi32((const int *)grp, units, 1);
+        __m256 s = _mm256_set1_ps(rs[(b * G + g) * 16 + o]);
+        __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+        __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int i = 0; i < 4; i++) {
+            __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i]));
+            _mm256_storeu_ps(y + g * 32 + i * 8, _mm256_mul_ps(_mm256_mul_ps(v, s), vscale));
+        }
+    }
+}
+
 void dray_cpu_avx2_embed(const struct dray_cpu_embed *a, uint32_t t0, uint32_t t1)
 {
     for (uint32_t t = t0; t < t1; t++) {
         size_t row = (size_t)a->ids[t];
         float *y = a->out + (size_t)t * a->dim;
         uint32_t i = 0;
-        if (a->gdtype) { /* a few rows per step: the reference is plenty */
+        if (a->gdtype == DRAY_Q8G32) {
+            q8g_row(a->table, a->row_scale, row, a->dim, a->scale, y);
+        } else if (a->gdtype) { /* a few rows per step: the reference is plenty */
             dray_cpu_ref_grow(a->gdtype, a->table, a->row_scale, row, a->dim, a->scale, y);
         } else if (a->is_i8) {
             const int8_t *q = (const int8_t *)a->table + row * a->dim;
