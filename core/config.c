@@ -112,8 +112,9 @@ const struct key dray_config_keys[] = {
      "activations of the layer matmuls under `precision` int8g or w4a8: int8x2 (two int8 passes "
      "per group of 32 inputs, the second over the first's rounding error: about 15 bits, the "
      "weights read once for both, so decoding costs about the same and prefill matmuls about "
-     "twice the int8 work) or int8 (one pass). The output head keeps one pass (most of a "
-     "decode step's bytes). int8x2 falls back to int8 on a device without it"},
+     "twice the int8 work) or int8 (one pass). The output head gets two passes too unless it "
+     "holds more weight bytes than all layers (then it is most of a decode step's reads and "
+     "keeps one). int8x2 falls back to int8 on a device without it"},
     {"kv_budget", "memory", "kv_budget", T_SIZE, F(kv_budget), 0, 0, NULL, 0,
      "device memory for the KV cache; 0 = enough for `max_seqs` sequences of the full "
      "`context`"},

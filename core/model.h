@@ -59,9 +59,9 @@ struct dray_model_opts {
     enum dray_head_precision head_precision;
     uint32_t head_rescore;     /* most candidates per row; 0 = the 4-bit logits as they are */
     float head_rescore_tail;   /* 4-bit probability a row may leave unrescored */
-    /* Grouped precisions: layer matmuls with two-pass activations (DRAY_Q8G32_X2 /
+    /* Grouped precisions: matmuls with two-pass activations (DRAY_Q8G32_X2 /
      * DRAY_Q4G32_X2: config activations int8x2, on a device that declares them);
-     * the output head keeps one pass. */
+     * the output head keeps one pass when it outweighs the layers (decoder.c). */
     bool two_pass;
 };
 

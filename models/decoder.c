@@ -345,6 +345,21 @@ static void account(struct dray_model *m)
         in->rescore_bytes = (in->n_embd / 4 + in->n_embd / 32) * 64ull + 2ull * in->n_embd * 4;
 }
 
+/* Two-pass activations in the output head too (model opts two_pass), unless the
+ * head holds more weight bytes than all layers together: then it is most of a
+ * decode step's reads, and its second pass is not free (Gemma 3 270M, a 189 MB
+ * Q8G32 head against about 100 MB of layers: +12-19% CPU per decode step at 1
+ * thread), while a smaller head pays for itself (SmolLM2-135M, 32 MB against
+ * 80 MB: mean KL on GPL-3 0.0015 with two passes there, 0.0024 with one). */
+static bool head_two_pass(const struct dray_model *m)
+{
+    uint64_t layers = 0;
+    for (uint32_t il = 0; il < m->info.n_layer; il++)
+        for (int w = 0; w < MM_COUNT; w++)
+            layers += weight_bytes(layer_matrix(&m->layer[il], w));
+    return m->two_pass && weight_bytes(m->output.n_out ? &m->output : &m->embd) <= layers;
+}
+
 /* Whether the device declares dtype for the op (ABI v2 caps, or v1's props). */
 static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
 {
@@ -504,6 +519,7 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
     if (rc)
         goto fail;
     account(m);
+    m->head_two_pass = head_two_pass(m);
     *out = m;
     return 0;
 fail:
@@ -531,12 +547,10 @@ static int matmul(struct dray_model *m, struct dray_view x, uint32_t stride_x,
         .outlier_idx = {w->outlier_idx, 0}, .outlier_w = {w->outlier_w, 0}, .n_outlier = w->n_outlier,
         .n_tok = n_tok, .n_out = w->n_out, .k = w->k,
         .stride_x = stride_x, .stride_out = stride_out,
-        /* grouped weights with two-pass activations when asked (backend.h), in
-         * the layers: the output head is most of a decode step's bytes and a
-         * second pass there is not free (Gemma 3: +12-19% CPU per decode step at
-         * 1 thread) for little (SmolLM2 reference check: KL 0.0017 -> 0.0010,
-         * the same top-1) */
-        .wdtype = m->two_pass && w != &m->embd && w != &m->output ? dray_util_x2_of(w->dtype) : w->dtype,
+        /* grouped weights with two-pass activations when asked (backend.h); the
+         * head only when it is not the bulk of a step (head_two_pass) */
+        .wdtype = (w == &m->embd || w == &m->output ? m->head_two_pass : m->two_pass) ? dray_util_x2_of(w->dtype)
+                                                                                     : w->dtype,
     };
     return m->dev->ops->matmul(m->dev->ctx, &a);
 }

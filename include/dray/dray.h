@@ -57,8 +57,9 @@ enum dray_head_precision {
     DRAY_HEAD_W4A8 = 2,
 };
 
-/* The activations of the grouped layer matmuls (precision INT8G or W4A8; the
- * output head keeps one pass). INT8: one int8 pass per group of 32 inputs.
+/* The activations of the grouped matmuls (precision INT8G or W4A8; the output
+ * head keeps one pass when it holds more weight bytes than all layers).
+ * INT8: one int8 pass per group of 32 inputs.
  * INT8X2: two int8 passes, the second over the first's rounding error (about 15
  * bits; the weights are read once for both, so decoding costs about the same and
  * prefill matmuls about twice the int8 work).

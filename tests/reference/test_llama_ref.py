@@ -10,7 +10,7 @@ Checks:
   greedy    GREEDY tokens of dray f32 == the reference's, on the first prompts;
   int8 path (the default precision, w4a8 since 2026-12-01: the Q4_1 layers held
             exactly in 4-bit, the Q8_0 head in grouped int8, with two-pass int8
-            activations in the layers (config activations: int8x2), int8 KV) against
+            activations (config activations: int8x2), int8 KV) against
             the exact reference: mean KL(ref || dray) < INT8_KL and top-1 agreement
             >= INT8_TOP1 over all positions of varied prompts (prose, code, chat,
             numbers, other languages).
@@ -21,12 +21,12 @@ the chat prompt; 0.004..0.019 elsewhere), greedy 64 tokens identical; int8 mean 
 of the same day: 4 of 379 positions); with the w4a8 default, measured the same day:
 mean KL 0.0053, top-1 96.31% (365/379): with the weights exact, the int8
 rounding of the activations was most of the rest (f32 activations with the int8
-KV: 98.68%, KL 0.0010). With two-pass activations in the layers (the default
-since the same day; the head keeps one pass) measured: top-1 98.68% (374/379),
-mean KL 0.00169 (two passes in the head too: 0.00104, the same top-1); one
-pass (--set activations=int8) is back at 96.31% / 0.0053. The top-1 bound is
-the project's target, 98% (372/379: the 5 positions that differ have reference
-top-2 gaps of 0.01..0.15); the KL bound is under twice the measured value.
+KV: 98.68%, KL 0.0010). With two-pass activations (the default since the same
+day; SmolLM2's head, smaller than its layers, gets them too) measured: top-1
+98.68% (374/379), mean KL 0.00104 (one pass in the head only: 0.00169, the
+same top-1); one pass (--set activations=int8) is back at 96.31% / 0.0053. The
+top-1 bound is the project's target, 98% (372/379: the 5 positions that differ
+have reference top-2 gaps of 0.01..0.08); the KL bound is twice the measured value.
 The reference has no KV cache (less to get wrong); greedy is checked in one
 reference pass over the prompt plus dray's tokens (refcommon's
 greedy_first_difference: the verdict of decoding token by token, which cost
@@ -50,7 +50,7 @@ from refcommon import (dray_greedy, dray_ids, dray_logits, greedy_first_differen
 # f32 vs the reference with f16 K/V: summation order over 30 layers; logits reach ~25
 F32_MAX_ABS = 0.1
 INT8_TOP1 = 0.98  # measured 0.9868 (w4a8, two-pass activations); the project's target
-INT8_KL = 0.003   # measured 0.00169
+INT8_KL = 0.002   # measured 0.00104
 GREEDY = 64
 N_GREEDY_PROMPTS = 3
 
