@@ -24,9 +24,14 @@ rounding of the activations was most of the rest (f32 activations with the int8
 KV: 98.68%, KL 0.0010). With two-pass activations (the default since the same
 day; SmolLM2's head, smaller than its layers, gets them too) measured: top-1
 98.68% (374/379), mean KL 0.00104 (one pass in the head only: 0.00169, the
-same top-1); one pass (--set activations=int8) is back at 96.31% / 0.0053. The
-top-1 bound is the project's target, 98% (372/379: the 5 positions that differ
-have reference top-2 gaps of 0.01..0.08); the KL bound is twice the measured value.
+same top-1); one pass (--set activations=int8) is back at 96.31% / 0.0053.
+With DRAY_CPU_ISA=avx2 or avxvnni (other f32 summation orders): 98.15%
+(372/379), KL 0.00091. So the project's 98% target is met on every kernel set
+measured, but the positions that differ are reference near-ties (top-2 gaps
+0.01..0.16) that summation order alone moves by a position or two: the top-1
+bound sits two positions under the lowest measured value (a bound at exactly 98%
+would fail on rounding), and the KL bound, the stable measure, at about twice
+the measured value.
 The reference has no KV cache (less to get wrong); greedy is checked in one
 reference pass over the prompt plus dray's tokens (refcommon's
 greedy_first_difference: the verdict of decoding token by token, which cost
@@ -49,7 +54,7 @@ from refcommon import (dray_greedy, dray_ids, dray_logits, greedy_first_differen
 
 # f32 vs the reference with f16 K/V: summation order over 30 layers; logits reach ~25
 F32_MAX_ABS = 0.1
-INT8_TOP1 = 0.98  # measured 0.9868 (w4a8, two-pass activations); the project's target
+INT8_TOP1 = 0.975 # measured 0.9868 (AVX-512 VNNI) and 0.9815 (AVX2); target 0.98, see above
 INT8_KL = 0.002   # measured 0.00104
 GREEDY = 64
 N_GREEDY_PROMPTS = 3
