@@ -41,7 +41,8 @@ static const struct enum_name precision_names[] = {
 static const struct enum_name head_precision_names[] = {
     {"auto", DRAY_HEAD_AUTO}, {"int8g", DRAY_HEAD_INT8G}, {"w4a8", DRAY_HEAD_W4A8}, {NULL, 0}};
 static const struct enum_name activations_names[] = {
-    {"int8", DRAY_ACTIVATIONS_INT8}, {"int8x2", DRAY_ACTIVATIONS_INT8X2}, {NULL, 0}};
+    {"auto", DRAY_ACTIVATIONS_AUTO}, {"int8", DRAY_ACTIVATIONS_INT8}, {"int8x2", DRAY_ACTIVATIONS_INT8X2},
+    {NULL, 0}};
 static const struct enum_name kv_dtype_names[] = {{"int8", DRAY_I8}, {"f16", DRAY_F16}, {NULL, 0}};
 static const struct enum_name log_level_names[] = {{"error", DRAY_LOG_ERROR},
                                                    {"warn", DRAY_LOG_WARN},
@@ -109,7 +110,9 @@ const struct key dray_config_keys[] = {
      "input channels per matmul kept in f32 inside the int8 matmul (mixed precision; half as "
      "many for the output head); found at load by a short f32 calibration pass; 0 = off"},
     {"activations", "precision", "activations", T_ENUM, F(activations), 0, 0, activations_names, 0,
-     "activations of the layer matmuls under `precision` int8g or w4a8: int8x2 (two int8 passes "
+     "activations of the layer matmuls under `precision` int8g or w4a8: auto (the model family's "
+     "choice: int8x2 for llama, whose activations need it, int8 for gemma3, where one pass is "
+     "already close to f32 and the second costs a third of the prefill speed), int8x2 (two int8 passes "
      "per group of 32 inputs, the second over the first's rounding error: about 15 bits, the "
      "weights read once for both, so decoding costs about the same and prefill matmuls about "
      "twice the int8 work) or int8 (one pass). The output head gets two passes too unless it "
@@ -189,10 +192,10 @@ void dray_config_defaults(struct dray_config *cfg)
      * than int8 per row with outlier channels (README, accuracy) and no slower;
      * int8 on a device without grouped weights */
     cfg->precision = DRAY_PRECISION_W4A8;
-    /* the int8 rounding of the activations was most of w4a8's distance from f32
-     * (SmolLM2: top-1 96.3% -> 98.7%), and decoding does not pay for the second
-     * pass (README, accuracy) */
-    cfg->activations = DRAY_ACTIVATIONS_INT8X2;
+    /* the family decides (its dray_arch.activations): the second pass is what
+     * takes SmolLM2 from 96.3% to 98.7% top-1, but Gemma 3 is already close to f32
+     * with one and would pay 37% of its prefill speed (README, accuracy) */
+    cfg->activations = DRAY_ACTIVATIONS_AUTO;
     cfg->kv_dtype = DRAY_I8;
     cfg->outlier_channels = 32; /* per matmul input (16 for the output head), found at load */
     cfg->head_rescore = 4096;   /* most candidates per row of logits (models/head_rescore.c) */

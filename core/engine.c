@@ -181,6 +181,7 @@ static void fill_info(struct dray_engine *e)
     in->rescore_bytes = mi->rescore_bytes;
     in->precision = precision_name(e->cfg.precision);
     in->kv_dtype = e->cfg.kv_dtype == DRAY_F16 ? "f16" : "int8";
+    in->activations = e->cfg.activations == DRAY_ACTIVATIONS_INT8X2 ? "int8x2" : "int8";
 }
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen)
@@ -211,13 +212,19 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         e->cfg.precision = dray_caps_precision(&e->dev.caps, e->cfg.precision, why, sizeof(why));
         if (why[0])
             dray_warn("%s", why);
+    }
+    if (!rc)
+        rc = dray_gguf_open(e->cfg.model, &e->gguf, err, errlen);
+    if (!rc) {
+        char why[256];
+        const struct dray_arch *arch = dray_model_arch_of(e->gguf);
+        if (e->cfg.activations == DRAY_ACTIVATIONS_AUTO) /* an unknown arch fails at load */
+            e->cfg.activations = arch ? arch->activations : DRAY_ACTIVATIONS_INT8;
         e->cfg.activations = dray_caps_activations(&e->dev.caps, e->cfg.precision, e->cfg.activations, why,
                                                    sizeof(why));
         if (why[0])
             dray_warn("%s", why);
     }
-    if (!rc)
-        rc = dray_gguf_open(e->cfg.model, &e->gguf, err, errlen);
     if (!rc)
         rc = dray_tokenizer_load(e->gguf, &e->tok, err, errlen);
     if (!rc)

@@ -22,6 +22,18 @@ const char *dray_model_supported(void)
     return list;
 }
 
+const struct dray_arch *dray_model_arch_of(struct dray_gguf *g)
+{
+    struct dray_str name;
+    char err[8];
+    if (dray_gguf_get_str(g, "general.architecture", &name, err, sizeof(err)))
+        return NULL;
+    for (size_t i = 0; i < dray_n_archs; i++)
+        if (dray_str_eq(name, dray_archs[i]->name))
+            return dray_archs[i];
+    return NULL;
+}
+
 int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
                     const struct dray_arch **arch, struct dray_model **out, char *err, size_t errlen)
 {

@@ -99,6 +99,11 @@ struct dray_arch {
      * calibrate or given at load; their count, 0 when there are none. They depend
      * only on the file and the calibration text, so they can be cached. */
     size_t (*calib_scores)(const struct dray_model *m, const float **scores);
+    /* What config `activations: auto` means for this family: INT8X2 where one int8
+     * pass per group loses too much of the family's activations (measured, in the
+     * family's file), INT8 where one pass is close enough and the second would only
+     * cost prefill time. */
+    enum dray_activations activations;
 };
 
 /* The architectures, one per file in models/, listed by models/meson.build into
@@ -110,6 +115,9 @@ extern const size_t dray_n_archs;
  * (supported: gemma3, llama)" otherwise. */
 int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
                     const struct dray_arch **arch, struct dray_model **out, char *err, size_t errlen);
+/* The architecture of the file (general.architecture), or NULL when it is not
+ * one of dray_archs (dray_model_load then says why). */
+const struct dray_arch *dray_model_arch_of(struct dray_gguf *g);
 /* Comma-separated list of supported architectures. */
 const char *dray_model_supported(void);
 

@@ -91,7 +91,7 @@ static void test_config_defaults_are_the_documented_ones(void **state)
     assert_float_equal(c.head_rescore_tail, 0.005, 1e-9);
     assert_int_equal(c.kv_dtype, DRAY_I8);
     assert_int_equal(c.outlier_channels, 32);
-    assert_int_equal(c.activations, DRAY_ACTIVATIONS_INT8X2);
+    assert_int_equal(c.activations, DRAY_ACTIVATIONS_AUTO);
     assert_int_equal(c.kv_budget, 0);
     assert_int_equal(c.host_cache, 1ull << 30);
     assert_int_equal(c.kv_block, 16);
@@ -311,7 +311,7 @@ static void test_config_rejects_bad_values_with_expected_form(void **state)
                       "key 'head_precision': expected one of auto|int8g|w4a8, got 'q4'");
     assert_load_error("kv_dtype: f32\n", 1, "expected one of int8|f16, got 'f32'");
     assert_load_error("precision:\n  activations: int16\n", 2,
-                      "key 'precision.activations': expected one of int8|int8x2, got 'int16'");
+                      "key 'precision.activations': expected one of auto|int8|int8x2, got 'int16'");
     assert_load_error("log_level: verbose\n", 1, "expected one of error|warn|info|debug, got 'verbose'");
     assert_load_error("top_p: 1.5\n", 1, "key 'top_p': expected a number 0..1, got '1.5'");
     assert_load_error("temperature: hot\n", 1, "expected a number 0..100, got 'hot'");

@@ -241,6 +241,43 @@ static void test_llama_int8_tracks_f32(void **state)
     dray_engine_close(ei);
 }
 
+/* activations: auto (the default) is the family's choice, as run (engine info):
+ * two passes for llama, one for gemma3; a setting in the config wins. */
+static const char *activations_of(struct tiny_gemma t, const char *name, const char *setting)
+{
+    static char got[16];
+    const char *path = dray_test_path(name);
+    t.weight_type = DRAY_GGML_Q8_0;
+    assert_int_equal(tiny_gemma_write(&t, path), 0);
+    struct dray_config c;
+    char err[1024];
+    struct dray_engine *e = NULL;
+    dray_config_defaults(&c);
+    snprintf(c.model, sizeof(c.model), "%s", path);
+    snprintf(c.backend, sizeof(c.backend), "cpu");
+    assert_int_equal(dray_config_set(&c, "precision", "w4a8", err, sizeof(err)), 0);
+    if (setting)
+        assert_int_equal(dray_config_set(&c, "activations", setting, err, sizeof(err)), 0);
+    c.context = 64;
+    c.max_seqs = 1;
+    if (dray_engine_open(&c, &e, err, sizeof(err)))
+        fail_msg("%s: %s", name, err);
+    snprintf(got, sizeof(got), "%s", dray_engine_get_info(e)->activations);
+    dray_engine_close(e);
+    return got;
+}
+
+static void test_activations_auto_is_the_family_choice(void **state)
+{
+    (void)state;
+    struct tiny_gemma gemma;
+    tiny_gemma_defaults(&gemma);
+    assert_string_equal(activations_of(llama_defaults(), "act_llama.gguf", NULL), "int8x2");
+    assert_string_equal(activations_of(gemma, "act_gemma.gguf", NULL), "int8");
+    assert_string_equal(activations_of(llama_defaults(), "act_llama1.gguf", "int8"), "int8");
+    assert_string_equal(activations_of(gemma, "act_gemma2.gguf", "int8x2"), "int8x2");
+}
+
 static void expect_open_error(struct tiny_gemma t, const char *name, int want_rc, const char *want1,
                               const char *want2)
 {
@@ -276,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_llama_f32_matches_naive_reference),
         cmocka_unit_test(test_llama_biases_and_separate_head),
         cmocka_unit_test(test_llama_int8_tracks_f32),
+        cmocka_unit_test(test_activations_auto_is_the_family_choice),
         cmocka_unit_test(test_llama_bad_files_get_clear_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

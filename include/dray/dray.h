@@ -64,10 +64,13 @@ enum dray_head_precision {
  * bits; the weights are read once for both, so decoding costs about the same and
  * prefill matmuls about twice the int8 work).
  * INT8X2 needs a device that declares it; elsewhere the engine uses INT8 and
- * says so. */
+ * says so.
+ * AUTO: what the model's architecture declares (models/: the family whose
+ * activations need the second pass takes it; see docs/config.md). */
 enum dray_activations {
     DRAY_ACTIVATIONS_INT8 = 0,
     DRAY_ACTIVATIONS_INT8X2 = 1,
+    DRAY_ACTIVATIONS_AUTO = 2,
 };
 
 /* Everything a config file can say; README.md has the table of keys.
@@ -168,6 +171,8 @@ struct dray_engine_info {
     uint64_t rescore_bytes;            /* a rescored 4-bit head (config head_rescore): bytes
                                         * read and written per candidate it rescores, on top of
                                         * step_weight_bytes; 0 = none */
+    const char *activations;           /* of the grouped matmuls as run: "int8", "int8x2"
+                                        * ("auto" resolved, device fallback applied) */
 };
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen);
