@@ -22,13 +22,14 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 common=(-q -m "$model" -t "$threads" -c 512 --chunks "$chunks")
 paths=(
-  "w4a8 default (4-bit where the file is, grouped int8 elsewhere, two-pass int8 activations, int8 KV)|"
-  "w4a8, f16 KV|--kv-dtype f16"
+  "w4a8 default (4-bit where the file is, grouped int8 elsewhere, activations: auto = the family's, int8 KV)|"
+  "w4a8, two-pass activations (activations: int8x2), int8 KV|--set activations=int8x2"
+  "w4a8, two-pass activations, f16 KV|--set activations=int8x2 --kv-dtype f16"
   "w4a8, one-pass activations (activations: int8), int8 KV|--set activations=int8"
   "w4a8, one-pass activations, f16 KV|--set activations=int8 --kv-dtype f16"
-  "w4a8 + 4-bit head, top 32 rescored (opt-in), int8 KV|--set head_precision=w4a8"
+  "w4a8 + rescored 4-bit head (opt-in), int8 KV|--set head_precision=w4a8"
   "w4a8 + 4-bit head, not rescored (opt-in, lossy), int8 KV|--set head_precision=w4a8 --set head_rescore=0"
-  "int8g (grouped int8 everywhere), int8 KV|--precision int8g"
+  "int8g (grouped int8 everywhere), two-pass activations, int8 KV|--precision int8g --set activations=int8x2"
   "int8g, one-pass activations, int8 KV|--precision int8g --set activations=int8"
   "int8 (W8A8 per row + outliers), int8 KV|--precision int8"
   "int8, f16 KV|--precision int8 --kv-dtype f16"
