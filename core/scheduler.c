@@ -574,6 +574,7 @@ static void note_kv_usage(struct dray_sched *s)
         s->st.cache_host_bytes = c.host_bytes;
         s->st.cache_spills = c.spills;
         s->st.cache_restores = c.restores;
+        s->st.cache_assembled = c.assembled;
         uint64_t copies;
         double cow_s;
         dray_kv_cow_stats(s->e->kv, &copies, &cow_s);

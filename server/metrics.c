@@ -167,6 +167,9 @@ static const struct {
      "Cached blocks moved back from host memory to the device.", STAT(cache_restores)},
     {"dray_prefix_cache_microseconds_total", "counter",
      "Time spent in prefix-cache lookups, inserts and copies on write.", STAT(cache_us)},
+    {"dray_prefix_cache_assembled_hits_total", "counter",
+     "Hits that diverged inside a cached prefix, their window-layer blocks taken from the checkpoints "
+     "around the divergence.", STAT(cache_assembled)},
     {"dray_prefix_cache_cow_copies_total", "counter",
      "Shared partial KV blocks copied before a request wrote into them.", STAT(cache_cow_copies)},
 };

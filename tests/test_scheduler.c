@@ -691,6 +691,7 @@ static void divergence_between_checkpoints(bool pressure)
         wait_finishers(s, &st);
         assert_true(st.cache_spills > 0);
     }
+    uint64_t assembled = st.cache_assembled;
     for (int k = 0; k < 2; k++) {
         struct dray_request_output a = run_one(s, q[k], nq[k], 8, NULL, &got);
         assert_int_equal(a.n_cached, at[k]);
@@ -698,6 +699,7 @@ static void divergence_between_checkpoints(bool pressure)
         assert_memory_equal(got.ids, cold[k].ids, cold[k].n * sizeof(int32_t));
     }
     wait_finishers(s, &st);
+    assert_int_equal(st.cache_assembled - assembled, 2); /* both divergences, counted for /metrics */
     if (pressure)
         assert_true(st.cache_restores > 0);
     dray_sched_destroy(s);

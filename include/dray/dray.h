@@ -357,6 +357,8 @@ struct dray_sched_stats {
                                 * token, and for a chat request the turn's closing and the
                                 * next user header */
     uint32_t finishing;        /* finished requests whose tokens are still to be fed */
+    uint64_t cache_assembled;  /* hits that diverged inside a cached prefix and took the
+                                * window layers' blocks from the checkpoints around it */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says
