@@ -39,15 +39,11 @@ int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct d
 {
     struct dray_str name;
     *out = NULL;
+    if ((*arch = dray_model_arch_of(g)) != NULL)
+        return (*arch)->load(g, dev, o, out, err, errlen);
     if (dray_gguf_get_str(g, "general.architecture", &name, err, errlen))
         return dray_fail(err, errlen, DRAY_EFORMAT,
                          "%s: no general.architecture key: not a model file?", dray_gguf_name(g));
-    for (size_t i = 0; i < dray_n_archs; i++) {
-        if (dray_str_eq(name, dray_archs[i]->name)) {
-            *arch = dray_archs[i];
-            return dray_archs[i]->load(g, dev, o, out, err, errlen);
-        }
-    }
     return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: architecture %.*s is not supported (supported: %s)",
                      dray_gguf_name(g), (int)(name.len > 64 ? 64 : name.len), name.ptr,
                      dray_model_supported());
