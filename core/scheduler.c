@@ -50,6 +50,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -707,7 +708,13 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
         return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: out of memory for the prefix cache");
     }
     note_kv_usage(s);
-    if (pthread_create(&s->thread, NULL, loop, s)) {
+    /* the scheduler's thread takes no process signals (see the CPU pool) */
+    sigset_t all, old_mask;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old_mask);
+    int created = pthread_create(&s->thread, NULL, loop, s);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    if (created) {
         sched_free(s);
         return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: cannot start its thread");
     }

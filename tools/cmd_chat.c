@@ -50,11 +50,15 @@ static void on_sigint(int sig)
             (void)w;
             _exit(0);
         }
+        /* Armed before the message: once "> " is on the screen the user may press
+         * Ctrl-C again, and that signal may reach another thread (the plugin's
+         * workers do not block SIGINT) while this one is still between its
+         * write and the next statement. */
+        g_armed = 1;
         static const char msg[] = "\n(Ctrl-C again, /exit or Ctrl-D quits)\n> ";
         /* the prompt only on a terminal, like the loop's */
         ssize_t w = write(STDOUT_FILENO, msg, sizeof(msg) - (g_tty ? 1 : 3));
         (void)w;
-        g_armed = 1;
         return;
     }
     g_interrupted = 1;
@@ -143,14 +147,17 @@ int dray_cmd_chat(int argc, char **argv)
         fflush(stdout);
         errno = 0;
         ssize_t got = getline(&line, &cap, stdin);
-        g_at_prompt = 0;
         if (got < 0) {
             if (errno != EINTR)
                 break; /* end of input */
-            clearerr(stdin); /* a Ctrl-C at the prompt: the handler armed and reprompted */
+            /* a Ctrl-C at the prompt: the handler armed and reprompted. Still at
+             * the prompt (g_at_prompt stays set), so a second Ctrl-C that lands
+             * before the next read exits instead of counting as a stopped reply. */
+            clearerr(stdin);
             prompt = false;
             continue;
         }
+        g_at_prompt = 0;
         prompt = true;
         g_armed = 0;
         chomp(line);

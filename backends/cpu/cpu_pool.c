@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -100,16 +101,24 @@ int dray_cpu_pool_create(uint32_t n_threads, struct dray_cpu_pool **out)
             return DRAY_ENOMEM;
         }
     }
+    /* Workers start with every signal blocked (they inherit the creator's mask):
+     * a process signal such as the Ctrl-C of `dray chat` then always reaches a
+     * thread of the application, which is where its handler expects to run. */
+    sigset_t all, old_mask;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old_mask);
     for (uint32_t i = 1; i < n_threads; i++) {
         struct worker *w = &p->w[i - 1];
         w->pool = p;
         w->ith = i;
         if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
             p->n = i; /* only threads 1..i-1 exist; destroy joins exactly those */
+            pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
             dray_cpu_pool_destroy(p);
             return DRAY_ENOMEM;
         }
     }
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     *out = p;
     return 0;
 }
