@@ -125,6 +125,7 @@ static void print_matrix(const struct dray_registry *reg)
     struct col {
         char label[80];
         struct dray_op_caps caps;
+        int w; /* the column's width: its longest cell */
     } *cols = NULL;
     size_t n = 0;
     for (size_t k = 0; k < dray_registry_count(reg); k++) {
@@ -148,21 +149,27 @@ static void print_matrix(const struct dray_registry *reg)
         free(cols);
         return;
     }
-    int w = 11; /* "f32,f16,i8" */
-    for (size_t c = 0; c < n; c++)
-        if ((int)strlen(cols[c].label) > w)
-            w = (int)strlen(cols[c].label);
+    char cell[128]; /* every dtype name, comma-separated, fits */
+    for (size_t c = 0; c < n; c++) {
+        cols[c].w = 11; /* "f32,f16,i8" */
+        if ((int)strlen(cols[c].label) > cols[c].w)
+            cols[c].w = (int)strlen(cols[c].label);
+        for (int op = 0; op < DRAY_OP_COUNT; op++) { /* whole cells, never cut */
+            dtype_list(op < (int)cols[c].caps.n_ops ? cols[c].caps.op_dtypes[op] : 0, cell, sizeof(cell));
+            if ((int)strlen(cell) > cols[c].w)
+                cols[c].w = (int)strlen(cell);
+        }
+    }
     printf("  %-10s", "op");
     for (size_t c = 0; c < n; c++)
-        printf(" %-*s", w, cols[c].label);
+        printf(" %-*s", cols[c].w, cols[c].label);
     printf("\n");
     for (int op = 0; op < DRAY_OP_COUNT; op++) {
         printf("  %-10s", op_names[op]);
         for (size_t c = 0; c < n; c++) {
-            char cell[32];
             dtype_list(op < (int)cols[c].caps.n_ops ? cols[c].caps.op_dtypes[op] : 0, cell,
                        sizeof(cell));
-            printf(" %-*s", w, cell);
+            printf(" %-*s", cols[c].w, cell);
         }
         printf("\n");
     }
@@ -170,7 +177,7 @@ static void print_matrix(const struct dray_registry *reg)
     for (int l = 1; l <= 5; l++) {
         printf("  %-10s", limit_names[l - 1]);
         for (size_t c = 0; c < n; c++)
-            print_limits(&cols[c].caps, l, w);
+            print_limits(&cols[c].caps, l, cols[c].w);
         printf("\n");
     }
     free(cols);
