@@ -131,11 +131,13 @@ static inline __attribute__((always_inline)) void pass_q5g(const struct dray_cpu
         for (uint32_t j = 0; j < nb; j++) {
             size_t t = t0 + j;
             const int8_t *q = a->q + t * a->q_stride + 32 * g;
-            __m512i isum = _mm512_setzero_si512();
+            /* two chains of 4 dependent vpdpbusd instead of one of 8 */
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
             for (int u = 0; u < 4; u++) {
-                isum = _mm512_dpbusd_epi32(isum, lo[u], bcast4(q, 4u * (uint32_t)u));
-                isum = _mm512_dpbusd_epi32(isum, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
+                s0 = _mm512_dpbusd_epi32(s0, lo[u], bcast4(q, 4u * (uint32_t)u));
+                s1 = _mm512_dpbusd_epi32(s1, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
             }
+            __m512i isum = _mm512_add_epi32(s0, s1);
             float sx = a->gsx[t * G + g];
             __m512 term = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum),
                                           _mm512_mul_ps(m, _mm512_set1_ps((float)a->gsum[t * G + g])));
