@@ -118,6 +118,34 @@ static void *to_q4_1(const float *x, uint64_t n)
     return out;
 }
 
+/* Q5_0 blocks of 32: half d = max|x|/16 (sign kept so the extreme is code 0),
+ * codes q = round(x/d) + 16 in 0..31, y = (q - 16) * d; low nibbles packed as
+ * Q4_1's, bit 4 of element i at bit i of the little-endian uint32 qh. */
+static void *to_q5_0(const float *x, uint64_t n)
+{
+    uint8_t *out = malloc(n / 32 * 22), *p = out;
+    for (uint64_t b = 0; b < n / 32; b++, p += 22) {
+        float amax = 0, ext = 0;
+        for (int i = 0; i < 32; i++)
+            if (fabsf(x[b * 32 + i]) > amax)
+                amax = fabsf(x[b * 32 + i]), ext = x[b * 32 + i];
+        uint16_t hd = dray_f32_to_f16(ext / -16.0f);
+        memcpy(p, &hd, 2);
+        float d = dray_f16_to_f32(hd);
+        uint32_t qh = 0;
+        int q[32];
+        for (int i = 0; i < 32; i++) {
+            long v = d != 0 ? lrintf(x[b * 32 + i] / d) + 16 : 16;
+            q[i] = (int)(v < 0 ? 0 : v > 31 ? 31 : v);
+            qh |= (uint32_t)(q[i] >> 4) << i;
+        }
+        memcpy(p + 2, &qh, 4);
+        for (int i = 0; i < 16; i++)
+            p[6 + i] = (uint8_t)((q[i] & 15) | (q[i + 16] & 15) << 4);
+    }
+    return out;
+}
+
 static int add_tensor(struct dray_gguf_writer *w, const struct tiny_gemma *t, const char *name,
                       uint64_t ne0, uint64_t ne1, float lo, float hi, float offset)
 {
@@ -138,6 +166,10 @@ static int add_tensor(struct dray_gguf_writer *w, const struct tiny_gemma *t, co
     if (ne1 > 1 && t->weight_type == DRAY_GGML_Q8_0 && ne0 % 32 == 0) {
         void *q = to_q8_0(x, n);
         rc = dray_gguf_add_tensor(w, name, DRAY_GGML_Q8_0, 2, ne, q);
+        free(q);
+    } else if (ne1 > 1 && t->weight_type == DRAY_GGML_Q5_0 && ne0 % 32 == 0) {
+        void *q = to_q5_0(x, n);
+        rc = dray_gguf_add_tensor(w, name, DRAY_GGML_Q5_0, 2, ne, q);
         free(q);
     } else if (ne1 > 1 && t->weight_type == DRAY_GGML_Q4_1 && ne0 % 32 == 0) {
         void *q = to_q4_1(x, n);

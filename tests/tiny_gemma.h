@@ -8,7 +8,7 @@
 
 struct tiny_gemma {
     uint32_t n_layer, n_embd, n_ff, n_head, n_kv_head, head_dim, window, n_ctx;
-    uint32_t weight_type;      /* DRAY_GGML_F32, DRAY_GGML_Q8_0 or DRAY_GGML_Q4_1 for the
+    uint32_t weight_type;      /* DRAY_GGML_F32, DRAY_GGML_Q8_0, DRAY_GGML_Q4_1 or DRAY_GGML_Q5_0 for the
                                 * 2-D weights (those with rows of whole blocks) */
     uint64_t seed;
     const char *arch;          /* "gemma3" unless a test wants another */
