@@ -119,48 +119,97 @@ static void emit_json(struct bench *b, const char *what, const char *fmt_fields)
 
 struct mm {
     struct dray_buf *x, *w, *ws, *out;
-    uint32_t n_tok, n_out, k, copies;
+    uint32_t n_tok, n_out, k, copies, wdtype;
+    size_t wbytes, sbytes; /* one copy of the weights and of their scales */
 };
 
 static int mm_call(struct bench *b, void *arg, uint32_t i)
 {
     struct mm *m = arg;
-    size_t wbytes = (size_t)m->n_out * m->k;
-    struct dray_matmul_args a = {.x = {m->x, 0}, .w = {m->w, (i % m->copies) * wbytes}, .wscale = {m->ws, 0},
+    struct dray_matmul_args a = {.x = {m->x, 0}, .w = {m->w, (i % m->copies) * m->wbytes},
+                                 .wscale = {m->ws, (i % m->copies) * m->sbytes},
                                  .out = {m->out, 0}, .n_tok = m->n_tok, .n_out = m->n_out, .k = m->k,
-                                 .stride_x = m->k, .stride_out = m->n_out, .wdtype = DRAY_I8};
+                                 .stride_x = m->k, .stride_out = m->n_out, .wdtype = m->wdtype};
     return b->ops->matmul(b->ctx, &a);
 }
 
-static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n_tok)
+/* Grouped weights (backend.h): bytes of codes and of scales per 32 weights. */
+static void grouped_bytes(uint32_t wdtype, size_t *codes, size_t *scales)
 {
-    struct mm m = {.n_tok = n_tok, .n_out = n_out, .k = k};
-    size_t wbytes = (size_t)n_out * k;
+    *codes = wdtype == DRAY_Q8G32 ? 32 : wdtype == DRAY_Q4G32 ? 16 : 20;
+    *scales = wdtype == DRAY_Q4G32 ? 8 : 4;
+}
+
+/* Q5G32's scales are f16 pairs: 0x2000 (2^-7) each, a plausible weight step
+ * (random bytes would be NaNs and subnormals, which time differently). */
+static struct dray_buf *mkhalves(struct bench *b, size_t n)
+{
+    struct dray_buf *buf = NULL;
+    uint16_t *host = malloc(n);
+    if (!host || b->ops->alloc(b->ctx, n, &buf)) {
+        free(host);
+        return NULL;
+    }
+    for (size_t i = 0; i < n / 2; i++)
+        host[i] = 0x2000;
+    b->ops->upload(b->ctx, (struct dray_view){buf, 0}, host, n & ~(size_t)3);
+    free(host);
+    return buf;
+}
+
+static const char *wdtype_name(uint32_t wdtype)
+{
+    return wdtype == DRAY_Q8G32 ? "q8g32" : wdtype == DRAY_Q4G32 ? "q4g32" : wdtype == DRAY_Q5G32 ? "q5g32" : "i8";
+}
+
+/* wdtype: DRAY_I8 (per-row int8), or a grouped one (then the GB/s count the
+ * scales too: they are read with the weights). */
+static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n_tok, uint32_t wdtype)
+{
+    struct mm m = {.n_tok = n_tok, .n_out = n_out, .k = k, .wdtype = wdtype};
+    size_t wbytes = (size_t)n_out * k, sbytes = (size_t)n_out * 4;
+    if (wdtype != DRAY_I8) {
+        size_t cb, sb;
+        grouped_bytes(wdtype, &cb, &sb);
+        wbytes = (size_t)n_out * (k / 32) * cb;
+        sbytes = (size_t)n_out * (k / 32) * sb;
+    }
+    m.wbytes = wbytes;
+    m.sbytes = wdtype == DRAY_I8 ? 0 : sbytes; /* I8: one scale table for every copy */
     /* decode: stream from memory like a forward pass does; prefill: one copy */
     m.copies = n_tok == 1 ? (uint32_t)((256u << 20) / wbytes + 1) : 1;
     if (m.copies > 1024)
         m.copies = 1024;
     m.x = mkbuf(b, (size_t)n_tok * k * 4, 1);
     m.w = mkbuf(b, wbytes * m.copies, 0);
-    m.ws = mkbuf(b, (size_t)n_out * 4, 1);
+    m.ws = wdtype == DRAY_Q5G32 ? mkhalves(b, sbytes * m.copies)
+           : wdtype == DRAY_I8  ? mkbuf(b, sbytes, 1)
+                                : mkbuf(b, sbytes * m.copies, 1);
     m.out = mkbuf(b, (size_t)n_tok * n_out * 4, 1);
+    const char *name = wdtype_name(wdtype);
     if (!m.x || !m.w || !m.ws || !m.out) {
-        printf("  matmul %5u -> %6u  n_tok %2u: out of memory\n", k, n_out, n_tok);
+        printf("  matmul %-5s %5u -> %6u  n_tok %2u: out of memory\n", name, k, n_out, n_tok);
         goto out;
     }
     double t = timeit(mm_call, b, &m, b->o->reference ? 0.05 : 0.3);
-    double gops = 2.0 * n_tok * n_out * k / t / 1e9, gbs = (double)wbytes / t / 1e9;
-    double c = last_cpu, cgops = 2.0 * n_tok * n_out * k / c / 1e9, cgbs = (double)wbytes / c / 1e9;
+    if (t < 0) { /* a grouped dtype the plugin does not run */
+        printf("  matmul %-5s %5u -> %6u  n_tok %2u: not run by this plugin\n", name, k, n_out, n_tok);
+        goto out;
+    }
+    size_t read = wbytes + m.sbytes; /* per call, as a forward pass streams them */
+    double gops = 2.0 * n_tok * n_out * k / t / 1e9, gbs = (double)read / t / 1e9;
+    double c = last_cpu, cgops = 2.0 * n_tok * n_out * k / c / 1e9, cgbs = (double)read / c / 1e9;
     double bw_lim = b->threads >= 2 ? b->o->bw : b->o->bw * 13.0 / 22.0;
     double op_lim = b->o->gops * b->threads;
-    printf("  matmul %5u -> %6u  n_tok %2u  %9.3f ms %9.3f cpu-ms  %6.1f GOPS (%3.0f%% of %3.0f)  %5.1f GB/s (%3.0f%% of %2.0f)"
+    printf("  matmul %-5s %5u -> %6u  n_tok %2u  %9.3f ms %9.3f cpu-ms  %6.1f GOPS (%3.0f%% of %3.0f)  %5.1f GB/s (%3.0f%% of %2.0f)"
            "  cpu-time rates: %6.1f GOPS %5.1f GB/s\n",
-           k, n_out, n_tok, t * 1e3, c * 1e3, gops, 100 * gops / op_lim, op_lim, gbs, 100 * gbs / bw_lim, bw_lim, cgops, cgbs);
-    char f[320];
+           name, k, n_out, n_tok, t * 1e3, c * 1e3, gops, 100 * gops / op_lim, op_lim, gbs, 100 * gbs / bw_lim, bw_lim, cgops, cgbs);
+    char f[320], what[32];
     snprintf(f, sizeof(f), "\"k\":%u,\"n\":%u,\"n_tok\":%u,\"ms\":%.4f,\"cpu_ms\":%.4f,\"gops\":%.2f,\"gbs\":%.2f,"
              "\"pct_bw\":%.1f,\"pct_ops\":%.1f",
              k, n_out, n_tok, t * 1e3, c * 1e3, gops, gbs, 100 * gbs / bw_lim, 100 * gops / op_lim);
-    emit_json(b, "matmul_i8", f);
+    snprintf(what, sizeof(what), "matmul_%s", name);
+    emit_json(b, what, f);
 out:
     b->ops->free(b->ctx, m.x), b->ops->free(b->ctx, m.w), b->ops->free(b->ctx, m.ws), b->ops->free(b->ctx, m.out);
 }
@@ -396,8 +445,16 @@ static void run_all(struct bench *b)
                        shapes[s][1], toks[t]);
                 continue;
             }
-            bench_matmul(b, shapes[s][0], shapes[s][1], toks[t]);
+            bench_matmul(b, shapes[s][0], shapes[s][1], toks[t], DRAY_I8);
         }
+    /* grouped weights (version 2) at the layer shapes the default (w4a8) gives
+     * them on Gemma 3 270M Q4_K_M: gate/up and q 5-bit, down and o 4- or 6->8-bit */
+    static const uint32_t gshapes[][2] = {{640, 2048}, {640, 1024}, {2048, 640}};
+    static const uint32_t gtypes[] = {DRAY_Q8G32, DRAY_Q5G32, DRAY_Q4G32};
+    for (size_t t = 0; t < 2 && (!only || !strcmp(only, "matmul")); t++)
+        for (size_t s = 0; s < sizeof(gshapes) / sizeof(gshapes[0]); s++)
+            for (size_t d = 0; d < sizeof(gtypes) / sizeof(gtypes[0]); d++)
+                bench_matmul(b, gshapes[s][0], gshapes[s][1], toks[t], gtypes[d]);
     if (!only || !strcmp(only, "attention")) {
         bench_attention(b, DRAY_I8, 1, 512, 0);
         bench_attention(b, DRAY_I8, 1, 4096, 0);
