@@ -6,6 +6,7 @@
 #ifndef DRAY_CORE_CAPS_H
 #define DRAY_CORE_CAPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,12 @@ enum dray_activations dray_caps_activations(const struct dray_op_caps *c, enum d
                                             enum dray_activations want, char *why, size_t whylen);
 enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_precision want,
                                         char *why, size_t whylen);
+
+/* Whether tensors stored 5-bit in the file (Q5_0, Q5_1) load as DRAY_Q5G32 under
+ * W4A8 (else as Q8G32): the device declares Q5G32 for matmul, and its two-pass
+ * form too where it declares Q4G32's (so two-pass activations, which need that,
+ * never meet a 5-bit weight they cannot run). */
+bool dray_caps_q5(const struct dray_op_caps *c);
 
 /* The shapes a model will use. */
 struct dray_caps_shape {

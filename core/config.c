@@ -85,9 +85,10 @@ const struct key dray_config_keys[] = {
      "use the plugin's portable scalar kernels (for checking, slow)"},
     {"precision", "precision", "weights", T_ENUM, F(precision), 0, 0, precision_names, 0,
      "weights and matmuls: int8 (W8A8, per-channel scales), int8g (int8 with a scale per group "
-     "of 32 inputs, for weights and activations), w4a8 (4-bit weights where the file's are "
-     "4-bit, int8g elsewhere) or f32 (checking path); int8g and w4a8 fall back to int8 on a "
-     "device without them"},
+     "of 32 inputs, for weights and activations), w4a8 (4- or 5-bit weights where the file's "
+     "are 4- or 5-bit: Q4_0, Q4_1, Q4_K as 4-bit groups, Q5_0, Q5_1 as 5-bit groups, both "
+     "exact; int8g elsewhere, and for 5-bit tensors on a device without 5-bit groups, with a "
+     "warning) or f32 (checking path); int8g and w4a8 fall back to int8 on a device without them"},
     {"head_precision", "precision", "head_precision", T_ENUM, F(head_precision), 0, 0, head_precision_names, 0,
      "output head under `precision` int8g or w4a8: int8g (int8 groups where the file's head is "
      "wider than 4 bits, as Gemma's Q8_0 head), w4a8 (4-bit groups, rounding a wider head; a "

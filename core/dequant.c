@@ -2,6 +2,7 @@
  * ggml_types.c). Block layouts: docs/reference/gemma3-gguf.md §4.
  * All multi-byte fields are little-endian and blocks are packed, so fields are read
  * through memcpy (a Q8_0 block is 34 bytes: its halves are not 2-aligned in a row). */
+#include <math.h>
 #include <string.h>
 
 #include "dray/backend_util.h"
@@ -237,6 +238,29 @@ static void pack_group(const uint8_t *code, uint8_t *out)
 {
     for (int i = 0; i < 16; i++)
         out[i] = (uint8_t)(code[i] | code[i + 16] << 4);
+}
+
+int dray_gguf_tensor_row_q5g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm)
+{
+    if (!dray_ggml_is_5bit(t->type))
+        return DRAY_ENOTSUP;
+    if (t->ne[0] == 0 || r >= dray_gguf_tensor_nelems(t) / t->ne[0])
+        return DRAY_EINVAL;
+    uint32_t bb = dray_ggml_block_bytes(t->type);
+    const uint8_t *row = (const uint8_t *)t->data + r * (t->ne[0] / 32 * bb);
+    for (uint64_t i = 0; i < t->ne[0] / 32; i++) {
+        /* Q5_0: d, qh[4], qs[16]; Q5_1: d, m, qh[4], qs[16]. qs already has Q4G32's
+         * nibble order and qh's bit i is input i's bit 4 (q5_codes) */
+        const uint8_t *b = row + i * bb, *qh = b + (t->type == DRAY_GGML_Q5_0 ? 2 : 4);
+        float d = rd_half(b);
+        if (t->type == DRAY_GGML_Q5_0 && !(fabsf(d) < 4096.0f)) /* -16 d would leave f16 */
+            return DRAY_ERANGE;
+        memcpy(q + i * 20, qh + 4, 16);
+        memcpy(q + i * 20 + 16, qh, 4);
+        dm[2 * i] = d;
+        dm[2 * i + 1] = t->type == DRAY_GGML_Q5_0 ? -16.0f * d : rd_half(b + 2);
+    }
+    return 0;
 }
 
 int dray_gguf_tensor_row_q4g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm)

@@ -42,6 +42,15 @@ static const char *precision_name(enum dray_precision p)
 
 /* Whether this configuration calibrates: outlier channels of int8 weights, and
  * K smoothing of an int8 KV (whatever the weights). */
+/* Whether any tensor is stored 5-bit (Q5_0, Q5_1): the ones W4A8 loads as Q5G32. */
+static bool has_5bit(const struct dray_gguf *g)
+{
+    for (uint64_t i = 0; i < dray_gguf_n_tensors(g); i++)
+        if (dray_ggml_is_5bit(dray_gguf_tensor_at(g, i)->type))
+            return true;
+    return false;
+}
+
 static bool wants_outliers(const struct dray_config *c)
 {
     return c->precision == DRAY_PRECISION_INT8 && c->outlier_channels;
@@ -225,6 +234,9 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
                                                    sizeof(why));
         if (why[0])
             dray_warn("%s", why);
+        if (e->cfg.precision == DRAY_PRECISION_W4A8 && !dray_caps_q5(&e->dev.caps) && has_5bit(e->gguf))
+            dray_warn("precision w4a8: the device does not declare 5-bit grouped weights (q5g32); "
+                      "the file's Q5_0/Q5_1 tensors use 8-bit groups");
     }
     if (!rc)
         rc = dray_tokenizer_load(e->gguf, &e->tok, err, errlen);

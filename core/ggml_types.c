@@ -72,3 +72,8 @@ bool dray_ggml_is_4bit(uint32_t type)
 {
     return type == 2 || type == 3 || type == 12; /* Q4_0, Q4_1, Q4_K */
 }
+
+bool dray_ggml_is_5bit(uint32_t type)
+{
+    return type == DRAY_GGML_Q5_0 || type == DRAY_GGML_Q5_1;
+}

@@ -17,6 +17,15 @@ int dray_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n);
  * value dray_gguf_tensor_row_f32 gives. DRAY_ENOTSUP for other types. */
 int dray_gguf_tensor_row_q4g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm);
 
+/* Row r of a Q5_0 or Q5_1 tensor (dray_ggml_is_5bit) in backend.h's Q5G32
+ * codes without loss, row-major: q [ne0/32][20], per group of 32 the 16 bytes of
+ * low nibbles (input i low, i+16 high in byte i, as Q4G32) then a little-endian
+ * uint32 whose bit i is bit 4 of input i; dm [ne0/32][2] = {d, m}, each exact in
+ * f16 (Q5_0: m = -16 d); code*d + m is the f32 value dray_gguf_tensor_row_f32
+ * gives. DRAY_ENOTSUP for other types; DRAY_ERANGE for a Q5_0 scale of 4096 or
+ * more (or not finite), whose -16 d f16 cannot hold. */
+int dray_gguf_tensor_row_q5g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm);
+
 /* float <-> half helpers (IEEE binary16, round to nearest even) */
 float dray_f16_to_f32(uint16_t h);
 uint16_t dray_f32_to_f16(float f);

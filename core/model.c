@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "caps.h"
 #include "error.h"
 #include "log.h"
 #include "quant.h"
@@ -97,7 +98,13 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             uint64_t src = dray_rope_pair_row(r + i, pair_hd);
             int rc = dtype == DRAY_Q4G32 && dray_ggml_is_4bit(t->type) /* the file's own codes */
                          ? dray_gguf_tensor_row_q4g(t, src, (uint8_t *)p->q + i * (k / 2), p->sc + i * (k / 16))
+                     : dtype == DRAY_Q5G32 /* every part is 5-bit: its own codes too */
+                         ? dray_gguf_tensor_row_q5g(t, src, (uint8_t *)p->q + i * (k / 32 * 20), p->sc + i * (k / 16))
                          : dray_gguf_tensor_row_f32(t, src, p->f32 + i * k);
+            if (rc == DRAY_ERANGE) /* dray_gguf_tensor_row_q5g */
+                return dray_fail(err, errlen, rc, "tensor %s row %llu: a Q5_0 scale of 4096 or more (or not "
+                                 "finite) has no 5-bit group form (-16 d beyond f16)", t->name,
+                                 (unsigned long long)src);
             if (rc)
                 return dray_fail(err, errlen, rc, "tensor %s: type %s (%u) cannot be dequantized",
                                  t->name, dray_ggml_type_name(t->type) ? dray_ggml_type_name(t->type) : "unknown",
@@ -114,7 +121,7 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k), sf = dray_util_wscale_floats(dtype, (uint32_t)k);
             if (dtype == DRAY_Q8G32)
                 dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
-            else if (!dray_ggml_is_4bit(t->type)) /* DRAY_Q4G32_ROUND: rounds a wider file */
+            else if (dtype == DRAY_Q4G32 && !dray_ggml_is_4bit(t->type)) /* DRAY_Q4G32_ROUND: rounds a wider file */
                 dray_quantize_rows_q4g(p->f32, n, k, (uint8_t *)p->q, p->sc);
             /* rows and row are multiples of 16 here, so the slab's blocks are
              * contiguous in the device layout at the same byte offset */
@@ -201,9 +208,15 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     for (uint32_t i = 0; dray_util_grouped(dtype) && i < n_parts; i++)
         if (k % 32 || parts[i]->ne[1] % 16) /* whole groups, whole 16-row blocks */
             dtype = DRAY_I8;
-    for (uint32_t i = 0; dtype == DRAY_Q4G32 && !round4 && i < n_parts; i++)
-        if (!dray_ggml_is_4bit(parts[i]->type))
-            dtype = DRAY_Q8G32;
+    bool all4 = true, all5 = true;
+    for (uint32_t i = 0; i < n_parts; i++) {
+        all4 = all4 && dray_ggml_is_4bit(parts[i]->type);
+        all5 = all5 && dray_ggml_is_5bit(parts[i]->type);
+    }
+    /* ... and 5-bit (Q5_0, Q5_1: exactly) where every part is 5-bit and the
+     * device runs it; the engine said once if it does not (dray_caps_q5) */
+    if (dtype == DRAY_Q4G32 && !round4 && !all4)
+        dtype = all5 && dray_caps_q5(&dev->caps) ? DRAY_Q5G32 : DRAY_Q8G32;
     if (group_rows && n_out * (k / 32) > UINT32_MAX)
         return dray_fail(err, errlen, DRAY_ERANGE, "tensor %s: too many groups of 32 for a gather table",
                          parts[0]->name);

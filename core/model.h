@@ -136,7 +136,8 @@ struct dray_weight {
 };
 /* dtype for dray_weight_prepare: DRAY_Q4G32 even where the file is wider than 4
  * bits, rounding those rows (dray_quantize_rows_q4g: lossy); plain DRAY_Q4G32
- * turns such tensors into DRAY_Q8G32 instead. Never a device dtype. */
+ * turns such tensors into DRAY_Q5G32 (every part Q5_0/Q5_1, on a device where
+ * dray_caps_q5 holds: exact) or DRAY_Q8G32 instead. Never a device dtype. */
 #define DRAY_Q4G32_ROUND (0x100u | DRAY_Q4G32)
 /* dtype for dray_weight_prepare: the weights of DRAY_Q8G32 (int8 codes with an f32
  * scale per group of 32 inputs), stored as an I8 table whose rows are the groups,

@@ -122,9 +122,39 @@ void dray_quantize_rows_q4g(const float *w, uint64_t rows, uint64_t cols, uint8_
         q4_group(w + g * 32, q + g * 16, dm + g * 2);
 }
 
+/* Q5G32 (backend.h): the Q4G32 nibble units, then bit 4 of input 4j + e of row
+ * r at bit 4r + e of the high unit's 64-bit word j; d and m as f16. */
+static void interleave_q5g(uint64_t rows, uint64_t k, const uint8_t *in, const float *sc, uint8_t *out,
+                           uint16_t *so)
+{
+    const uint64_t G = k / 32;
+    for (uint64_t b = 0; b < rows / 16; b++)
+        for (uint64_t g = 0; g < G; g++) {
+            uint8_t *unit = out + (b * G + g) * 5 * 64, *hi = unit + 4 * 64;
+            memset(hi, 0, 64);
+            for (uint64_t r = 0; r < 16; r++) {
+                const uint8_t *src = in + ((b * 16 + r) * G + g) * 20;
+                uint32_t h;
+                memcpy(&h, src + 16, 4);
+                for (uint64_t i = 0; i < 4; i++)
+                    memcpy(unit + i * 64 + r * 4, src + 4 * i, 4);
+                for (uint32_t c = 0; c < 32; c++) {
+                    uint32_t bit = (uint32_t)r * 4 + c % 4;
+                    hi[(c / 4) * 8 + bit / 8] |= (uint8_t)(((h >> c) & 1u) << (bit % 8));
+                }
+                for (uint64_t j = 0; j < 2; j++)
+                    so[((b * G + g) * 2 + j) * 16 + r] = dray_f32_to_f16(sc[((b * 16 + r) * G + g) * 2 + j]);
+            }
+        }
+}
+
 void dray_grouped_interleave(uint32_t dtype, uint64_t rows, uint64_t k, const void *q, const float *sc,
                              void *qo, float *so)
 {
+    if (dtype == DRAY_Q5G32) {
+        interleave_q5g(rows, k, q, sc, qo, (uint16_t *)(void *)so);
+        return;
+    }
     const uint64_t G = k / 32, per = dtype == DRAY_Q4G32 ? 2 : 1;
     const uint64_t gbytes = dtype == DRAY_Q4G32 ? 16 : 32; /* bytes of one group of one row */
     const uint8_t *in = q;

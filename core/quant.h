@@ -10,9 +10,10 @@
 void dray_quantize_rows_i8(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
 
 /* backend.h's Q8G32 layout (cols a multiple of 32): each group of 32 along a row
- * quantized like a row above, scale [rows][cols/32]. Q8_0 and Q5_0 sources come
- * back exactly (their groups are codes times one scale, the largest code 127 or
- * 16 apart from rounding). Q4G32 needs no quantizer: 4-bit files convert
+ * quantized like a row above, scale [rows][cols/32]. Q8_0 sources come back
+ * exactly (codes times one scale, the largest code 127); Q5_0 ones to within
+ * 1/16 of their step (their largest code is 16: codes times 127/16 are not
+ * integers), which is why W4A8 keeps them in Q5G32 where it can. Q4G32 needs no quantizer: 4-bit files convert
  * losslessly (dray_gguf_tensor_row_q4g). */
 void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t *q, float *scale);
 
@@ -26,11 +27,15 @@ void dray_quantize_rows_q8g(const float *w, uint64_t rows, uint64_t cols, int8_t
 void dray_quantize_rows_q4g(const float *w, uint64_t rows, uint64_t cols, uint8_t *q, float *dm);
 
 /* Row-major grouped codes and scales of `rows` rows (a multiple of 16) into
- * backend.h's layout of 16-row blocks (dtype DRAY_Q8G32 or DRAY_Q4G32):
+ * backend.h's layout of 16-row blocks (dtype DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32):
  *   q  row-major: Q8G32 int8 [rows][k]; Q4G32 [rows][k/2], 16 bytes per group
  *      with input i low and i+16 high in byte i (dray_gguf_tensor_row_q4g);
- *   sc row-major: [rows][k/32] (Q8G32) or [rows][k/32][2] = {d, m} (Q4G32).
- * qo and so get the same bytes and floats, reordered. */
+ *      Q5G32 [rows][k/32][20], those 16 bytes then a little-endian uint32 of
+ *      bit 4 of each input (dray_gguf_tensor_row_q5g);
+ *   sc row-major: [rows][k/32] (Q8G32) or [rows][k/32][2] = {d, m} (Q4G32, Q5G32).
+ * qo and so get the same bytes and floats, reordered (Q5G32: the high bits
+ * become the high unit's masks, and so gets the scales as f16, 4 bytes per row
+ * and group: exact for values that are f16 already, as the 5-bit files' are). */
 void dray_grouped_interleave(uint32_t dtype, uint64_t rows, uint64_t k, const void *q, const float *sc,
                              void *qo, float *so);
 

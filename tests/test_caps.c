@@ -105,6 +105,27 @@ static void test_two_pass_activations_fall_back_to_one_pass(void **state)
     assert_string_equal(why, "");
 }
 
+/* 5-bit file tensors load as Q5G32 only where the device runs it, and its
+ * two-pass form wherever it runs Q4G32's (two-pass activations would ask for
+ * it); else they stay Q8G32 (the engine warns once). */
+static void test_five_bit_weights_need_their_bits(void **state)
+{
+    (void)state;
+    struct dray_op_caps c;
+    full_caps(&c);
+    assert_false(dray_caps_q5(&c));
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32);
+    assert_false(dray_caps_q5(&c));
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q5G32);
+    assert_true(dray_caps_q5(&c)); /* one pass only: nothing asks for the two-pass form */
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
+    assert_false(dray_caps_q5(&c));
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q5G32_X2);
+    assert_true(dray_caps_q5(&c));
+    c.n_ops = DRAY_OP_MATMUL; /* a table too short to hold matmul's dtypes */
+    assert_false(dray_caps_q5(&c));
+}
+
 static void test_shape_limits(void **state)
 {
     (void)state;
@@ -141,6 +162,7 @@ int main(void)
         cmocka_unit_test(test_shape_limits),
         cmocka_unit_test(test_grouped_precision_falls_back_to_int8),
         cmocka_unit_test(test_two_pass_activations_fall_back_to_one_pass),
+        cmocka_unit_test(test_five_bit_weights_need_their_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,7 +74,8 @@ static void test_conformance_cpu_fast_kernels_pass_against_reference(void **stat
                             {"matmul", "f32"}, {"rope", "f32"}, {"kv_store", "i8"},
                             {"kv_store", "f16"}, {"attention", "i8"}, {"attention", "f16"},
                             {"gated_act", "f32"}, {"add", "f32"},
-                            {"embed", "q8g"}, {"embed", "q4g"}, {"matmul", "q8g"}, {"matmul", "q4g"}};
+                            {"embed", "q8g"}, {"embed", "q4g"}, {"matmul", "q8g"}, {"matmul", "q4g"},
+                            {"matmul", "q5g"}, {"matmul", "q5gx2"}};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         const char *row = row_of(text, ops[i][0], ops[i][1]);
         const char *eol = strchr(row, '\n');
@@ -82,7 +83,7 @@ static void test_conformance_cpu_fast_kernels_pass_against_reference(void **stat
         if (!pass || pass > eol)
             fail_msg("%s %s did not pass:\n%s", ops[i][0], ops[i][1], text);
     }
-    assert_contains(text, "PASS: 18 of 18 op variants ran, 18 passed");
+    assert_contains(text, "PASS: 20 of 20 op variants ran, 20 passed");
     free(text);
 }
 
@@ -106,7 +107,8 @@ static void test_conformance_certifies_version_1_and_2_templates(void **state)
         assert_contains(text, abi);
         /* the template declares the grouped weights absent: skipped, not failed */
         assert_contains(row_of(text, "matmul", "q4g"), "not supported");
-        assert_contains(text, "PASS: 12 of 18 op variants ran, 12 passed");
+        assert_contains(row_of(text, "matmul", "q5g"), "not supported");
+        assert_contains(text, "PASS: 12 of 20 op variants ran, 12 passed");
         free(text);
     }
 }
@@ -138,7 +140,7 @@ static void test_conformance_fails_plugin_missing_mandatory_ops(void **state)
     assert_contains(row_of(text, "add", "f32"), "pass");
     assert_contains(row_of(text, "matmul", "i8"), "FAIL unsupported");
     assert_contains(row_of(text, "matmul", "f32"), "not supported");
-    assert_contains(text, "FAIL: 1 of 18 op variants ran, 1 passed");
+    assert_contains(text, "FAIL: 1 of 20 op variants ran, 1 passed");
     free(text);
 
     o.op = "add"; /* only add: the plugin passes what it was asked */

@@ -17,6 +17,7 @@
 
 #include "dray/backend.h"
 #include "gguf.h"
+#include "quant.h"
 #include "testutil.h"
 
 /* half bits of a few exact values */
@@ -435,6 +436,61 @@ static void test_q4g_rows_equal_the_dequantized_rows(void **state)
     assert_int_equal(dray_gguf_tensor_row_q4g(&t8, 0, q, dm), DRAY_ENOTSUP);
 }
 
+/* The lossless 5-bit path (W4A8): Q5_0 and Q5_1 rows with random codes and
+ * half scales (normal and subnormal, and Q5_1 mins of either sign) go through
+ * dray_gguf_tensor_row_q5g and dray_grouped_interleave into backend.h's Q5G32
+ * blocks; code*d + m read back from the layout text (nibble units as Q4G32, bit
+ * 4 at bit 4r + e of 64-bit word j of the fifth unit, f16 d and m) equals the
+ * f32 dequantization bit for bit. Other types are refused, and so is a Q5_0
+ * scale whose -16 d leaves f16. */
+static void test_q5g_blocks_equal_the_dequantized_rows(void **state)
+{
+    (void)state;
+    enum { K = 96, ROWS = 32, G = K / 32 };
+    static uint8_t data[ROWS * G * 24], q[ROWS * G * 20], qi[ROWS * K * 5 / 8];
+    static float f[ROWS][K], dm[ROWS * G * 2];
+    static uint16_t so[ROWS * G * 2];
+    dray_test_seed(11);
+    for (int ti = 0; ti < 2; ti++) {
+        uint32_t type = ti ? DRAY_GGML_Q5_1 : DRAY_GGML_Q5_0, bb = dray_ggml_block_bytes(type);
+        for (size_t i = 0; i < sizeof(data); i++)
+            data[i] = (uint8_t)dray_test_rand();
+        for (uint32_t b = 0; b < ROWS * G; b++) { /* halves 0x0001..0x59ff: subnormal up to ~190 */
+            uint8_t *blk = data + b * bb;
+            put16(blk, (uint16_t)(b % 7 == 0 ? 1 + dray_test_rand() % 0x3ff : 0x0400 + dray_test_rand() % 0x5600));
+            if (type == DRAY_GGML_Q5_1)
+                put16(blk + 2, (uint16_t)(dray_test_rand() % 0x5a00 + (dray_test_rand() & 1) * 0x8000));
+        }
+        struct dray_gguf_tensor t = {.name = "t", .type = type, .n_dims = 2, .ne = {K, ROWS, 1, 1},
+                                     .nbytes = (uint64_t)ROWS * G * bb, .data = data};
+        for (uint64_t r = 0; r < ROWS; r++) {
+            assert_int_equal(dray_gguf_tensor_row_f32(&t, r, f[r]), 0);
+            assert_int_equal(dray_gguf_tensor_row_q5g(&t, r, q + r * G * 20, dm + r * G * 2), 0);
+        }
+        dray_grouped_interleave(DRAY_Q5G32, ROWS, K, q, dm, qi, (float *)(void *)so);
+        for (uint32_t o = 0; o < ROWS; o++)
+            for (uint32_t c = 0; c < K; c++) {
+                uint32_t bg = (o / 16) * G + c / 32, r = o % 16, e = c % 32, bit = 4 * r + e % 4;
+                const uint8_t *u = qi + bg * 5 * 64;
+                uint8_t nb = u[((e % 16) / 4) * 64 + 4 * r + e % 4];
+                int code = (e < 16 ? nb & 15 : nb >> 4) + 16 * ((u[256 + (e / 4) * 8 + bit / 8] >> (bit % 8)) & 1);
+                float d = dray_f16_to_f32(so[bg * 32 + r]), m = dray_f16_to_f32(so[bg * 32 + 16 + r]);
+                float v = (float)code * d + m;
+                if (memcmp(&v, &f[o][c], 4))
+                    print_error("type %u row %u element %u: %g vs %g\n", type, o, c, (double)v, (double)f[o][c]);
+                assert_memory_equal(&v, &f[o][c], 4);
+            }
+    }
+    struct dray_gguf_tensor t = {.name = "t", .type = DRAY_GGML_Q5_0, .n_dims = 2, .ne = {32, 1, 1, 1},
+                                 .nbytes = 22, .data = data};
+    put16(data, 0x6C00); /* 4096: -16 d = -65536 is beyond f16 */
+    assert_int_equal(dray_gguf_tensor_row_q5g(&t, 0, q, dm), DRAY_ERANGE);
+    put16(data, 0x6BFF); /* 4094: -65504, the largest half */
+    assert_int_equal(dray_gguf_tensor_row_q5g(&t, 0, q, dm), 0);
+    t.type = DRAY_GGML_Q8_0;
+    assert_int_equal(dray_gguf_tensor_row_q5g(&t, 0, q, dm), DRAY_ENOTSUP);
+}
+
 /* ------------------------------------------------------------ halves */
 
 static void test_f16_to_f32_matches_the_ieee_formula(void **state)
@@ -518,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_dequant_q6_k_block),
         cmocka_unit_test(test_dequant_rejects_partial_blocks_and_unsupported_types),
         cmocka_unit_test(test_dequant_tensor_row_picks_the_right_blocks),
+        cmocka_unit_test(test_q5g_blocks_equal_the_dequantized_rows),
         cmocka_unit_test(test_f16_to_f32_matches_the_ieee_formula),
         cmocka_unit_test(test_f32_to_f16_rounds_to_nearest_even),
     };

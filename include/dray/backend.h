@@ -79,6 +79,10 @@ enum dray_dtype {
      * about 15 bits); see struct dray_matmul_args */
     DRAY_Q8G32_X2 = 6,
     DRAY_Q4G32_X2 = 7,
+    /* since version 2, matmul only (appended): 5-bit 0..31 per group of 32 with
+     * an f16 scale and min (GGUF Q5_0 / Q5_1 exactly), and its two-pass form */
+    DRAY_Q5G32 = 8,
+    DRAY_Q5G32_X2 = 9,
     DRAY_DTYPE_COUNT
 };
 #define DRAY_DTYPE_BIT(t) (1u << (t))
@@ -105,8 +109,9 @@ struct dray_host {
 enum dray_op {
     DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32; v2: Q8G32, Q4G32) */
     DRAY_OP_RMSNORM,     /* cap dtype: F32 */
-    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32; v2: Q8G32, Q4G32, and
-                          * their two-pass activation forms Q8G32_X2, Q4G32_X2) */
+    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32; v2: Q8G32, Q4G32, Q5G32,
+                          * and their two-pass activation forms Q8G32_X2, Q4G32_X2,
+                          * Q5G32_X2) */
     DRAY_OP_ROPE,        /* cap dtype: F32 */
     DRAY_OP_KV_STORE,    /* cap dtype: the cache dtype (I8, F16) */
     DRAY_OP_ATTENTION,   /* cap dtype: the cache dtype (I8, F16) */
@@ -233,8 +238,8 @@ struct dray_rmsnorm_args {
  * out must not overlap x. k <= 65536 so the int32 sum cannot overflow.
  * Tolerance: abs 1e-4 * (max|out|), from f32 rounding of the scale product only.
  *
- * Grouped weights (version 2; declared by the bits DRAY_Q8G32 / DRAY_Q4G32 in
- * op_caps.op_dtypes[DRAY_OP_MATMUL]). k must be a multiple of 32 and n_out of 16;
+ * Grouped weights (version 2; declared by the bits DRAY_Q8G32 / DRAY_Q4G32 /
+ * DRAY_Q5G32 in op_caps.op_dtypes[DRAY_OP_MATMUL], each on its own). k must be a multiple of 32 and n_out of 16;
  * G = k / 32 groups per row; group g is input channels 32g .. 32g+31. Rows come
  * in blocks of 16 (block b = rows 16b .. 16b+15), and within a block each group
  * is stored as 64-byte units that hold 4 consecutive inputs of all 16 rows (unit
@@ -250,14 +255,33 @@ struct dray_rmsnorm_args {
  *               wscale F32 [n_out/16][G][2][16]: d(o, g) = wscale[((b*G + g)*2)*16 + r],
  *                 m(o, g) = wscale[((b*G + g)*2 + 1)*16 + r];
  *               W[o][c] = nib(o, c) * d(o, c/32) + m(o, c/32).
- *   (GGUF Q8_0, Q5_0, Q4_0, Q4_1 and Q4_K convert into these exactly; Q6_K into
- *   Q8G32 to within a quarter of its own step.)
+ *   DRAY_Q5G32 (matmul only, its own bit; not an embedding table): w U8,
+ *               n_out*k*5/8 bytes, 320 per (b, g) at (b*G + g)*320: units u = 0..3
+ *               at +64u hold the low 4 bits of the codes exactly as Q4G32's units
+ *               do, and the high unit at +256 holds bit 4 of all 32 inputs of the
+ *               16 rows: its 64-bit little-endian word j (bytes 8j .. 8j+7, j =
+ *               0..7) has at bit 4r + e bit 4 of the code of input 32g + 4j + e of
+ *               row 16b+r (so word j is a byte mask over unit j%4's low (j < 4) or
+ *               high (j >= 4) nibbles: a kernel adds 16 where it is set);
+ *                 code(o, c) = nib(o, c) + 16 * hibit(o, c), 0..31;
+ *               wscale F16 (binary16) [n_out/16][G][2][16], 4 bytes per row and
+ *                 group (the validators count it as k/32 f32-sized values per row):
+ *                 d(o, g) = half ((b*G + g)*2)*16 + r, m(o, g) = half
+ *                 ((b*G + g)*2 + 1)*16 + r, both widened to f32 exactly;
+ *               W[o][c] = code(o, c) * d(o, c/32) + m(o, c/32)   (in f32).
+ *               24 bytes per 32 weights against Q8G32's 36.
+ *   (GGUF Q8_0, Q4_0, Q4_1 and Q4_K convert into these exactly; Q5_0 (y = (q -
+ *   16) * d: d, m = -16 d, exact in f16) and Q5_1 (f16 d and m already) into
+ *   Q5G32 exactly, and into Q8G32 to within 1/16 of their step (the int8 grid
+ *   of max|w|/127 is not theirs); Q6_K into Q8G32 to within a quarter of its own
+ *   step.)
  * Activations are quantized per token and per group, symmetric:
  *   sx[t][g] = max_{c in g} |x[t][c]| / 127, q = x/sx rounded to nearest even,
  *   clamped to [-127, 127] (a zero group: q = 0, sx = 0), and
  *   out[t][o] = sum over g in increasing order, accumulated in f32, of
  *     Q8G32: (float)(sum_{c in g} q*W8) * (sx[t][g] * s(o, g))
  *     Q4G32: sx[t][g] * (d * (float)(sum_{c in g} q*nib) + m * (float)(sum_{c in g} q))
+ *     Q5G32: sx[t][g] * (d * (float)(sum_{c in g} q*code) + m * (float)(sum_{c in g} q))
  *   with exact int32 group sums. Outlier channels do not apply (n_outlier must
  *   be 0): a group's scale only sees its own 32 channels, so an outlier channel
  *   costs precision only to the 31 beside it. accumulate as for I8.
@@ -265,9 +289,9 @@ struct dray_rmsnorm_args {
  *   output, for the f32 order of the group terms (a fast kernel may sum them in
  *   another order).
  *
- * Two-pass activations (version 2; wdtype DRAY_Q8G32_X2 / DRAY_Q4G32_X2, declared
- * by their own bits in op_caps.op_dtypes[DRAY_OP_MATMUL]; w and wscale exactly as
- * for DRAY_Q8G32 / DRAY_Q4G32). One int8 pass leaves each input off by up to half
+ * Two-pass activations (version 2; wdtype DRAY_Q8G32_X2 / DRAY_Q4G32_X2 /
+ * DRAY_Q5G32_X2, declared by their own bits in op_caps.op_dtypes[DRAY_OP_MATMUL];
+ * w and wscale exactly as for DRAY_Q8G32 / DRAY_Q4G32 / DRAY_Q5G32). One int8 pass leaves each input off by up to half
  * a step, sx/2; over 30 layers that is most of the int8 path's distance from f32
  * (a small Llama: top-1 96% -> 98.7%, KL 0.0053 -> 0.0010). So x is quantized as
  * above into (q, sx, group sums), then its residual
@@ -286,8 +310,9 @@ struct dray_matmul_args {
     uint32_t stride_x, stride_out;
     uint32_t n_outlier;
     uint32_t accumulate;
-    uint32_t wdtype; /* DRAY_I8, DRAY_F32, (v2) DRAY_Q8G32, DRAY_Q4G32, DRAY_Q8G32_X2
-                      * or DRAY_Q4G32_X2; set it explicitly (DRAY_F32 is 0) */
+    uint32_t wdtype; /* DRAY_I8, DRAY_F32, (v2) DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32,
+                      * DRAY_Q8G32_X2, DRAY_Q4G32_X2 or DRAY_Q5G32_X2; set it
+                      * explicitly (DRAY_F32 is 0) */
 };
 
 /* Rotary embedding, NEOX layout, in place, on n_head heads of each token:

@@ -105,6 +105,9 @@ const char *dray_ggml_type_name(uint32_t type);
 /* True for the types that store 4-bit codes with a scale (and min) per group of
  * 32 (Q4_0, Q4_1, Q4_K): the ones dray's 4-bit weights (W4A8) hold without loss. */
 bool dray_ggml_is_4bit(uint32_t type);
+/* True for Q5_0 and Q5_1: 5-bit codes with an f16 scale (and min) per group of
+ * 32, which dray's 5-bit weights (Q5G32, under W4A8) hold without loss. */
+bool dray_ggml_is_5bit(uint32_t type);
 bool dray_ggml_type_supported(uint32_t type);
 
 /* Dequantize row r of a 2-D tensor (ne[0] elements) into dst. */

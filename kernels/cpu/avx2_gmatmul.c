@@ -1,12 +1,15 @@
-/* AVX2 matmul over grouped weights (backend.h, matmul: DRAY_Q8G32, DRAY_Q4G32),
+/* AVX2 matmul over grouped weights (backend.h, matmul: DRAY_Q8G32, DRAY_Q4G32,
+ * DRAY_Q5G32),
  * for CPUs without AVX-512 VNNI. Same plan as avx512vnni_gmatmul.c on 8 lanes:
  * each 64-byte unit of the 16-row layout is two 32-byte halves (rows 0-7 and
  * 8-15), one 32-bit lane per row, multiplied against 4 activation bytes
  * broadcast to every lane. Without vpdpbusd the 4 products of a lane are
  * vpmaddubsw (u8 x s8 into int16 pairs) then vpmaddwd by ones; the pairs cannot
  * saturate: Q8G32 multiplies |w| <= 128 by sign-adjusted q (|q| <= 127), Q4G32
- * nibbles <= 15 by q. The group's int32 sums are exact; the f32 scale products
- * are applied 8 rows at a time. */
+ * nibbles <= 15 by q (Q5G32 codes <= 31: pairs within 2 * 31 * 127). The group's
+ * int32 sums are exact; the f32 scale products are applied 8 rows at a time.
+ * Q5G32's bit 4 arrives as 32 bits per half unit (one per byte), spread to
+ * bytes with a byte shuffle and a compare against each byte's own bit. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -29,6 +32,34 @@ static inline __m256i dot4_s8(__m256i w, __m256i a, __m256i ones)
 static inline __m256i dot4_u4(__m256i w, __m256i a, __m256i ones)
 {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones);
+}
+
+/* 16 where bit i of m is set, for byte i (0..31). */
+static inline __m256i bits16(uint32_t m)
+{
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
+                                            2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), spread);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(16));
+}
+
+/* Rows 16b .. 16b+7 (half 0) or 16b+8 .. 16b+15 (half 1) of one Q5G32 group of
+ * token row q: the int32 sums of q * code, one row per lane. */
+static inline __m256i q5_half(const uint8_t *w, const int8_t *q, int half, __m256i ones, __m256i lo4)
+{
+    __m256i s = _mm256_setzero_si256();
+    for (uint32_t u = 0; u < 4; u++) {
+        uint32_t ml, mh; /* bits 32*half .. of words u and 4+u */
+        memcpy(&ml, w + 256 + 8 * u + 4 * half, 4);
+        memcpy(&mh, w + 256 + 32 + 8 * u + 4 * half, 4);
+        __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * half));
+        __m256i l = _mm256_or_si256(_mm256_and_si256(z, lo4), bits16(ml));
+        __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(z, 4), lo4), bits16(mh));
+        s = _mm256_add_epi32(s, dot4_u4(l, bcast4(q, 4 * u), ones));
+        s = _mm256_add_epi32(s, dot4_u4(h, bcast4(q, 16 + 4 * u), ones));
+    }
+    return s;
 }
 
 /* One group of 32 inputs into int8 as ref_gmatmul.c does it, bit for bit: the
@@ -103,7 +134,7 @@ void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_
 {
     const uint32_t G = a->k / 32;
     const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0F);
-    int q8 = a->wdtype == DRAY_Q8G32;
+    int q8 = a->wdtype == DRAY_Q8G32, q5 = a->wdtype == DRAY_Q5G32;
     for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
         for (uint32_t t = 0; t < a->n_tok; t++) {
             const int8_t *qt = a->q + (size_t)t * a->q_stride;
@@ -123,6 +154,18 @@ void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_
                     __m256 vs = _mm256_set1_ps(sx);
                     acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(vs, _mm256_loadu_ps(ws)), acc0);
                     acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(vs, _mm256_loadu_ps(ws + 8)), acc1);
+                } else if (q5) {
+                    const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 5 * 64;
+                    s0 = q5_half(w, q, 0, ones, lo4);
+                    s1 = q5_half(w, q, 1, ones, lo4);
+                    const uint16_t *dm = (const uint16_t *)(const void *)a->wscale + ((size_t)b * G + g) * 32;
+                    __m256 vs = _mm256_set1_ps(sx), qs = _mm256_set1_ps((float)a->gsum[(size_t)t * G + g]);
+                    __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)dm));
+                    __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 8)));
+                    __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 16)));
+                    __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 24)));
+                    acc0 = _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), _mm256_mul_ps(m0, qs)), acc0);
+                    acc1 = _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), _mm256_mul_ps(m1, qs)), acc1);
                 } else {
                     const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 4 * 64;
                     for (uint32_t u = 0; u < 4; u++) {

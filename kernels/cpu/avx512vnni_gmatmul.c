@@ -1,5 +1,5 @@
-/* AVX-512 VNNI matmul over grouped weights (backend.h, matmul: DRAY_Q8G32 and
- * DRAY_Q4G32). The layout puts 16 rows side by side, 4 inputs each, in every
+/* AVX-512 VNNI matmul over grouped weights (backend.h, matmul: DRAY_Q8G32,
+ * DRAY_Q4G32 and DRAY_Q5G32). The layout puts 16 rows side by side, 4 inputs each, in every
  * 64-byte unit, so one vpdpbusd against 4 activation bytes broadcast to all
  * lanes adds 4 products to each of 16 rows at once: a group of 32 inputs is 8
  * of them, and the group's int32 sums come out with one row per lane. Each
@@ -14,6 +14,10 @@
  *   Q4G32: the nibbles are already u8 0..15: the low and high nibbles of a unit
  *          are inputs 4u.. and 16+4u.. of the group; the min term adds
  *          m * sx * gsum per group.
+ *   Q5G32: Q4G32's nibbles, and each of the 8 nibble vectors gets its bit 4 from
+ *          one 64-bit word of the high unit loaded straight into a mask
+ *          register: a masked byte add of 16 (no shuffles), then as Q4G32 with
+ *          codes 0..31; d and m are f16, widened 16 at a time (vcvtph2ps).
  * Two-pass activations (a->pairs) are two q rows per token: a pass of four
  * rows covers two tokens, both passes against one load of the weights. */
 #include <immintrin.h>
@@ -97,13 +101,59 @@ static inline __attribute__((always_inline)) void pass_q4g(const struct dray_cpu
         y[j] = acc[j];
 }
 
-#define PASS(NB) (q8 ? pass_q8g(a, b, t0, NB, y) : pass_q4g(a, b, t0, NB, y))
+/* Decode is memory-bound: 320 bytes of weights and 64 of scales per 16 rows and
+ * group, against 8 vpdpbusd per row of q. */
+static inline __attribute__((always_inline)) void pass_q5g(const struct dray_cpu_matmul *a, uint32_t b,
+                                                           uint32_t t0, uint32_t nb, __m512 *y)
+{
+    const uint32_t G = a->k / 32;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16);
+    const uint16_t *sc = (const uint16_t *)(const void *)a->wscale;
+    __m512 acc[TB];
+    for (uint32_t j = 0; j < nb; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < G; g++) {
+        const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 5 * 64;
+        const uint8_t *hb = w + 4 * 64; /* word u: unit u's low nibbles, word 4+u: its high */
+        __m512i lo[4], hi[4];
+        for (int u = 0; u < 4; u++) {
+            __m512i z = _mm512_loadu_si512((const void *)(w + 64 * u));
+            uint64_t ml, mh;
+            memcpy(&ml, hb + 8 * u, 8);
+            memcpy(&mh, hb + 32 + 8 * u, 8);
+            __m512i l = _mm512_and_si512(z, lo4), h = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+            lo[u] = _mm512_mask_add_epi8(l, _cvtu64_mask64(ml), l, c16);
+            hi[u] = _mm512_mask_add_epi8(h, _cvtu64_mask64(mh), h, c16);
+        }
+        __m512i dm16 = _mm512_loadu_si512((const void *)(sc + ((size_t)b * G + g) * 32));
+        __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
+        __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));
+        for (uint32_t j = 0; j < nb; j++) {
+            size_t t = t0 + j;
+            const int8_t *q = a->q + t * a->q_stride + 32 * g;
+            __m512i isum = _mm512_setzero_si512();
+            for (int u = 0; u < 4; u++) {
+                isum = _mm512_dpbusd_epi32(isum, lo[u], bcast4(q, 4u * (uint32_t)u));
+                isum = _mm512_dpbusd_epi32(isum, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
+            }
+            float sx = a->gsx[t * G + g];
+            __m512 term = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum),
+                                          _mm512_mul_ps(m, _mm512_set1_ps((float)a->gsum[t * G + g])));
+            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(sx), term, acc[j]);
+        }
+    }
+    for (uint32_t j = 0; j < nb; j++)
+        y[j] = acc[j];
+}
+
+#define PASS(NB)                                                                                   \
+    (q8 ? pass_q8g(a, b, t0, NB, y) : q5 ? pass_q5g(a, b, t0, NB, y) : pass_q4g(a, b, t0, NB, y))
 
 /* o0 and o1 are multiples of 16 (the glue splits rows in 16s; n_out is one). */
 void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
 {
     __m512 y[TB];
-    int q8 = a->wdtype == DRAY_Q8G32;
+    int q8 = a->wdtype == DRAY_Q8G32, q5 = a->wdtype == DRAY_Q5G32;
     for (uint32_t t0 = 0; t0 < a->n_tok; t0 += TB) {
         uint32_t nb = a->n_tok - t0 < TB ? a->n_tok - t0 : TB;
         for (uint32_t b = o0 / 16; b < o1 / 16; b++) {

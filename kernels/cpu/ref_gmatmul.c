@@ -1,5 +1,5 @@
-/* Reference matmul over grouped weights (backend.h, matmul: DRAY_Q8G32 and
- * DRAY_Q4G32, and their two-pass forms): activations quantized per token and per
+/* Reference matmul over grouped weights (backend.h, matmul: DRAY_Q8G32,
+ * DRAY_Q4G32 and DRAY_Q5G32, and their two-pass forms): activations quantized per token and per
  * group of 32 channels (two passes: then the residual the same way), exact int32
  * dot products per group, group terms summed in f32 in increasing group order.
  * This is the truth the fast kernels are checked against. */
@@ -64,18 +64,35 @@ static inline int32_t w8_at(const int8_t *w, uint32_t G, uint32_t o, uint32_t c)
     return w[unit * 64 + (o % 16) * 4 + c % 4];
 }
 
-static inline int32_t nib_at(const uint8_t *w, uint32_t G, uint32_t o, uint32_t c)
+/* The 4-bit code (Q4G32, units = 4) or the low 4 bits of the 5-bit one
+ * (Q5G32, units = 5: the same four nibble units, then the high-bit unit). */
+static inline int32_t nib_at(const uint8_t *w, uint32_t G, uint32_t units, uint32_t o, uint32_t c)
 {
     uint32_t cc = c % 32;
-    size_t unit = ((size_t)(o / 16) * G + c / 32) * 4 + (cc % 16) / 4;
+    size_t unit = ((size_t)(o / 16) * G + c / 32) * units + (cc % 16) / 4;
     uint8_t b = w[unit * 64 + (o % 16) * 4 + cc % 4];
     return cc < 16 ? (int32_t)(b & 15u) : (int32_t)(b >> 4);
+}
+
+/* Q5G32's code 0..31: the nibble plus 16 times bit 4r+e of 64-bit word j of the
+ * high unit, for input 32g + 4j + e of row 16b + r. */
+static inline int32_t code5_at(const uint8_t *w, uint32_t G, uint32_t o, uint32_t c)
+{
+    uint32_t cc = c % 32, bit = (o % 16) * 4 + cc % 4;
+    size_t hi = (((size_t)(o / 16) * G + c / 32) * 5 + 4) * 64 + (cc / 4) * 8 + bit / 8;
+    return nib_at(w, G, 5, o, c) + 16 * (int32_t)((w[hi] >> (bit % 8)) & 1u);
 }
 
 /* Scale j (Q8G32: 0; Q4G32: 0 = d, 1 = m) of row o, group g; per = 1 or 2. */
 static inline float scale_at(const float *s, uint32_t G, uint32_t per, uint32_t o, uint32_t g, uint32_t j)
 {
     return s[(((size_t)(o / 16) * G + g) * per + j) * 16 + o % 16];
+}
+
+/* Q5G32's f16 d (j = 0) or m (j = 1) of row o, group g, widened exactly. */
+static inline float scale16_at(const void *s, uint32_t G, uint32_t o, uint32_t g, uint32_t j)
+{
+    return dray_util_f16_to_f32(((const uint16_t *)s)[(((size_t)(o / 16) * G + g) * 2 + j) * 16 + o % 16]);
 }
 
 void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
@@ -95,9 +112,14 @@ void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t
                     for (uint32_t c = 0; c < GROUP; c++)
                         isum += (int32_t)q[g * GROUP + c] * w8_at(a->w, G, o, g * GROUP + c);
                     acc += (float)isum * (sx[g] * scale_at(a->wscale, G, 1, o, g, 0));
+                } else if (a->wdtype == DRAY_Q5G32) {
+                    for (uint32_t c = 0; c < GROUP; c++)
+                        isum += (int32_t)q[g * GROUP + c] * code5_at(a->w, G, o, g * GROUP + c);
+                    acc += sx[g] * (scale16_at(a->wscale, G, o, g, 0) * (float)isum +
+                                    scale16_at(a->wscale, G, o, g, 1) * (float)qs[g]);
                 } else {
                     for (uint32_t c = 0; c < GROUP; c++)
-                        isum += (int32_t)q[g * GROUP + c] * nib_at(a->w, G, o, g * GROUP + c);
+                        isum += (int32_t)q[g * GROUP + c] * nib_at(a->w, G, 4, o, g * GROUP + c);
                     acc += sx[g] * (scale_at(a->wscale, G, 2, o, g, 0) * (float)isum +
                                     scale_at(a->wscale, G, 2, o, g, 1) * (float)qs[g]);
                 }
@@ -115,7 +137,9 @@ void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_
         uint32_t g = i / GROUP;
         y[i] = dtype == DRAY_Q8G32
                    ? (float)w8_at(table, G, o, i) * scale_at(rs, G, 1, o, g, 0) * scale
-                   : ((float)nib_at(table, G, o, i) * scale_at(rs, G, 2, o, g, 0) + scale_at(rs, G, 2, o, g, 1)) *
+                   : dtype == DRAY_Q5G32
+                   ? ((float)code5_at(table, G, o, i) * scale16_at(rs, G, o, g, 0) + scale16_at(rs, G, o, g, 1)) * scale
+                   : ((float)nib_at(table, G, 4, o, i) * scale_at(rs, G, 2, o, g, 0) + scale_at(rs, G, 2, o, g, 1)) *
                          scale;
     }
 }

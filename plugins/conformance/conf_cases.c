@@ -314,6 +314,14 @@ static float gweight(uint32_t dtype, const void *w, const float *ws, uint32_t k,
     size_t G = k / 32, bg = (size_t)(o / 16) * G + i / 32, r = o % 16, c = i % 32;
     if (dtype == DRAY_Q8G32)
         return (float)((const int8_t *)w)[(bg * 8 + c / 4) * 64 + r * 4 + c % 4] * ws[bg * 16 + r];
+    if (dtype == DRAY_Q5G32) { /* 5 units per (b, g): Q4G32's four, then bit 4 as masks */
+        const uint8_t *u = (const uint8_t *)w + bg * 5 * 64;
+        const uint16_t *h = (const uint16_t *)(const void *)ws;
+        uint8_t b = u[((c % 16) / 4) * 64 + r * 4 + c % 4];
+        size_t bit = r * 4 + c % 4;
+        int code = (c < 16 ? b & 15 : b >> 4) + 16 * ((u[4 * 64 + (c / 4) * 8 + bit / 8] >> (bit % 8)) & 1);
+        return (float)code * dray_util_f16_to_f32(h[bg * 32 + r]) + dray_util_f16_to_f32(h[bg * 32 + 16 + r]);
+    }
     uint8_t b = ((const uint8_t *)w)[(bg * 4 + (c % 16) / 4) * 64 + r * 4 + c % 4];
     float nib = (float)(c < 16 ? b & 15 : b >> 4);
     return nib * ws[bg * 32 + r] + ws[bg * 32 + 16 + r];
@@ -352,6 +360,9 @@ static int make_gmatmul(struct conf_rng *r, struct conf_case *c, int bench, uint
     if (wdtype == DRAY_Q4G32) /* the mins (second 16 of each 32): either sign */
         for (size_t i = 16; i < ns; i += (i % 32 == 31) ? 17 : 1)
             ws[i] = conf_randf(r, -0.2f, 0.2f);
+    uint16_t *h = (uint16_t *)(void *)ws; /* Q5G32: f16 d (first 16 of 32), m (second) */
+    for (size_t i = 0; wdtype == DRAY_Q5G32 && i < 2 * ns; i++)
+        h[i] = dray_util_f32_to_f16(i % 32 < 16 ? conf_randf(r, 0.001f, 0.05f) : conf_randf(r, -0.2f, 0.2f));
     fill_f32(r, out, no, -1, 1);
     c->elem_tol = calloc(no, sizeof(float));
     OOM_IF(c->elem_tol);
@@ -376,6 +387,16 @@ int conf_make_matmul_q8g(struct conf_rng *r, struct conf_case *c, int bench)
 int conf_make_matmul_q4g(struct conf_rng *r, struct conf_case *c, int bench)
 {
     return make_gmatmul(r, c, bench, DRAY_Q4G32);
+}
+
+int conf_make_matmul_q5g(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_gmatmul(r, c, bench, DRAY_Q5G32);
+}
+
+int conf_make_matmul_q5gx2(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_gmatmul(r, c, bench, DRAY_Q5G32_X2);
 }
 
 int conf_make_matmul_q8gx2(struct conf_rng *r, struct conf_case *c, int bench)
