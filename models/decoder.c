@@ -434,7 +434,10 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, const struct dr
     }
     /* a 4-bit head: the head is the bulk of a decode step's weight bytes (Gemma 3
      * 270M: 189 of 296 MB in 8-bit groups, 126 MB in 4-bit ones) */
-    bool table8 = table_is_q8g(te, dtype);
+    /* the EMBED op gathers 8- and 4-bit grouped tables, not 5-bit ones: a 5-bit
+     * table (Q5_0, Q5_1) becomes 8-bit groups */
+    uint32_t tdtype = dtype == DRAY_Q4G32 && dray_ggml_is_5bit(te->type) ? DRAY_Q8G32 : dtype;
+    bool table8 = table_is_q8g(te, tdtype);
     uint32_t rescore = 0, hd = head_dtype(m, dtype, !out, table8, o, &rescore);
     /* A tied head with its own 4-bit copy leaves the 8-bit table to gathers
      * only (the embedding, the rescored candidates): group rows, so a gathered
@@ -442,7 +445,7 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, const struct dr
      * calibration gives it outlier channels without changing it
      * (dray_weight_set_outliers). */
     m->head_copy = !out && hd == DRAY_Q4G32_ROUND && table8;
-    int rc = dray_weight_prepare(m->dev, &te, 1, m->head_copy ? DRAY_I8G32_ROWS : dtype, NULL, 0,
+    int rc = dray_weight_prepare(m->dev, &te, 1, m->head_copy ? DRAY_I8G32_ROWS : tdtype, NULL, 0,
                                  &m->embd, err, errlen);
     if (!rc && m->head_copy)
         m->embd_groups = in->n_embd / 32;
