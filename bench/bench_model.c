@@ -167,8 +167,8 @@ static void report(const struct dray_config *cfg, const struct dray_engine_info 
 {
     double pre_tps = o->prefill / r->prefill_s, steps = o->decode / (r->decode_s > 0 ? r->decode_s : 1e-9);
     double roof = o->bw * 1e9 / r->bytes;
-    printf("model   %s (%s), weights %s %.1f MB (activations %s), KV %s, plugin %s on %s, threads %u\n",
-           in->model_name, in->arch, in->precision, in->weight_bytes / 1e6, in->activations, in->kv_dtype,
+    printf("model   %s (%s), weights %s %.1f MB (activations %s, head %s), KV %s, plugin %s on %s, threads %u\n",
+           in->model_name, in->arch, in->precision, in->weight_bytes / 1e6, in->activations, in->head, in->kv_dtype,
            in->plugin, in->device, cfg->threads);
     printf("prefill %u tokens (logits of the last): %8.1f tok/s  (%.3f s)\n", o->prefill, pre_tps, r->prefill_s);
     printf("decode  %u steps, %u sequence%s in lockstep, logits + greedy pick each step: %.1f steps/s, "
@@ -185,10 +185,10 @@ static void report(const struct dray_config *cfg, const struct dray_engine_info 
     if (o->json && !f)
         fprintf(stderr, "dray bench model: cannot append to %s: %s\n", o->json, strerror(errno));
     if (f) {
-        fprintf(f, "{\"bench\":\"model\",\"model\":\"%s\",\"precision\":\"%s\",\"activations\":\"%s\",\"kv\":\"%s\",\"plugin\":\"%s\","
+        fprintf(f, "{\"bench\":\"model\",\"model\":\"%s\",\"precision\":\"%s\",\"activations\":\"%s\",\"head\":\"%s\",\"kv\":\"%s\",\"plugin\":\"%s\","
                 "\"threads\":%u,\"prefill_tokens\":%u,\"prefill_tps\":%.2f,\"decode_steps\":%u,\"batch\":%u,"
                 "\"decode_tps\":%.2f,\"step_bytes\":%.0f,\"roofline_steps_per_s\":%.2f,\"n_vocab\":%u}\n",
-                in->model_name, in->precision, in->activations, in->kv_dtype, in->plugin, cfg->threads, o->prefill,
+                in->model_name, in->precision, in->activations, in->head, in->kv_dtype, in->plugin, cfg->threads, o->prefill,
                 pre_tps,
                 o->decode, o->batch, steps * o->batch, r->bytes, roof, in->n_vocab);
         fclose(f);

@@ -72,7 +72,7 @@ if runs:
     rows += [("dray run: prefill 512", statistics.median(r[0] for r in runs)),
              ("dray run: decode 128 (greedy)", statistics.median(r[1] for r in runs))]
 print(f"{os.path.basename(model)}, {threads} threads, medians of {reps} runs "
-      f"(dray {d1[0]['precision']} weights, {d1[0].get('activations', '?')} activations, {d1[0]['kv']} KV, "
+      f"(dray {d1[0]['precision']} weights, {d1[0].get('activations', '?')} activations, {d1[0].get('head', '?')} head, {d1[0]['kv']} KV, "
       f"plugin {d1[0]['plugin']}"
       f"{', ' + sets if sets else ''})")
 print("| test | dray tok/s | llama.cpp tok/s | dray / llama.cpp |")

@@ -188,6 +188,7 @@ static void fill_info(struct dray_engine *e)
     in->weight_bytes = mi->weight_bytes;
     in->step_weight_bytes = mi->step_weight_bytes;
     in->rescore_bytes = mi->rescore_bytes;
+    in->head = mi->head;
     in->precision = precision_name(e->cfg.precision);
     in->kv_dtype = e->cfg.kv_dtype == DRAY_F16 ? "f16" : "int8";
     in->activations = e->cfg.activations == DRAY_ACTIVATIONS_INT8X2 ? "int8x2" : "int8";

@@ -74,6 +74,7 @@ struct prep {
     float *ow;         /* [n_out][n_outlier] or NULL */
     const int32_t *outliers;
     uint32_t n_outlier;
+    bool group_rows;   /* DRAY_I8G32_ROWS */
 };
 
 uint64_t dray_rope_pair_row(uint64_t r, uint32_t head_dim)
@@ -111,7 +112,12 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
         }
         uint64_t row = row0 + r;
         int rc;
-        if (dray_util_grouped(dtype)) {
+        if (p->group_rows) { /* row r's group g is table row r*k/32 + g */
+            dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
+            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * k}, p->q, n * k);
+            if (!rc)
+                rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * (k / 32) * 4}, p->sc, n * (k / 32) * 4);
+        } else if (dray_util_grouped(dtype)) {
             uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k), sf = dray_util_wscale_floats(dtype, (uint32_t)k);
             if (dtype == DRAY_Q8G32)
                 dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
@@ -173,9 +179,14 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
                               char *err, size_t errlen)
 {
     uint64_t k = parts[0]->ne[0], n_out = 0;
-    bool round4 = dtype == DRAY_Q4G32_ROUND;
+    bool round4 = dtype == DRAY_Q4G32_ROUND, group_rows = dtype == DRAY_I8G32_ROWS;
     if (round4)
         dtype = DRAY_Q4G32;
+    if (group_rows && k % 32)
+        return dray_fail(err, errlen, DRAY_EINVAL, "tensor %s: %llu inputs are not whole groups of 32",
+                         parts[0]->name, (unsigned long long)k);
+    if (group_rows)
+        dtype = DRAY_I8;
     memset(out, 0, sizeof(*out));
     for (uint32_t i = 0; i < n_parts; i++) {
         if (pair_hd && pair_hd[i] && (pair_hd[i] % 2 || parts[i]->ne[1] % pair_hd[i]))
@@ -208,10 +219,13 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
      * device runs it; the engine said once if it does not (dray_caps_q5) */
     if (dtype == DRAY_Q4G32 && !round4 && !all4)
         dtype = all5 && dray_caps_q5(&dev->caps) ? DRAY_Q5G32 : DRAY_Q8G32;
-    out->n_out = (uint32_t)n_out;
-    out->k = (uint32_t)k;
+    if (group_rows && n_out * (k / 32) > UINT32_MAX)
+        return dray_fail(err, errlen, DRAY_ERANGE, "tensor %s: too many groups of 32 for a gather table",
+                         parts[0]->name);
+    out->n_out = (uint32_t)(group_rows ? n_out * (k / 32) : n_out);
+    out->k = group_rows ? 32u : (uint32_t)k;
     out->dtype = dtype;
-    out->n_outlier = dtype == DRAY_I8 && outliers ? n_outlier : 0;
+    out->n_outlier = dtype == DRAY_I8 && outliers && !group_rows ? n_outlier : 0;
     int quantized = dtype != DRAY_F32;
     struct prep p = {
         .f32 = malloc(SLAB_ROWS * k * sizeof(float)),
@@ -222,6 +236,7 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
         .ow = out->n_outlier ? malloc(n_out * out->n_outlier * sizeof(float)) : NULL,
         .outliers = outliers,
         .n_outlier = out->n_outlier,
+        .group_rows = group_rows,
     };
     int rc = DRAY_ENOMEM;
     if (!p.f32 || !p.sc || (quantized && !p.q) || (out->n_outlier && !p.ow) ||

@@ -34,6 +34,7 @@ struct dray_model_info {
      * logits, its row of the 8-bit table and writes and reads it as f32: bytes
      * per candidate (0 = no rescored head), and the rows and candidates so far. */
     uint64_t rescore_bytes;
+    const char *head;          /* the output head as prepared: "8-bit groups", "4-bit rescored", ... */
     uint64_t rescore_rows, rescore_candidates;
 };
 
@@ -138,6 +139,14 @@ struct dray_weight {
  * turns such tensors into DRAY_Q5G32 (every part Q5_0/Q5_1, on a device where
  * dray_caps_q5 holds: exact) or DRAY_Q8G32 instead. Never a device dtype. */
 #define DRAY_Q4G32_ROUND (0x100u | DRAY_Q4G32)
+/* dtype for dray_weight_prepare: the weights of DRAY_Q8G32 (int8 codes with an f32
+ * scale per group of 32 inputs), stored as an I8 table whose rows are the groups,
+ * row-major: n_out * k/32 rows of 32 codes and a scale each, so the EMBED op
+ * (I8, dim 32) gathers one row of the matrix as its k/32 consecutive group rows,
+ * reading k + k/8 bytes (the interleaved Q8G32 layout spreads a row over 16 rows'
+ * cache lines). The prepared weight says DRAY_I8 with n_out * k/32 rows of k = 32;
+ * it is a gather table, never a matmul operand. Never a device dtype. */
+#define DRAY_I8G32_ROWS (0x200u | DRAY_I8)
 /* outliers: n_outlier increasing input channels to keep in f32 (I8 only), or NULL. */
 int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
                         uint32_t n_parts, uint32_t dtype, const int32_t *outliers,

@@ -301,6 +301,9 @@ void dec_free(struct dray_model *m)
     }
     dray_weight_release(dev, &m->embd);
     dray_weight_release(dev, &m->output);
+    if (m->gids)
+        dev->ops->free(dev->ctx, m->gids);
+    free(m->gids_host);
     if (m->output_norm)
         dev->ops->free(dev->ctx, m->output_norm);
     free(m->layer);
@@ -340,9 +343,14 @@ static void account(struct dray_model *m)
      * logits, on top of its own 4-bit copy: rescore_bytes per candidate, the
      * cache lines of its 8-bit row and its f32 copy written and read back) */
     in->step_weight_bytes = in->weight_bytes - (m->output.n_out ? weight_bytes(&m->embd) : 0);
-    if (m->rescore.max) /* a Q8G32 row: 4 bytes in each 64-byte unit, a scale in each
-                         * 16-float line (backend.h), so whole lines are read */
-        in->rescore_bytes = (in->n_embd / 4 + in->n_embd / 32) * 64ull + 2ull * in->n_embd * 4;
+    const struct dray_weight *head = m->output.n_out ? &m->output : &m->embd;
+    in->head = m->rescore.max                ? "4-bit rescored"
+               : head->dtype == DRAY_Q4G32   ? "4-bit groups"
+               : head->dtype == DRAY_Q8G32   ? "8-bit groups"
+               : head->dtype == DRAY_I8      ? "int8"
+                                             : "f32";
+    if (m->rescore.max) /* its group rows (codes, scales, ids) and its f32 copy, written and read */
+        in->rescore_bytes = in->n_embd + in->n_embd / 8 + m->embd_groups * 4ull + 2ull * in->n_embd * 4;
 }
 
 /* Two-pass activations in the output head too (model opts two_pass), unless the
@@ -368,26 +376,39 @@ static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
 }
 
 /* The head's precision (config head_precision, head_rescore), for grouped
- * weights only. A head tied to an 8-bit embedding table can be 4-bit and
- * rescored: its own 4-bit copy is read in full each step, and the most likely
- * tokens of each row get their logits from the table again (head_rescore.c),
- * which the embedding gather keeps anyway. w4a8 takes the 4-bit head, rescored
- * where it can be (a separate output.weight wider than 4 bits is rounded:
- * lossy). auto keeps the 8-bit head: with two-pass activations its KL is so low
- * that the rescored head's tail noise adds 23-39% (issue 11 allows 10%). Sets
+ * weights only. A head tied to an 8-bit embedding table (table8) can be 4-bit
+ * and rescored: its own 4-bit copy is read in full each step, and the most likely
+ * tokens of each row get their logits from the 8-bit table again
+ * (head_rescore.c). w4a8 takes the 4-bit head, rescored where it can be (a
+ * separate output.weight wider than 4 bits is rounded: lossy). auto takes it
+ * where it costs no accuracy that matters: rescored, and with one-pass
+ * activations, whose own error the rescored head's tail noise hardly adds to
+ * (Gemma 3 270M, mean KL against f32 on GPL-3: 0.00298 rescored vs 0.00302 with
+ * the 8-bit head); with two-pass activations the 8-bit head, since there the
+ * tail noise adds 23-39% to a much smaller KL (issue 11 allows 10%). Sets
  * *rescore to the most candidates per row (0 = none). */
-static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied,
+static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied, bool table8,
                            const struct dray_model_opts *o, uint32_t *rescore)
 {
     *rescore = 0;
     if (!dray_util_grouped(dtype) || !dev_runs(m, DRAY_OP_MATMUL, DRAY_Q4G32))
         return dtype; /* plugins without the 4-bit matmul keep the 8-bit head */
-    if (tied && m->embd.dtype == DRAY_Q8G32 && dev_runs(m, DRAY_OP_MATMUL, DRAY_F32))
+    if (tied && table8 && dev_runs(m, DRAY_OP_MATMUL, DRAY_F32))
         *rescore = o->head_rescore;
-    if (o->head_precision == DRAY_HEAD_W4A8)
+    if (o->head_precision == DRAY_HEAD_W4A8 ||
+        (o->head_precision == DRAY_HEAD_AUTO && *rescore && !m->two_pass))
         return DRAY_Q4G32_ROUND;
     *rescore = 0;
     return dtype;
+}
+
+/* Whether weight preparation makes token_embd an 8-bit grouped table under
+ * dtype (dray_weight_prepare_pairs: whole groups and 16-row blocks, 4-bit only
+ * where the file is). */
+static bool table_is_q8g(const struct dray_gguf_tensor *te, uint32_t dtype)
+{
+    return dray_util_grouped(dtype) && te->ne[0] % 32 == 0 && te->ne[1] % 16 == 0 &&
+           (dtype == DRAY_Q8G32 || !dray_ggml_is_4bit(te->type));
 }
 
 /* token_embd, and output.weight when the family uses a separate head. */
@@ -405,27 +426,36 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, const struct dr
                                    dray_gguf_name(g));
     }
     in->n_vocab = (uint32_t)te->ne[1];
-    /* the output head may share this table with the embedding gather: calibration
-     * gives it outlier channels without changing the table (dray_weight_set_outliers) */
-    int rc = dray_weight_prepare(m->dev, &te, 1, dtype, NULL, 0, &m->embd, err, errlen);
     const struct dray_gguf_tensor *out = find_tensor(g, -1, "output", "weight", false, err, errlen);
-    if (!rc && out && !m->output_allowed) {
+    if (out && !m->output_allowed) {
         dray_warn("%s: has output.weight; %s ties the output to token_embd, using token_embd",
                   dray_gguf_name(g), m->fam->arch);
         out = NULL;
     }
     /* a 4-bit head: the head is the bulk of a decode step's weight bytes (Gemma 3
      * 270M: 189 of 296 MB in 8-bit groups, 126 MB in 4-bit ones) */
-    uint32_t rescore = 0, hd = rc ? dtype : head_dtype(m, dtype, !out, o, &rescore);
+    /* the EMBED op gathers 8- and 4-bit grouped tables, not 5-bit ones: a 5-bit
+     * table (Q5_0, Q5_1) becomes 8-bit groups */
+    uint32_t tdtype = dtype == DRAY_Q4G32 && dray_ggml_is_5bit(te->type) ? DRAY_Q8G32 : dtype;
+    bool table8 = table_is_q8g(te, tdtype);
+    uint32_t rescore = 0, hd = head_dtype(m, dtype, !out, table8, o, &rescore);
+    /* A tied head with its own 4-bit copy leaves the 8-bit table to gathers
+     * only (the embedding, the rescored candidates): group rows, so a gathered
+     * row reads its own bytes. Otherwise the table may be the head itself, and
+     * calibration gives it outlier channels without changing it
+     * (dray_weight_set_outliers). */
+    m->head_copy = !out && hd == DRAY_Q4G32_ROUND && table8;
+    int rc = dray_weight_prepare(m->dev, &te, 1, m->head_copy ? DRAY_I8G32_ROWS : tdtype, NULL, 0,
+                                 &m->embd, err, errlen);
+    if (!rc && m->head_copy)
+        m->embd_groups = in->n_embd / 32;
     if (!rc && out) {
         rc = check_shape(g, out, in->n_embd, in->n_vocab, err, errlen);
         if (!rc)
             rc = dray_weight_prepare(m->dev, &out, 1, hd, NULL, 0, &m->output, err, errlen);
     }
-    if (!rc && !out && hd == DRAY_Q4G32_ROUND && m->embd.dtype == DRAY_Q8G32) {
+    if (!rc && m->head_copy)
         rc = dray_weight_prepare(m->dev, &te, 1, hd, NULL, 0, &m->output, err, errlen);
-        m->head_copy = true;
-    }
     if (!rc && m->head_copy && rescore)
         rc = dec_rescore_init(m, rescore, o->head_rescore_tail, err, errlen);
     if (!rc)
@@ -709,6 +739,46 @@ int dec_residual(struct dray_model *m, uint32_t T)
 
 /* ------------------------------------------------------------------- forward */
 
+int dec_embed(struct dray_model *m, const int32_t *ids, struct dray_view ids_dev, uint32_t n,
+              struct dray_view out, float scale)
+{
+    const struct dray_ops *ops = m->dev->ops;
+    struct dray_ctx *ctx = m->dev->ctx;
+    struct dray_embed_args e = {
+        .ids = ids_dev, .table = {m->embd.w, 0}, .row_scale = {m->embd.scale, 0}, .out = out,
+        .dtype = m->embd.dtype, .n_tok = n, .dim = m->info.n_embd, .n_rows = m->info.n_vocab, .scale = scale,
+    };
+    const uint32_t G = m->embd_groups;
+    if (G) { /* token id i is group rows i*G .. i*G+G-1, each 32 wide */
+        if ((uint64_t)n * G > m->gids_cap) {
+            if (m->gids)
+                ops->free(ctx, m->gids);
+            free(m->gids_host);
+            m->gids = NULL;
+            m->gids_cap = 0;
+            m->gids_host = malloc((size_t)n * G * sizeof(int32_t));
+            if (!m->gids_host)
+                return DRAY_ENOMEM;
+            int rc = ops->alloc(ctx, (size_t)n * G * sizeof(int32_t), &m->gids);
+            if (rc)
+                return rc;
+            m->gids_cap = n * G;
+        }
+        for (uint32_t j = 0; j < n; j++)
+            for (uint32_t g = 0; g < G; g++) /* an id outside the vocabulary stays one: the op refuses it */
+                m->gids_host[(size_t)j * G + g] =
+                    ids[j] >= 0 && (uint32_t)ids[j] < m->info.n_vocab ? ids[j] * (int32_t)G + (int32_t)g : -1;
+        int rc = ops->upload(ctx, (struct dray_view){m->gids, 0}, m->gids_host, (size_t)n * G * sizeof(int32_t));
+        if (rc)
+            return rc;
+        e.ids = (struct dray_view){m->gids, 0};
+        e.n_tok = n * G;
+        e.dim = 32;
+        e.n_rows = m->embd.n_out;
+    }
+    return ops->embed(ctx, &e);
+}
+
 /* logits of the wanted rows, DEC_LOGIT_SLAB rows at a time: gather, norm, head. */
 static int output_logits(struct dray_model *m, const struct dray_batch *b)
 {
@@ -758,13 +828,8 @@ int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batc
     rc = ops->upload(ctx, dec_at(m->a.meta, 0), m->meta_host, (size_t)m->max_batch * 2 * 4);
 
     /* x = embed(ids) * embd_scale */
-    struct dray_embed_args e = {
-        .ids = {m->a.meta, 0}, .table = {m->embd.w, 0}, .row_scale = {m->embd.scale, 0},
-        .out = dec_at(m->a.x, 0), .dtype = m->embd.dtype, .n_tok = T, .dim = in->n_embd,
-        .n_rows = in->n_vocab, .scale = m->embd_scale,
-    };
     if (!rc)
-        rc = ops->embed(ctx, &e);
+        rc = dec_embed(m, b->ids, dec_at(m->a.meta, 0), T, dec_at(m->a.x, 0), m->embd_scale);
     for (uint32_t il = 0; !rc && il < in->n_layer; il++)
         rc = m->fam->layer(m, kv, il, T);
     if (!rc && b->n_logits)

@@ -50,17 +50,17 @@ struct dec_acts {
 
 /* The rescored head (head_rescore.c): the 4-bit head's most likely tokens of
  * each row, until at most `tail` of its probability is left (at least
- * DEC_RESCORE_MIN, at most max), computed again from the 8-bit table embd and
- * put in their place. One row of logits at a time. */
+ * DEC_RESCORE_MIN, at most max), computed again from the 8-bit table embd (group
+ * rows) and put in their place. One row of logits at a time. */
 #define DEC_RESCORE_MIN 16u
 struct dec_rescore {
     uint32_t max;             /* most candidates per row; 0 = off (the head is read as is) */
     float tail;               /* 4-bit probability a row may leave unrescored */
-    struct dray_buf *ids;     /* I32 [max] candidate token ids */
     struct dray_buf *rows;    /* F32 [max][n_embd] their rows of embd */
     struct dray_buf *out;     /* F32 [max] their logits */
-    int32_t *ids_host;        /* [max] */
+    int32_t *ids_host;        /* [max] candidate token ids */
     float *out_host;          /* [max] */
+    uint8_t *bucket;          /* [n_vocab] scratch of the selection */
 };
 
 struct dray_model;
@@ -96,6 +96,12 @@ struct dray_model {
     struct dray_buf *output_norm;
     struct dec_acts a;
     struct dec_rescore rescore;
+    /* embd as a gather table of group rows (DRAY_I8G32_ROWS) when the head is a
+     * 4-bit copy: embd_groups = n_embd/32 rows of it per token, else 0; gids
+     * holds the group-row ids of a gather (dec_embed) */
+    uint32_t embd_groups, gids_cap;
+    struct dray_buf *gids;     /* I32 [gids_cap] */
+    int32_t *gids_host;        /* [gids_cap] */
     int32_t *meta_host;        /* [2][max_batch] staging for ids and positions */
     struct dec_layer *layer;   /* [n_layer] */
     struct dray_gguf *g;       /* the file, for re-preparing weights after calibration */
@@ -137,6 +143,11 @@ int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint
  * row (freed by dec_rescore_free); dec_rescore rescores each of the n host rows
  * of logits (n <= DEC_LOGIT_SLAB, xl holding their normed hidden states) and
  * counts rows and candidates in m->info. */
+/* out = rows ids[0..n) of the embedding table as F32 [n][n_embd], times scale;
+ * ids_dev is a device copy of ids (read unless embd is a table of group rows,
+ * whose ids dec_embed uploads itself). */
+int dec_embed(struct dray_model *m, const int32_t *ids, struct dray_view ids_dev, uint32_t n,
+              struct dray_view out, float scale);
 int dec_rescore_init(struct dray_model *m, uint32_t max, float tail, char *err, size_t errlen);
 int dec_rescore(struct dray_model *m, uint32_t n, float *logits);
 void dec_rescore_free(struct dray_model *m);

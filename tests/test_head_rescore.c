@@ -37,8 +37,9 @@ static const char *model_path(void)
     return path;
 }
 
-/* head: "int8g" / "w4a8" / "auto"; rescore: most candidates per row, or -1 for the default */
-static struct dray_engine *open_engine(const char *head, int rescore)
+/* head: "int8g" / "w4a8" / "auto"; rescore: most candidates per row, or -1 for the
+ * default; activations: "auto" (this Gemma's: one pass) or "int8x2" */
+static struct dray_engine *open_engine_with(const char *head, int rescore, const char *activations)
 {
     struct dray_config c;
     struct dray_engine *e = NULL;
@@ -51,6 +52,7 @@ static struct dray_engine *open_engine(const char *head, int rescore)
     assert_int_equal(dray_config_set(&c, "head_precision", head, err, sizeof(err)), 0);
     if (rescore >= 0)
         assert_int_equal(dray_config_set(&c, "head_rescore", k, err, sizeof(err)), 0);
+    assert_int_equal(dray_config_set(&c, "activations", activations, err, sizeof(err)), 0);
     c.context = 64;
     c.max_seqs = 2;
     c.chunk = 16;
@@ -59,6 +61,16 @@ static struct dray_engine *open_engine(const char *head, int rescore)
     if (dray_engine_open(&c, &e, err, sizeof(err)))
         fail_msg("engine (head %s, rescore %d): %s", head, rescore, err);
     return e;
+}
+
+static struct dray_engine *open_engine(const char *head, int rescore)
+{
+    return open_engine_with(head, rescore, "auto");
+}
+
+static struct dray_engine *open_engine_x2(const char *head)
+{
+    return open_engine_with(head, -1, "int8x2");
 }
 
 static int32_t *prompt(uint32_t n)
@@ -166,28 +178,33 @@ static void test_rescore_batched_greedy_decode_follows_the_8bit_head(void **stat
     dray_engine_close(e[1]);
 }
 
-/* A decode step reads the 4-bit head, and per candidate rescored the cache
- * lines of its 8-bit row (4 bytes of each 64-byte unit: 16 units, and 2 lines
- * of scales) and its f32 copy, written and read back (2 x 64 x 4 bytes): the
- * roofline counts both. The default (auto) keeps the 8-bit head. */
+/* A decode step reads the 4-bit head, and per candidate rescored its 8-bit row
+ * as group rows (64 codes, 2 f32 scales, 2 group-row ids) and its f32 copy,
+ * written and read back (2 x 64 x 4 bytes): the roofline counts both. auto is
+ * the rescored head under one-pass activations (this Gemma's own) and the 8-bit
+ * head under two-pass ones. */
 static void test_rescore_step_bytes_count_both_heads(void **state)
 {
     (void)state;
     struct dray_engine *e8 = open_engine("int8g", -1), *e4 = open_engine("w4a8", 0),
-                       *ek = open_engine("w4a8", -1), *ed = open_engine("auto", -1);
+                       *ek = open_engine("w4a8", -1), *ed = open_engine("auto", -1),
+                       *e2 = open_engine_x2("auto");
     const struct dray_engine_info *i8 = dray_engine_get_info(e8), *i4 = dray_engine_get_info(e4),
-                                  *ik = dray_engine_get_info(ek), *id = dray_engine_get_info(ed);
+                                  *ik = dray_engine_get_info(ek), *id = dray_engine_get_info(ed),
+                                  *i2 = dray_engine_get_info(e2);
     assert_true(i4->step_weight_bytes < i8->step_weight_bytes);
     assert_int_equal(ik->step_weight_bytes, i4->step_weight_bytes);
-    assert_int_equal(ik->rescore_bytes, (16 + 2) * 64 + 2 * 64 * 4);
+    assert_int_equal(ik->rescore_bytes, 64 + 2 * 4 + 2 * 4 + 2 * 64 * 4);
     assert_int_equal(i4->rescore_bytes, 0);
     assert_int_equal(i8->rescore_bytes, 0);
-    assert_int_equal(id->step_weight_bytes, i8->step_weight_bytes);
-    assert_int_equal(id->rescore_bytes, 0);
+    assert_int_equal(id->step_weight_bytes, ik->step_weight_bytes);
+    assert_int_equal(id->rescore_bytes, ik->rescore_bytes);
+    assert_true(i2->rescore_bytes == 0 && i2->step_weight_bytes > ik->step_weight_bytes);
     dray_engine_close(e8);
     dray_engine_close(e4);
     dray_engine_close(ek);
     dray_engine_close(ed);
+    dray_engine_close(e2);
 }
 
 /* A separate output.weight has no 8-bit table beside it to rescore from: w4a8

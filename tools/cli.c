@@ -130,10 +130,10 @@ struct dray_engine *dray_cli_open_engine(const struct dray_config *cfg, bool qui
     const struct dray_engine_info *in = dray_engine_get_info(e);
     fprintf(stderr,
             "dray: model %s (%s, %.1fM params, %u layers, %u/%u heads, vocab %u, trained context %u)\n"
-            "dray: weights %s (activations %s): %.1f MiB on %s [%s]; KV %s: %.1f MiB for %u seq x %u tokens "
+            "dray: weights %s (activations %s, head %s): %.1f MiB on %s [%s]; KV %s: %.1f MiB for %u seq x %u tokens "
             "(%llu B/token global + %.1f KiB/seq window); ready in %.2f s\n",
             in->model_name, in->arch, in->n_params / 1e6, in->n_layer, in->n_head, in->n_kv_head,
-            in->n_vocab, in->n_ctx_train, in->precision, in->activations, in->weight_bytes / 1048576.0, in->plugin,
+            in->n_vocab, in->n_ctx_train, in->precision, in->activations, in->head, in->weight_bytes / 1048576.0, in->plugin,
             in->device, in->kv_dtype, in->kv_bytes / 1048576.0, in->max_seqs, in->context,
             (unsigned long long)in->kv_bytes_per_token, in->kv_bytes_per_seq_fixed / 1024.0, in->load_s);
     return e;

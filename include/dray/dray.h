@@ -173,6 +173,8 @@ struct dray_engine_info {
                                         * step_weight_bytes; 0 = none */
     const char *activations;           /* of the grouped matmuls as run: "int8", "int8x2"
                                         * ("auto" resolved, device fallback applied) */
+    const char *head;                  /* the output head as run: "8-bit groups", "4-bit
+                                        * rescored", "4-bit groups", "int8" or "f32" */
 };
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen);
