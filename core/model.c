@@ -211,9 +211,7 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     bool all4 = true, all5 = true;
     for (uint32_t i = 0; i < n_parts; i++) {
         all4 = all4 && dray_ggml_is_4bit(parts[i]->type);
-        /* the embedding table (every family's token_embd) is also the gather's,
-         * which takes no 5-bit groups (backend.h): it stays 8-bit */
-        all5 = all5 && dray_ggml_is_5bit(parts[i]->type) && strncmp(parts[i]->name, "token_embd.", 11) != 0;
+        all5 = all5 && dray_ggml_is_5bit(parts[i]->type); /* a 5-bit token_embd: see load_embeddings */
     }
     /* ... and 5-bit (Q5_0, Q5_1: exactly) where every part is 5-bit and the
      * device runs it; the engine said once if it does not (dray_caps_q5) */
