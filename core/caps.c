@@ -105,6 +105,15 @@ bool dray_caps_q5(const struct dray_op_caps *c)
            (!(mm & DRAY_DTYPE_BIT(DRAY_Q4G32_X2)) || (mm & DRAY_DTYPE_BIT(DRAY_Q5G32_X2)));
 }
 
+bool dray_caps_q4h(const struct dray_op_caps *c)
+{
+    if (c->n_ops <= DRAY_OP_MATMUL)
+        return false;
+    uint32_t mm = c->op_dtypes[DRAY_OP_MATMUL];
+    return (mm & DRAY_DTYPE_BIT(DRAY_Q4G32H)) &&
+           (!(mm & DRAY_DTYPE_BIT(DRAY_Q4G32_X2)) || (mm & DRAY_DTYPE_BIT(DRAY_Q4G32H_X2)));
+}
+
 /* One limit: 0 = none declared. */
 static int over(uint32_t limit, uint32_t value)
 {

@@ -37,6 +37,12 @@ enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_
  * never meet a 5-bit weight they cannot run). */
 bool dray_caps_q5(const struct dray_op_caps *c);
 
+/* Whether 4-bit weights with f16 scales (GGUF Q4_0 / Q4_1, and the rounded
+ * 4-bit head) load as DRAY_Q4G32H (else as Q4G32, f32 d and m): the device
+ * declares Q4G32H for matmul, and its two-pass form where it declares Q4G32's,
+ * as dray_caps_q5. */
+bool dray_caps_q4h(const struct dray_op_caps *c);
+
 /* The shapes a model will use. */
 struct dray_caps_shape {
     uint32_t head_dim;

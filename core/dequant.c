@@ -263,6 +263,22 @@ int dray_gguf_tensor_row_q5g(const struct dray_gguf_tensor *t, uint64_t r, uint8
     return 0;
 }
 
+bool dray_gguf_tensor_q4_half(const struct dray_gguf_tensor *t)
+{
+    if (t->type == DRAY_GGML_Q4_1)
+        return true; /* d and m are f16 in the file */
+    if (t->type != DRAY_GGML_Q4_0 || t->ne[0] % 32)
+        return false;
+    /* Q4_0's m = -8 d leaves f16 for |d| > 8188 */
+    uint64_t blocks = dray_gguf_tensor_nelems(t) / 32;
+    for (uint64_t i = 0; i < blocks; i++) {
+        float m = -8.0f * rd_half((const uint8_t *)t->data + i * 18);
+        if (m == m && dray_f16_to_f32(dray_f32_to_f16(m)) != m)
+            return false;
+    }
+    return true;
+}
+
 int dray_gguf_tensor_row_q4g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm)
 {
     uint32_t be = dray_ggml_block_elems(t->type), bb = dray_ggml_block_bytes(t->type);

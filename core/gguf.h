@@ -26,6 +26,11 @@ int dray_gguf_tensor_row_q4g(const struct dray_gguf_tensor *t, uint64_t r, uint8
  * more (or not finite), whose -16 d f16 cannot hold. */
 int dray_gguf_tensor_row_q5g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm);
 
+/* Whether a 4-bit tensor's rows from dray_gguf_tensor_row_q4g have f16 d and m
+ * (so DRAY_Q4G32H holds them exactly): Q4_1 always, Q4_0 when every block's
+ * -8 d fits f16 (|d| <= 8188), never Q4_K (d * scale products in f32). */
+bool dray_gguf_tensor_q4_half(const struct dray_gguf_tensor *t);
+
 /* float <-> half helpers (IEEE binary16, round to nearest even) */
 float dray_f16_to_f32(uint16_t h);
 uint16_t dray_f32_to_f16(float f);

@@ -96,7 +96,7 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
         uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t src = dray_rope_pair_row(r + i, pair_hd);
-            int rc = dtype == DRAY_Q4G32 && dray_ggml_is_4bit(t->type) /* the file's own codes */
+            int rc = (dtype == DRAY_Q4G32 || dtype == DRAY_Q4G32H) && dray_ggml_is_4bit(t->type) /* the file's own codes */
                          ? dray_gguf_tensor_row_q4g(t, src, (uint8_t *)p->q + i * (k / 2), p->sc + i * (k / 16))
                      : dtype == DRAY_Q5G32 /* every part is 5-bit: its own codes too */
                          ? dray_gguf_tensor_row_q5g(t, src, (uint8_t *)p->q + i * (k / 32 * 20), p->sc + i * (k / 16))
@@ -123,6 +123,8 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
                 dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
             else if (dtype == DRAY_Q4G32 && !dray_ggml_is_4bit(t->type)) /* DRAY_Q4G32_ROUND: rounds a wider file */
                 dray_quantize_rows_q4g(p->f32, n, k, (uint8_t *)p->q, p->sc);
+            else if (dtype == DRAY_Q4G32H && !dray_ggml_is_4bit(t->type)) /* the same, fitted to f16 d and m */
+                dray_quantize_rows_q4gh(p->f32, n, k, (uint8_t *)p->q, p->sc);
             /* rows and row are multiples of 16 here, so the slab's blocks are
              * contiguous in the device layout at the same byte offset */
             dray_grouped_interleave(dtype, n, k, p->q, p->sc, p->qi, p->sci);
@@ -180,7 +182,8 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
 {
     uint64_t k = parts[0]->ne[0], n_out = 0;
     bool round4 = dtype == DRAY_Q4G32_ROUND, group_rows = dtype == DRAY_I8G32_ROWS;
-    if (round4)
+    bool table4 = dtype == DRAY_Q4G32_TABLE;
+    if (round4 || table4)
         dtype = DRAY_Q4G32;
     if (group_rows && k % 32)
         return dray_fail(err, errlen, DRAY_EINVAL, "tensor %s: %llu inputs are not whole groups of 32",
@@ -208,15 +211,21 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     for (uint32_t i = 0; dray_util_grouped(dtype) && i < n_parts; i++)
         if (k % 32 || parts[i]->ne[1] % 16) /* whole groups, whole 16-row blocks */
             dtype = DRAY_I8;
-    bool all4 = true, all5 = true;
+    bool all4 = true, all5 = true, allh = true;
     for (uint32_t i = 0; i < n_parts; i++) {
         all4 = all4 && dray_ggml_is_4bit(parts[i]->type);
         all5 = all5 && dray_ggml_is_5bit(parts[i]->type); /* a 5-bit token_embd: see load_embeddings */
+        /* f16 d and m: rounded here (round4), or Q4_0 / Q4_1 in the file */
+        allh = allh && (!dray_ggml_is_4bit(parts[i]->type) || dray_gguf_tensor_q4_half(parts[i]));
     }
     /* ... and 5-bit (Q5_0, Q5_1: exactly) where every part is 5-bit and the
      * device runs it; the engine said once if it does not (dray_caps_q5) */
     if (dtype == DRAY_Q4G32 && !round4 && !all4)
-        dtype = all5 && dray_caps_q5(&dev->caps) ? DRAY_Q5G32 : DRAY_Q8G32;
+        dtype = all5 && !table4 && dray_caps_q5(&dev->caps) ? DRAY_Q5G32 : DRAY_Q8G32;
+    /* ... and 4-bit with f16 d and m where they fit f16 and the device runs it
+     * (20 bytes per 32 weights against 24; not for a gather table) */
+    if (dtype == DRAY_Q4G32 && !table4 && allh && dray_caps_q4h(&dev->caps))
+        dtype = DRAY_Q4G32H;
     if (group_rows && n_out * (k / 32) > UINT32_MAX)
         return dray_fail(err, errlen, DRAY_ERANGE, "tensor %s: too many groups of 32 for a gather table",
                          parts[0]->name);

@@ -137,8 +137,16 @@ struct dray_weight {
 /* dtype for dray_weight_prepare: DRAY_Q4G32 even where the file is wider than 4
  * bits, rounding those rows (dray_quantize_rows_q4g: lossy); plain DRAY_Q4G32
  * turns such tensors into DRAY_Q5G32 (every part Q5_0/Q5_1, on a device where
- * dray_caps_q5 holds: exact) or DRAY_Q8G32 instead. Never a device dtype. */
+ * dray_caps_q5 holds: exact) or DRAY_Q8G32 instead. Never a device dtype.
+ * Both 4-bit forms become DRAY_Q4G32H (f16 d and m) on a device where
+ * dray_caps_q4h holds when every part's d and m fit f16: rounded parts (fitted
+ * against f16 d and m: dray_quantize_rows_q4gh) and Q4_0 / Q4_1 ones
+ * (dray_gguf_tensor_q4_half), never a Q4_K part (its f32 d * scale products). */
 #define DRAY_Q4G32_ROUND (0x100u | DRAY_Q4G32)
+/* dtype for dray_weight_prepare: DRAY_Q4G32 for a table the EMBED op gathers,
+ * which takes Q8G32 and Q4G32 only: never Q4G32H or Q5G32 (a part wider than 4
+ * bits becomes Q8G32). Never a device dtype. */
+#define DRAY_Q4G32_TABLE (0x200u | DRAY_Q4G32)
 /* dtype for dray_weight_prepare: the weights of DRAY_Q8G32 (int8 codes with an f32
  * scale per group of 32 inputs), stored as an I8 table whose rows are the groups,
  * row-major: n_out * k/32 rows of 32 codes and a scale each, so the EMBED op

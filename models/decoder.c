@@ -345,7 +345,7 @@ static void account(struct dray_model *m)
     in->step_weight_bytes = in->weight_bytes - (m->output.n_out ? weight_bytes(&m->embd) : 0);
     const struct dray_weight *head = m->output.n_out ? &m->output : &m->embd;
     in->head = m->rescore.max                ? "4-bit rescored"
-               : head->dtype == DRAY_Q4G32   ? "4-bit groups"
+               : head->dtype == DRAY_Q4G32 || head->dtype == DRAY_Q4G32H ? "4-bit groups"
                : head->dtype == DRAY_Q8G32   ? "8-bit groups"
                : head->dtype == DRAY_I8      ? "int8"
                                              : "f32";
@@ -445,8 +445,13 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, const struct dr
      * calibration gives it outlier channels without changing it
      * (dray_weight_set_outliers). */
     m->head_copy = !out && hd == DRAY_Q4G32_ROUND && table8;
-    int rc = dray_weight_prepare(m->dev, &te, 1, m->head_copy ? DRAY_I8G32_ROWS : tdtype, NULL, 0,
-                                 &m->embd, err, errlen);
+    /* a 4-bit table keeps f32 d and m (DRAY_Q4G32_TABLE): the EMBED op gathers
+     * Q8G32 and Q4G32 tables, not Q4G32H ones */
+    int rc = dray_weight_prepare(m->dev, &te, 1,
+                                 m->head_copy           ? DRAY_I8G32_ROWS
+                                 : tdtype == DRAY_Q4G32 ? DRAY_Q4G32_TABLE
+                                                        : tdtype,
+                                 NULL, 0, &m->embd, err, errlen);
     if (!rc && m->head_copy)
         m->embd_groups = in->n_embd / 32;
     if (!rc && out) {

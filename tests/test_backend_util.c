@@ -177,6 +177,18 @@ static void test_validators_return_documented_codes(void **state)
         assert_int_equal(nd.at[1].nbytes, 16 * 2 * 20);
         assert_int_equal(nd.at[2].nbytes, 16 * 2 * 4);
     }
+    /* 4-bit groups with f16 d and m (appended): only grouped 4 takes them; Q4G32's
+     * 16 bytes of codes and Q5G32's one f32-sized slot of f16 {d, m} per row and group */
+    for (int x2 = 0; x2 < 2; x2++) {
+        m.wdtype = x2 ? DRAY_Q4G32H_X2 : DRAY_Q4G32H;
+        assert_int_equal(dray_util_check_matmul_g(&m, 3, &nd, why, sizeof(why)), DRAY_ENOTSUP);
+        assert_non_null(strstr(why, "Q5G32")); /* names what it does take */
+        assert_int_equal(dray_util_check_matmul_g(&m, 4, &nd, why, sizeof(why)), DRAY_OK);
+        assert_int_equal(nd.at[1].nbytes, 16 * 2 * 16);
+        assert_int_equal(nd.at[2].nbytes, 16 * 2 * 4);
+    }
+    m.wdtype = DRAY_Q5G32;
+    assert_int_equal(dray_util_check_matmul_g(&m, 4, &nd, why, sizeof(why)), DRAY_OK);
     m.wdtype = DRAY_Q5G32;
     m.k = m.stride_x = 48; /* not whole groups */
     assert_int_equal(dray_util_check_matmul_g(&m, 3, &nd, why, sizeof(why)), DRAY_EINVAL);
@@ -184,6 +196,8 @@ static void test_validators_return_documented_codes(void **state)
     /* never an embedding table, whatever the plugin runs */
     struct dray_embed_args ea = {.ids = v, .table = v, .row_scale = v, .out = {&big, 4096}, .dtype = DRAY_Q5G32,
                                  .n_tok = 1, .dim = 64, .n_rows = 16, .scale = 1.0f};
+    assert_int_equal(dray_util_check_embed_g(&ea, 1, &nd, why, sizeof(why)), DRAY_ENOTSUP);
+    ea.dtype = DRAY_Q4G32H;
     assert_int_equal(dray_util_check_embed_g(&ea, 1, &nd, why, sizeof(why)), DRAY_ENOTSUP);
     ea.dtype = DRAY_Q4G32;
     assert_int_equal(dray_util_check_embed_g(&ea, 1, &nd, why, sizeof(why)), DRAY_OK);

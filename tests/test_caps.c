@@ -126,6 +126,27 @@ static void test_five_bit_weights_need_their_bits(void **state)
     assert_false(dray_caps_q5(&c));
 }
 
+/* 4-bit weights with f16 d and m (Q4_0 / Q4_1 files, the rounded head) load as
+ * Q4G32H only where the device runs it, and its two-pass form wherever it runs
+ * Q4G32's; else they stay Q4G32 (f32 d and m), as on a device of before. */
+static void test_half_scale_four_bit_weights_need_their_bits(void **state)
+{
+    (void)state;
+    struct dray_op_caps c;
+    full_caps(&c);
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32) |
+                                   DRAY_DTYPE_BIT(DRAY_Q5G32) | DRAY_DTYPE_BIT(DRAY_Q5G32_X2);
+    assert_false(dray_caps_q4h(&c));
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32H);
+    assert_true(dray_caps_q4h(&c)); /* one pass only: nothing asks for the two-pass form */
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
+    assert_false(dray_caps_q4h(&c));
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32H_X2);
+    assert_true(dray_caps_q4h(&c));
+    c.n_ops = DRAY_OP_MATMUL; /* a table too short to hold matmul's dtypes */
+    assert_false(dray_caps_q4h(&c));
+}
+
 static void test_shape_limits(void **state)
 {
     (void)state;
@@ -163,6 +184,7 @@ int main(void)
         cmocka_unit_test(test_grouped_precision_falls_back_to_int8),
         cmocka_unit_test(test_two_pass_activations_fall_back_to_one_pass),
         cmocka_unit_test(test_five_bit_weights_need_their_bits),
+        cmocka_unit_test(test_half_scale_four_bit_weights_need_their_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

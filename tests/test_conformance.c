@@ -75,7 +75,7 @@ static void test_conformance_cpu_fast_kernels_pass_against_reference(void **stat
                             {"kv_store", "f16"}, {"attention", "i8"}, {"attention", "f16"},
                             {"gated_act", "f32"}, {"add", "f32"},
                             {"embed", "q8g"}, {"embed", "q4g"}, {"matmul", "q8g"}, {"matmul", "q4g"},
-                            {"matmul", "q5g"}, {"matmul", "q5gx2"}};
+                            {"matmul", "q5g"}, {"matmul", "q5gx2"}, {"matmul", "q4gh"}, {"matmul", "q4ghx2"}};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         const char *row = row_of(text, ops[i][0], ops[i][1]);
         const char *eol = strchr(row, '\n');
@@ -83,7 +83,7 @@ static void test_conformance_cpu_fast_kernels_pass_against_reference(void **stat
         if (!pass || pass > eol)
             fail_msg("%s %s did not pass:\n%s", ops[i][0], ops[i][1], text);
     }
-    assert_contains(text, "PASS: 20 of 20 op variants ran, 20 passed");
+    assert_contains(text, "PASS: 22 of 22 op variants ran, 22 passed");
     free(text);
 }
 
@@ -108,7 +108,8 @@ static void test_conformance_certifies_version_1_and_2_templates(void **state)
         /* the template declares the grouped weights absent: skipped, not failed */
         assert_contains(row_of(text, "matmul", "q4g"), "not supported");
         assert_contains(row_of(text, "matmul", "q5g"), "not supported");
-        assert_contains(text, "PASS: 12 of 20 op variants ran, 12 passed");
+        assert_contains(row_of(text, "matmul", "q4gh"), "not supported");
+        assert_contains(text, "PASS: 12 of 22 op variants ran, 12 passed");
         free(text);
     }
 }
@@ -140,7 +141,7 @@ static void test_conformance_fails_plugin_missing_mandatory_ops(void **state)
     assert_contains(row_of(text, "add", "f32"), "pass");
     assert_contains(row_of(text, "matmul", "i8"), "FAIL unsupported");
     assert_contains(row_of(text, "matmul", "f32"), "not supported");
-    assert_contains(text, "FAIL: 1 of 20 op variants ran, 1 passed");
+    assert_contains(text, "FAIL: 1 of 22 op variants ran, 1 passed");
     free(text);
 
     o.op = "add"; /* only add: the plugin passes what it was asked */

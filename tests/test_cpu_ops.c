@@ -199,8 +199,9 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     assert_int_equal(c.op_dtypes[DRAY_OP_MATMUL], p.op_dtypes[DRAY_OP_MATMUL] | DRAY_DTYPE_BIT(DRAY_Q8G32) |
                                                       DRAY_DTYPE_BIT(DRAY_Q4G32) | DRAY_DTYPE_BIT(DRAY_Q8G32_X2) |
                                                       DRAY_DTYPE_BIT(DRAY_Q4G32_X2) | DRAY_DTYPE_BIT(DRAY_Q5G32) |
-                                                      DRAY_DTYPE_BIT(DRAY_Q5G32_X2));
-    /* Q5G32 is a matmul weight only: never declared for the embedding table */
+                                                      DRAY_DTYPE_BIT(DRAY_Q5G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32H) |
+                                                      DRAY_DTYPE_BIT(DRAY_Q4G32H_X2));
+    /* Q5G32 and Q4G32H are matmul weights only: never declared for the embedding table */
     assert_int_equal(c.op_dtypes[DRAY_OP_EMBED], p.op_dtypes[DRAY_OP_EMBED] | DRAY_DTYPE_BIT(DRAY_Q8G32) |
                                                      DRAY_DTYPE_BIT(DRAY_Q4G32));
     assert_int_equal(c.max_k, 65536);
@@ -530,11 +531,11 @@ static void test_cpu_isa_override_names_the_kernels_and_rejects_unknown(void **s
 /* ------------------------------------------------------------ grouped, two passes */
 
 /* Grouped weights with random codes (any byte: Q8G32 codes, or two nibbles, or
- * two nibbles and any high-bit masks), positive scales and signed mins (Q5G32:
- * as f16), and W[o][i] computed from backend.h's layout text (16-row blocks,
+ * two nibbles and any high-bit masks), positive scales and signed mins (Q5G32,
+ * Q4G32H: as f16), and W[o][i] computed from backend.h's layout text (16-row blocks,
  * 64-byte units) to check against. */
 struct gm_case {
-    uint32_t n_tok, n_out, k, pad_x, pad_out, accumulate, layout; /* DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32 */
+    uint32_t n_tok, n_out, k, pad_x, pad_out, accumulate, layout; /* DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32, DRAY_Q4G32H */
 };
 
 struct gm_data {
@@ -551,7 +552,7 @@ static void gm_make(const struct gm_case *c, struct gm_data *d)
     d->sx = c->k + c->pad_x, d->so = c->n_out + c->pad_out;
     d->nx = (size_t)c->n_tok * d->sx, d->nout = (size_t)c->n_tok * d->so;
     d->nw = (size_t)c->n_out * (c->layout == DRAY_Q8G32 ? c->k : c->layout == DRAY_Q5G32 ? c->k / 8 * 5 : c->k / 2);
-    d->ns = (size_t)c->n_out * G * (c->layout == DRAY_Q4G32 ? 2 : 1); /* Q5G32: two f16 in one f32 */
+    d->ns = (size_t)c->n_out * G * (c->layout == DRAY_Q4G32 ? 2 : 1); /* Q5G32, Q4G32H: two f16 in one f32 */
     d->x = randv(d->nx, -2, 2);
     for (uint32_t t = 0; t < c->n_tok; t++) /* a loud channel in some groups: what groups are for */
         for (uint32_t g = 0; g < G; g += 3)
@@ -560,8 +561,8 @@ static void gm_make(const struct gm_case *c, struct gm_data *d)
     d->ws = randv(d->ns, 0.001f, 0.05f);
     d->out0 = randv(d->nout, -1, 1);
     d->W = malloc((size_t)c->n_out * c->k * sizeof(double));
-    uint16_t *h = (uint16_t *)(void *)d->ws; /* Q5G32: [n_out/16][G][2][16] halves */
-    for (size_t i = 0; c->layout == DRAY_Q5G32 && i < 2 * d->ns; i++)
+    uint16_t *h = (uint16_t *)(void *)d->ws; /* Q5G32, Q4G32H: [n_out/16][G][2][16] halves */
+    for (size_t i = 0; (c->layout == DRAY_Q5G32 || c->layout == DRAY_Q4G32H) && i < 2 * d->ns; i++)
         h[i] = dray_util_f32_to_f16(i / 16 % 2 ? dray_test_randf(-0.2f, 0.2f) : dray_test_randf(0.001f, 0.05f));
     for (uint32_t o = 0; o < c->n_out; o++)
         for (uint32_t i = 0; i < c->k; i++) {
@@ -577,6 +578,10 @@ static void gm_make(const struct gm_case *c, struct gm_data *d)
                 int hb = (d->w[(bg * 5 + 4) * 64 + (e / 4) * 8 + bit / 8] >> (bit % 8)) & 1;
                 int code = (e < 16 ? b & 15 : b >> 4) + 16 * hb;
                 v = (double)code * dray_util_f16_to_f32(h[bg * 32 + r]) + dray_util_f16_to_f32(h[bg * 32 + 16 + r]);
+            } else if (c->layout == DRAY_Q4G32H) { /* Q4G32's units, Q5G32's f16 d and m */
+                uint8_t b = d->w[(bg * 4 + (e % 16) / 4) * 64 + r * 4 + e % 4];
+                v = (double)(e < 16 ? b & 15 : b >> 4) * dray_util_f16_to_f32(h[bg * 32 + r]) +
+                    dray_util_f16_to_f32(h[bg * 32 + 16 + r]);
             } else {
                 if (e % 32 == 0 && i % 64 == 0) /* the min: either sign */
                     d->ws[bg * 32 + 16 + r] = dray_test_randf(-0.2f, 0.2f);
@@ -648,7 +653,8 @@ static double gm_check(const struct gm_case *c, const struct gm_data *d, const f
 }
 
 /* backend.h, two-pass activations: DRAY_Q8G32_X2 / DRAY_Q4G32_X2 /
- * DRAY_Q5G32_X2 read the same weights as DRAY_Q8G32 / DRAY_Q4G32 / DRAY_Q5G32
+ * DRAY_Q5G32_X2 / DRAY_Q4G32H_X2 read the same weights as DRAY_Q8G32 /
+ * DRAY_Q4G32 / DRAY_Q5G32 / DRAY_Q4G32H
  * and quantize each group twice (the
  * residual of the first pass by the same rule). Every kernel set and thread
  * count meets the bound, the fast ones match the reference within the op's
@@ -665,6 +671,8 @@ static void test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path(void **s
         {130, 16, 32, 2, 0, 0, DRAY_Q8G32},  {9, 160, 320, 0, 3, 0, DRAY_Q4G32},
         {1, 64, 640, 0, 0, 0, DRAY_Q5G32},   {1, 48, 1536, 3, 1, 1, DRAY_Q5G32},
         {7, 32, 96, 1, 2, 1, DRAY_Q5G32},    {67, 32, 64, 0, 0, 0, DRAY_Q5G32},
+        {1, 64, 640, 0, 0, 0, DRAY_Q4G32H},  {1, 48, 1536, 3, 1, 1, DRAY_Q4G32H},
+        {7, 32, 96, 1, 2, 1, DRAY_Q4G32H},   {67, 32, 64, 0, 0, 0, DRAY_Q4G32H},
     };
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const struct gm_case *c = &cases[ci];

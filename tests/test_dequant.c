@@ -436,6 +436,60 @@ static void test_q4g_rows_equal_the_dequantized_rows(void **state)
     assert_int_equal(dray_gguf_tensor_row_q4g(&t8, 0, q, dm), DRAY_ENOTSUP);
 }
 
+/* The f16-scale 4-bit path (W4A8, DRAY_Q4G32H): Q4_0 and Q4_1 rows with random
+ * codes and half scales (normal and subnormal, Q4_1 mins of either sign) go
+ * through dray_gguf_tensor_row_q4g and dray_grouped_interleave into backend.h's
+ * Q4G32H blocks; nib*d + m read back from the layout text (Q4G32's nibble units,
+ * f16 d and m as Q5G32's) equals the f32 dequantization bit for bit. Only
+ * tensors whose d and m fit f16 qualify: Q4_1, Q4_0 while -8 d does, never Q4_K. */
+static void test_q4gh_blocks_equal_the_dequantized_rows(void **state)
+{
+    (void)state;
+    enum { K = 96, ROWS = 32, G = K / 32 };
+    static uint8_t data[ROWS * G * 20], q[ROWS * G * 16], qi[ROWS * K / 2];
+    static float f[ROWS][K], dm[ROWS * G * 2];
+    static uint16_t so[ROWS * G * 2];
+    dray_test_seed(12);
+    for (int ti = 0; ti < 2; ti++) {
+        uint32_t type = ti ? DRAY_GGML_Q4_1 : DRAY_GGML_Q4_0, bb = dray_ggml_block_bytes(type);
+        for (size_t i = 0; i < sizeof(data); i++)
+            data[i] = (uint8_t)dray_test_rand();
+        for (uint32_t b = 0; b < ROWS * G; b++) { /* halves 0x0001..0x59ff: subnormal up to ~190 */
+            uint8_t *blk = data + b * bb;
+            put16(blk, (uint16_t)(b % 7 == 0 ? 1 + dray_test_rand() % 0x3ff : 0x0400 + dray_test_rand() % 0x5600));
+            if (type == DRAY_GGML_Q4_1)
+                put16(blk + 2, (uint16_t)(dray_test_rand() % 0x5a00 + (dray_test_rand() & 1) * 0x8000));
+        }
+        struct dray_gguf_tensor t = {.name = "t", .type = type, .n_dims = 2, .ne = {K, ROWS, 1, 1},
+                                     .nbytes = (uint64_t)ROWS * G * bb, .data = data};
+        assert_true(dray_gguf_tensor_q4_half(&t));
+        for (uint64_t r = 0; r < ROWS; r++) {
+            assert_int_equal(dray_gguf_tensor_row_f32(&t, r, f[r]), 0);
+            assert_int_equal(dray_gguf_tensor_row_q4g(&t, r, q + r * G * 16, dm + r * G * 2), 0);
+        }
+        dray_grouped_interleave(DRAY_Q4G32H, ROWS, K, q, dm, qi, (float *)(void *)so);
+        for (uint32_t o = 0; o < ROWS; o++)
+            for (uint32_t c = 0; c < K; c++) {
+                uint32_t bg = (o / 16) * G + c / 32, r = o % 16, e = c % 32;
+                uint8_t nb = qi[(bg * 4 + (e % 16) / 4) * 64 + 4 * r + e % 4];
+                float d = dray_f16_to_f32(so[bg * 32 + r]), m = dray_f16_to_f32(so[bg * 32 + 16 + r]);
+                float v = (float)(e < 16 ? nb & 15 : nb >> 4) * d + m;
+                if (memcmp(&v, &f[o][c], 4))
+                    print_error("type %u row %u element %u: %g vs %g\n", type, o, c, (double)v, (double)f[o][c]);
+                assert_memory_equal(&v, &f[o][c], 4);
+            }
+    }
+    struct dray_gguf_tensor t = {.name = "t", .type = DRAY_GGML_Q4_0, .n_dims = 2, .ne = {64, 1, 1, 1},
+                                 .nbytes = 36, .data = data};
+    put16(data, 0x3C00);
+    put16(data + 18, 0x6FFF); /* 8188: -8 d = -65504, the largest half */
+    assert_true(dray_gguf_tensor_q4_half(&t));
+    put16(data + 18, 0x7000); /* 8192: -65536 is beyond f16 (in the second block) */
+    assert_false(dray_gguf_tensor_q4_half(&t));
+    t.type = DRAY_GGML_Q4_K; /* f32 d * scale products */
+    assert_false(dray_gguf_tensor_q4_half(&t));
+}
+
 /* The lossless 5-bit path (W4A8): Q5_0 and Q5_1 rows with random codes and
  * half scales (normal and subnormal, and Q5_1 mins of either sign) go through
  * dray_gguf_tensor_row_q5g and dray_grouped_interleave into backend.h's Q5G32
@@ -565,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_dequant_f32_f16_bf16_rows),
         cmocka_unit_test(test_dequant_q8_0_block),
         cmocka_unit_test(test_q4g_rows_equal_the_dequantized_rows),
+        cmocka_unit_test(test_q4gh_blocks_equal_the_dequantized_rows),
         cmocka_unit_test(test_dequant_q4_0_block),
         cmocka_unit_test(test_dequant_q4_1_block),
         cmocka_unit_test(test_dequant_q5_0_block),

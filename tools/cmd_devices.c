@@ -21,7 +21,8 @@ static const char *const op_names[DRAY_OP_COUNT] = {
 static const char *const dtype_names[DRAY_DTYPE_COUNT] = {
     [DRAY_F32] = "f32", [DRAY_F16] = "f16", [DRAY_I8] = "i8", [DRAY_I32] = "i32",
     [DRAY_Q8G32] = "q8g32", [DRAY_Q4G32] = "q4g32", [DRAY_Q8G32_X2] = "q8g32x2",
-    [DRAY_Q4G32_X2] = "q4g32x2", [DRAY_Q5G32] = "q5g32", [DRAY_Q5G32_X2] = "q5g32x2"};
+    [DRAY_Q4G32_X2] = "q4g32x2", [DRAY_Q5G32] = "q5g32", [DRAY_Q5G32_X2] = "q5g32x2",
+    [DRAY_Q4G32H] = "q4g32h", [DRAY_Q4G32H_X2] = "q4g32hx2"};
 
 static void usage(FILE *f)
 {

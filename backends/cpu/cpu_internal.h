@@ -31,7 +31,7 @@ struct dray_cpu_kernels {
     void (*kv_store)(const struct dray_cpu_kv_store *, uint32_t, uint32_t);
     void (*attention)(const struct dray_cpu_attention *, uint32_t, uint32_t, void *);
     void (*gated_act)(const struct dray_cpu_gated_act *, uint32_t, uint32_t);
-    /* grouped weights (DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32): a quantize/matmul pair */
+    /* grouped weights (DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32, DRAY_Q4G32H): a quantize/matmul pair */
     void (*gquantize)(const struct dray_cpu_matmul *, uint32_t, uint32_t);
     void (*gmatmul)(const struct dray_cpu_matmul *, uint32_t, uint32_t);
 };

@@ -201,7 +201,7 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: NULL args");
     struct dray_util_needs nd;
     void *p[DRAY_UTIL_MAX_NEEDS];
-    CHECK(dray_cpu_args(ctx, dray_util_check_matmul_g(a, 3, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    CHECK(dray_cpu_args(ctx, dray_util_check_matmul_g(a, 4, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     if (a->k == 0) /* the kernels' row loops need one column */
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: k = 0 (want 1..65536)");
     int i8 = a->wdtype == DRAY_I8;

@@ -212,12 +212,12 @@ static int cpu_synchronize(struct dray_ctx *ctx)
     return 0; /* every call has finished by the time it returns */
 }
 
-/* Version 2: the props' dtypes, the grouped weight formats (Q5G32 included)
+/* Version 2: the props' dtypes, the grouped weight formats (Q5G32, Q4G32H included)
  * with their two-pass activation forms, and the one limit of the contract:
  * k <= 65536. */
 static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    static const struct dray_util_limits lim = {.max_k = 65536, .grouped = 3};
+    static const struct dray_util_limits lim = {.max_k = 65536, .grouped = 4};
     return dray_util_op_caps(index, caps, dray_cpu_device_props, &lim);
 }
 

@@ -83,6 +83,11 @@ enum dray_dtype {
      * an f16 scale and min (GGUF Q5_0 / Q5_1 exactly), and its two-pass form */
     DRAY_Q5G32 = 8,
     DRAY_Q5G32_X2 = 9,
+    /* since version 2, matmul only (appended): Q4G32's 4-bit codes with an f16
+     * scale and min (GGUF Q4_0 / Q4_1 exactly; 20 bytes per 32 weights against
+     * Q4G32's 24), and its two-pass form */
+    DRAY_Q4G32H = 10,
+    DRAY_Q4G32H_X2 = 11,
     DRAY_DTYPE_COUNT
 };
 #define DRAY_DTYPE_BIT(t) (1u << (t))
@@ -110,8 +115,8 @@ enum dray_op {
     DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32; v2: Q8G32, Q4G32) */
     DRAY_OP_RMSNORM,     /* cap dtype: F32 */
     DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32; v2: Q8G32, Q4G32, Q5G32,
-                          * and their two-pass activation forms Q8G32_X2, Q4G32_X2,
-                          * Q5G32_X2) */
+                          * Q4G32H, and their two-pass activation forms Q8G32_X2,
+                          * Q4G32_X2, Q5G32_X2, Q4G32H_X2) */
     DRAY_OP_ROPE,        /* cap dtype: F32 */
     DRAY_OP_KV_STORE,    /* cap dtype: the cache dtype (I8, F16) */
     DRAY_OP_ATTENTION,   /* cap dtype: the cache dtype (I8, F16) */
@@ -239,7 +244,7 @@ struct dray_rmsnorm_args {
  * Tolerance: abs 1e-4 * (max|out|), from f32 rounding of the scale product only.
  *
  * Grouped weights (version 2; declared by the bits DRAY_Q8G32 / DRAY_Q4G32 /
- * DRAY_Q5G32 in op_caps.op_dtypes[DRAY_OP_MATMUL], each on its own). k must be a multiple of 32 and n_out of 16;
+ * DRAY_Q5G32 / DRAY_Q4G32H in op_caps.op_dtypes[DRAY_OP_MATMUL], each on its own). k must be a multiple of 32 and n_out of 16;
  * G = k / 32 groups per row; group g is input channels 32g .. 32g+31. Rows come
  * in blocks of 16 (block b = rows 16b .. 16b+15), and within a block each group
  * is stored as 64-byte units that hold 4 consecutive inputs of all 16 rows (unit
@@ -270,7 +275,15 @@ struct dray_rmsnorm_args {
  *                 ((b*G + g)*2 + 1)*16 + r, both widened to f32 exactly;
  *               W[o][c] = code(o, c) * d(o, c/32) + m(o, c/32)   (in f32).
  *               24 bytes per 32 weights against Q8G32's 36.
- *   (GGUF Q8_0, Q4_0, Q4_1 and Q4_K convert into these exactly; Q5_0 (y = (q -
+ *   DRAY_Q4G32H (matmul only, its own bit; not an embedding table): w exactly
+ *               as Q4G32 (n_out*k/2 bytes, the same four units per (b, g)),
+ *               wscale F16 exactly as Q5G32's (d then m, [n_out/16][G][2][16],
+ *               4 bytes per row and group, counted as k/32 f32-sized values);
+ *               W[o][c] = nib(o, c) * d(o, c/32) + m(o, c/32)   (in f32).
+ *               So Q5G32 is Q4G32H plus its high unit. 20 bytes per 32 weights.
+ *   (GGUF Q8_0, Q4_0, Q4_1 and Q4_K convert into these exactly, Q4_0 (m = -8 d,
+ *   exact in f16 for |d| < 8188) and Q4_1 into Q4G32H too (Q4_K's f32 d * scale
+ *   products need more than f16's 11 bits); Q5_0 (y = (q -
  *   16) * d: d, m = -16 d, exact in f16) and Q5_1 (f16 d and m already) into
  *   Q5G32 exactly, and into Q8G32 to within 1/16 of their step (the int8 grid
  *   of max|w|/127 is not theirs); Q6_K into Q8G32 to within a quarter of its own
@@ -282,6 +295,7 @@ struct dray_rmsnorm_args {
  *     Q8G32: (float)(sum_{c in g} q*W8) * (sx[t][g] * s(o, g))
  *     Q4G32: sx[t][g] * (d * (float)(sum_{c in g} q*nib) + m * (float)(sum_{c in g} q))
  *     Q5G32: sx[t][g] * (d * (float)(sum_{c in g} q*code) + m * (float)(sum_{c in g} q))
+ *     Q4G32H: as Q4G32, with its d and m widened from f16
  *   with exact int32 group sums. Outlier channels do not apply (n_outlier must
  *   be 0): a group's scale only sees its own 32 channels, so an outlier channel
  *   costs precision only to the 31 beside it. accumulate as for I8.
@@ -290,8 +304,9 @@ struct dray_rmsnorm_args {
  *   another order).
  *
  * Two-pass activations (version 2; wdtype DRAY_Q8G32_X2 / DRAY_Q4G32_X2 /
- * DRAY_Q5G32_X2, declared by their own bits in op_caps.op_dtypes[DRAY_OP_MATMUL];
- * w and wscale exactly as for DRAY_Q8G32 / DRAY_Q4G32 / DRAY_Q5G32). One int8 pass leaves each input off by up to half
+ * DRAY_Q5G32_X2 / DRAY_Q4G32H_X2, declared by their own bits in
+ * op_caps.op_dtypes[DRAY_OP_MATMUL]; w and wscale exactly as for DRAY_Q8G32 /
+ * DRAY_Q4G32 / DRAY_Q5G32 / DRAY_Q4G32H). One int8 pass leaves each input off by up to half
  * a step, sx/2; over 30 layers that is most of the int8 path's distance from f32
  * (a small Llama: top-1 96% -> 98.7%, KL 0.0053 -> 0.0010). So x is quantized as
  * above into (q, sx, group sums), then its residual
@@ -311,7 +326,8 @@ struct dray_matmul_args {
     uint32_t n_outlier;
     uint32_t accumulate;
     uint32_t wdtype; /* DRAY_I8, DRAY_F32, (v2) DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32,
-                      * DRAY_Q8G32_X2, DRAY_Q4G32_X2 or DRAY_Q5G32_X2; set it
+                      * DRAY_Q4G32H, DRAY_Q8G32_X2, DRAY_Q4G32_X2, DRAY_Q5G32_X2
+                      * or DRAY_Q4G32H_X2; set it
                       * explicitly (DRAY_F32 is 0) */
 };
 

@@ -113,7 +113,8 @@ struct dray_util_limits {
     int whole_heads_only;
     int grouped; /* 1: matmul and embed also take DRAY_Q8G32 and DRAY_Q4G32 (version 2);
                   * 2: matmul also their two-pass forms DRAY_Q8G32_X2 and DRAY_Q4G32_X2;
-                  * 3: matmul also DRAY_Q5G32 and DRAY_Q5G32_X2 */
+                  * 3: matmul also DRAY_Q5G32 and DRAY_Q5G32_X2;
+                  * 4: matmul also DRAY_Q4G32H and DRAY_Q4G32H_X2 */
 };
 
 /* A whole op_caps member: the dtypes from the plugin's device_props, its
@@ -143,6 +144,8 @@ static inline int dray_util_op_caps(uint32_t index, struct dray_op_caps *caps,
         mine.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
     if (lim->grouped >= 3)
         mine.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q5G32) | DRAY_DTYPE_BIT(DRAY_Q5G32_X2);
+    if (lim->grouped >= 4)
+        mine.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32H) | DRAY_DTYPE_BIT(DRAY_Q4G32H_X2);
     return dray_util_caps_answer(caps, &mine);
 }
 
@@ -332,17 +335,24 @@ static inline int dray_util_check_views(const struct dray_util_needs *nd,
             return rc_;         \
     } while (0)
 
-/* Version 2's grouped weight dtypes (backend.h, matmul): Q8G32, Q4G32, Q5G32
- * (the last a matmul weight only, never an embedding table). */
+/* Version 2's grouped weight dtypes (backend.h, matmul): Q8G32, Q4G32, Q5G32,
+ * Q4G32H (the last two matmul weights only, never an embedding table). */
 static inline int dray_util_grouped(uint32_t dtype)
 {
-    return dtype == DRAY_Q8G32 || dtype == DRAY_Q4G32 || dtype == DRAY_Q5G32;
+    return dtype == DRAY_Q8G32 || dtype == DRAY_Q4G32 || dtype == DRAY_Q5G32 || dtype == DRAY_Q4G32H;
+}
+
+/* The grouped dtypes whose d and m are f16 pairs (Q5G32, Q4G32H). */
+static inline int dray_util_half_scales(uint32_t dtype)
+{
+    return dtype == DRAY_Q5G32 || dtype == DRAY_Q4G32H;
 }
 
 /* Version 2's two-pass activation forms of them (matmul only). */
 static inline int dray_util_x2(uint32_t dtype)
 {
-    return dtype == DRAY_Q8G32_X2 || dtype == DRAY_Q4G32_X2 || dtype == DRAY_Q5G32_X2;
+    return dtype == DRAY_Q8G32_X2 || dtype == DRAY_Q4G32_X2 || dtype == DRAY_Q5G32_X2 ||
+           dtype == DRAY_Q4G32H_X2;
 }
 
 /* The weight layout a matmul wdtype reads: a two-pass form reads its grouped
@@ -352,6 +362,7 @@ static inline uint32_t dray_util_wlayout(uint32_t wdtype)
     return wdtype == DRAY_Q8G32_X2   ? DRAY_Q8G32
            : wdtype == DRAY_Q4G32_X2 ? DRAY_Q4G32
            : wdtype == DRAY_Q5G32_X2 ? DRAY_Q5G32
+           : wdtype == DRAY_Q4G32H_X2 ? DRAY_Q4G32H
                                      : wdtype;
 }
 
@@ -361,6 +372,7 @@ static inline uint32_t dray_util_x2_of(uint32_t dtype)
     return dtype == DRAY_Q8G32   ? DRAY_Q8G32_X2
            : dtype == DRAY_Q4G32 ? DRAY_Q4G32_X2
            : dtype == DRAY_Q5G32 ? DRAY_Q5G32_X2
+           : dtype == DRAY_Q4G32H ? DRAY_Q4G32H_X2
                                  : dtype;
 }
 
@@ -368,16 +380,19 @@ static inline uint32_t dray_util_x2_of(uint32_t dtype)
  * Q5G32 is its nibbles (k/2) and high bits (k/8); its f16 scales are wscale's. */
 static inline uint32_t dray_util_wrow_bytes(uint32_t dtype, uint32_t k)
 {
-    return dtype == DRAY_F32 ? k * 4u : dtype == DRAY_Q4G32 ? k / 2u : dtype == DRAY_Q5G32 ? k / 2u + k / 8u : k;
+    return dtype == DRAY_F32                               ? k * 4u
+           : dtype == DRAY_Q4G32 || dtype == DRAY_Q4G32H ? k / 2u
+           : dtype == DRAY_Q5G32                         ? k / 2u + k / 8u
+                                                         : k;
 }
 
 /* f32-sized scale values per weight row: 1 (I8), 0 (F32), k/32 (Q8G32), k/16
- * (Q4G32: scale and min per group), k/32 (Q5G32: an f16 scale and min per group,
- * 4 bytes). */
+ * (Q4G32: scale and min per group), k/32 (Q5G32, Q4G32H: an f16 scale and min
+ * per group, 4 bytes). */
 static inline uint32_t dray_util_wscale_floats(uint32_t dtype, uint32_t k)
 {
     return dtype == DRAY_I8 ? 1u
-           : dtype == DRAY_Q8G32 || dtype == DRAY_Q5G32 ? k / 32u
+           : dtype == DRAY_Q8G32 || dray_util_half_scales(dtype) ? k / 32u
            : dtype == DRAY_Q4G32 ? k / 16u
                                  : 0u;
 }
@@ -388,7 +403,7 @@ static inline int dray_util_check_embed_g(const struct dray_embed_args *a, int g
 {
     memset(nd, 0, sizeof(*nd));
     if (a->dtype != DRAY_I8 && a->dtype != DRAY_F32 &&
-        !(grouped && dray_util_grouped(a->dtype) && a->dtype != DRAY_Q5G32))
+        !(grouped && (a->dtype == DRAY_Q8G32 || a->dtype == DRAY_Q4G32)))
         return dray_util_fail(why, len, DRAY_ENOTSUP,
                               "embed: table dtype %u is not I8, F32, Q8G32 or Q4G32", a->dtype);
     if (dray_util_grouped(a->dtype) && (a->dim % 32 || a->n_rows % 16))
@@ -439,18 +454,19 @@ static inline int dray_util_check_rmsnorm(const struct dray_rmsnorm_args *a,
 /* Views: x, w, wscale, out, outlier_idx, outlier_w (outliers only for I8).
  * grouped: 1 = the plugin runs DRAY_Q8G32/DRAY_Q4G32 weights, 2 = also their
  * two-pass forms DRAY_Q8G32_X2/DRAY_Q4G32_X2, 3 = also DRAY_Q5G32 and
- * DRAY_Q5G32_X2 (else DRAY_ENOTSUP). */
+ * DRAY_Q5G32_X2, 4 = also DRAY_Q4G32H and DRAY_Q4G32H_X2 (else DRAY_ENOTSUP). */
 static inline int dray_util_check_matmul_g(const struct dray_matmul_args *a, int grouped,
                                            struct dray_util_needs *nd, char *why, size_t len)
 {
     memset(nd, 0, sizeof(*nd));
-    int q5 = dray_util_wlayout(a->wdtype) == DRAY_Q5G32;
+    uint32_t lay = dray_util_wlayout(a->wdtype);
     if ((a->wdtype != DRAY_I8 && a->wdtype != DRAY_F32 && !(grouped && dray_util_grouped(a->wdtype)) &&
          !(grouped >= 2 && dray_util_x2(a->wdtype))) ||
-        (q5 && grouped < 3))
+        (lay == DRAY_Q5G32 && grouped < 3) || (lay == DRAY_Q4G32H && grouped < 4))
         return dray_util_fail(why, len, DRAY_ENOTSUP,
                               "matmul: weight dtype %u is not %s", a->wdtype,
-                              grouped >= 3   ? "I8, F32, Q8G32, Q4G32, Q5G32 or their _X2 forms"
+                              grouped >= 4   ? "I8, F32, Q8G32, Q4G32, Q5G32, Q4G32H or their _X2 forms"
+                              : grouped >= 3 ? "I8, F32, Q8G32, Q4G32, Q5G32 or their _X2 forms"
                               : grouped >= 2 ? "I8, F32, Q8G32, Q4G32, Q8G32_X2 or Q4G32_X2"
                                              : "I8, F32, Q8G32 or Q4G32");
     int i8 = a->wdtype == DRAY_I8;

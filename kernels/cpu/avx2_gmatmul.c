@@ -1,5 +1,5 @@
 /* AVX2 matmul over grouped weights (backend.h, matmul: DRAY_Q8G32, DRAY_Q4G32,
- * DRAY_Q5G32),
+ * DRAY_Q5G32, DRAY_Q4G32H (Q5G32's code without the high unit)),
  * for CPUs without AVX-512 VNNI. Same plan as avx512vnni_gmatmul.c on 8 lanes:
  * each 64-byte unit of the 16-row layout is two 32-byte halves (rows 0-7 and
  * 8-15), one 32-bit lane per row, multiplied against 4 activation bytes
@@ -45,17 +45,24 @@ static inline __m256i bits16(uint32_t m)
 }
 
 /* Rows 16b .. 16b+7 (half 0) or 16b+8 .. 16b+15 (half 1) of one Q5G32 group of
- * token row q: the int32 sums of q * code, one row per lane. */
-static inline __m256i q5_half(const uint8_t *w, const int8_t *q, int half, __m256i ones, __m256i lo4)
+ * token row q: the int32 sums of q * code, one row per lane. hib 0: a Q4G32H
+ * group (the nibbles alone; inlined with a constant, the high unit's part is
+ * compiled out). */
+static inline __attribute__((always_inline)) __m256i q5_half(const uint8_t *w, const int8_t *q, int half,
+                                                             __m256i ones, __m256i lo4, int hib)
 {
     __m256i s = _mm256_setzero_si256();
     for (uint32_t u = 0; u < 4; u++) {
-        uint32_t ml, mh; /* bits 32*half .. of words u and 4+u */
-        memcpy(&ml, w + 256 + 8 * u + 4 * half, 4);
-        memcpy(&mh, w + 256 + 32 + 8 * u + 4 * half, 4);
         __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * half));
-        __m256i l = _mm256_or_si256(_mm256_and_si256(z, lo4), bits16(ml));
-        __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(z, 4), lo4), bits16(mh));
+        __m256i l = _mm256_and_si256(z, lo4);
+        __m256i h = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
+        if (hib) {
+            uint32_t ml, mh; /* bits 32*half .. of words u and 4+u */
+            memcpy(&ml, w + 256 + 8 * u + 4 * half, 4);
+            memcpy(&mh, w + 256 + 32 + 8 * u + 4 * half, 4);
+            l = _mm256_or_si256(l, bits16(ml));
+            h = _mm256_or_si256(h, bits16(mh));
+        }
         s = _mm256_add_epi32(s, dot4_u4(l, bcast4(q, 4 * u), ones));
         s = _mm256_add_epi32(s, dot4_u4(h, bcast4(q, 16 + 4 * u), ones));
     }
@@ -151,9 +158,9 @@ void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_
 {
     const uint32_t G = a->k / 32;
     const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0F);
-    int q8 = a->wdtype == DRAY_Q8G32, q5 = a->wdtype == DRAY_Q5G32;
+    int q8 = a->wdtype == DRAY_Q8G32, q5 = a->wdtype == DRAY_Q5G32, q4h = a->wdtype == DRAY_Q4G32H;
     /* bytes of one (b, g): weights, scales */
-    const size_t wb = q8 ? 512 : q5 ? 320 : 256, sb = q8 || q5 ? 64 : 128;
+    const size_t wb = q8 ? 512 : q5 ? 320 : 256, sb = q8 || q5 || q4h ? 64 : 128;
     for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
         for (uint32_t t = 0; t < a->n_tok; t++) {
             const int8_t *qt = a->q + (size_t)t * a->q_stride;
@@ -175,10 +182,10 @@ void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_
                     __m256 vs = _mm256_set1_ps(sx);
                     acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(vs, _mm256_loadu_ps(ws)), acc0);
                     acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(vs, _mm256_loadu_ps(ws + 8)), acc1);
-                } else if (q5) {
-                    const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 5 * 64;
-                    s0 = q5_half(w, q, 0, ones, lo4);
-                    s1 = q5_half(w, q, 1, ones, lo4);
+                } else if (q5 || q4h) { /* f16 d and m */
+                    const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * wb;
+                    s0 = q5 ? q5_half(w, q, 0, ones, lo4, 1) : q5_half(w, q, 0, ones, lo4, 0);
+                    s1 = q5 ? q5_half(w, q, 1, ones, lo4, 1) : q5_half(w, q, 1, ones, lo4, 0);
                     const uint16_t *dm = (const uint16_t *)(const void *)a->wscale + ((size_t)b * G + g) * 32;
                     __m256 vs = _mm256_set1_ps(sx), qs = _mm256_set1_ps((float)a->gsum[(size_t)t * G + g]);
                     __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)dm));

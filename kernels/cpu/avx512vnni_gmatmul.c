@@ -1,5 +1,5 @@
 /* AVX-512 VNNI matmul over grouped weights (backend.h, matmul: DRAY_Q8G32,
- * DRAY_Q4G32 and DRAY_Q5G32). The layout puts 16 rows side by side, 4 inputs each, in every
+ * DRAY_Q4G32, DRAY_Q5G32 and DRAY_Q4G32H). The layout puts 16 rows side by side, 4 inputs each, in every
  * 64-byte unit, so one vpdpbusd against 4 activation bytes broadcast to all
  * lanes adds 4 products to each of 16 rows at once: a group of 32 inputs is 8
  * of them, and the group's int32 sums come out with one row per lane. Each
@@ -18,6 +18,7 @@
  *          one 64-bit word of the high unit loaded straight into a mask
  *          register: a masked byte add of 16 (no shuffles), then as Q4G32 with
  *          codes 0..31; d and m are f16, widened 16 at a time (vcvtph2ps).
+ *   Q4G32H: Q5G32's pass without the high unit (Q4G32's nibbles, f16 d and m).
  * Two-pass activations (a->pairs) are two q rows per token: a pass of four
  * rows covers two tokens, both passes against one load of the weights. */
 #include <immintrin.h>
@@ -119,10 +120,13 @@ static inline __attribute__((always_inline)) void pass_q4g(const struct dray_cpu
 }
 
 /* Decode is memory-bound: 320 bytes of weights and 64 of scales per 16 rows and
- * group, against 8 vpdpbusd per row of q. */
+ * group, against 8 vpdpbusd per row of q. hib 0 is Q4G32H: the same pass
+ * without the high unit (256 bytes of weights per 16 rows and group); always
+ * inlined with a constant hib, so that part is compiled out. */
 static inline __attribute__((always_inline)) void pass_q5g(const struct dray_cpu_matmul *a, uint32_t b,
-                                                           uint32_t t0, uint32_t nb, __m512 *y)
+                                                           uint32_t t0, uint32_t nb, __m512 *y, int hib)
 {
+    const uint32_t units = hib ? 5 : 4;
     const uint32_t G = a->k / 32;
     const __m512i lo4 = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16);
     const uint16_t *sc = (const uint16_t *)(const void *)a->wscale;
@@ -130,20 +134,24 @@ static inline __attribute__((always_inline)) void pass_q5g(const struct dray_cpu
     for (uint32_t j = 0; j < nb; j++)
         acc[j] = _mm512_setzero_ps();
     for (uint32_t g = 0; g < G; g++) {
-        const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 5 * 64;
+        const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * units * 64;
         const uint8_t *hb = w + 4 * 64; /* word u: unit u's low nibbles, word 4+u: its high */
-        for (int l = 0; l < 5; l++)
-            _mm_prefetch((const char *)(w + PF_AHEAD * 320 + 64 * l), _MM_HINT_T0);
+        for (uint32_t l = 0; l < units; l++)
+            _mm_prefetch((const char *)(w + PF_AHEAD * units * 64 + 64 * l), _MM_HINT_T0);
         _mm_prefetch((const char *)(sc + ((size_t)b * G + g + PF_AHEAD) * 32), _MM_HINT_T0);
         __m512i lo[4], hi[4];
         for (int u = 0; u < 4; u++) {
             __m512i z = _mm512_loadu_si512((const void *)(w + 64 * u));
-            uint64_t ml, mh;
-            memcpy(&ml, hb + 8 * u, 8);
-            memcpy(&mh, hb + 32 + 8 * u, 8);
             __m512i l = _mm512_and_si512(z, lo4), h = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
-            lo[u] = _mm512_mask_add_epi8(l, _cvtu64_mask64(ml), l, c16);
-            hi[u] = _mm512_mask_add_epi8(h, _cvtu64_mask64(mh), h, c16);
+            if (hib) {
+                uint64_t ml, mh;
+                memcpy(&ml, hb + 8 * u, 8);
+                memcpy(&mh, hb + 32 + 8 * u, 8);
+                l = _mm512_mask_add_epi8(l, _cvtu64_mask64(ml), l, c16);
+                h = _mm512_mask_add_epi8(h, _cvtu64_mask64(mh), h, c16);
+            }
+            lo[u] = l;
+            hi[u] = h;
         }
         __m512i dm16 = _mm512_loadu_si512((const void *)(sc + ((size_t)b * G + g) * 32));
         __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
@@ -169,13 +177,14 @@ static inline __attribute__((always_inline)) void pass_q5g(const struct dray_cpu
 }
 
 #define PASS(NB)                                                                                   \
-    (q8 ? pass_q8g(a, b, t0, NB, y) : q5 ? pass_q5g(a, b, t0, NB, y) : pass_q4g(a, b, t0, NB, y))
+    (q8 ? pass_q8g(a, b, t0, NB, y)                                                                \
+        : q5 ? pass_q5g(a, b, t0, NB, y, 1) : q4h ? pass_q5g(a, b, t0, NB, y, 0) : pass_q4g(a, b, t0, NB, y))
 
 /* o0 and o1 are multiples of 16 (the glue splits rows in 16s; n_out is one). */
 void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
 {
     __m512 y[TB];
-    int q8 = a->wdtype == DRAY_Q8G32, q5 = a->wdtype == DRAY_Q5G32;
+    int q8 = a->wdtype == DRAY_Q8G32, q5 = a->wdtype == DRAY_Q5G32, q4h = a->wdtype == DRAY_Q4G32H;
     for (uint32_t t0 = 0; t0 < a->n_tok; t0 += TB) {
         uint32_t nb = a->n_tok - t0 < TB ? a->n_tok - t0 : TB;
         for (uint32_t b = o0 / 16; b < o1 / 16; b++) {

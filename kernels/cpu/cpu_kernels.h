@@ -76,8 +76,9 @@ struct dray_cpu_matmul {
      * of q_stride / 64 blocks of 1 KiB, block c of group g holding, at row r
      * and bytes 4t..4t+3, bytes 64c+4r .. 64c+4r+3 of token 16g+t. */
     int8_t *qt;
-    /* Grouped weights (wdtype DRAY_Q8G32 / DRAY_Q4G32 / DRAY_Q5G32, else 0; is_i8
-     * is 0 then; Q5G32's wscale holds f16 pairs, read through a cast).
+    /* Grouped weights (wdtype DRAY_Q8G32 / DRAY_Q4G32 / DRAY_Q5G32 / DRAY_Q4G32H,
+     * else 0; is_i8 is 0 then; Q5G32's and Q4G32H's wscale holds f16 pairs, read
+     * through a cast).
      * The grouped quantize step fills q as above (unbiased, per-group scales),
      * gsx [n_tok][k/32] (each group's scale) and gsum [n_tok][k/32] (each group's
      * sum of q); every kernel set shares that step. */
@@ -85,7 +86,7 @@ struct dray_cpu_matmul {
     float *gsx;
     int32_t *gsum;
     /* Two-pass activations (backend.h: DRAY_Q8G32_X2 / DRAY_Q4G32_X2 /
-     * DRAY_Q5G32_X2; wdtype is then the layout, Q8G32, Q4G32 or Q5G32): 1 when q, gsx and gsum hold two rows per
+     * DRAY_Q5G32_X2 / DRAY_Q4G32H_X2; wdtype is then the layout): 1 when q, gsx and gsum hold two rows per
      * token of x, row 2t its first pass and row 2t+1 its residual's. gquantize
      * takes tokens of x; gmatmul takes n_tok rows of q and writes row r to output
      * token r >> pairs, the odd rows adding to what the even row left
@@ -135,7 +136,7 @@ void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, u
 void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* The grouped quantize step with AVX2 (avx2_gmatmul.c): the reference's results. */
 void dray_cpu_avx2_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
-/* Row r of a grouped table (dtype DRAY_Q8G32, DRAY_Q4G32 or DRAY_Q5G32 (the
+/* Row r of a grouped table (dtype DRAY_Q8G32, DRAY_Q4G32, or DRAY_Q5G32 / DRAY_Q4G32H (the
  * tests' dequantizer: not an embedding table), dim a multiple of 32, rs = its
  * scales) times scale into y[dim]. */
 void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_t r, uint32_t dim,

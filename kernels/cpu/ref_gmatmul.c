@@ -1,5 +1,5 @@
 /* Reference matmul over grouped weights (backend.h, matmul: DRAY_Q8G32,
- * DRAY_Q4G32 and DRAY_Q5G32, and their two-pass forms): activations quantized per token and per
+ * DRAY_Q4G32, DRAY_Q5G32 and DRAY_Q4G32H, and their two-pass forms): activations quantized per token and per
  * group of 32 channels (two passes: then the residual the same way), exact int32
  * dot products per group, group terms summed in f32 in increasing group order.
  * This is the truth the fast kernels are checked against. */
@@ -95,6 +95,13 @@ static inline float scale16_at(const void *s, uint32_t G, uint32_t o, uint32_t g
     return dray_util_f16_to_f32(((const uint16_t *)s)[(((size_t)(o / 16) * G + g) * 2 + j) * 16 + o % 16]);
 }
 
+/* d (j = 0) or m (j = 1) of a 4- or 5-bit layout: f32 (Q4G32) or f16 (Q5G32,
+ * Q4G32H) pairs. */
+static inline float dm_at(uint32_t dtype, const void *s, uint32_t G, uint32_t o, uint32_t g, uint32_t j)
+{
+    return dray_util_half_scales(dtype) ? scale16_at(s, G, o, g, j) : scale_at(s, G, 2, o, g, j);
+}
+
 void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
 {
     uint32_t G = a->k / GROUP;
@@ -112,16 +119,13 @@ void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t
                     for (uint32_t c = 0; c < GROUP; c++)
                         isum += (int32_t)q[g * GROUP + c] * w8_at(a->w, G, o, g * GROUP + c);
                     acc += (float)isum * (sx[g] * scale_at(a->wscale, G, 1, o, g, 0));
-                } else if (a->wdtype == DRAY_Q5G32) {
+                } else { /* Q4G32, Q4G32H, Q5G32: code * d + m */
+                    int q5 = a->wdtype == DRAY_Q5G32;
                     for (uint32_t c = 0; c < GROUP; c++)
-                        isum += (int32_t)q[g * GROUP + c] * code5_at(a->w, G, o, g * GROUP + c);
-                    acc += sx[g] * (scale16_at(a->wscale, G, o, g, 0) * (float)isum +
-                                    scale16_at(a->wscale, G, o, g, 1) * (float)qs[g]);
-                } else {
-                    for (uint32_t c = 0; c < GROUP; c++)
-                        isum += (int32_t)q[g * GROUP + c] * nib_at(a->w, G, 4, o, g * GROUP + c);
-                    acc += sx[g] * (scale_at(a->wscale, G, 2, o, g, 0) * (float)isum +
-                                    scale_at(a->wscale, G, 2, o, g, 1) * (float)qs[g]);
+                        isum += (int32_t)q[g * GROUP + c] *
+                                (q5 ? code5_at(a->w, G, o, g * GROUP + c) : nib_at(a->w, G, 4, o, g * GROUP + c));
+                    acc += sx[g] * (dm_at(a->wdtype, a->wscale, G, o, g, 0) * (float)isum +
+                                    dm_at(a->wdtype, a->wscale, G, o, g, 1) * (float)qs[g]);
                 }
             }
             y[o] = adds ? y[o] + acc : acc;
@@ -137,9 +141,9 @@ void dray_cpu_ref_grow(uint32_t dtype, const void *table, const float *rs, size_
         uint32_t g = i / GROUP;
         y[i] = dtype == DRAY_Q8G32
                    ? (float)w8_at(table, G, o, i) * scale_at(rs, G, 1, o, g, 0) * scale
-                   : dtype == DRAY_Q5G32
-                   ? ((float)code5_at(table, G, o, i) * scale16_at(rs, G, o, g, 0) + scale16_at(rs, G, o, g, 1)) * scale
-                   : ((float)nib_at(table, G, 4, o, i) * scale_at(rs, G, 2, o, g, 0) + scale_at(rs, G, 2, o, g, 1)) *
+                   : ((float)(dtype == DRAY_Q5G32 ? code5_at(table, G, o, i) : nib_at(table, G, 4, o, i)) *
+                          dm_at(dtype, rs, G, o, g, 0) +
+                      dm_at(dtype, rs, G, o, g, 1)) *
                          scale;
     }
 }

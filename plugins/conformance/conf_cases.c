@@ -324,6 +324,10 @@ static float gweight(uint32_t dtype, const void *w, const float *ws, uint32_t k,
     }
     uint8_t b = ((const uint8_t *)w)[(bg * 4 + (c % 16) / 4) * 64 + r * 4 + c % 4];
     float nib = (float)(c < 16 ? b & 15 : b >> 4);
+    if (dtype == DRAY_Q4G32H) { /* Q4G32's units, Q5G32's f16 d and m */
+        const uint16_t *h = (const uint16_t *)(const void *)ws;
+        return nib * dray_util_f16_to_f32(h[bg * 32 + r]) + dray_util_f16_to_f32(h[bg * 32 + 16 + r]);
+    }
     return nib * ws[bg * 32 + r] + ws[bg * 32 + 16 + r];
 }
 
@@ -360,8 +364,8 @@ static int make_gmatmul(struct conf_rng *r, struct conf_case *c, int bench, uint
     if (wdtype == DRAY_Q4G32) /* the mins (second 16 of each 32): either sign */
         for (size_t i = 16; i < ns; i += (i % 32 == 31) ? 17 : 1)
             ws[i] = conf_randf(r, -0.2f, 0.2f);
-    uint16_t *h = (uint16_t *)(void *)ws; /* Q5G32: f16 d (first 16 of 32), m (second) */
-    for (size_t i = 0; wdtype == DRAY_Q5G32 && i < 2 * ns; i++)
+    uint16_t *h = (uint16_t *)(void *)ws; /* Q5G32, Q4G32H: f16 d (first 16 of 32), m (second) */
+    for (size_t i = 0; (wdtype == DRAY_Q5G32 || wdtype == DRAY_Q4G32H) && i < 2 * ns; i++)
         h[i] = dray_util_f32_to_f16(i % 32 < 16 ? conf_randf(r, 0.001f, 0.05f) : conf_randf(r, -0.2f, 0.2f));
     fill_f32(r, out, no, -1, 1);
     c->elem_tol = calloc(no, sizeof(float));
@@ -397,6 +401,16 @@ int conf_make_matmul_q5g(struct conf_rng *r, struct conf_case *c, int bench)
 int conf_make_matmul_q5gx2(struct conf_rng *r, struct conf_case *c, int bench)
 {
     return make_gmatmul(r, c, bench, DRAY_Q5G32_X2);
+}
+
+int conf_make_matmul_q4gh(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_gmatmul(r, c, bench, DRAY_Q4G32H);
+}
+
+int conf_make_matmul_q4ghx2(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_gmatmul(r, c, bench, DRAY_Q4G32H_X2);
 }
 
 int conf_make_matmul_q8gx2(struct conf_rng *r, struct conf_case *c, int bench)

@@ -102,6 +102,8 @@ int conf_make_matmul_q8gx2(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_q4gx2(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_q5g(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_q5gx2(struct conf_rng *, struct conf_case *, int);
+int conf_make_matmul_q4gh(struct conf_rng *, struct conf_case *, int);
+int conf_make_matmul_q4ghx2(struct conf_rng *, struct conf_case *, int);
 int conf_make_embed_q8g(struct conf_rng *, struct conf_case *, int);
 int conf_make_embed_q4g(struct conf_rng *, struct conf_case *, int);
 int conf_make_rope(struct conf_rng *, struct conf_case *, int);

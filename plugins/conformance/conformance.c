@@ -88,6 +88,11 @@ static const struct variant {
      {0, 0, 1e-4, "1e-4*sum|x||W|"}},
     {"matmul", DRAY_OP_MATMUL, DRAY_Q5G32_X2, 0, conf_make_matmul_q5gx2, conf_check_f32,
      {0, 0, 1e-4, "1e-4*sum|x||W|"}},
+    /* 4-bit grouped weights with f16 d and m (appended) and their two-pass form: the same bound */
+    {"matmul", DRAY_OP_MATMUL, DRAY_Q4G32H, 0, conf_make_matmul_q4gh, conf_check_f32,
+     {0, 0, 1e-4, "1e-4*sum|x||W|"}},
+    {"matmul", DRAY_OP_MATMUL, DRAY_Q4G32H_X2, 0, conf_make_matmul_q4ghx2, conf_check_f32,
+     {0, 0, 1e-4, "1e-4*sum|x||W|"}},
     /* rope: "abs 1e-4 for |p| < 2^17" */
     {"rope", DRAY_OP_ROPE, DRAY_F32, 1, conf_make_rope, conf_check_f32, {1e-4, 0, 0, "abs 1e-4"}},
     /* kv_store: "I8 bit-exact ... except ties (|q| off by one in at most 1e-3 of
@@ -123,6 +128,8 @@ static const char *dtype_name(uint32_t t)
     case DRAY_Q4G32_X2: return "q4gx2";
     case DRAY_Q5G32: return "q5g";
     case DRAY_Q5G32_X2: return "q5gx2";
+    case DRAY_Q4G32H: return "q4gh";
+    case DRAY_Q4G32H_X2: return "q4ghx2";
     }
     return "?";
 }
