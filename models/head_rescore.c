@@ -85,7 +85,7 @@ void dec_rescore_free(struct dray_model *m)
  * tokens and narrowed to at most max. NaN logits are never candidates. Returns
  * the count written to idx. Each token's bucket is computed once into bk (one
  * byte each, N_BUCKETS meaning none): the passes over the row then vectorize,
- * and a step spends ~0.2 ms here instead of ~1.3 (Gemma 3, 262144 logits). */
+ * and a row takes ~0.35 ms here instead of ~0.9 (Gemma 3, 262144 logits, one core). */
 static uint32_t candidates(const float *x, uint32_t n, float tail, uint32_t max, uint8_t *bk,
                            int32_t *idx)
 {
