@@ -153,13 +153,27 @@ static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, co
             s->mark[hist[i]] = 0;
 }
 
+/* The lowest id of the largest value (w holds no NaN: penalize maps it to -inf).
+ * Eight running maxima, then the first index holding the maximum: two passes
+ * that vectorize, against one chain of dependent compares (262144 logits:
+ * ~0.3 ms of a ~14 ms decode step). */
 static uint32_t argmax(const float *w, uint32_t n)
 {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (w[i] > w[best]) /* strict: the lowest id wins ties */
-            best = i;
-    return best;
+    float lane[8], m = w[0];
+    for (int j = 0; j < 8; j++)
+        lane[j] = w[0];
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            lane[j] = w[i + j] > lane[j] ? w[i + j] : lane[j];
+    for (; i < n; i++)
+        m = w[i] > m ? w[i] : m;
+    for (int j = 0; j < 8; j++)
+        m = lane[j] > m ? lane[j] : m;
+    for (i = 0; i < n; i++)
+        if (w[i] == m)
+            return i;
+    return 0;
 }
 
 /* a ranks before b: larger logit, then lower id */

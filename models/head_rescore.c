@@ -85,20 +85,27 @@ void dec_rescore_free(struct dray_model *m)
  * tokens and narrowed to at most max. NaN logits are never candidates. Returns
  * the count written to idx. Each token's bucket is computed once into bk (one
  * byte each, N_BUCKETS meaning none): the passes over the row then vectorize,
- * and a step spends ~0.2 ms here instead of ~1.3 (Gemma 3, 262144 logits). */
+ * and a row takes ~0.35 ms here instead of ~0.9 (Gemma 3, 262144 logits, one core). */
 static uint32_t candidates(const float *x, uint32_t n, float tail, uint32_t max, uint8_t *bk,
                            int32_t *idx)
 {
-    float top = -INFINITY;
-    for (uint32_t i = 0; i < n; i++)
+    float lane[8], top = -INFINITY; /* eight running maxima: no chain of compares */
+    for (int j = 0; j < 8; j++)
+        lane[j] = -INFINITY;
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    for (; i < n; i++)
         top = x[i] > top ? x[i] : top;
-    for (uint32_t i = 0; i < n; i++) {
+    for (int j = 0; j < 8; j++)
+        top = lane[j] > top ? lane[j] : top;
+    for (i = 0; i < n; i++) {
         float t = (top - x[i]) * BUCKETS_PER_NAT;
         bk[i] = t < (float)N_BUCKETS ? (uint8_t)t : (uint8_t)N_BUCKETS; /* NaN, -inf: none */
     }
     uint32_t cnt4[4][N_BUCKETS + 1] = {{0}}; /* four tables: no store-to-load chains */
-    uint32_t i = 0;
-    for (; i + 4 <= n; i += 4)
+    for (i = 0; i + 4 <= n; i += 4)
         for (int j = 0; j < 4; j++)
             cnt4[j][bk[i + j]]++;
     for (; i < n; i++)
@@ -118,8 +125,20 @@ static uint32_t candidates(const float *x, uint32_t n, float tail, uint32_t max,
         count += cnt[B++];
     while (count > max && B > 1)
         count -= cnt[--B];
-    uint32_t k = 0;
-    for (uint32_t t = 0; t < n && k < max; t++)
+    /* most bytes are >= B: skip 8 at a time unless one is below (each is 0..128
+     * and B <= 128, so a byte below B borrows into its own high bit only) */
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint32_t k = 0, t = 0;
+    for (; t + 8 <= n && k < max; t += 8) {
+        uint64_t w;
+        memcpy(&w, bk + t, 8);
+        if (!((w - ones * B) & ~w & highs))
+            continue;
+        for (uint32_t j = t; j < t + 8 && k < max; j++)
+            if (bk[j] < B)
+                idx[k++] = (int32_t)j;
+    }
+    for (; t < n && k < max; t++)
         if (bk[t] < B)
             idx[k++] = (int32_t)t;
     return k;
