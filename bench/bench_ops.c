@@ -136,11 +136,11 @@ static int mm_call(struct bench *b, void *arg, uint32_t i)
 /* Grouped weights (backend.h): bytes of codes and of scales per 32 weights. */
 static void grouped_bytes(uint32_t wdtype, size_t *codes, size_t *scales)
 {
-    *codes = wdtype == DRAY_Q8G32 ? 32 : wdtype == DRAY_Q4G32 ? 16 : 20;
+    *codes = wdtype == DRAY_Q8G32 ? 32 : wdtype == DRAY_Q4G32 || wdtype == DRAY_Q4G32H ? 16 : 20;
     *scales = wdtype == DRAY_Q4G32 ? 8 : 4;
 }
 
-/* Q5G32's scales are f16 pairs: 0x2000 (2^-7) each, a plausible weight step
+/* Q5G32's and Q4G32H's scales are f16 pairs: 0x2000 (2^-7) each, a plausible weight step
  * (random bytes would be NaNs and subnormals, which time differently). */
 static struct dray_buf *mkhalves(struct bench *b, size_t n)
 {
@@ -159,7 +159,11 @@ static struct dray_buf *mkhalves(struct bench *b, size_t n)
 
 static const char *wdtype_name(uint32_t wdtype)
 {
-    return wdtype == DRAY_Q8G32 ? "q8g32" : wdtype == DRAY_Q4G32 ? "q4g32" : wdtype == DRAY_Q5G32 ? "q5g32" : "i8";
+    return wdtype == DRAY_Q8G32    ? "q8g32"
+           : wdtype == DRAY_Q4G32  ? "q4g32"
+           : wdtype == DRAY_Q5G32  ? "q5g32"
+           : wdtype == DRAY_Q4G32H ? "q4g32h"
+                                   : "i8";
 }
 
 /* wdtype: DRAY_I8 (per-row int8), or a grouped one (then the GB/s count the
@@ -182,18 +186,18 @@ static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n
         m.copies = 1024;
     m.x = mkbuf(b, (size_t)n_tok * k * 4, 1);
     m.w = mkbuf(b, wbytes * m.copies, 0);
-    m.ws = wdtype == DRAY_Q5G32 ? mkhalves(b, sbytes * m.copies)
+    m.ws = wdtype == DRAY_Q5G32 || wdtype == DRAY_Q4G32H ? mkhalves(b, sbytes * m.copies)
            : wdtype == DRAY_I8  ? mkbuf(b, sbytes, 1)
                                 : mkbuf(b, sbytes * m.copies, 1);
     m.out = mkbuf(b, (size_t)n_tok * n_out * 4, 1);
     const char *name = wdtype_name(wdtype);
     if (!m.x || !m.w || !m.ws || !m.out) {
-        printf("  matmul %-5s %5u -> %6u  n_tok %2u: out of memory\n", name, k, n_out, n_tok);
+        printf("  matmul %-6s %5u -> %6u  n_tok %2u: out of memory\n", name, k, n_out, n_tok);
         goto out;
     }
     double t = timeit(mm_call, b, &m, b->o->reference ? 0.05 : 0.3);
     if (t < 0) { /* a grouped dtype the plugin does not run */
-        printf("  matmul %-5s %5u -> %6u  n_tok %2u: not run by this plugin\n", name, k, n_out, n_tok);
+        printf("  matmul %-6s %5u -> %6u  n_tok %2u: not run by this plugin\n", name, k, n_out, n_tok);
         goto out;
     }
     size_t read = wbytes + m.sbytes; /* per call, as a forward pass streams them */
@@ -201,7 +205,7 @@ static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n
     double c = last_cpu, cgops = 2.0 * n_tok * n_out * k / c / 1e9, cgbs = (double)read / c / 1e9;
     double bw_lim = b->threads >= 2 ? b->o->bw : b->o->bw * 13.0 / 22.0;
     double op_lim = b->o->gops * b->threads;
-    printf("  matmul %-5s %5u -> %6u  n_tok %2u  %9.3f ms %9.3f cpu-ms  %6.1f GOPS (%3.0f%% of %3.0f)  %5.1f GB/s (%3.0f%% of %2.0f)"
+    printf("  matmul %-6s %5u -> %6u  n_tok %2u  %9.3f ms %9.3f cpu-ms  %6.1f GOPS (%3.0f%% of %3.0f)  %5.1f GB/s (%3.0f%% of %2.0f)"
            "  cpu-time rates: %6.1f GOPS %5.1f GB/s\n",
            name, k, n_out, n_tok, t * 1e3, c * 1e3, gops, 100 * gops / op_lim, op_lim, gbs, 100 * gbs / bw_lim, bw_lim, cgops, cgbs);
     char f[320], what[32];
@@ -450,11 +454,15 @@ static void run_all(struct bench *b)
     /* grouped weights (version 2) at the layer shapes the default (w4a8) gives
      * them on Gemma 3 270M Q4_K_M: gate/up and q 5-bit, down and o 4- or 6->8-bit */
     static const uint32_t gshapes[][2] = {{640, 2048}, {640, 1024}, {2048, 640}};
-    static const uint32_t gtypes[] = {DRAY_Q8G32, DRAY_Q5G32, DRAY_Q4G32};
+    static const uint32_t gtypes[] = {DRAY_Q8G32, DRAY_Q5G32, DRAY_Q4G32, DRAY_Q4G32H};
     for (size_t t = 0; t < 2 && (!only || !strcmp(only, "matmul")); t++)
         for (size_t s = 0; s < sizeof(gshapes) / sizeof(gshapes[0]); s++)
             for (size_t d = 0; d < sizeof(gtypes) / sizeof(gtypes[0]); d++)
                 bench_matmul(b, gshapes[s][0], gshapes[s][1], toks[t], gtypes[d]);
+    /* the rescored head's 4-bit copy (640 -> 262144, one decode token): f32 or
+     * f16 d and m, most of a decode step's bytes */
+    for (uint32_t d = 0; !b->o->reference && d < 2 && (!only || !strcmp(only, "matmul")); d++)
+        bench_matmul(b, 640, 262144, 1, d ? DRAY_Q4G32H : DRAY_Q4G32);
     if (!only || !strcmp(only, "attention")) {
         bench_attention(b, DRAY_I8, 1, 512, 0);
         bench_attention(b, DRAY_I8, 1, 4096, 0);
