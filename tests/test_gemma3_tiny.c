@@ -591,28 +591,24 @@ static void test_gemma3_grouped_precisions_track_reference(void **state)
     free(ids);
 }
 
-/* w4a8 on a model whose 2-D weights are all Q5_0 (as Gemma 3 270M Q4_K_M's
- * ffn_gate/up and attn_q/k): every layer matrix loads as 5-bit groups, exactly,
- * 24 bytes per 32 weights where int8g spends 36; the embedding table (tied
- * head, 304 rows: whole 16-row blocks) stays 8-bit groups, since the gather
- * takes no 5-bit table; and the logits track the exact model at least as well as
- * int8g's re-quantized (1/16 of a step off) weights. The head precision is set,
- * so the byte count is the layers' alone. */
-static void test_gemma3_w4a8_holds_q5_0_weights_in_five_bits(void **state)
+/* A tiny Gemma whose 2-D weights are all of GGUF type `type` (vocabulary 304:
+ * whole 16-row blocks, so the tied head is grouped too), opened under int8g
+ * ([0]) and w4a8 ([1]) with the 8-bit head setting (so the head is the table):
+ * each engine's weight bytes and its logits' relative error against the exact
+ * model (ref_forward). Returns the layer matrices' weight count. */
+static uint64_t int8g_and_w4a8(uint32_t type, const char *file, uint64_t bytes[2], double e[2])
 {
-    (void)state;
     struct tiny_gemma t;
     tiny_gemma_defaults(&t);
-    t.weight_type = DRAY_GGML_Q5_0;
+    t.weight_type = type;
     t.n_vocab = 304;
-    const char *path = write_model(&t, "tiny_q5_0.gguf");
+    const char *path = write_model(&t, file);
     char err[1024];
     const uint32_t n = 24;
     int32_t *ids = prompt(n);
     struct ref r = {.t = t};
     assert_int_equal(dray_gguf_open(path, &r.g, err, sizeof(err)), 0);
-    double *want = ref_forward(&r, ids, n), e[2];
-    uint64_t bytes[2];
+    double *want = ref_forward(&r, ids, n);
     static const char *const prec[] = {"int8g", "w4a8"};
     for (int i = 0; i < 2; i++) {
         struct dray_config c;
@@ -634,15 +630,29 @@ static void test_gemma3_w4a8_holds_q5_0_weights_in_five_bits(void **state)
         free(got);
         dray_engine_close(eng);
     }
-    /* per layer: qkv 96 x 64, o 64 x 64, gate|up 192 x 64, down 64 x 96 */
-    uint64_t layer_weights = (uint64_t)t.n_layer * (96 * 64 + 64 * 64 + 192 * 64 + 64 * 96);
-    printf("# relative logit error: int8g %.5f, w4a8 %.5f; weight bytes %llu, %llu\n", e[0], e[1],
+    printf("# %s: relative logit error: int8g %.5f, w4a8 %.5f; weight bytes %llu, %llu\n", file, e[0], e[1],
            (unsigned long long)bytes[0], (unsigned long long)bytes[1]);
-    assert_int_equal(bytes[0] - bytes[1], layer_weights / 32 * (36 - 24));
-    assert_true(e[1] <= e[0]);
     dray_gguf_close(r.g);
     free(want);
     free(ids);
+    /* per layer: qkv 96 x 64, o 64 x 64, gate|up 192 x 64, down 64 x 96 */
+    return (uint64_t)t.n_layer * (96 * 64 + 64 * 64 + 192 * 64 + 64 * 96);
+}
+
+/* w4a8 on a model whose 2-D weights are all Q5_0 (as Gemma 3 270M Q4_K_M's
+ * ffn_gate/up and attn_q/k): every layer matrix loads as 5-bit groups, exactly,
+ * 24 bytes per 32 weights where int8g spends 36; the embedding table (tied
+ * head) stays 8-bit groups, since the gather takes no 5-bit table; and the
+ * logits track the exact model at least as well as int8g's re-quantized (1/16
+ * of a step off) weights. */
+static void test_gemma3_w4a8_holds_q5_0_weights_in_five_bits(void **state)
+{
+    (void)state;
+    uint64_t bytes[2];
+    double e[2];
+    uint64_t layer_weights = int8g_and_w4a8(DRAY_GGML_Q5_0, "tiny_q5_0.gguf", bytes, e);
+    assert_int_equal(bytes[0] - bytes[1], layer_weights / 32 * (36 - 24));
+    assert_true(e[1] <= e[0]);
 }
 
 /* w4a8 on a model whose 2-D weights are all Q4_1 (as SmolLM2-135M's): every
@@ -650,53 +660,16 @@ static void test_gemma3_w4a8_holds_q5_0_weights_in_five_bits(void **state)
  * (DRAY_Q4G32H), 20 bytes per 32 weights where int8g spends 36; the embedding
  * table (tied head, 304 rows) keeps f32 d and m (Q4G32, 24 bytes), since the
  * gather takes no Q4G32H table; and the logits track the exact model at least
- * as well as int8g's. The head precision is set, so the head is the table. */
+ * as well as int8g's. */
 static void test_gemma3_w4a8_holds_q4_1_weights_with_half_scales(void **state)
 {
     (void)state;
-    struct tiny_gemma t;
-    tiny_gemma_defaults(&t);
-    t.weight_type = DRAY_GGML_Q4_1;
-    t.n_vocab = 304;
-    const char *path = write_model(&t, "tiny_q4_1.gguf");
-    char err[1024];
-    const uint32_t n = 24;
-    int32_t *ids = prompt(n);
-    struct ref r = {.t = t};
-    assert_int_equal(dray_gguf_open(path, &r.g, err, sizeof(err)), 0);
-    double *want = ref_forward(&r, ids, n), e[2];
     uint64_t bytes[2];
-    static const char *const prec[] = {"int8g", "w4a8"};
-    for (int i = 0; i < 2; i++) {
-        struct dray_config c;
-        struct dray_engine *eng = NULL;
-        dray_config_defaults(&c);
-        snprintf(c.model, sizeof(c.model), "%s", path);
-        assert_int_equal(dray_config_set(&c, "precision", prec[i], err, sizeof(err)), 0);
-        assert_int_equal(dray_config_set(&c, "head_precision", "int8g", err, sizeof(err)), 0);
-        assert_int_equal(dray_config_set(&c, "kv_dtype", "f16", err, sizeof(err)), 0);
-        c.context = 64, c.max_seqs = 4, c.chunk = chunk, c.kv_block = 4, c.threads = 2;
-        if (dray_engine_open(&c, &eng, err, sizeof(err)))
-            fail_msg("engine %s: %s", prec[i], err);
-        assert_string_equal(dray_engine_get_info(eng)->precision, prec[i]);
-        bytes[i] = dray_engine_get_info(eng)->weight_bytes;
-        float *got = ref_engine_logits(eng, ids, n, t.n_vocab); /* the reference's: the first 300 */
-        for (uint32_t p = 1; p < n; p++)
-            memmove(got + (size_t)p * TINY_GEMMA_VOCAB, got + (size_t)p * t.n_vocab, TINY_GEMMA_VOCAB * sizeof(float));
-        e[i] = rel_error(got, want, n);
-        free(got);
-        dray_engine_close(eng);
-    }
-    /* per layer: qkv 96 x 64, o 64 x 64, gate|up 192 x 64, down 64 x 96 */
-    uint64_t layer_weights = (uint64_t)t.n_layer * (96 * 64 + 64 * 64 + 192 * 64 + 64 * 96);
-    uint64_t table_weights = (uint64_t)t.n_vocab * 64;
-    printf("# relative logit error: int8g %.5f, w4a8 %.5f; weight bytes %llu, %llu\n", e[0], e[1],
-           (unsigned long long)bytes[0], (unsigned long long)bytes[1]);
+    double e[2];
+    uint64_t layer_weights = int8g_and_w4a8(DRAY_GGML_Q4_1, "tiny_q4_1.gguf", bytes, e);
+    uint64_t table_weights = 304ull * 64;
     assert_int_equal(bytes[0] - bytes[1], layer_weights / 32 * (36 - 20) + table_weights / 32 * (36 - 24));
     assert_true(e[1] <= e[0]);
-    dray_gguf_close(r.g);
-    free(want);
-    free(ids);
 }
 
 /* A plugin that does not declare the grouped dtypes (the vendor template) runs
