@@ -79,6 +79,27 @@ static inline __attribute__((always_inline)) void pass_q8g(const struct dray_cpu
         y[j] = acc[j];
 }
 
+/* One group of 32 inputs of token row t against unpacked codes (lo[u]: inputs
+ * 4u.., hi[u]: 16+4u.., one row per 32-bit lane) with scale d and min m:
+ * acc + sx * (d * sum(q*code) + m * sum(q)). Two chains of 4 dependent vpdpbusd
+ * instead of one of 8; the int32 sum is exact either way. */
+static inline __attribute__((always_inline)) __m512 nibble_group(const struct dray_cpu_matmul *a, size_t t,
+                                                                 uint32_t g, const __m512i *lo, const __m512i *hi,
+                                                                 __m512 d, __m512 m, __m512 acc)
+{
+    const uint32_t G = a->k / 32;
+    const int8_t *q = a->q + t * a->q_stride + 32 * g;
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int u = 0; u < 4; u++) {
+        s0 = _mm512_dpbusd_epi32(s0, lo[u], bcast4(q, 4u * (uint32_t)u));
+        s1 = _mm512_dpbusd_epi32(s1, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
+    }
+    __m512i isum = _mm512_add_epi32(s0, s1);
+    __m512 term = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum),
+                                  _mm512_mul_ps(m, _mm512_set1_ps((float)a->gsum[t * G + g])));
+    return _mm512_fmadd_ps(_mm512_set1_ps(a->gsx[t * G + g]), term, acc);
+}
+
 static inline __attribute__((always_inline)) void pass_q4g(const struct dray_cpu_matmul *a, uint32_t b,
                                                            uint32_t t0, uint32_t nb, __m512 *y)
 {
@@ -101,19 +122,8 @@ static inline __attribute__((always_inline)) void pass_q4g(const struct dray_cpu
         }
         const float *dm = a->wscale + ((size_t)b * G + g) * 32;
         __m512 d = _mm512_loadu_ps(dm), m = _mm512_loadu_ps(dm + 16);
-        for (uint32_t j = 0; j < nb; j++) {
-            size_t t = t0 + j;
-            const int8_t *q = a->q + t * a->q_stride + 32 * g;
-            __m512i isum = _mm512_setzero_si512();
-            for (int u = 0; u < 4; u++) {
-                isum = _mm512_dpbusd_epi32(isum, lo[u], bcast4(q, 4u * (uint32_t)u));
-                isum = _mm512_dpbusd_epi32(isum, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
-            }
-            float sx = a->gsx[t * G + g];
-            __m512 term = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum),
-                                          _mm512_mul_ps(m, _mm512_set1_ps((float)a->gsum[t * G + g])));
-            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(sx), term, acc[j]);
-        }
+        for (uint32_t j = 0; j < nb; j++)
+            acc[j] = nibble_group(a, t0 + j, g, lo, hi, d, m, acc[j]);
     }
     for (uint32_t j = 0; j < nb; j++)
         y[j] = acc[j];
@@ -156,21 +166,8 @@ static inline __attribute__((always_inline)) void pass_q5g(const struct dray_cpu
         __m512i dm16 = _mm512_loadu_si512((const void *)(sc + ((size_t)b * G + g) * 32));
         __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
         __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));
-        for (uint32_t j = 0; j < nb; j++) {
-            size_t t = t0 + j;
-            const int8_t *q = a->q + t * a->q_stride + 32 * g;
-            /* two chains of 4 dependent vpdpbusd instead of one of 8 */
-            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-            for (int u = 0; u < 4; u++) {
-                s0 = _mm512_dpbusd_epi32(s0, lo[u], bcast4(q, 4u * (uint32_t)u));
-                s1 = _mm512_dpbusd_epi32(s1, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
-            }
-            __m512i isum = _mm512_add_epi32(s0, s1);
-            float sx = a->gsx[t * G + g];
-            __m512 term = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum),
-                                          _mm512_mul_ps(m, _mm512_set1_ps((float)a->gsum[t * G + g])));
-            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(sx), term, acc[j]);
-        }
+        for (uint32_t j = 0; j < nb; j++)
+            acc[j] = nibble_group(a, t0 + j, g, lo, hi, d, m, acc[j]);
     }
     for (uint32_t j = 0; j < nb; j++)
         y[j] = acc[j];
