@@ -96,22 +96,24 @@ enum dray_activations dray_caps_activations(const struct dray_op_caps *c, enum d
     return DRAY_ACTIVATIONS_INT8;
 }
 
-bool dray_caps_q5(const struct dray_op_caps *c)
+/* The matmul runs weights of dtype `one`, and their two-pass form `two` wherever
+ * it runs Q4G32's (so two-pass activations never lose the format). */
+static bool runs_grouped(const struct dray_op_caps *c, uint32_t one, uint32_t two)
 {
     if (c->n_ops <= DRAY_OP_MATMUL)
         return false;
     uint32_t mm = c->op_dtypes[DRAY_OP_MATMUL];
-    return (mm & DRAY_DTYPE_BIT(DRAY_Q5G32)) &&
-           (!(mm & DRAY_DTYPE_BIT(DRAY_Q4G32_X2)) || (mm & DRAY_DTYPE_BIT(DRAY_Q5G32_X2)));
+    return (mm & DRAY_DTYPE_BIT(one)) && (!(mm & DRAY_DTYPE_BIT(DRAY_Q4G32_X2)) || (mm & DRAY_DTYPE_BIT(two)));
+}
+
+bool dray_caps_q5(const struct dray_op_caps *c)
+{
+    return runs_grouped(c, DRAY_Q5G32, DRAY_Q5G32_X2);
 }
 
 bool dray_caps_q4h(const struct dray_op_caps *c)
 {
-    if (c->n_ops <= DRAY_OP_MATMUL)
-        return false;
-    uint32_t mm = c->op_dtypes[DRAY_OP_MATMUL];
-    return (mm & DRAY_DTYPE_BIT(DRAY_Q4G32H)) &&
-           (!(mm & DRAY_DTYPE_BIT(DRAY_Q4G32_X2)) || (mm & DRAY_DTYPE_BIT(DRAY_Q4G32H_X2)));
+    return runs_grouped(c, DRAY_Q4G32H, DRAY_Q4G32H_X2);
 }
 
 /* One limit: 0 = none declared. */
