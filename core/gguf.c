@@ -742,7 +742,15 @@ static bool int_value(const struct dray_gguf_kv *kv, uint64_t *mag, bool *neg)
             uint64_t u64; int64_t i64; } v;
     int64_t s = 0;
     *neg = false;
-    memcpy(&v, kv->data, vtype_size(kv->type) ? vtype_size(kv->type) : 1);
+    switch (kv->type) { /* only an integer's bytes are read: another record's value may
+                         * be shorter (an empty array at the end of the file: none) */
+    case DRAY_GGUF_UINT8: case DRAY_GGUF_UINT16: case DRAY_GGUF_UINT32: case DRAY_GGUF_UINT64:
+    case DRAY_GGUF_INT8: case DRAY_GGUF_INT16: case DRAY_GGUF_INT32: case DRAY_GGUF_INT64:
+        memcpy(&v, kv->data, vtype_size(kv->type));
+        break;
+    default:
+        return false;
+    }
     switch (kv->type) {
     case DRAY_GGUF_UINT8: *mag = v.u8; return true;
     case DRAY_GGUF_UINT16: *mag = v.u16; return true;
