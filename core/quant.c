@@ -3,8 +3,10 @@
  * -128 is never produced, so negating a code cannot overflow and the range is
  * symmetric. A zero row gets scale 0 and all-zero codes. */
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dray/backend.h"
 
@@ -135,16 +137,59 @@ static void q4_group(const float *x, uint8_t *packed, float *dm, bool half)
     dm[1] = bm;
 }
 
+/* Groups g0 .. g1-1 of a 4-bit rounding, one thread's share. */
+struct q4_share {
+    const float *w;
+    uint8_t *q;
+    float *dm;
+    uint64_t g0, g1;
+    bool half;
+};
+
+static void *q4_run(void *arg)
+{
+    const struct q4_share *s = arg;
+    for (uint64_t g = s->g0; g < s->g1; g++)
+        q4_group(s->w + g * 32, s->q + g * 16, s->dm + g * 2, s->half);
+    return NULL;
+}
+
+/* The least-squares fit costs ~1 us a group: rounding a 262144 x 640 head is
+ * 5.2M groups, seconds of a model's load on one core. Groups are independent,
+ * so large calls split them over the online cores (at most 8); each group's
+ * result is the same whichever thread computes it. */
+static void q4_rows(const float *w, uint64_t rows, uint64_t cols, uint8_t *q, float *dm, bool half)
+{
+    enum { MAX_THREADS = 8, MIN_SHARE = 4096 };
+    const uint64_t n = rows * (cols / 32);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t nt = cores > 1 ? (uint64_t)cores : 1;
+    nt = nt > MAX_THREADS ? MAX_THREADS : nt;
+    nt = n / MIN_SHARE < nt ? n / MIN_SHARE : nt;
+    struct q4_share sh[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (uint64_t i = 0; i < (nt ? nt : 1); i++)
+        sh[i] = (struct q4_share){w, q, dm, n * i / (nt ? nt : 1), n * (i + 1) / (nt ? nt : 1), half};
+    for (uint64_t i = 1; i < nt; i++) /* a thread that cannot start: its share runs here */
+        started[i] = pthread_create(&th[i], NULL, q4_run, &sh[i]) == 0;
+    q4_run(&sh[0]);
+    for (uint64_t i = 1; i < nt; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            q4_run(&sh[i]);
+    }
+}
+
 void dray_quantize_rows_q4g(const float *w, uint64_t rows, uint64_t cols, uint8_t *q, float *dm)
 {
-    for (uint64_t g = 0; g < rows * (cols / 32); g++)
-        q4_group(w + g * 32, q + g * 16, dm + g * 2, false);
+    q4_rows(w, rows, cols, q, dm, false);
 }
 
 void dray_quantize_rows_q4gh(const float *w, uint64_t rows, uint64_t cols, uint8_t *q, float *dm)
 {
-    for (uint64_t g = 0; g < rows * (cols / 32); g++)
-        q4_group(w + g * 32, q + g * 16, dm + g * 2, true);
+    q4_rows(w, rows, cols, q, dm, true);
 }
 
 /* Q5G32 (backend.h): the Q4G32 nibble units, then bit 4 of input 4j + e of row
