@@ -7,16 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "flags.h"
+#include "read_bw.h"
 
 /* Most prompt tokens and decode steps a run may ask for (the KV is sized for them). */
 #define MAX_TOKENS 131072u
 
 struct model_opts {
     uint32_t prefill, decode, batch;
-    double bw;                /* GB/s for the roofline */
+    double bw;                /* GB/s for the roofline; 0 = measure it (read_bw.h) */
     const char *json;
 };
 
@@ -35,14 +37,15 @@ void dray_bench_model_help(void)
            "                   of every sequence and picks the next token greedily, as dray run\n"
            "  --batch B        B sequences decoded in lockstep, one forward step for all B per\n"
            "                   token (default 1, 1..256); tok/s counts the tokens of all B\n"
-           "  --mem-bw GBPS    memory bandwidth for the roofline (default 22)\n"
+           "  --mem-bw GBPS    memory bandwidth for the roofline (default: measured, a read of\n"
+           "                   the step's bytes with the bench's threads)\n"
            "  --json FILE      append one JSON line with the results\n");
 }
 
 static int parse(int argc, char **argv, struct model_opts *o)
 {
     static const char *const flags[] = {"--prefill", "--decode", "--batch", "--mem-bw", "--json"};
-    *o = (struct model_opts){.prefill = 512, .decode = 128, .batch = 1, .bw = 22.0};
+    *o = (struct model_opts){.prefill = 512, .decode = 128, .batch = 1, .bw = 0}; /* 0: measure */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         size_t f = 0;
@@ -166,7 +169,13 @@ static void report(const struct dray_config *cfg, const struct dray_engine_info 
                    const struct model_opts *o, const struct result *r)
 {
     double pre_tps = o->prefill / r->prefill_s, steps = o->decode / (r->decode_s > 0 ? r->decode_s : 1e-9);
-    double roof = o->bw * 1e9 / r->bytes;
+    /* The roofline's bandwidth: what reading this step's bytes with the bench's
+     * threads reaches here (a step whose bytes about fit the last-level cache
+     * reads faster than DRAM), unless --mem-bw gives one. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t nt = cfg->threads ? cfg->threads : cores > 0 ? (uint32_t)cores : 1;
+    double bw = o->bw > 0 ? o->bw : dray_bench_read_bw((size_t)r->bytes, nt, 10);
+    double roof = bw * 1e9 / r->bytes;
     printf("model   %s (%s), weights %s %.1f MB (activations %s, head %s), KV %s, plugin %s on %s, threads %u\n",
            in->model_name, in->arch, in->precision, in->weight_bytes / 1e6, in->activations, in->head, in->kv_dtype,
            in->plugin, in->device, cfg->threads);
@@ -179,8 +188,9 @@ static void report(const struct dray_config *cfg, const struct dray_engine_info 
         printf("rescored head: %.0f candidates per step, %.1f MB of its step's weights\n",
                r->rescore_per_step, r->rescore_per_step * (double)in->rescore_bytes / 1e6);
     printf("roofline: a step reads %.1f MB (weights %.1f incl. output head and outlier columns, "
-           "KV and logits %.1f); at %.0f GB/s: %.1f steps/s -> %.0f%% of it\n", r->bytes / 1e6,
-           w / 1e6, (r->bytes - w) / 1e6, o->bw, roof, 100.0 * steps / roof);
+           "KV and logits %.1f); at %.1f GB/s (%s): %.1f steps/s -> %.0f%% of it\n", r->bytes / 1e6,
+           w / 1e6, (r->bytes - w) / 1e6, bw, o->bw > 0 ? "--mem-bw" : "measured: a read of as many bytes here",
+           roof, 100.0 * steps / roof);
     FILE *f = o->json ? fopen(o->json, "a") : NULL;
     if (o->json && !f)
         fprintf(stderr, "dray bench model: cannot append to %s: %s\n", o->json, strerror(errno));

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "bench_ops.h"
+#include "read_bw.h"
 #include "conf_loader.h" /* the conformance kit's loader: backend.h and dlopen only */
 #include "dray/backend.h"
 #include "flags.h"
@@ -338,49 +339,6 @@ static void bench_small(struct bench *b, uint32_t n_tok)
 
 /* ---------------------------------------------------------------- machine */
 
-struct rd {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sum;
-};
-
-static void *read_thread(void *arg)
-{
-    struct rd *r = arg;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= r->n; i += 4) {
-        s0 += r->p[i], s1 += r->p[i + 1], s2 += r->p[i + 2], s3 += r->p[i + 3];
-    }
-    r->sum = s0 + s1 + s2 + s3;
-    return NULL;
-}
-
-/* Read bandwidth of plain C code over 512 MB with nt threads, GB/s (best of 3). */
-static double measure_bw(uint32_t nt)
-{
-    size_t bytes = 512u << 20, n = bytes / 8;
-    uint64_t *p = malloc(bytes);
-    if (!p)
-        return 0;
-    memset(p, 1, bytes);
-    double best = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        struct rd r[8];
-        pthread_t th[8];
-        double t0 = now_s();
-        for (uint32_t i = 0; i < nt; i++) {
-            r[i] = (struct rd){p + i * (n / nt), n / nt, 0};
-            pthread_create(&th[i], NULL, read_thread, &r[i]);
-        }
-        for (uint32_t i = 0; i < nt; i++)
-            pthread_join(th[i], NULL);
-        double gbs = bytes / (now_s() - t0) / 1e9;
-        best = gbs > best ? gbs : best;
-    }
-    free(p);
-    return best;
-}
-
 /* ---------------------------------------------------------------- driver */
 
 static void usage(void)
@@ -494,8 +452,8 @@ int dray_bench_ops(int argc, char **argv)
         printf("device: %s (%s)%s\n", props.name, pl->path, o.reference ? "  [reference kernels]" : "");
     printf("machine limits (reference machine): %.0f GB/s all cores, %.0f GB/s one core, %.0f int8 GOPS per core\n",
            o.bw, o.bw * 13.0 / 22.0, o.gops);
-    printf("measured read bandwidth here (plain C): %.1f GB/s 1 thread, %.1f GB/s 2 threads\n", measure_bw(1),
-           measure_bw(2));
+    printf("measured read bandwidth here (512 MB): %.1f GB/s 1 thread, %.1f GB/s 2 threads\n",
+           dray_bench_read_bw(512u << 20, 1, 3), dray_bench_read_bw(512u << 20, 2, 3));
     uint32_t tlist[2] = {1, 2}, nt = 2;
     if (o.threads)
         tlist[0] = o.threads, nt = 1;
