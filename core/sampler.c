@@ -153,24 +153,28 @@ static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, co
             s->mark[hist[i]] = 0;
 }
 
-/* The lowest id of the largest value (w holds no NaN: penalize maps it to -inf).
- * Eight running maxima, then the first index holding the maximum: two passes
- * that vectorize, against one chain of dependent compares (262144 logits:
- * ~0.3 ms of a ~14 ms decode step). */
-static uint32_t argmax(const float *w, uint32_t n)
+float dray_max_f32(const float *x, uint32_t n)
 {
-    float lane[8], m = w[0];
+    float lane[8], top = -INFINITY; /* eight running maxima: no chain of dependent compares */
     for (int j = 0; j < 8; j++)
-        lane[j] = w[0];
+        lane[j] = -INFINITY;
     uint32_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++)
-            lane[j] = w[i + j] > lane[j] ? w[i + j] : lane[j];
+            lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
     for (; i < n; i++)
-        m = w[i] > m ? w[i] : m;
+        top = x[i] > top ? x[i] : top;
     for (int j = 0; j < 8; j++)
-        m = lane[j] > m ? lane[j] : m;
-    for (i = 0; i < n; i++)
+        top = lane[j] > top ? lane[j] : top;
+    return top;
+}
+
+/* The lowest id of the largest value (w holds no NaN: penalize maps it to -inf):
+ * the maximum, then the first index holding it; two passes that vectorize. */
+static uint32_t argmax(const float *w, uint32_t n)
+{
+    float m = dray_max_f32(w, n);
+    for (uint32_t i = 0; i < n; i++)
         if (w[i] == m)
             return i;
     return 0;

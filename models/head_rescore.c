@@ -31,6 +31,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "sampler.h"
 
 /* The selection's histogram: buckets of 1/4 nat below the row's largest logit,
  * 32 nats deep (262144 tokens 32 nats down hold 3e-9 of the probability). */
@@ -89,17 +90,8 @@ void dec_rescore_free(struct dray_model *m)
 static uint32_t candidates(const float *x, uint32_t n, float tail, uint32_t max, uint8_t *bk,
                            int32_t *idx)
 {
-    float lane[8], top = -INFINITY; /* eight running maxima: no chain of compares */
-    for (int j = 0; j < 8; j++)
-        lane[j] = -INFINITY;
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
-    for (; i < n; i++)
-        top = x[i] > top ? x[i] : top;
-    for (int j = 0; j < 8; j++)
-        top = lane[j] > top ? lane[j] : top;
+    const float top = dray_max_f32(x, n);
+    uint32_t i;
     for (i = 0; i < n; i++) {
         float t = (top - x[i]) * BUCKETS_PER_NAT;
         bk[i] = t < (float)N_BUCKETS ? (uint8_t)t : (uint8_t)N_BUCKETS; /* NaN, -inf: none */
