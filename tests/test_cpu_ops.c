@@ -407,6 +407,33 @@ static void mm_case_run(const struct mm_case *c)
     mm_free(&d);
 }
 
+/* One case per kernel set past the reference: where this CPU and build run it,
+ * an int8 matmul of a layer's shape on it (2 and 1 threads) meets the contract
+ * and matches the reference; where they do not, the case is skipped, so the
+ * closing line counts it as skipped rather than passed. */
+static void test_kernel_set_runs_where_the_cpu_has_it(void **state)
+{
+    const struct isa_ctx *s = *state;
+    struct dray_ctx *c2 = s->c2, *c1 = s->c1;
+    if (!strcmp(s->env, "avx2"))
+        c2 = have_avx2 ? cfast : NULL, c1 = cone;
+    if (!c2) {
+        print_message("kernel set %s: this CPU or build lacks it (dray devices -v names what is missing)\n",
+                      s->env);
+        skip();
+    }
+    dray_test_seed(5);
+    struct mm_case c = {17, 64, 640, 3, 1, 2, 0, DRAY_I8};
+    struct mm_data d;
+    mm_make(&c, &d);
+    float *r = mm_run(cref, &c, &d), *v = mm_run(c2, &c, &d), *v1 = mm_run(c1, &c, &d);
+    mm_check_ref(&c, &d, v);
+    near(s->env, v, r, d.nout, 1e-4 * maxabs(r, d.nout), 0);
+    assert_memory_equal(v, v1, d.nout * 4);
+    free(r), free(v), free(v1);
+    mm_free(&d);
+}
+
 static void test_matmul_i8_matches_contract_and_reference(void **state)
 {
     (void)state;
@@ -496,20 +523,22 @@ static void test_cpu_isa_override_names_the_kernels_and_rejects_unknown(void **s
     setenv("DRAY_CPU_ISA", "avx2", 1);
     assert_int_equal(ops->device_props(0, &p), 0);
     assert_non_null(strstr(p.name, have_avx2 ? "(avx2+fma)" : "(scalar)"));
-    /* AMX where the CPU lacks it or the kernel refuses the tile state: the
-     * default set, and open still succeeds */
+    /* A set the CPU lacks (AMX also where the kernel refuses the tile state):
+     * the default set, and open still succeeds (a warning says why) */
     struct dray_device_props pd;
     unsetenv("DRAY_CPU_ISA");
     assert_int_equal(ops->device_props(0, &pd), 0);
-    setenv("DRAY_CPU_ISA", "amx", 1);
-    assert_int_equal(ops->device_props(0, &p), 0);
-    if (!isas[N_ISA - 1].c2)
-        assert_string_equal(p.name, pd.name);
-    else
-        assert_non_null(strstr(p.name, "(amx-int8)"));
-    assert_int_equal(ops->open(0, &o, &c, err, sizeof(err)), 0);
-    ops->close(c);
-    c = NULL;
+    for (size_t i = 0; i < N_ISA; i++) {
+        setenv("DRAY_CPU_ISA", isas[i].env, 1);
+        assert_int_equal(ops->device_props(0, &p), 0);
+        if (!isas[i].c2)
+            assert_string_equal(p.name, pd.name);
+        else
+            assert_non_null(strstr(p.name, isas[i].tag));
+        assert_int_equal(ops->open(0, &o, &c, err, sizeof(err)), 0);
+        ops->close(c);
+        c = NULL;
+    }
     setenv("DRAY_CPU_ISA", "avx512", 1);
     int rc = ops->open(0, &o, &c, err, sizeof(err));
     unsetenv("DRAY_CPU_ISA");
@@ -1290,9 +1319,16 @@ static void test_attention_rejects_bad_sequences_and_reached_holes(void **state)
     free(kf), free(vf), free(qf);
 }
 
+#define KERNEL_SET_CASE(name, st) {name, test_kernel_set_runs_where_the_cpu_has_it, NULL, NULL, st}
+
 int main(void)
 {
+    static struct isa_ctx avx2 = {"avx2", "(avx2+fma)", NULL, NULL};
     const struct CMUnitTest tests[] = {
+        KERNEL_SET_CASE("test_kernel_set_avx2_runs_where_the_cpu_has_it", &avx2),
+        KERNEL_SET_CASE("test_kernel_set_avxvnni_runs_where_the_cpu_has_it", &isas[0]),
+        KERNEL_SET_CASE("test_kernel_set_avx512vnni_runs_where_the_cpu_has_it", &isas[1]),
+        KERNEL_SET_CASE("test_kernel_set_amx_runs_where_the_cpu_has_it", &isas[2]),
         cmocka_unit_test(test_cpu_plugin_describes_one_unified_device),
         cmocka_unit_test(test_cpu_memory_roundtrip_copy_fill_and_bounds),
         cmocka_unit_test(test_matmul_i8_matches_contract_and_reference),

@@ -8,10 +8,9 @@
 
 #include "dray/backend.h"
 #include "dray/backend_util.h"
+#include "cpu_isa.h"
 #include "cpu_kernels.h"
 #include "cpu_pool.h"
-
-#define DRAY_CPU_HIDDEN __attribute__((visibility("hidden")))
 
 /* Return from the calling op with expr's code when it fails. */
 #define CHECK(expr) DRAY_UTIL_TRY(expr)
@@ -48,36 +47,16 @@ struct dray_ctx {
     size_t scratch_size;
 };
 
-/* Kernel sets, in order: each one needs the CPU features of the one before. */
-enum dray_cpu_isa {
-    DRAY_CPU_ISA_REFERENCE,
-    DRAY_CPU_ISA_AVX2,
-    DRAY_CPU_ISA_AVXVNNI,
-    DRAY_CPU_ISA_AVX512VNNI,
-    DRAY_CPU_ISA_AMX,
-};
-
 /* The device, for props and open (cpu_device.c). */
-DRAY_CPU_HIDDEN int dray_cpu_have_avx2(void);
-DRAY_CPU_HIDDEN int dray_cpu_have_avxvnni(void);
-/* AVX-512 F/BW/VL/VNNI with the zmm and mask state enabled by the OS (XCR0). */
-DRAY_CPU_HIDDEN int dray_cpu_have_avx512vnni(void);
-/* AMX-TILE and AMX-INT8, the tile state enabled in XCR0, and the kernel granted
- * this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once). */
-DRAY_CPU_HIDDEN int dray_cpu_have_amx(void);
-/* The default kernel set: the best this build and CPU have, AMX excepted
- * (opt-in, see cpu_device.c). */
-DRAY_CPU_HIDDEN int dray_cpu_best_isa(void);
 DRAY_CPU_HIDDEN int dray_cpu_env_reference(void);
-/* The kernel set to use: the best this build and CPU have, lowered by
- * want_reference, DRAY_CPU_REFERENCE=1 or
- * DRAY_CPU_ISA=reference|avx2|avxvnni|avx512vnni|amx
- * (asking for more than the CPU has gives the best it has). Returns the
- * enum dray_cpu_isa value, or DRAY_EINVAL with a reason in err for an unknown
- * DRAY_CPU_ISA. */
+/* The kernel set to use (enum dray_cpu_isa): the reference for want_reference
+ * or DRAY_CPU_REFERENCE=1, else dray_cpu_isa_choose over this CPU and
+ * DRAY_CPU_ISA=reference|avx2|avxvnni|avx512vnni|amx (a set the CPU lacks gives
+ * the default and one warning naming what it lacks). DRAY_EINVAL with a reason
+ * in err for an unknown DRAY_CPU_ISA. */
 DRAY_CPU_HIDDEN int dray_cpu_pick_isa(int want_reference, char *err, size_t errlen);
-/* "scalar", "avx2+fma", "avx-vnni", "avx512-vnni", "amx-int8" (shown in the device name). */
-DRAY_CPU_HIDDEN const char *dray_cpu_isa_name(int isa);
+/* A message through the host's log (negotiate keeps the host), if it has one. */
+DRAY_CPU_HIDDEN void dray_cpu_log(int level, const char *msg);
 DRAY_CPU_HIDDEN int dray_cpu_device_props(uint32_t index, struct dray_device_props *props);
 
 /* Record a reason on ctx and return rc. */

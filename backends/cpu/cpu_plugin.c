@@ -94,7 +94,7 @@ static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct 
         free(ctx);
         return isa;
     }
-    ctx->isa = isa; /* REFERENCE when built without the AVX2 kernels (have_avx2() is 0) */
+    ctx->isa = isa; /* REFERENCE when built without the AVX2 kernels */
     ctx->reference = isa == DRAY_CPU_ISA_REFERENCE;
     pick_kernels(ctx);
     int rc = dray_cpu_pool_create(n, &ctx->pool);
@@ -221,10 +221,49 @@ static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
     return dray_util_op_caps(index, caps, dray_cpu_device_props, &lim);
 }
 
+static const struct dray_host *g_host;
+static char describe_line[640]; /* written by negotiate: the kernel sets this CPU runs */
+
+void dray_cpu_log(int level, const char *msg)
+{
+    if (g_host && g_host->log)
+        g_host->log(level, "cpu", msg);
+}
+
+/* "host CPU: kernel sets here: scalar, avx2+fma (default); lacking: avx-vnni (AVX-VNNI),
+ * ...; DRAY_CPU_ISA picks one". AMX is listed as opt-in where the CPU and OS
+ * have it: the kernel's tile permission is asked only when it is picked. */
+static void describe_kernel_sets(void)
+{
+    uint32_t f = dray_cpu_features(0), built = dray_cpu_isa_built();
+    int def = dray_cpu_isa_default(f, built);
+    size_t n = sizeof(describe_line), len = 0;
+    len += snprintf(describe_line, n, "host CPU: kernel sets here:");
+    for (int isa = 0; isa < DRAY_CPU_ISA_COUNT && len < n; isa++) {
+        int amx_hw = isa == DRAY_CPU_ISA_AMX && dray_cpu_isa_runs(isa, f | DRAY_CPU_BIT(DRAY_CPU_F_AMX_GRANT), built);
+        if (dray_cpu_isa_runs(isa, f, built) || amx_hw)
+            len += snprintf(describe_line + len, n - len, "%s %s%s", isa ? "," : "", dray_cpu_isa_name(isa),
+                            isa == def ? " (default)" : amx_hw ? " (opt-in)" : "");
+    }
+    const char *sep = "; lacking:";
+    for (int isa = 0; isa < DRAY_CPU_ISA_COUNT && len < n; isa++) {
+        if (dray_cpu_isa_runs(isa, f | DRAY_CPU_BIT(DRAY_CPU_F_AMX_GRANT), built))
+            continue;
+        char missing[256];
+        dray_cpu_isa_missing(isa, f | DRAY_CPU_BIT(DRAY_CPU_F_AMX_GRANT), missing, sizeof(missing));
+        if (!((built >> isa) & 1))
+            snprintf(missing, sizeof(missing), "not in this build");
+        len += snprintf(describe_line + len, n - len, "%s %s (%s)", sep, dray_cpu_isa_name(isa), missing);
+        sep = ",";
+    }
+    if (len < n)
+        snprintf(describe_line + len, n - len, "; DRAY_CPU_ISA picks one");
+}
+
 static const struct dray_ops cpu_ops = {
     .version = 2,
     .name = "cpu",
-    .describe = "host CPU: portable scalar reference kernels, AVX2+FMA, AVX-VNNI, AVX-512 VNNI and AMX-INT8 kernels (picked at run time; DRAY_CPU_ISA)",
+    .describe = describe_line,
     .device_count = cpu_device_count,
     .device_props = dray_cpu_device_props,
     .open = cpu_open,
@@ -249,10 +288,12 @@ static const struct dray_ops cpu_ops = {
 };
 
 /* Answers with the version cpu_ops implements (its .version), whatever the
- * host offers above it. The CPU plugin needs no host services. */
+ * host offers above it. The host's log carries the one warning of a
+ * DRAY_CPU_ISA the CPU cannot run. */
 DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host *host,
                                       const struct dray_ops **ops, char *err, size_t errlen)
 {
-    (void)host;
+    g_host = host;
+    describe_kernel_sets();
     return dray_util_negotiate(version, &cpu_ops, ops, err, errlen);
 }

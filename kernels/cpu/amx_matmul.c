@@ -1,6 +1,6 @@
 /* AMX-INT8 int8 matmul for prefill-shaped work (built with -mamx-tile
  * -mamx-int8 plus the AVX-512 flags for this file only, called only when
- * CPUID, XCR0 and the kernel's tile permission say so: dray_cpu_have_amx()).
+ * CPUID, XCR0 and the kernel's tile permission say so: dray_cpu_features(1)).
  *
  * One tdpbsud multiplies a 16 x 64 tile of s8 (A) by a 64 x 16 tile of u8 held
  * as 16 rows of 16 x 4 bytes (B) and adds the 16 x 16 int32 products to C, with

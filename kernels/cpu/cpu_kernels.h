@@ -123,7 +123,7 @@ void dray_cpu_avx512vnni_row_corr(const int8_t *w, uint32_t k, uint32_t n, int32
 /* AMX-INT8 pair (amx_matmul.c): the AVX-512 VNNI quantize plus the packed
  * copy in a->qt; tdpbsud on 16-row x 16-token tiles where k is a multiple of 64
  * and qt is set, the AVX-512 VNNI kernel for the rest. The calling thread must
- * be allowed the tile state (dray_cpu_have_amx() asked the kernel). */
+ * be allowed the tile state (dray_cpu_features(1) asked the kernel). */
 void dray_cpu_amx_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_amx_matmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1);
 /* Grouped weights (ref_gmatmul.c, the specification; avx512vnni_gmatmul.c).
