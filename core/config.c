@@ -133,7 +133,8 @@ const struct key dray_config_keys[] = {
      "reuse the KV of shared prompt prefixes across requests and chat turns (the scheduler's "
      "prefix cache)"},
     {"max_seqs", "scheduler", "max_seqs", T_U32, F(max_seqs), 1, 4096, NULL, 0,
-     "sequences decoded together in one batch"},
+     "sequences decoded together in one batch (`dray run` and `dray perplexity`, which run one, "
+     "size the KV for 1 unless this is set)"},
     {"chunk", "scheduler", "chunk", T_U32, F(chunk), 1, 1 << 20, NULL, 0,
      "prefill tokens per step (long prompts are split so decoding keeps going)"},
     {"temperature", "sampling", "temperature", T_FLOAT, F(temperature), 0, 100, NULL, 0,

@@ -57,11 +57,19 @@ static void resolve_model_path(struct dray_config *cfg, const char *config_path)
 
 int dray_cli_parse(int argc, char **argv, struct dray_config *cfg, char **rest, int *n_rest)
 {
+    return dray_cli_parse_seqs(argc, argv, cfg, rest, n_rest, 0);
+}
+
+int dray_cli_parse_seqs(int argc, char **argv, struct dray_config *cfg, char **rest, int *n_rest,
+                        uint32_t seqs)
+{
     char err[1024];
     const char *config_path = NULL;
     dray_config_defaults(cfg);
     int default_log_level = cfg->log_level;
+    uint32_t default_seqs = seqs ? seqs : cfg->max_seqs;
     cfg->log_level = -1; /* set by the config file, --set or --log only if still -1 below */
+    cfg->max_seqs = 0;   /* likewise: the command's own default below */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--config") && i + 1 < argc)
             config_path = argv[++i];
@@ -113,6 +121,8 @@ int dray_cli_parse(int argc, char **argv, struct dray_config *cfg, char **rest, 
         cfg->log_level = default_log_level;
     else
         dray_log_set_level(cfg->log_level);
+    if (!cfg->max_seqs)
+        cfg->max_seqs = default_seqs;
     return 0;
 }
 

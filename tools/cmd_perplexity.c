@@ -396,7 +396,7 @@ int dray_cmd_perplexity(int argc, char **argv)
             usage();
             return 0;
         }
-    if (dray_cli_parse(argc, argv, &cfg, rest, &n_rest) || parse_args(n_rest, rest, &o))
+    if (dray_cli_parse_seqs(argc, argv, &cfg, rest, &n_rest, 1) || parse_args(n_rest, rest, &o))
         return 2;
     if (o.mode == COMPARE && load_base(&o, &cfg, &in, &base))
         goto out;

@@ -135,7 +135,7 @@ int dray_cmd_run(int argc, char **argv)
     struct dray_config cfg;
     char *rest[argc + 1], err[2048];
     int n_rest;
-    if (dray_cli_parse(argc, argv, &cfg, rest, &n_rest))
+    if (dray_cli_parse_seqs(argc, argv, &cfg, rest, &n_rest, 1))
         return 2;
     const char *prompt = NULL, *prompt_ids = NULL, *dump = NULL, *stops[16];
     char *file_text = NULL;
