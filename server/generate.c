@@ -303,6 +303,7 @@ enum MHD_Result dray_srv_generate(struct dray_srv_call *c, int kind)
         return dray_srv_send_error(c, &e);
     c->replica = (int)pick(c, q.user);
     if (dray_srv_check_model(q.model, s->model_id, &e) ||
+        dray_srv_request_check_vocab(&q, dray_engine_get_info(s->rep[c->replica].engine)->n_vocab, &e) ||
         submit(s, &s->rep[c->replica], &q, &r, &c->n_prompt, &e)) {
         dray_srv_request_free(&q);
         return dray_srv_send_error(c, &e);

@@ -189,6 +189,191 @@ static void test_too_many_messages(void **state)
                    "3 messages is more than this server accepts (2");
 }
 
+static void assert_accepted(enum dray_srv_kind kind, const char *body)
+{
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(kind, body, &q, &e))
+        fail_msg("refused (%s): %s", e.message, body);
+    dray_srv_request_free(&q);
+}
+
+/* One table (server/fields.c) says which fields each endpoint takes; any other
+ * is refused by name, as OpenAI does, instead of being ignored. */
+static void test_unknown_fields_are_refused_by_name(void **state)
+{
+    (void)state;
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],";
+    char body[512];
+    snprintf(body, sizeof(body), "%s\"temprature\":0}", chat);
+    assert_refused(DRAY_SRV_CHAT, body, "temprature", "Unrecognized request argument supplied: temprature");
+    snprintf(body, sizeof(body), "%s\"echo\":false}", chat); /* a text completion's field */
+    assert_refused(DRAY_SRV_CHAT, body, "echo", "POST /v1/completions takes it");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"messages\":[]}", "messages",
+                   "Unrecognized request argument supplied: messages (POST /v1/chat/completions takes it");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true,"
+                   "\"continuous_usage_stats\":true}}", "stream_options.continuous_usage_stats",
+                   "Unrecognized request argument supplied");
+    /* fields dray knows and never honours say why */
+    snprintf(body, sizeof(body), "%s\"parallel_tool_calls\":false}", chat);
+    assert_refused(DRAY_SRV_CHAT, body, "parallel_tool_calls", "function calling");
+    snprintf(body, sizeof(body), "%s\"prediction\":{\"type\":\"content\",\"content\":\"x\"}}", chat);
+    assert_refused(DRAY_SRV_CHAT, body, "prediction", "predicted outputs");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix", "not supported");
+    /* null is "not given", for any key: clients send it for unset fields */
+    snprintf(body, sizeof(body), "%s\"stop\":null,\"logit_bias\":null,\"tools\":null,\"n\":null,"
+             "\"response_format\":null,\"parallel_tool_calls\":null,\"seed\":null,\"no_such\":null,"
+             "\"stream_options\":{\"include_usage\":null,\"other\":null}}", chat);
+    assert_accepted(DRAY_SRV_CHAT, body);
+}
+
+static void test_sampling_fields_are_read(void **state)
+{
+    (void)state;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"frequency_penalty\":0.5,\"presence_penalty\":-1,"
+              "\"repetition_penalty\":1.25,\"logit_bias\":{\"5\":-100,\"17\":2.5},\"stop_token_ids\":[1,106],"
+              "\"ignore_eos\":true,\"min_tokens\":3,\"max_tokens\":8}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_true(q.gen.frequency_penalty == 0.5f && q.gen.presence_penalty == -1.0f);
+    assert_true(q.gen.repeat_penalty == 1.25f);
+    assert_int_equal(q.gen.n_logit_bias, 2);
+    assert_int_equal(q.gen.logit_bias[0].id, 5);
+    assert_true(q.gen.logit_bias[0].bias == -100.0f);
+    assert_int_equal(q.gen.logit_bias[1].id, 17);
+    assert_true(q.gen.logit_bias[1].bias == 2.5f);
+    assert_int_equal(q.gen.n_stop_ids, 2);
+    assert_int_equal(q.gen.stop_ids[1], 106);
+    assert_true(q.gen.ignore_eos);
+    assert_int_equal(q.gen.min_tokens, 3);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 262144, &e), 0);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 106, &e), -1); /* 106 is past the end */
+    assert_string_equal(e.param, "stop_token_ids");
+    assert_int_equal(dray_srv_request_check_vocab(&q, 10, &e), -1);
+    assert_string_equal(e.param, "logit_bias");
+    assert_contains(e.message, "token 17");
+    dray_srv_request_free(&q);
+    /* absent: off, and repetition_penalty the config's */
+    cfg.repeat_penalty = 1.1f;
+    if (parse(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_true(q.gen.frequency_penalty == 0 && q.gen.presence_penalty == 0 && q.gen.repeat_penalty == 1.1f);
+    assert_true(q.gen.n_logit_bias == 0 && q.gen.n_stop_ids == 0 && !q.gen.ignore_eos && q.gen.min_tokens == 0);
+    dray_srv_request_free(&q);
+}
+
+static void test_sampling_fields_out_of_range_are_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fields, *param, *msg;
+    } cases[] = {
+        {"\"frequency_penalty\":2.5", "frequency_penalty", "between -2 and 2, got 2.5"},
+        {"\"presence_penalty\":\"x\"", "presence_penalty", "must be a number"},
+        {"\"repetition_penalty\":0", "repetition_penalty", "greater than 0"},
+        {"\"repetition_penalty\":3", "repetition_penalty", "between 0 and 2"},
+        {"\"logit_bias\":[1]", "logit_bias", "must be an object"},
+        {"\"logit_bias\":{\"abc\":1}", "logit_bias", "keys must be token ids"},
+        {"\"logit_bias\":{\"-1\":1}", "logit_bias", "keys must be token ids"},
+        {"\"logit_bias\":{\"5\":101}", "logit_bias", "between -100 and 100"},
+        {"\"logit_bias\":{\"5\":\"up\"}", "logit_bias", "got a string"},
+        {"\"stop_token_ids\":7", "stop_token_ids", "must be an array"},
+        {"\"stop_token_ids\":[1,\"2\"]", "stop_token_ids", "stop_token_ids[1] must be a token id"},
+        {"\"ignore_eos\":1", "ignore_eos", "true or false"},
+        {"\"min_tokens\":-1", "min_tokens", "between 0 and"},
+        {"\"max_tokens\":8,\"min_tokens\":9", "min_tokens", "(9) is more than max_tokens (8)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"prompt\":\"a\",%s}", cases[i].fields);
+        assert_refused(DRAY_SRV_COMPLETION, body, cases[i].param, cases[i].msg);
+    }
+}
+
+/* What dray parses but cannot honour is refused naming the field; the values
+ * that ask for what it does anyway pass. */
+static void test_what_cannot_be_honoured_is_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fields, *param, *msg; /* param NULL: accepted */
+    } cases[] = {
+        {"\"response_format\":{\"type\":\"text\"}", NULL, NULL},
+        {"\"response_format\":{\"type\":\"json_object\"}", "response_format", "structured output"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "response_format", "not supported"},
+        {"\"response_format\":{\"type\":\"xml\"}", "response_format", "got \"xml\""},
+        {"\"response_format\":\"text\"", "response_format", "must be an object"},
+        {"\"tool_choice\":\"none\"", NULL, NULL},
+        {"\"tool_choice\":\"auto\"", "tool_choice", "function calling"},
+        {"\"tools\":[]", NULL, NULL},
+        {"\"tools\":[{\"type\":\"function\"}]", "tools", "not supported"},
+        {"\"n\":1", NULL, NULL},
+        {"\"n\":3", "n", "must be 1"},
+        {"\"logprobs\":false,\"top_logprobs\":0", NULL, NULL},
+        {"\"logprobs\":true", "logprobs", "not supported"},
+        {"\"top_logprobs\":2", "top_logprobs", "must be 0"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}",
+                 cases[i].fields);
+        if (cases[i].param)
+            assert_refused(DRAY_SRV_CHAT, body, cases[i].param, cases[i].msg);
+        else
+            assert_accepted(DRAY_SRV_CHAT, body);
+    }
+}
+
+/* vLLM's /tokenize and /detokenize bodies */
+static void test_tokenize_bodies(void **state)
+{
+    (void)state;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(DRAY_SRV_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi there\"}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_string_equal(q.prompt, "hi there");
+    assert_string_equal(q.model, "m");
+    assert_true(q.add_special_tokens);
+    dray_srv_request_free(&q);
+    if (parse(DRAY_SRV_TOKENIZE, "{\"prompt\":\"x\",\"add_special_tokens\":false}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_false(q.add_special_tokens);
+    dray_srv_request_free(&q);
+    if (parse(DRAY_SRV_TOKENIZE, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+              "\"add_generation_prompt\":false,\"add_special_tokens\":false}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_null(q.prompt);
+    assert_int_equal(q.n_msgs, 1);
+    assert_false(q.add_generation_prompt);
+    dray_srv_request_free(&q);
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"prompt\":\"a\",\"messages\":[]}", "messages", "not both");
+    assert_refused(DRAY_SRV_TOKENIZE, "{}", "prompt", "is required");
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"prompt\":\"a\",\"add_generation_prompt\":true}",
+                   "add_generation_prompt", "applies to 'messages'");
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                   "\"add_special_tokens\":true}", "add_special_tokens", "the chat template");
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"prompt\":\"a\",\"max_tokens\":3}", "max_tokens",
+                   "Unrecognized request argument supplied: max_tokens");
+
+    if (parse(DRAY_SRV_DETOKENIZE, "{\"tokens\":[2,105,0]}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_int_equal(q.n_tokens, 3);
+    assert_int_equal(q.tokens[1], 105);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 106, &e), 0);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 105, &e), -1);
+    assert_string_equal(e.param, "tokens");
+    assert_contains(e.message, "tokens[1] is 105");
+    dray_srv_request_free(&q);
+    assert_accepted(DRAY_SRV_DETOKENIZE, "{\"tokens\":[]}");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{}", "tokens", "is required");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{\"tokens\":\"12\"}", "tokens", "must be an array");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{\"tokens\":[1,-2]}", "tokens", "tokens[1] must be a token id");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{\"tokens\":[1],\"prompt\":\"a\"}", "prompt",
+                   "POST /v1/completions takes it");
+}
+
 static json_t *load(const char *text)
 {
     json_error_t je;
@@ -561,6 +746,11 @@ int main(void)
         cmocka_unit_test_setup(test_malformed_bodies_are_refused, setup),
         cmocka_unit_test_setup(test_wrong_types_and_ranges_are_refused, setup),
         cmocka_unit_test_setup(test_too_many_messages, setup),
+        cmocka_unit_test_setup(test_unknown_fields_are_refused_by_name, setup),
+        cmocka_unit_test_setup(test_sampling_fields_are_read, setup),
+        cmocka_unit_test_setup(test_sampling_fields_out_of_range_are_refused, setup),
+        cmocka_unit_test_setup(test_what_cannot_be_honoured_is_refused, setup),
+        cmocka_unit_test_setup(test_tokenize_bodies, setup),
         cmocka_unit_test_setup(test_error_body_has_openai_shape, setup),
         cmocka_unit_test_setup(test_completion_bodies, setup),
         cmocka_unit_test_setup(test_sse_chat_stream, setup),
