@@ -14,6 +14,7 @@
 #include "dray/dray.h"
 #include "policy.h"
 #include "metrics.h"
+#include "models.h"
 #include "route.h"
 #include "server.h"
 #include "request.h"
@@ -519,14 +520,88 @@ static void test_sse_text_stream_and_error_event(void **state)
 static void test_models_body(void **state)
 {
     (void)state;
-    char *text = dray_srv_models_json("gemma-3-270m-q4_k_m", 9);
+    struct dray_srv_models m;
+    char err[256];
+    assert_int_equal(dray_srv_models_init(&m, "", "gemma-3-270m-q4_k_m", 1024, 9, err, sizeof(err)), 0);
+    char *text = dray_srv_models_json(&m);
     json_t *j = load(text);
-    json_t *m = json_array_get(json_object_get(j, "data"), 0);
+    json_t *d = json_object_get(j, "data"), *o = json_array_get(d, 0);
     assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
-    assert_string_equal(json_string_value(json_object_get(m, "id")), "gemma-3-270m-q4_k_m");
-    assert_string_equal(json_string_value(json_object_get(m, "object")), "model");
+    assert_int_equal(json_array_size(d), 1);
+    assert_string_equal(json_string_value(json_object_get(o, "id")), "gemma-3-270m-q4_k_m");
+    assert_string_equal(json_string_value(json_object_get(o, "object")), "model");
+    assert_int_equal(json_integer_value(json_object_get(o, "max_model_len")), 1024);
+    assert_int_equal(json_integer_value(json_object_get(o, "created")), 9);
     json_decref(j);
     free(text);
+}
+
+static void test_tokenize_response_bodies(void **state)
+{
+    (void)state;
+    int32_t ids[3] = {2, 9259, 1};
+    char *text = dray_srv_tokens_json(ids, 3, 1024);
+    json_t *j = load(text), *t = json_object_get(j, "tokens");
+    assert_int_equal(json_array_size(t), 3);
+    assert_int_equal(json_integer_value(json_array_get(t, 1)), 9259);
+    assert_int_equal(json_integer_value(json_object_get(j, "count")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 1024);
+    json_decref(j);
+    free(text);
+    text = dray_srv_detokenized_json("Hi \"you\"", 8);
+    j = load(text);
+    assert_string_equal(json_string_value(json_object_get(j, "prompt")), "Hi \"you\"");
+    json_decref(j);
+    free(text);
+}
+
+/* served_model_name: a list of names; the first is reported, any of them or
+ * the file's name is accepted, anything else is 404 naming `model`. */
+static void test_served_model_names(void **state)
+{
+    (void)state;
+    struct dray_srv_models m;
+    struct dray_srv_error e;
+    char err[256];
+    assert_int_equal(dray_srv_models_init(&m, " gpt-4o-mini , org/gemma-270m", "gemma-3-270m-q4_k_m",
+                                          2048, 9, err, sizeof(err)), 0);
+    assert_int_equal(m.n, 2);
+    assert_string_equal(m.name[0], "gpt-4o-mini");
+    assert_string_equal(m.name[1], "org/gemma-270m");
+    const char *ok[] = {NULL, "gpt-4o-mini", "org/gemma-270m", "gemma-3-270m-q4_k_m"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        assert_int_equal(dray_srv_check_model(&m, ok[i], &e), 0);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(dray_srv_check_model(&m, "gpt-4", &e), -1);
+    assert_int_equal(e.status, 404);
+    assert_string_equal(e.code, "model_not_found");
+    assert_string_equal(e.param, "model");
+    assert_contains(e.message, "this server runs 'gpt-4o-mini'");
+
+    char *text = dray_srv_models_json(&m);
+    json_t *j = load(text), *d = json_object_get(j, "data");
+    assert_int_equal(json_array_size(d), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(d, 0), "id")), "gpt-4o-mini");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(d, 1), "root")),
+                        "gemma-3-270m-q4_k_m");
+    json_decref(j);
+    free(text);
+    /* GET /v1/models/{id}: the object of that name, 404 for others */
+    text = dray_srv_model_json(&m, "org/gemma-270m", &e);
+    j = load(text);
+    assert_string_equal(json_string_value(json_object_get(j, "id")), "org/gemma-270m");
+    assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 2048);
+    json_decref(j);
+    free(text);
+    assert_null(dray_srv_model_json(&m, "nope", &e));
+    assert_int_equal(e.status, 404);
+
+    assert_int_equal(dray_srv_models_init(&m, "a,,b", "f", 1, 0, err, sizeof(err)), -1);
+    assert_contains(err, "name 2 is empty");
+    assert_int_equal(dray_srv_models_init(&m, "a,", "f", 1, 0, err, sizeof(err)), -1);
+    assert_int_equal(dray_srv_models_init(&m, "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "f", 1, 0,
+                                          err, sizeof(err)), -1);
+    assert_contains(err, "at most 16 names");
 }
 
 static void test_api_key(void **state)
@@ -561,11 +636,6 @@ static void test_size_limits(void **state)
     assert_string_equal(e.param, "prompt");
     assert_int_not_equal(dray_srv_check_prompt(6, 5, 100, "messages", &e), 0);
     assert_contains(e.message, "the prompt is 6 tokens; this server accepts at most 5");
-    assert_int_equal(dray_srv_check_model(NULL, "g", &e), 0);
-    assert_int_equal(dray_srv_check_model("g", "g", &e), 0);
-    assert_int_not_equal(dray_srv_check_model("gpt-4", "g", &e), 0);
-    assert_int_equal(e.status, 404);
-    assert_string_equal(e.code, "model_not_found");
 }
 
 /* The value of the sample line that starts with `series ` (exactly), or -1. */
@@ -756,6 +826,8 @@ int main(void)
         cmocka_unit_test_setup(test_sse_chat_stream, setup),
         cmocka_unit_test_setup(test_sse_text_stream_and_error_event, setup),
         cmocka_unit_test_setup(test_models_body, setup),
+        cmocka_unit_test_setup(test_served_model_names, setup),
+        cmocka_unit_test_setup(test_tokenize_response_bodies, setup),
         cmocka_unit_test_setup(test_api_key, setup),
         cmocka_unit_test_setup(test_size_limits, setup),
         cmocka_unit_test_setup(test_metrics_page, setup),

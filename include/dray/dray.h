@@ -124,6 +124,8 @@ struct dray_config {
     uint32_t port;
     uint32_t replicas;
     char api_key[256];        /* "" = no key; else requests need Authorization: Bearer KEY */
+    char served_model_name[1024]; /* "" = the GGUF file's name; else comma-separated names
+                               * requests may use, the first the one responses report */
     uint64_t max_body;        /* bytes of a request body; larger -> 413 */
     uint32_t max_queue;       /* requests waiting beyond the running ones; more -> 429 */
     uint32_t max_messages;    /* messages per chat request */
@@ -188,6 +190,11 @@ void dray_engine_rescore_stats(const struct dray_engine *e, uint64_t *rows, uint
  * parse_special turns "<start_of_turn>" etc. into their ids. *ids is malloc'd. */
 int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add_bos,
                          bool parse_special, int32_t **ids, size_t *n, char *err, size_t errlen);
+/* The text of ids (control tokens such as BOS stand for no text), malloc'd and
+ * NUL-terminated in *text, *len bytes. DRAY_EINVAL naming an id outside the
+ * vocabulary. */
+int dray_engine_detokenize(const struct dray_engine *e, const int32_t *ids, size_t n, char **text,
+                           size_t *len, char *err, size_t errlen);
 
 /* A bias added to one token's logit before sampling (OpenAI's logit_bias);
  * -INFINITY bans the token. */
