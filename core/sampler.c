@@ -19,7 +19,8 @@ struct dray_sampler {
     uint64_t rng[4];     /* xoshiro256** state */
     float *work;         /* [cap] penalized copy of the logits, then exp values */
     uint8_t *mark;       /* [cap] history dedup for the penalty, all 0 between calls */
-    uint32_t *count;     /* [cap] times each id was generated, all 0 between calls */
+    uint32_t *count;     /* [cap] times each id was generated, all 0 between calls; NULL
+                          * without frequency and presence penalties */
     struct dray_logit_bias *bias; /* [p.n_bias] own copy */
     int32_t *hold;       /* [p.n_hold] own copy */
     struct cand *cand;   /* [cap] candidates */
@@ -145,13 +146,16 @@ static int reserve(struct dray_sampler *s, uint32_t n)
     uint8_t *m = realloc(s->mark, n);
     if (m)
         s->mark = m;
-    uint32_t *cnt = realloc(s->count, sizeof(*cnt) * n);
+    /* the counts only for a sampler with frequency or presence penalties */
+    bool counts = s->p.frequency_penalty != 0 || s->p.presence_penalty != 0;
+    uint32_t *cnt = counts ? realloc(s->count, sizeof(*cnt) * n) : NULL;
     if (cnt)
         s->count = cnt;
-    if (!w || !c || !pr || !m || !cnt)
+    if (!w || !c || !pr || !m || (counts && !cnt))
         return DRAY_ENOMEM;
     memset(s->mark + s->cap, 0, n - s->cap);
-    memset(s->count + s->cap, 0, sizeof(*cnt) * (n - s->cap));
+    if (counts)
+        memset(s->count + s->cap, 0, sizeof(*cnt) * (n - s->cap));
     s->cap = n;
     return 0;
 }

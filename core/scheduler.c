@@ -61,10 +61,10 @@
 #include "emitter.h"
 #include "engine_internal.h"
 #include "error.h"
+#include "gen_sampler.h"
 #include "kv.h"
 #include "log.h"
 #include "prefix_cache.h"
-#include "gen_sampler.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
