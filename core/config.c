@@ -163,6 +163,11 @@ const struct key dray_config_keys[] = {
     {"api_key", "server", "api_key", T_STR, F(api_key), 0, 0, NULL, 0,
      "when set, every request except `GET /health` needs `Authorization: Bearer <key>` (else "
      "401); `dray config` does not print it"},
+    {"served_model_name", "server", "served_model_name", T_STR, F(served_model_name), 0, 0, NULL, 0,
+     "comma-separated names of the model for `dray serve` (like vLLM's `--served-model-name`): "
+     "the first is the `model` of every response and of `GET /v1/models`; requests may name any "
+     "of them or the GGUF file's name (without `.gguf`), any other gets 404. \"\" = the file's "
+     "name only"},
     {"max_body", "server", "max_body", T_SIZE, F(max_body), 1024, 0, NULL, 0,
      "largest request body; larger → 413"},
     {"max_queue", "server", "max_queue", T_U32, F(max_queue), 1, 65536, NULL, 0,

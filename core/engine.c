@@ -329,3 +329,16 @@ int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add
     return 0;
 }
 
+int dray_engine_detokenize(const struct dray_engine *e, const int32_t *ids, size_t n, char **text,
+                           size_t *len, char *err, size_t errlen)
+{
+    *text = NULL;
+    *len = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= dray_tokenizer_n_vocab(e->tok))
+            return dray_fail(err, errlen, DRAY_EINVAL, "token id %d at %zu is outside the vocabulary "
+                             "(0..%u)", ids[i], i, dray_tokenizer_n_vocab(e->tok) - 1);
+    int rc = dray_detokenize(e->tok, ids, n, text, len);
+    return rc ? dray_fail(err, errlen, rc, "detokenizing: %s", dray_strerror(rc)) : 0;
+}
+

@@ -19,6 +19,10 @@ struct dray_sampler {
     uint64_t rng[4];     /* xoshiro256** state */
     float *work;         /* [cap] penalized copy of the logits, then exp values */
     uint8_t *mark;       /* [cap] history dedup for the penalty, all 0 between calls */
+    uint32_t *count;     /* [cap] times each id was generated, all 0 between calls; NULL
+                          * without frequency and presence penalties */
+    struct dray_logit_bias *bias; /* [p.n_bias] own copy */
+    int32_t *hold;       /* [p.n_hold] own copy */
     struct cand *cand;   /* [cap] candidates */
     double *prob;        /* [cap] candidate weights */
     uint32_t cap;
@@ -84,10 +88,29 @@ int dray_sampler_create(const struct dray_sampler_params *p, struct dray_sampler
     if (!(p->repeat_penalty > 0 && isfinite(p->repeat_penalty)))
         return dray_fail(err, errlen, DRAY_EINVAL, "sampler: repeat_penalty %g, expected > 0",
                          p->repeat_penalty);
+    if (!isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty))
+        return dray_fail(err, errlen, DRAY_EINVAL, "sampler: frequency_penalty %g, presence_penalty "
+                         "%g, expected finite numbers", p->frequency_penalty, p->presence_penalty);
+    for (size_t i = 0; i < p->n_bias; i++)
+        if (isnan(p->bias[i].bias) || p->bias[i].bias == INFINITY)
+            return dray_fail(err, errlen, DRAY_EINVAL, "sampler: bias %g of id %d, expected a finite "
+                             "number or -inf", p->bias[i].bias, p->bias[i].id);
     struct dray_sampler *s = calloc(1, sizeof(*s));
     if (!s)
         return dray_fail(err, errlen, DRAY_ENOMEM, "sampler: out of memory");
     s->p = *p;
+    s->bias = p->n_bias ? malloc(sizeof(*s->bias) * p->n_bias) : NULL;
+    s->hold = p->n_hold ? malloc(sizeof(*s->hold) * p->n_hold) : NULL;
+    if ((p->n_bias && !s->bias) || (p->n_hold && !s->hold)) {
+        dray_sampler_free(s);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "sampler: out of memory");
+    }
+    if (p->n_bias)
+        memcpy(s->bias, p->bias, sizeof(*s->bias) * p->n_bias);
+    if (p->n_hold)
+        memcpy(s->hold, p->hold, sizeof(*s->hold) * p->n_hold);
+    s->p.bias = s->bias;
+    s->p.hold = s->hold;
     dray_sampler_reseed(s, p->seed);
     *out = s;
     return 0;
@@ -99,6 +122,9 @@ void dray_sampler_free(struct dray_sampler *s)
         return;
     free(s->work);
     free(s->mark);
+    free(s->count);
+    free(s->bias);
+    free(s->hold);
     free(s->cand);
     free(s->prob);
     free(s);
@@ -120,23 +146,63 @@ static int reserve(struct dray_sampler *s, uint32_t n)
     uint8_t *m = realloc(s->mark, n);
     if (m)
         s->mark = m;
-    if (!w || !c || !pr || !m)
+    /* the counts only for a sampler with frequency or presence penalties */
+    bool counts = s->p.frequency_penalty != 0 || s->p.presence_penalty != 0;
+    uint32_t *cnt = counts ? realloc(s->count, sizeof(*cnt) * n) : NULL;
+    if (cnt)
+        s->count = cnt;
+    if (!w || !c || !pr || !m || (counts && !cnt))
         return DRAY_ENOMEM;
     memset(s->mark + s->cap, 0, n - s->cap);
+    if (counts)
+        memset(s->count + s->cap, 0, sizeof(*cnt) * (n - s->cap));
     s->cap = n;
     return 0;
 }
 
 /* ----------------------------------------------------------- filters */
 
-/* Copy logits (NaN -> -inf) and apply the CTRL penalty once per distinct id. */
-static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, const int32_t *hist,
-                     size_t n_hist)
+/* OpenAI's penalties: each id generated (hist[from..n_hist)) loses
+ * count * frequency + presence, once; counts go back to 0 for the next call. */
+static void penalize_generated(struct dray_sampler *s, uint32_t n, const int32_t *hist, size_t from,
+                               size_t n_hist)
 {
-    float *w = s->work;
-    for (uint32_t i = 0; i < n; i++)
-        w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
-    float rp = s->p.repeat_penalty;
+    float fp = s->p.frequency_penalty, pp = s->p.presence_penalty;
+    if ((fp == 0 && pp == 0) || !hist)
+        return;
+    for (size_t i = from; i < n_hist; i++)
+        if (hist[i] >= 0 && (uint32_t)hist[i] < n)
+            s->count[hist[i]]++;
+    for (size_t i = from; i < n_hist; i++) {
+        int32_t id = hist[i];
+        if (id < 0 || (uint32_t)id >= n || !s->count[id])
+            continue;
+        s->work[id] -= (float)s->count[id] * fp + pp;
+        s->count[id] = 0;
+    }
+}
+
+/* logit_bias, then the hold ids banned while fewer than min_tokens were generated. */
+static void bias(struct dray_sampler *s, uint32_t n, size_t n_generated)
+{
+    for (size_t i = 0; i < s->p.n_bias; i++) {
+        int32_t id = s->bias[i].id;
+        if (id < 0 || (uint32_t)id >= n)
+            continue;
+        float v = s->work[id] + s->bias[i].bias;
+        s->work[id] = isnan(v) ? -INFINITY : v; /* +inf logit, -inf bias: banned */
+    }
+    if (n_generated >= s->p.min_tokens)
+        return;
+    for (size_t i = 0; i < s->p.n_hold; i++)
+        if (s->hold[i] >= 0 && (uint32_t)s->hold[i] < n)
+            s->work[s->hold[i]] = -INFINITY;
+}
+
+/* The CTRL penalty, once per distinct id of the last repeat_last_n history tokens. */
+static void penalize_repeats(struct dray_sampler *s, uint32_t n, const int32_t *hist, size_t n_hist)
+{
+    float *w = s->work, rp = s->p.repeat_penalty;
     if (rp == 1.0f || !hist || !n_hist)
         return;
     size_t from = s->p.repeat_last_n && n_hist > s->p.repeat_last_n ? n_hist - s->p.repeat_last_n
@@ -151,6 +217,19 @@ static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, co
     for (size_t i = from; i < n_hist; i++)
         if (hist[i] >= 0 && (uint32_t)hist[i] < n)
             s->mark[hist[i]] = 0;
+}
+
+/* Copy logits (NaN -> -inf), then steps 1-3 of sampler.h in order. */
+static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, const int32_t *hist,
+                     size_t n_hist)
+{
+    float *w = s->work;
+    for (uint32_t i = 0; i < n; i++)
+        w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    size_t gen_from = s->p.n_prompt < n_hist ? s->p.n_prompt : n_hist;
+    penalize_repeats(s, n, hist, n_hist);
+    penalize_generated(s, n, hist, gen_from, n_hist);
+    bias(s, n, n_hist - gen_from);
 }
 
 float dray_max_f32(const float *x, uint32_t n)

@@ -5,12 +5,18 @@
  *   1. repetition penalty (CTRL, Keskar et al. 2019): every distinct id among the
  *      last repeat_last_n history tokens has its logit divided by repeat_penalty
  *      when positive, multiplied when negative;
- *   2. temperature 0: exact argmax (lowest id on ties), nothing else applies;
- *   3. top-k: keep the k largest logits (ties: lower id first);
- *   4. softmax of logit / temperature over what is left;
- *   5. top-p: keep the smallest prefix of the sorted candidates whose mass >= top_p;
- *   6. min-p: keep candidates with p >= min_p * p_max;
- *   7. draw from the survivors, renormalized.
+ *   2. frequency and presence penalties (OpenAI's): an id generated c times (in the
+ *      history after the first n_prompt tokens) loses c * frequency_penalty +
+ *      (c > 0) * presence_penalty;
+ *   3. logit bias: added to its id's logit (-inf bans the id); then the hold ids
+ *      are set to -inf while fewer than min_tokens tokens were generated;
+ *   4. temperature 0: exact argmax (lowest id on ties), nothing else applies;
+ *   5. top-k: keep the k largest logits (ties: lower id first);
+ *   6. softmax of logit / temperature over what is left;
+ *   7. top-p: keep the smallest prefix of the sorted candidates whose mass >= top_p;
+ *   8. min-p: keep candidates with p >= min_p * p_max;
+ *   9. draw from the survivors, renormalized.
+ * Steps 1-3 are the host's, whatever device computed the logits.
  * Cost for n_vocab = 262144: one copy of the row, no full sort. top-k uses a
  * size-k heap; top-p/min-p without top-k only sort the tokens above a logit
  * threshold that provably contains the answer (see sampler.c).
@@ -22,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dray/dray.h"
+
 struct dray_sampler_params {
     float temperature;      /* 0 = greedy; >= 0 */
     uint32_t top_k;         /* 0 = off */
@@ -30,6 +38,15 @@ struct dray_sampler_params {
     float repeat_penalty;   /* 1 = off; > 0 */
     uint32_t repeat_last_n; /* history tokens the penalty looks at; 0 = all given */
     uint64_t seed;          /* 0 = from the clock */
+    float frequency_penalty; /* 0 = off; finite */
+    float presence_penalty;  /* 0 = off; finite */
+    size_t n_prompt;        /* the first n_prompt history tokens are the prompt: the two
+                             * penalties above and min_tokens count only those after */
+    const struct dray_logit_bias *bias; /* n_bias of them (copied); finite or -inf */
+    size_t n_bias;
+    const int32_t *hold;    /* ids not sampled before min_tokens were generated (copied) */
+    size_t n_hold;
+    uint32_t min_tokens;
 };
 
 struct dray_sampler;
@@ -41,7 +58,8 @@ void dray_sampler_free(struct dray_sampler *s);
 /* Restart the random stream (seed 0 = from the clock). */
 void dray_sampler_reseed(struct dray_sampler *s, uint64_t seed);
 /* The next token id, or a negative DRAY_E* (n_vocab 0: EINVAL; scratch: ENOMEM).
- * history may be NULL when n_history is 0; ids outside [0, n_vocab) are ignored. */
+ * history (the prompt, then what was generated) may be NULL when n_history is 0;
+ * ids outside [0, n_vocab), in it or in bias and hold, are ignored. */
 int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
                             const int32_t *history, size_t n_history);
 

@@ -61,6 +61,7 @@
 #include "emitter.h"
 #include "engine_internal.h"
 #include "error.h"
+#include "gen_sampler.h"
 #include "kv.h"
 #include "log.h"
 #include "prefix_cache.h"
@@ -86,6 +87,8 @@ struct dray_request {
     int32_t *toks;
     size_t n_toks, cap_toks, n_prompt;
     uint32_t max_tokens;             /* 0 = until the context is full */
+    int32_t *stop_ids;               /* [n_stop_ids] end generation like end-of-generation */
+    size_t n_stop_ids;
     struct dray_session *sess;       /* NULL while waiting */
     struct dray_sampler *smp;
     struct dray_emitter em;
@@ -224,6 +227,7 @@ static void request_destroy(struct dray_request *r)
 {
     dray_emitter_free(&r->em);
     dray_sampler_free(r->smp);
+    free(r->stop_ids);
     outbuf_free(&r->pend);
     outbuf_free(&r->given);
     pthread_cond_destroy(&r->cv);
@@ -528,7 +532,7 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
         finish(s, r, "error", id, "sampling failed");
         return;
     }
-    if (dray_tokenizer_is_eog(e->tok, id)) {
+    if (dray_tokenizer_is_eog(e->tok, id) || dray_gen_is_stop_id(r->stop_ids, r->n_stop_ids, id)) {
         r->feed = id == s->turn_end ? id : -1;
         finish(s, r, "stop", 0, NULL);
         return;
@@ -761,17 +765,13 @@ static int check_request(const struct dray_engine *e, const struct dray_request_
             return dray_fail(err, errlen, DRAY_EINVAL,
                              "token id %d at %zu is outside the vocabulary (0..%u)", p->ids[i], i,
                              e->info.n_vocab - 1);
-    return 0;
+    return dray_gen_check_ids(&p->gen, e->info.n_vocab, err, errlen);
 }
 
 static int request_new(struct dray_sched *s, const struct dray_request_params *p,
                        struct dray_request **out, char *err, size_t errlen)
 {
     const struct dray_gen_params *g = &p->gen;
-    struct dray_sampler_params sp = {
-        .temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p, .min_p = g->min_p,
-        .repeat_penalty = g->repeat_penalty, .repeat_last_n = g->repeat_last_n, .seed = g->seed,
-    };
     struct dray_request *r = calloc(1, sizeof(*r));
     if (!r)
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
@@ -782,9 +782,17 @@ static int request_new(struct dray_sched *s, const struct dray_request_params *p
         r->em.piece = NULL;
         goto fail;
     }
-    rc = dray_sampler_create(&sp, &r->smp, err, errlen);
+    rc = dray_gen_sampler(g, s->e->tok, p->n_ids, &r->smp, err, errlen);
     if (rc)
         goto fail;
+    if (g->n_stop_ids) {
+        if (!(r->stop_ids = malloc(sizeof(*r->stop_ids) * g->n_stop_ids))) {
+            rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
+            goto fail;
+        }
+        memcpy(r->stop_ids, g->stop_ids, sizeof(*r->stop_ids) * g->n_stop_ids);
+        r->n_stop_ids = g->n_stop_ids;
+    }
     if (!grow((void **)&r->toks, &r->cap_toks, p->n_ids + 1, sizeof(int32_t))) {
         rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for %zu tokens", p->n_ids);
         goto fail;

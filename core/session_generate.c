@@ -8,6 +8,7 @@
 #include "emitter.h"
 #include "engine_internal.h"
 #include "error.h"
+#include "gen_sampler.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -15,12 +16,8 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
                   struct dray_gen_stats *st, char *err, size_t errlen)
 {
     struct dray_engine *e = s->e;
-    struct dray_sampler_params sp = {
-        .temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
-        .repeat_penalty = p->repeat_penalty, .repeat_last_n = p->repeat_last_n, .seed = p->seed,
-    };
     struct dray_sampler *smp = NULL;
-    int rc = dray_sampler_create(&sp, &smp, err, errlen);
+    int rc = dray_gen_sampler(p, e->tok, s->n_hist, &smp, err, errlen);
     if (rc)
         return rc;
     double t0 = dray_now_s();
@@ -33,6 +30,10 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
         }
         if (dray_tokenizer_is_eog(e->tok, id)) {
             st->stop_reason = "eog";
+            break;
+        }
+        if (dray_gen_is_stop_id(p->stop_ids, p->n_stop_ids, id)) {
+            st->stop_reason = "stop id";
             break;
         }
         st->n_generated++;
@@ -75,7 +76,9 @@ int dray_session_generate(struct dray_session *s, const int32_t *ids, size_t n,
     st->n_reused = (uint32_t)s->n_hist;
     if (n == 0)
         return dray_fail(err, errlen, DRAY_EINVAL, "empty prompt");
-    int rc = dray_session_check_fits(s, n, err, errlen);
+    int rc = dray_gen_check_ids(p, e->info.n_vocab, err, errlen);
+    if (!rc)
+        rc = dray_session_check_fits(s, n, err, errlen);
     if (rc)
         return rc;
     for (size_t i = 0; i < n; i++)

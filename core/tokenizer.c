@@ -415,6 +415,20 @@ bool dray_tokenizer_is_eog(const struct dray_tokenizer *t, int32_t id)
     return id >= 0 && (id == t->eos || id == t->eot || id == t->eom);
 }
 
+size_t dray_tokenizer_eog_ids(const struct dray_tokenizer *t, int32_t out[3])
+{
+    const int32_t ids[3] = {t->eos, t->eot, t->eom};
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        bool seen = ids[i] < 0;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = out[j] == ids[i];
+        if (!seen)
+            out[n++] = ids[i];
+    }
+    return n;
+}
+
 const char *dray_tokenizer_text(const struct dray_tokenizer *t, int32_t id, size_t *len)
 {
     if (id < 0 || (uint32_t)id >= t->n_vocab) {

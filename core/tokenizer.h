@@ -45,6 +45,8 @@ int32_t dray_tokenizer_eot(const struct dray_tokenizer *t);
  * heuristics such as "</s>" are deliberately not used: in Gemma 3 "</s>" is a
  * user-defined HTML strike-through tag, id 212, not an end marker.) */
 bool dray_tokenizer_is_eog(const struct dray_tokenizer *t, int32_t id);
+/* The distinct end-of-generation ids into out; returns how many (0..3). */
+size_t dray_tokenizer_eog_ids(const struct dray_tokenizer *t, int32_t out[3]);
 /* Token type (enum dray_token_type), 0 for an id out of range. */
 int dray_tokenizer_type(const struct dray_tokenizer *t, int32_t id);
 /* Id of exactly this token text, or -1. */

@@ -24,7 +24,7 @@ static void ident_init(struct dray_srv *s, enum dray_srv_kind kind, struct dray_
     snprintf(id->id, sizeof(id->id), "%s-%llx%08lx", kind == DRAY_SRV_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->started, n);
     id->created = (int64_t)time(NULL);
-    id->model = s->model_id;
+    id->model = s->models.name[0];
 }
 
 /* The submit error as the client should see it. */
@@ -163,7 +163,7 @@ struct stream {
     bool ended;          /* [DONE] written */
     struct dray_srv_buf out;
     size_t off;          /* bytes of out already handed to libmicrohttpd */
-    char method[16], path[128];
+    char method[16], path[512];
     double t0;
     struct dray_request_output last; /* the latest output polled */
 };
@@ -302,7 +302,8 @@ enum MHD_Result dray_srv_generate(struct dray_srv_call *c, int kind)
     if (dray_srv_request_parse(kind, c->body.data ? c->body.data : "", c->body.len, s->cfg, &q, &e))
         return dray_srv_send_error(c, &e);
     c->replica = (int)pick(c, q.user);
-    if (dray_srv_check_model(q.model, s->model_id, &e) ||
+    if (dray_srv_check_model(&s->models, q.model, &e) ||
+        dray_srv_request_check_vocab(&q, dray_engine_get_info(s->rep[c->replica].engine)->n_vocab, &e) ||
         submit(s, &s->rep[c->replica], &q, &r, &c->n_prompt, &e)) {
         dray_srv_request_free(&q);
         return dray_srv_send_error(c, &e);

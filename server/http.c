@@ -146,8 +146,9 @@ static enum MHD_Result send_json(struct dray_srv_call *c, int status, char *json
     return dray_srv_send(c, status, "application/json", json, strlen(json), 0);
 }
 
-static enum MHD_Result get_metrics(struct dray_srv_call *c)
+static enum MHD_Result get_metrics(struct dray_srv_call *c, int kind)
 {
+    (void)kind;
     struct dray_srv *s = c->srv;
     struct dray_sched_stats *st = calloc(s->n_rep, sizeof(*st));
     struct dray_srv_metrics **rep = calloc(s->n_rep, sizeof(*rep));
@@ -170,8 +171,9 @@ static enum MHD_Result get_metrics(struct dray_srv_call *c)
 
 /* {"status":"ok","replicas":[{"replica":0,"device":"...","running":1,"waiting":0},...]}:
  * 200 while serving, 503 once draining (a load balancer then stops sending). */
-static enum MHD_Result get_health(struct dray_srv_call *c)
+static enum MHD_Result get_health(struct dray_srv_call *c, int kind)
 {
+    (void)kind;
     struct dray_srv *s = c->srv;
     bool draining = atomic_load(&s->draining);
     json_t *reps = json_array();
@@ -190,15 +192,35 @@ static enum MHD_Result get_health(struct dray_srv_call *c)
     return send_json(c, draining ? 503 : 200, body);
 }
 
+static enum MHD_Result get_models(struct dray_srv_call *c, int kind)
+{
+    (void)kind;
+    return send_json(c, 200, dray_srv_models_json(&c->srv->models));
+}
+
+/* GET /v1/models/{id}: what the openai package's models.retrieve asks */
+static enum MHD_Result get_model(struct dray_srv_call *c, int kind)
+{
+    (void)kind;
+    struct dray_srv_error e;
+    char *body = dray_srv_model_json(&c->srv->models, c->path + strlen("/v1/models/"), &e);
+    return body ? send_json(c, 200, body) : dray_srv_send_error(c, &e);
+}
+
 static const struct route {
     const char *path, *method;
-    int kind; /* -1: not a generation; else enum dray_srv_kind */
+    bool prefix; /* path is the start of the URL: the rest is an id */
+    enum MHD_Result (*serve)(struct dray_srv_call *c, int kind);
+    int kind;    /* an enum dray_srv_kind for the endpoints with a JSON body */
 } routes[] = {
-    {"/v1/chat/completions", "POST", DRAY_SRV_CHAT},
-    {"/v1/completions", "POST", DRAY_SRV_COMPLETION},
-    {"/v1/models", "GET", -1},
-    {"/health", "GET", -1},
-    {"/metrics", "GET", -1},
+    {"/v1/chat/completions", "POST", false, dray_srv_generate, DRAY_SRV_CHAT},
+    {"/v1/completions", "POST", false, dray_srv_generate, DRAY_SRV_COMPLETION},
+    {"/tokenize", "POST", false, dray_srv_tokenize, DRAY_SRV_TOKENIZE},
+    {"/detokenize", "POST", false, dray_srv_tokenize, DRAY_SRV_DETOKENIZE},
+    {"/v1/models", "GET", false, get_models, 0},
+    {"/v1/models/", "GET", true, get_model, 0},
+    {"/health", "GET", false, get_health, 0},
+    {"/metrics", "GET", false, get_metrics, 0},
 };
 
 static enum MHD_Result route(struct dray_srv_call *c)
@@ -211,7 +233,8 @@ static enum MHD_Result route(struct dray_srv_call *c)
     if (c->too_big && dray_srv_check_body(UINT64_MAX, c->srv->cfg->max_body, &e))
         return dray_srv_send_error(c, &e);
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        if (strcmp(c->path, routes[i].path))
+        if (routes[i].prefix ? strncmp(c->path, routes[i].path, strlen(routes[i].path))
+                             : strcmp(c->path, routes[i].path))
             continue;
         if (strcmp(c->method, routes[i].method)) {
             c->allow = routes[i].method;
@@ -219,17 +242,12 @@ static enum MHD_Result route(struct dray_srv_call *c)
                           "%s takes %s, not %s", routes[i].path, routes[i].method, c->method);
             return dray_srv_send_error(c, &e);
         }
-        if (routes[i].kind >= 0)
-            return dray_srv_generate(c, routes[i].kind);
-        if (!strcmp(c->path, "/v1/models"))
-            return send_json(c, 200, dray_srv_models_json(c->srv->model_id, c->srv->started));
-        if (!strcmp(c->path, "/health"))
-            return get_health(c);
-        return get_metrics(c);
+        return routes[i].serve(c, routes[i].kind);
     }
     dray_srv_fail(&e, 404, "invalid_request_error", "not_found", NULL,
                   "no such endpoint: %s %.100s (this server has POST /v1/chat/completions, POST "
-                  "/v1/completions, GET /v1/models, GET /health, GET /metrics)", c->method, c->path);
+                  "/v1/completions, GET /v1/models, GET /v1/models/{id}, POST /tokenize, POST "
+                  "/detokenize, GET /health, GET /metrics)", c->method, c->path);
     return dray_srv_send_error(c, &e);
 }
 

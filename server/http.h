@@ -15,6 +15,7 @@
 #include "buf.h"
 #include "dray/dray.h"
 #include "metrics.h"
+#include "models.h"
 
 /* A submitted request, listed so that shutdown can cancel what is still running. */
 struct dray_srv_flight {
@@ -34,7 +35,7 @@ struct dray_srv {
     uint32_t n_rep;
     const struct dray_config *cfg;
     uint32_t context;              /* tokens per sequence (the same in every replica) */
-    char model_id[256];            /* what /v1/models lists and requests must name */
+    struct dray_srv_models models; /* the names requests may use; models.name[0] is reported */
     int64_t started;               /* Unix seconds */
     struct dray_srv_metrics metrics; /* HTTP responses by status (the process's) */
     pthread_mutex_t mu;            /* guards flights and n_flight */
@@ -50,7 +51,7 @@ struct dray_srv_call {
     struct dray_srv *srv;
     struct MHD_Connection *mc;
     double t0;                     /* monotonic seconds at arrival */
-    char method[16], path[128];    /* for the log line */
+    char method[16], path[512];    /* for the log line; GET /v1/models/{id} reads the id */
     struct dray_srv_buf body;
     const char *allow;             /* for a 405: the method the path takes */
     bool too_big;                  /* body over max_body: dropped as it arrives */
@@ -83,6 +84,8 @@ void dray_srv_cancel_all(struct dray_srv *s);
 
 /* POST /v1/chat/completions and /v1/completions (generate.c). */
 enum MHD_Result dray_srv_generate(struct dray_srv_call *c, int kind);
+/* POST /tokenize and /detokenize (tokenize.c). */
+enum MHD_Result dray_srv_tokenize(struct dray_srv_call *c, int kind);
 
 /* Start listening on cfg->host:cfg->port (http.c). */
 int dray_srv_http_start(struct dray_srv *s, char *err, size_t errlen);

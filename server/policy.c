@@ -58,12 +58,3 @@ int dray_srv_check_prompt(size_t n, uint32_t max_prompt_tokens, uint32_t context
                              "no room for a reply", n, context);
     return 0;
 }
-
-int dray_srv_check_model(const char *asked, const char *served, struct dray_srv_error *e)
-{
-    if (!asked || !strcmp(asked, served))
-        return 0;
-    return dray_srv_fail(e, 404, "invalid_request_error", "model_not_found", "model",
-                         "the model '%.200s' does not exist; this server runs '%.200s' (GET /v1/models)",
-                         asked, served);
-}

@@ -22,7 +22,5 @@ int dray_srv_check_body(uint64_t bytes, uint64_t max_body, struct dray_srv_error
  * context_length_exceeded naming param ("messages" or "prompt"). */
 int dray_srv_check_prompt(size_t n, uint32_t max_prompt_tokens, uint32_t context, const char *param,
                           struct dray_srv_error *e);
-/* The model a request names (NULL = not named) against the served one: 404. */
-int dray_srv_check_model(const char *asked, const char *served, struct dray_srv_error *e);
 
 #endif

@@ -1,11 +1,14 @@
-/* server/request.h — an OpenAI request body (chat or text completion), parsed
- * with jansson and checked field by field. Every refusal names the field
- * ("messages[1].content", "stop[2]") and what was expected. */
+/* server/request.h — a request body (an OpenAI chat or text completion, or
+ * vLLM's /tokenize and /detokenize), parsed with jansson and checked field by
+ * field: first against the table of fields each endpoint accepts (fields.h),
+ * then each value. Every refusal names the field ("messages[1].content",
+ * "stop[2]") and what was expected. */
 #ifndef DRAY_SERVER_REQUEST_H
 #define DRAY_SERVER_REQUEST_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -15,9 +18,13 @@
 enum dray_srv_kind {
     DRAY_SRV_CHAT,       /* POST /v1/chat/completions: messages */
     DRAY_SRV_COMPLETION, /* POST /v1/completions: prompt */
+    DRAY_SRV_TOKENIZE,   /* POST /tokenize: prompt or messages */
+    DRAY_SRV_DETOKENIZE, /* POST /detokenize: tokens */
 };
 
-#define DRAY_SRV_MAX_STOP 16 /* stop strings per request (OpenAI allows 4) */
+#define DRAY_SRV_MAX_STOP 16          /* stop strings per request (OpenAI allows 4) */
+#define DRAY_SRV_MAX_STOP_IDS 64      /* stop_token_ids per request */
+#define DRAY_SRV_MAX_LOGIT_BIAS 1024  /* logit_bias entries per request */
 
 struct dray_srv_request {
     enum dray_srv_kind kind;
@@ -25,15 +32,23 @@ struct dray_srv_request {
     struct dray_chat_message *msgs; /* chat: n_msgs of them */
     char **joined;                 /* chat: [n_msgs] content joined from text parts, or NULL */
     size_t n_msgs;
-    const char *prompt;            /* completion */
+    const char *prompt;            /* completion; tokenize (NULL when it has messages) */
     const char *model;             /* NULL = not given (the served model) */
     const char *user;              /* NULL = not given; accepted, not used */
     const char *cache_salt;        /* NULL = shared prefix cache; else this tenant's own
                                     * (vLLM's field: other tenants cannot hit its prefixes) */
     struct dray_gen_params gen;    /* config defaults, overridden by the request */
     const char *stop[DRAY_SRV_MAX_STOP]; /* gen.stop points here */
+    struct dray_logit_bias *bias;  /* gen.logit_bias points here (malloc'd) */
+    int32_t *stop_ids;             /* gen.stop_ids points here (malloc'd) */
     bool stream;
     bool include_usage;            /* stream_options.include_usage */
+    /* tokenize */
+    bool add_special_tokens;       /* a prompt: BOS as the model's metadata says (default true) */
+    bool add_generation_prompt;    /* messages: the assistant turn's header (default true) */
+    /* detokenize */
+    int32_t *tokens;               /* [n_tokens] (malloc'd) */
+    size_t n_tokens;
 };
 
 /* Parse body (len bytes, need not be NUL-terminated) as a request of the given
@@ -45,5 +60,9 @@ int dray_srv_request_parse(enum dray_srv_kind kind, const char *body, size_t len
                            const struct dray_config *cfg, struct dray_srv_request *req,
                            struct dray_srv_error *e);
 void dray_srv_request_free(struct dray_srv_request *req);
+/* The token ids a parsed request names (logit_bias, stop_token_ids, tokens)
+ * against the model's vocabulary: 400 naming the field. */
+int dray_srv_request_check_vocab(const struct dray_srv_request *req, uint32_t n_vocab,
+                                 struct dray_srv_error *e);
 
 #endif

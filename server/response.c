@@ -134,10 +134,26 @@ int dray_srv_sse_done(struct dray_srv_buf *out)
     return dray_srv_buf_add(out, done, sizeof(done) - 1);
 }
 
-char *dray_srv_models_json(const char *model, int64_t created)
+char *dray_srv_tokens_json(const int32_t *ids, size_t n, uint32_t max_model_len)
 {
-    json_t *root = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", model,
-                             "object", "model", "created", (json_int_t)created, "owned_by", "dray");
+    json_t *tokens = json_array();
+    for (size_t i = 0; tokens && i < n; i++)
+        if (json_array_append_new(tokens, json_integer(ids[i]))) {
+            json_decref(tokens);
+            return NULL;
+        }
+    json_t *root = tokens ? json_pack("{s:o, s:I, s:I}", "tokens", tokens, "count", (json_int_t)n,
+                                      "max_model_len", (json_int_t)max_model_len)
+                          : NULL;
+    char *out = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    return out;
+}
+
+char *dray_srv_detokenized_json(const char *text, size_t len)
+{
+    json_t *s = json_stringn(text, len);
+    json_t *root = s ? json_pack("{s:o}", "prompt", s) : NULL;
     char *out = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
     return out;

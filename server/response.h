@@ -1,6 +1,6 @@
 /* server/response.h — OpenAI response bodies: a whole completion, the chunks of
  * a stream (server-sent events, each "data: {json}\n\n", ending "data: [DONE]"),
- * and the model list. All JSON is printed by jansson. */
+ * and the bodies of /tokenize and /detokenize. All JSON is printed by jansson. */
 #ifndef DRAY_SERVER_RESPONSE_H
 #define DRAY_SERVER_RESPONSE_H
 
@@ -43,7 +43,9 @@ int dray_srv_sse_usage(struct dray_srv_buf *out, const struct dray_srv_ident *id
 int dray_srv_sse_error(struct dray_srv_buf *out, const struct dray_srv_error *e);
 int dray_srv_sse_done(struct dray_srv_buf *out); /* "data: [DONE]\n\n" */
 
-/* GET /v1/models: the one model this server runs. */
-char *dray_srv_models_json(const char *model, int64_t created);
+/* POST /tokenize (vLLM's): {"tokens": [...], "count": n, "max_model_len": m}. */
+char *dray_srv_tokens_json(const int32_t *ids, size_t n, uint32_t max_model_len);
+/* POST /detokenize (vLLM's): {"prompt": text}; NULL when out of memory or not UTF-8. */
+char *dray_srv_detokenized_json(const char *text, size_t len);
 
 #endif

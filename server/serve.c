@@ -127,7 +127,11 @@ int dray_serve(struct dray_engine *const *engines, uint32_t n, const struct dray
     const struct dray_engine_info *info = dray_engine_get_info(engines[0]);
     *s = (struct dray_srv){.n_rep = n, .cfg = cfg, .context = info->context,
                            .started = (int64_t)time(NULL)};
-    model_id(info, s->model_id, sizeof(s->model_id));
+    char file[DRAY_SRV_NAME_LEN];
+    model_id(info, file, sizeof(file));
+    if (dray_srv_models_init(&s->models, cfg->served_model_name, file, info->context, s->started,
+                             err, errlen))
+        return DRAY_EINVAL;
     if (!dray_engine_chat_template(engines[0])) {
         snprintf(err, errlen, "%s has no chat template dray implements: set the config key "
                  "chat_template (gemma or chatml)", info->model_path);
@@ -146,8 +150,11 @@ int dray_serve(struct dray_engine *const *engines, uint32_t n, const struct dray
         goto out;
     fprintf(stderr, "dray serve: listening on http://%s%s%s:%u/v1 (model '%s', %u replica%s of %u "
             "sequences, queue %u%s)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
-            strchr(cfg->host, ':') ? "]" : "", cfg->port, s->model_id, n, n == 1 ? "" : "s",
+            strchr(cfg->host, ':') ? "]" : "", cfg->port, s->models.name[0], n, n == 1 ? "" : "s",
             info->max_seqs, cfg->max_queue, cfg->api_key[0] ? ", API key required" : "");
+    if (s->models.n > 1 || strcmp(s->models.name[0], s->models.file))
+        fprintf(stderr, "dray serve: model names: %s (and the file's, '%s')\n", cfg->served_model_name,
+                s->models.file);
     int sig = wait_signal(-1);
     drain(s, sig);
     MHD_stop_daemon(s->daemon);

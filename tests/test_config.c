@@ -187,11 +187,12 @@ static void test_config_loads_server_limits(void **state)
     char err[512];
     int rc = load_text("server:\n  api_key: s3cret\n  max_body: 64KiB\n  max_queue: 3\n"
                        "  max_messages: 10\n  max_prompt_tokens: 500\n  max_completion_tokens: 20\n"
-                       "  shutdown_grace: 0\n",
+                       "  shutdown_grace: 0\n  served_model_name: \"gpt-4o-mini, org/gemma\"\n",
                        &c, err, sizeof(err));
     if (rc)
         fail_msg("%s", err);
     assert_string_equal(c.api_key, "s3cret");
+    assert_string_equal(c.served_model_name, "gpt-4o-mini, org/gemma"); /* split by dray serve */
     assert_int_equal(c.max_body, 65536);
     assert_int_equal(c.max_queue, 3);
     assert_int_equal(c.max_messages, 10);

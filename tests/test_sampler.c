@@ -287,6 +287,119 @@ static void test_sampler_repeat_penalty_divides_positive_multiplies_negative(voi
     dray_sampler_free(s);
 }
 
+/* OpenAI's penalties: an id generated c times loses c * frequency + presence; the
+ * prompt's tokens (the first n_prompt of the history) do not count. */
+static void test_sampler_frequency_and_presence_penalties_count_generated_tokens(void **state)
+{
+    (void)state;
+    float l[2] = {1.0f, 1.4f};
+    int32_t twice[2] = {1, 1}, four[4] = {1, 1, 1, 1};
+    struct dray_sampler_params p = off(0, 1);
+    p.frequency_penalty = 0.15f; /* 1.4 - 2 * 0.15 = 1.1 > 1.0 */
+    struct dray_sampler *s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 2, twice, 2), 1);
+    dray_sampler_free(s);
+    p.frequency_penalty = 0.25f; /* 1.4 - 2 * 0.25 = 0.9 < 1.0: the count scales it */
+    s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 2, twice, 2), 0);
+    assert_int_equal(dray_sampler_sample(s, l, 2, NULL, 0), 1); /* counts start again at 0 */
+    dray_sampler_free(s);
+    p.n_prompt = 2; /* the same two tokens as the prompt: not penalized */
+    s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 2, twice, 2), 1);
+    dray_sampler_free(s);
+
+    p = off(0, 1);
+    p.presence_penalty = 0.3f; /* once, however often: 1.4 - 0.3 = 1.1 */
+    s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 2, twice, 2), 1);
+    assert_int_equal(dray_sampler_sample(s, l, 2, four, 4), 1);
+    dray_sampler_free(s);
+    p.presence_penalty = 0.5f; /* 0.9 */
+    s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 2, twice, 2), 0);
+    dray_sampler_free(s);
+
+    p = off(0, 1);
+    p.frequency_penalty = -0.5f; /* negative: encourages; id 0 once: 1.5 > 1.4 */
+    s = make(&p);
+    int32_t zero[1] = {0};
+    assert_int_equal(dray_sampler_sample(s, l, 2, zero, 1), 0);
+    dray_sampler_free(s);
+}
+
+/* logit_bias is added to its id's logit; -inf bans the id at any temperature;
+ * ids outside the vocabulary are ignored. */
+static void test_sampler_logit_bias_adds_to_the_logit(void **state)
+{
+    (void)state;
+    float l[3] = {1.0f, 1.4f, 0.5f};
+    struct dray_logit_bias up[2] = {{0, 0.5f}, {7, 100.0f}}, down[1] = {{1, -100.0f}};
+    struct dray_logit_bias ban[2] = {{1, -INFINITY}, {0, -INFINITY}};
+    struct dray_sampler_params p = off(0, 1);
+    p.bias = up;
+    p.n_bias = 2;
+    struct dray_sampler *s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 3, NULL, 0), 0); /* 1.5 > 1.4 */
+    dray_sampler_free(s);
+    p.bias = down;
+    p.n_bias = 1;
+    s = make(&p);
+    down[0].bias = 0; /* the sampler keeps its own copy */
+    assert_int_equal(dray_sampler_sample(s, l, 3, NULL, 0), 0);
+    dray_sampler_free(s);
+    p.bias = ban;
+    p.n_bias = 2;
+    s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 3, NULL, 0), 2);
+    dray_sampler_free(s);
+
+    /* temperature 1: a banned id is never drawn, the others keep their odds */
+    p = off(1.0f, 5);
+    p.bias = ban;
+    p.n_bias = 1;
+    s = make(&p);
+    int counts[3], n = 20000;
+    double want[3];
+    int keep[3] = {1, 0, 1};
+    softmax(l, 3, 1.0f, keep, want);
+    draw_counts(s, l, 3, n, counts);
+    assert_int_equal(counts[1], 0);
+    assert_true(chi2(counts, want, 3, n) < crit[1]);
+    dray_sampler_free(s);
+
+    struct dray_logit_bias bad[1] = {{0, INFINITY}};
+    p.bias = bad;
+    struct dray_sampler *none = NULL;
+    assert_int_equal(dray_sampler_create(&p, &none, err, sizeof(err)), DRAY_EINVAL);
+    bad[0].bias = NAN;
+    assert_int_equal(dray_sampler_create(&p, &none, err, sizeof(err)), DRAY_EINVAL);
+    assert_null(none);
+}
+
+/* The hold ids (end of generation, stop ids) cannot be sampled before
+ * min_tokens tokens were generated; the prompt does not count. */
+static void test_sampler_hold_waits_for_min_tokens(void **state)
+{
+    (void)state;
+    float l[2] = {1.0f, 3.0f};
+    int32_t hold[1] = {1}, hist[3] = {1, 0, 0};
+    struct dray_sampler_params p = off(0, 1);
+    p.hold = hold;
+    p.n_hold = 1;
+    p.min_tokens = 2;
+    p.n_prompt = 1;
+    struct dray_sampler *s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 2, hist, 1), 0); /* none generated */
+    assert_int_equal(dray_sampler_sample(s, l, 2, hist, 2), 0); /* one */
+    assert_int_equal(dray_sampler_sample(s, l, 2, hist, 3), 1); /* two: free again */
+    dray_sampler_free(s);
+    p.min_tokens = 0; /* no minimum: held ids are free from the start */
+    s = make(&p);
+    assert_int_equal(dray_sampler_sample(s, l, 2, hist, 1), 1);
+    dray_sampler_free(s);
+}
+
 static void test_sampler_same_seed_same_stream(void **state)
 {
     (void)state;
@@ -470,6 +583,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_sampler_min_p_drops_tokens_below_fraction_of_max),
     cmocka_unit_test(test_sampler_large_vocab_top_p_matches_brute_force_nucleus),
     cmocka_unit_test(test_sampler_repeat_penalty_divides_positive_multiplies_negative),
+    cmocka_unit_test(test_sampler_frequency_and_presence_penalties_count_generated_tokens),
+    cmocka_unit_test(test_sampler_logit_bias_adds_to_the_logit),
+    cmocka_unit_test(test_sampler_hold_waits_for_min_tokens),
     cmocka_unit_test(test_sampler_same_seed_same_stream),
     cmocka_unit_test(test_sampler_uniform_is_in_unit_interval_and_even),
     cmocka_unit_test(test_sampler_rejects_bad_params),

@@ -14,6 +14,7 @@
 #include "dray/dray.h"
 #include "policy.h"
 #include "metrics.h"
+#include "models.h"
 #include "route.h"
 #include "server.h"
 #include "request.h"
@@ -189,6 +190,191 @@ static void test_too_many_messages(void **state)
                    "3 messages is more than this server accepts (2");
 }
 
+static void assert_accepted(enum dray_srv_kind kind, const char *body)
+{
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(kind, body, &q, &e))
+        fail_msg("refused (%s): %s", e.message, body);
+    dray_srv_request_free(&q);
+}
+
+/* One table (server/fields.c) says which fields each endpoint takes; any other
+ * is refused by name, as OpenAI does, instead of being ignored. */
+static void test_unknown_fields_are_refused_by_name(void **state)
+{
+    (void)state;
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],";
+    char body[512];
+    snprintf(body, sizeof(body), "%s\"temprature\":0}", chat);
+    assert_refused(DRAY_SRV_CHAT, body, "temprature", "Unrecognized request argument supplied: temprature");
+    snprintf(body, sizeof(body), "%s\"echo\":false}", chat); /* a text completion's field */
+    assert_refused(DRAY_SRV_CHAT, body, "echo", "POST /v1/completions takes it");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"messages\":[]}", "messages",
+                   "Unrecognized request argument supplied: messages (POST /v1/chat/completions takes it");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true,"
+                   "\"continuous_usage_stats\":true}}", "stream_options.continuous_usage_stats",
+                   "Unrecognized request argument supplied");
+    /* fields dray knows and never honours say why */
+    snprintf(body, sizeof(body), "%s\"parallel_tool_calls\":false}", chat);
+    assert_refused(DRAY_SRV_CHAT, body, "parallel_tool_calls", "function calling");
+    snprintf(body, sizeof(body), "%s\"prediction\":{\"type\":\"content\",\"content\":\"x\"}}", chat);
+    assert_refused(DRAY_SRV_CHAT, body, "prediction", "predicted outputs");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix", "not supported");
+    /* null is "not given", for any key: clients send it for unset fields */
+    snprintf(body, sizeof(body), "%s\"stop\":null,\"logit_bias\":null,\"tools\":null,\"n\":null,"
+             "\"response_format\":null,\"parallel_tool_calls\":null,\"seed\":null,\"no_such\":null,"
+             "\"stream_options\":{\"include_usage\":null,\"other\":null}}", chat);
+    assert_accepted(DRAY_SRV_CHAT, body);
+}
+
+static void test_sampling_fields_are_read(void **state)
+{
+    (void)state;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"frequency_penalty\":0.5,\"presence_penalty\":-1,"
+              "\"repetition_penalty\":1.25,\"logit_bias\":{\"5\":-100,\"17\":2.5},\"stop_token_ids\":[1,106],"
+              "\"ignore_eos\":true,\"min_tokens\":3,\"max_tokens\":8}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_true(q.gen.frequency_penalty == 0.5f && q.gen.presence_penalty == -1.0f);
+    assert_true(q.gen.repeat_penalty == 1.25f);
+    assert_int_equal(q.gen.n_logit_bias, 2);
+    assert_int_equal(q.gen.logit_bias[0].id, 5);
+    assert_true(q.gen.logit_bias[0].bias == -100.0f);
+    assert_int_equal(q.gen.logit_bias[1].id, 17);
+    assert_true(q.gen.logit_bias[1].bias == 2.5f);
+    assert_int_equal(q.gen.n_stop_ids, 2);
+    assert_int_equal(q.gen.stop_ids[1], 106);
+    assert_true(q.gen.ignore_eos);
+    assert_int_equal(q.gen.min_tokens, 3);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 262144, &e), 0);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 106, &e), -1); /* 106 is past the end */
+    assert_string_equal(e.param, "stop_token_ids");
+    assert_int_equal(dray_srv_request_check_vocab(&q, 10, &e), -1);
+    assert_string_equal(e.param, "logit_bias");
+    assert_contains(e.message, "token 17");
+    dray_srv_request_free(&q);
+    /* absent: off, and repetition_penalty the config's */
+    cfg.repeat_penalty = 1.1f;
+    if (parse(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_true(q.gen.frequency_penalty == 0 && q.gen.presence_penalty == 0 && q.gen.repeat_penalty == 1.1f);
+    assert_true(q.gen.n_logit_bias == 0 && q.gen.n_stop_ids == 0 && !q.gen.ignore_eos && q.gen.min_tokens == 0);
+    dray_srv_request_free(&q);
+}
+
+static void test_sampling_fields_out_of_range_are_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fields, *param, *msg;
+    } cases[] = {
+        {"\"frequency_penalty\":2.5", "frequency_penalty", "between -2 and 2, got 2.5"},
+        {"\"presence_penalty\":\"x\"", "presence_penalty", "must be a number"},
+        {"\"repetition_penalty\":0", "repetition_penalty", "greater than 0"},
+        {"\"repetition_penalty\":3", "repetition_penalty", "between 0 and 2"},
+        {"\"logit_bias\":[1]", "logit_bias", "must be an object"},
+        {"\"logit_bias\":{\"abc\":1}", "logit_bias", "keys must be token ids"},
+        {"\"logit_bias\":{\"-1\":1}", "logit_bias", "keys must be token ids"},
+        {"\"logit_bias\":{\"5\":101}", "logit_bias", "between -100 and 100"},
+        {"\"logit_bias\":{\"5\":\"up\"}", "logit_bias", "got a string"},
+        {"\"stop_token_ids\":7", "stop_token_ids", "must be an array"},
+        {"\"stop_token_ids\":[1,\"2\"]", "stop_token_ids", "stop_token_ids[1] must be a token id"},
+        {"\"ignore_eos\":1", "ignore_eos", "true or false"},
+        {"\"min_tokens\":-1", "min_tokens", "between 0 and"},
+        {"\"max_tokens\":8,\"min_tokens\":9", "min_tokens", "(9) is more than max_tokens (8)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"prompt\":\"a\",%s}", cases[i].fields);
+        assert_refused(DRAY_SRV_COMPLETION, body, cases[i].param, cases[i].msg);
+    }
+}
+
+/* What dray parses but cannot honour is refused naming the field; the values
+ * that ask for what it does anyway pass. */
+static void test_what_cannot_be_honoured_is_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fields, *param, *msg; /* param NULL: accepted */
+    } cases[] = {
+        {"\"response_format\":{\"type\":\"text\"}", NULL, NULL},
+        {"\"response_format\":{\"type\":\"json_object\"}", "response_format", "structured output"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "response_format", "not supported"},
+        {"\"response_format\":{\"type\":\"xml\"}", "response_format", "got \"xml\""},
+        {"\"response_format\":\"text\"", "response_format", "must be an object"},
+        {"\"tool_choice\":\"none\"", NULL, NULL},
+        {"\"tool_choice\":\"auto\"", "tool_choice", "function calling"},
+        {"\"tools\":[]", NULL, NULL},
+        {"\"tools\":[{\"type\":\"function\"}]", "tools", "not supported"},
+        {"\"n\":1", NULL, NULL},
+        {"\"n\":3", "n", "must be 1"},
+        {"\"logprobs\":false,\"top_logprobs\":0", NULL, NULL},
+        {"\"logprobs\":true", "logprobs", "not supported"},
+        {"\"top_logprobs\":2", "top_logprobs", "must be 0"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}",
+                 cases[i].fields);
+        if (cases[i].param)
+            assert_refused(DRAY_SRV_CHAT, body, cases[i].param, cases[i].msg);
+        else
+            assert_accepted(DRAY_SRV_CHAT, body);
+    }
+}
+
+/* vLLM's /tokenize and /detokenize bodies */
+static void test_tokenize_bodies(void **state)
+{
+    (void)state;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(DRAY_SRV_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hi there\"}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_string_equal(q.prompt, "hi there");
+    assert_string_equal(q.model, "m");
+    assert_true(q.add_special_tokens);
+    dray_srv_request_free(&q);
+    if (parse(DRAY_SRV_TOKENIZE, "{\"prompt\":\"x\",\"add_special_tokens\":false}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_false(q.add_special_tokens);
+    dray_srv_request_free(&q);
+    if (parse(DRAY_SRV_TOKENIZE, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+              "\"add_generation_prompt\":false,\"add_special_tokens\":false}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_null(q.prompt);
+    assert_int_equal(q.n_msgs, 1);
+    assert_false(q.add_generation_prompt);
+    dray_srv_request_free(&q);
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"prompt\":\"a\",\"messages\":[]}", "messages", "not both");
+    assert_refused(DRAY_SRV_TOKENIZE, "{}", "prompt", "is required");
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"prompt\":\"a\",\"add_generation_prompt\":true}",
+                   "add_generation_prompt", "applies to 'messages'");
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                   "\"add_special_tokens\":true}", "add_special_tokens", "the chat template");
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"prompt\":\"a\",\"max_tokens\":3}", "max_tokens",
+                   "Unrecognized request argument supplied: max_tokens");
+
+    if (parse(DRAY_SRV_DETOKENIZE, "{\"tokens\":[2,105,0]}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_int_equal(q.n_tokens, 3);
+    assert_int_equal(q.tokens[1], 105);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 106, &e), 0);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 105, &e), -1);
+    assert_string_equal(e.param, "tokens");
+    assert_contains(e.message, "tokens[1] is 105");
+    dray_srv_request_free(&q);
+    assert_accepted(DRAY_SRV_DETOKENIZE, "{\"tokens\":[]}");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{}", "tokens", "is required");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{\"tokens\":\"12\"}", "tokens", "must be an array");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{\"tokens\":[1,-2]}", "tokens", "tokens[1] must be a token id");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{\"tokens\":[1],\"prompt\":\"a\"}", "prompt",
+                   "POST /v1/completions takes it");
+}
+
 static json_t *load(const char *text)
 {
     json_error_t je;
@@ -334,14 +520,88 @@ static void test_sse_text_stream_and_error_event(void **state)
 static void test_models_body(void **state)
 {
     (void)state;
-    char *text = dray_srv_models_json("gemma-3-270m-q4_k_m", 9);
+    struct dray_srv_models m;
+    char err[256];
+    assert_int_equal(dray_srv_models_init(&m, "", "gemma-3-270m-q4_k_m", 1024, 9, err, sizeof(err)), 0);
+    char *text = dray_srv_models_json(&m);
     json_t *j = load(text);
-    json_t *m = json_array_get(json_object_get(j, "data"), 0);
+    json_t *d = json_object_get(j, "data"), *o = json_array_get(d, 0);
     assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
-    assert_string_equal(json_string_value(json_object_get(m, "id")), "gemma-3-270m-q4_k_m");
-    assert_string_equal(json_string_value(json_object_get(m, "object")), "model");
+    assert_int_equal(json_array_size(d), 1);
+    assert_string_equal(json_string_value(json_object_get(o, "id")), "gemma-3-270m-q4_k_m");
+    assert_string_equal(json_string_value(json_object_get(o, "object")), "model");
+    assert_int_equal(json_integer_value(json_object_get(o, "max_model_len")), 1024);
+    assert_int_equal(json_integer_value(json_object_get(o, "created")), 9);
     json_decref(j);
     free(text);
+}
+
+static void test_tokenize_response_bodies(void **state)
+{
+    (void)state;
+    int32_t ids[3] = {2, 9259, 1};
+    char *text = dray_srv_tokens_json(ids, 3, 1024);
+    json_t *j = load(text), *t = json_object_get(j, "tokens");
+    assert_int_equal(json_array_size(t), 3);
+    assert_int_equal(json_integer_value(json_array_get(t, 1)), 9259);
+    assert_int_equal(json_integer_value(json_object_get(j, "count")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 1024);
+    json_decref(j);
+    free(text);
+    text = dray_srv_detokenized_json("Hi \"you\"", 8);
+    j = load(text);
+    assert_string_equal(json_string_value(json_object_get(j, "prompt")), "Hi \"you\"");
+    json_decref(j);
+    free(text);
+}
+
+/* served_model_name: a list of names; the first is reported, any of them or
+ * the file's name is accepted, anything else is 404 naming `model`. */
+static void test_served_model_names(void **state)
+{
+    (void)state;
+    struct dray_srv_models m;
+    struct dray_srv_error e;
+    char err[256];
+    assert_int_equal(dray_srv_models_init(&m, " gpt-4o-mini , org/gemma-270m", "gemma-3-270m-q4_k_m",
+                                          2048, 9, err, sizeof(err)), 0);
+    assert_int_equal(m.n, 2);
+    assert_string_equal(m.name[0], "gpt-4o-mini");
+    assert_string_equal(m.name[1], "org/gemma-270m");
+    const char *ok[] = {NULL, "gpt-4o-mini", "org/gemma-270m", "gemma-3-270m-q4_k_m"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        assert_int_equal(dray_srv_check_model(&m, ok[i], &e), 0);
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(dray_srv_check_model(&m, "gpt-4", &e), -1);
+    assert_int_equal(e.status, 404);
+    assert_string_equal(e.code, "model_not_found");
+    assert_string_equal(e.param, "model");
+    assert_contains(e.message, "this server runs 'gpt-4o-mini'");
+
+    char *text = dray_srv_models_json(&m);
+    json_t *j = load(text), *d = json_object_get(j, "data");
+    assert_int_equal(json_array_size(d), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(d, 0), "id")), "gpt-4o-mini");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(d, 1), "root")),
+                        "gemma-3-270m-q4_k_m");
+    json_decref(j);
+    free(text);
+    /* GET /v1/models/{id}: the object of that name, 404 for others */
+    text = dray_srv_model_json(&m, "org/gemma-270m", &e);
+    j = load(text);
+    assert_string_equal(json_string_value(json_object_get(j, "id")), "org/gemma-270m");
+    assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 2048);
+    json_decref(j);
+    free(text);
+    assert_null(dray_srv_model_json(&m, "nope", &e));
+    assert_int_equal(e.status, 404);
+
+    assert_int_equal(dray_srv_models_init(&m, "a,,b", "f", 1, 0, err, sizeof(err)), -1);
+    assert_contains(err, "name 2 is empty");
+    assert_int_equal(dray_srv_models_init(&m, "a,", "f", 1, 0, err, sizeof(err)), -1);
+    assert_int_equal(dray_srv_models_init(&m, "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "f", 1, 0,
+                                          err, sizeof(err)), -1);
+    assert_contains(err, "at most 16 names");
 }
 
 static void test_api_key(void **state)
@@ -376,11 +636,6 @@ static void test_size_limits(void **state)
     assert_string_equal(e.param, "prompt");
     assert_int_not_equal(dray_srv_check_prompt(6, 5, 100, "messages", &e), 0);
     assert_contains(e.message, "the prompt is 6 tokens; this server accepts at most 5");
-    assert_int_equal(dray_srv_check_model(NULL, "g", &e), 0);
-    assert_int_equal(dray_srv_check_model("g", "g", &e), 0);
-    assert_int_not_equal(dray_srv_check_model("gpt-4", "g", &e), 0);
-    assert_int_equal(e.status, 404);
-    assert_string_equal(e.code, "model_not_found");
 }
 
 /* The value of the sample line that starts with `series ` (exactly), or -1. */
@@ -561,11 +816,18 @@ int main(void)
         cmocka_unit_test_setup(test_malformed_bodies_are_refused, setup),
         cmocka_unit_test_setup(test_wrong_types_and_ranges_are_refused, setup),
         cmocka_unit_test_setup(test_too_many_messages, setup),
+        cmocka_unit_test_setup(test_unknown_fields_are_refused_by_name, setup),
+        cmocka_unit_test_setup(test_sampling_fields_are_read, setup),
+        cmocka_unit_test_setup(test_sampling_fields_out_of_range_are_refused, setup),
+        cmocka_unit_test_setup(test_what_cannot_be_honoured_is_refused, setup),
+        cmocka_unit_test_setup(test_tokenize_bodies, setup),
         cmocka_unit_test_setup(test_error_body_has_openai_shape, setup),
         cmocka_unit_test_setup(test_completion_bodies, setup),
         cmocka_unit_test_setup(test_sse_chat_stream, setup),
         cmocka_unit_test_setup(test_sse_text_stream_and_error_event, setup),
         cmocka_unit_test_setup(test_models_body, setup),
+        cmocka_unit_test_setup(test_served_model_names, setup),
+        cmocka_unit_test_setup(test_tokenize_response_bodies, setup),
         cmocka_unit_test_setup(test_api_key, setup),
         cmocka_unit_test_setup(test_size_limits, setup),
         cmocka_unit_test_setup(test_metrics_page, setup),

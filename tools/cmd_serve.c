@@ -21,8 +21,11 @@ static void usage(void)
            "                        see docs/server.md)\n"
            "  --api-key KEY         require 'Authorization: Bearer KEY' (config key api_key;\n"
            "                        or $DRAY_API_KEY, which keeps the key out of ps)\n"
+           "  --served-model-name N[,N...]  the model's names for clients (config key\n"
+           "                        served_model_name; default the GGUF file's name)\n"
            "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
-           "GET /health, GET /metrics. SIGINT/SIGTERM drain and exit 0.\n");
+           "GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /health, GET /metrics.\n"
+           "SIGINT/SIGTERM drain and exit 0.\n");
     dray_cli_help();
 }
 
@@ -69,7 +72,7 @@ static int serve(const struct dray_config *cfg)
 static const struct {
     const char *flag, *key;
 } flags[] = {{"--host", "host"}, {"--port", "port"}, {"--replicas", "replicas"},
-                 {"--api-key", "api_key"}};
+                 {"--api-key", "api_key"}, {"--served-model-name", "served_model_name"}};
 
 int dray_cmd_serve(int argc, char **argv)
 {

@@ -124,6 +124,8 @@ struct dray_config {
     uint32_t port;
     uint32_t replicas;
     char api_key[256];        /* "" = no key; else requests need Authorization: Bearer KEY */
+    char served_model_name[1024]; /* "" = the GGUF file's name; else comma-separated names
+                               * requests may use, the first the one responses report */
     uint64_t max_body;        /* bytes of a request body; larger -> 413 */
     uint32_t max_queue;       /* requests waiting beyond the running ones; more -> 429 */
     uint32_t max_messages;    /* messages per chat request */
@@ -188,6 +190,18 @@ void dray_engine_rescore_stats(const struct dray_engine *e, uint64_t *rows, uint
  * parse_special turns "<start_of_turn>" etc. into their ids. *ids is malloc'd. */
 int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add_bos,
                          bool parse_special, int32_t **ids, size_t *n, char *err, size_t errlen);
+/* The text of ids (control tokens such as BOS stand for no text), malloc'd and
+ * NUL-terminated in *text, *len bytes. DRAY_EINVAL naming an id outside the
+ * vocabulary. */
+int dray_engine_detokenize(const struct dray_engine *e, const int32_t *ids, size_t n, char **text,
+                           size_t *len, char *err, size_t errlen);
+
+/* A bias added to one token's logit before sampling (OpenAI's logit_bias);
+ * -INFINITY bans the token. */
+struct dray_logit_bias {
+    int32_t id;
+    float bias;
+};
 
 struct dray_gen_params {
     float temperature;        /* 0 = greedy */
@@ -199,6 +213,18 @@ struct dray_gen_params {
     uint32_t max_tokens;      /* new tokens at most */
     const char *const *stop;  /* stop strings (not emitted), n_stop of them */
     uint32_t n_stop;
+    /* OpenAI's penalties over the tokens generated so far (0 = off): a token's logit
+     * loses count * frequency_penalty + (count > 0) * presence_penalty */
+    float frequency_penalty, presence_penalty;
+    const struct dray_logit_bias *logit_bias; /* n_logit_bias of them (copied); ids < n_vocab */
+    uint32_t n_logit_bias;
+    const int32_t *stop_ids;  /* tokens that end generation like end-of-generation does: finish
+                               * "stop", not emitted (copied); n_stop_ids of them, ids < n_vocab */
+    uint32_t n_stop_ids;
+    bool ignore_eos;          /* the end-of-generation tokens are never sampled: generation runs
+                               * to max_tokens (or a stop string / stop id) */
+    uint32_t min_tokens;      /* end-of-generation and stop_ids are not sampled before this many
+                               * tokens were generated */
 };
 void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_params *p);
 
@@ -213,7 +239,8 @@ struct dray_gen_stats {
     uint32_t n_prefilled;     /* computed in prefill */
     uint32_t n_generated;
     double prefill_s, decode_s;
-    const char *stop_reason;  /* "eog", "stop string", "max tokens", "context full", "caller" */
+    const char *stop_reason;  /* "eog", "stop id", "stop string", "max tokens", "context full",
+                               * "caller" */
 };
 
 /* A session is one sequence whose KV lives across calls: a chat keeps one

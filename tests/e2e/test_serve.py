@@ -22,6 +22,7 @@ import urllib.request
 import openai
 
 KEY = "test-key-7f3a"
+NAMES = ["dray-e2e", "org/alias-270m"]  # served_model_name: what clients call the model
 PROMPTS = [
     "Once upon a time", "The capital of France is", "def fibonacci(n):", "My favourite colour is",
     "In 1969, the first", "The recipe calls for", "Water boils at", "The quick brown fox",
@@ -42,7 +43,9 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [dray, "serve", "--model", model, "--port", str(self.port),
                "-t", "2", "-c", "1024", "--set", "max_seqs=16", "--set", "max_prompt_tokens=200",
-               "--set", "max_completion_tokens=64", "--set", "shutdown_grace=5"]
+               "--set", "max_completion_tokens=64", "--set", "shutdown_grace=5",
+               "--served-model-name", ",".join(NAMES)]
+        self.file_id = os.path.basename(model)[:-len(".gguf")]
         print("starting:", " ".join(cmd))
         # the key comes from the environment (--api-key would show it in ps)
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
@@ -59,6 +62,11 @@ class Server:
             self.log.append(line)
             if "listening on" in line:
                 self.ready.set()
+
+    def json(self, path, body):
+        """(status, decoded JSON) of a POST with the key."""
+        st, _, data = self.raw("POST", path, body)
+        return st, json.loads(data)
 
     def raw(self, method, path, body=None, key=KEY, headers=None):
         """(status, headers, body bytes) of one plain HTTP request."""
@@ -90,7 +98,7 @@ def expect_error(srv, status, body, code=None, param=None, key=KEY, path="/v1/ch
 
 def test_basics(cli, model):
     ids = [m.id for m in cli.models.list().data]
-    check(ids == [model], f"/v1/models lists {ids}")
+    check(ids == NAMES and model == NAMES[0], f"/v1/models lists the served names {ids}")
     r = cli.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hello."}],
                                     max_tokens=8, temperature=0)
     c = r.choices[0]
@@ -165,6 +173,117 @@ def test_errors(srv, cli, model):
         check(False, "a too long prompt is refused")
     except openai.BadRequestError as e:
         check(e.code == "context_length_exceeded", f"a too long prompt gets 400: {e.message}")
+
+
+def test_models(srv, cli, model):
+    st, _, data = srv.raw("GET", "/v1/models")
+    listed = json.loads(data)["data"]
+    check(all(m["max_model_len"] == 1024 and m["root"] == srv.file_id for m in listed),
+          "each model object reports max_model_len (the context) and the file as root")
+    for name in NAMES + [srv.file_id]:
+        check(cli.models.retrieve(name).id == name, f"GET /v1/models/{name} (models.retrieve)")
+        r = cli.completions.create(model=name, prompt="Hello", max_tokens=2, temperature=0)
+        check(r.model == NAMES[0], f"a request naming {name!r} is served, reported as {r.model!r}")
+    try:
+        cli.models.retrieve("gpt-4o")
+        check(False, "an unknown model id is refused")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404 and e.code == "model_not_found", "GET /v1/models/gpt-4o gets 404")
+    try:
+        cli.completions.create(model="dray-e2e-typo", prompt="Hello", max_tokens=2)
+        check(False, "an unknown model name is refused")
+    except openai.NotFoundError as e:
+        check(e.param == "model", f"an unknown model name gets 404 naming 'model': {e.message}")
+
+
+def test_fields(srv, cli, model):
+    msgs = [{"role": "user", "content": "hi"}]
+    for body, param in [({"messages": msgs, "frequncy_penalty": 1}, "frequncy_penalty"),
+                        ({"messages": msgs, "parallel_tool_calls": False}, "parallel_tool_calls"),
+                        ({"messages": msgs, "response_format": {"type": "json_object"}}, "response_format"),
+                        ({"messages": msgs, "tool_choice": "auto"}, "tool_choice"),
+                        ({"messages": msgs, "logit_bias": {"99999999": -100}}, "logit_bias"),
+                        ({"messages": msgs, "stop_token_ids": [99999999]}, "stop_token_ids"),
+                        ({"messages": msgs, "presence_penalty": 2.5}, "presence_penalty")]:
+        expect_error(srv, 400, body, param=param)
+    st, hdr, data = srv.raw("POST", "/v1/completions", {"prompt": "a", "echoo": True})
+    check(json.loads(data)["error"]["message"] == "Unrecognized request argument supplied: echoo",
+          "an unknown field gets OpenAI's message")
+    try:
+        cli.chat.completions.create(model=model, messages=msgs, max_tokens=2, extra_body={"bogus": 1})
+        check(False, "the openai client's extra field is refused")
+    except openai.BadRequestError as e:
+        check(e.param == "bogus", f"openai.BadRequestError names the field: {e.message}")
+    # null is "not given": clients send it for fields they leave unset
+    st, _ = srv.json("/v1/chat/completions", {"messages": msgs, "max_tokens": 2, "stop": None, "n": None,
+                                              "logit_bias": None, "tools": None, "seed": None, "nope": None})
+    check(st == 200, "fields set to null are taken as absent")
+    r = cli.chat.completions.create(model=model, messages=msgs, max_tokens=2, stop=None,
+                                    response_format={"type": "text"}, tool_choice="none")
+    check(r.choices[0].finish_reason in ("stop", "length"), "response_format text and tool_choice none pass")
+
+
+def completion(cli, model, prompt, n, **extra):
+    r = cli.completions.create(model=model, prompt=prompt, max_tokens=n, temperature=0, extra_body=extra)
+    return r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens
+
+
+def test_sampling_fields(srv, cli, model):
+    plain = completion(cli, model, "Once upon a time", 16)[0]
+    for field, value in [("frequency_penalty", 1.5), ("presence_penalty", 1.5), ("repetition_penalty", 1.5)]:
+        text = completion(cli, model, "Once upon a time", 16, **{field: value})[0]
+        check(text != plain, f"{field} {value} changes the greedy text {plain!r} to {text!r}")
+    # logit_bias: the greedy first token pushed down gives another first token
+    first = completion(cli, model, "The capital of France is", 1)[0]
+    tok = srv.json("/tokenize", {"prompt": first, "add_special_tokens": False})[1]["tokens"][0]
+    other = completion(cli, model, "The capital of France is", 1, logit_bias={str(tok): -100})[0]
+    check(other != first, f"logit_bias -100 on token {tok} ({first!r}) gives {other!r}")
+    # stop_token_ids: the first token of the reply not seen before it ends the reply there
+    full = completion(cli, model, "The capital of France is", 8)[0]
+    ids = srv.json("/tokenize", {"prompt": full, "add_special_tokens": False})[1]["tokens"]
+    i = next(i for i in range(1, len(ids)) if ids[i] not in ids[:i])
+    text, finish, n = completion(cli, model, "The capital of France is", 8, stop_token_ids=[ids[i]])
+    check(finish == "stop" and n == i and full.startswith(text) and len(text) < len(full),
+          f"stop_token_ids [{ids[i]}] ends {full!r} after {i} tokens: {text!r}")
+    # ignore_eos and min_tokens, on a reply made to end at once: the end of turn pushed up
+    turn = srv.json("/tokenize", {"messages": [{"role": "user", "content": "Hi"}],
+                                  "add_generation_prompt": False})[1]["tokens"]
+    eot = turn[-2]  # the template's end of turn, then "\n"
+    msgs = [{"role": "user", "content": "Hi"}]
+    def chat(**extra):
+        r = cli.chat.completions.create(model=model, messages=msgs, max_tokens=6, temperature=0,
+                                        extra_body=dict(logit_bias={str(eot): 100}, **extra))
+        return r.choices[0].finish_reason, r.usage.completion_tokens
+    check(chat() == ("stop", 0), f"the end of turn ({eot}) at +100 ends the reply at once")
+    check(chat(ignore_eos=True) == ("length", 6), "ignore_eos runs on to max_tokens")
+    check(chat(min_tokens=3) == ("stop", 3), "min_tokens 3 holds the end back for 3 tokens")
+
+
+def test_tokenize(srv, cli, model):
+    text = "Hello world, how are you?"
+    st, t = srv.json("/tokenize", {"model": NAMES[1], "prompt": text})
+    check(st == 200 and t["count"] == len(t["tokens"]) and t["max_model_len"] == 1024,
+          f"/tokenize: {t}")
+    bare = srv.json("/tokenize", {"prompt": text, "add_special_tokens": False})[1]
+    check(bare["tokens"] == t["tokens"][1:], "add_special_tokens false leaves out BOS")
+    st, d = srv.json("/detokenize", {"tokens": t["tokens"]})
+    check(st == 200 and d["prompt"] == text, f"/detokenize gives the text back: {d}")
+    r = cli.completions.create(model=model, prompt=text, max_tokens=1)
+    check(r.usage.prompt_tokens == t["count"], "a prompt's count is what /v1/completions counts")
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+    m = srv.json("/tokenize", {"messages": msgs})[1]
+    r = cli.chat.completions.create(model=model, messages=msgs, max_tokens=1)
+    check(r.usage.prompt_tokens == m["count"], "messages' count is what /v1/chat/completions counts")
+    expect_error(srv, 400, {"tokens": [1, 99999999]}, param="tokens", path="/detokenize")
+    expect_error(srv, 400, {"prompt": "a", "max_tokens": 4}, param="max_tokens", path="/tokenize")
+    expect_error(srv, 404, {"model": "gpt-4o", "prompt": "a"}, param="model", path="/tokenize")
+    expect_error(srv, 401, {"prompt": "a"}, code="invalid_api_key", key=None, path="/tokenize")
+    ok = 'dray_http_requests_total{code="200"}'
+    before = metrics(srv)[ok]
+    srv.json("/tokenize", {"prompt": "a"})
+    srv.json("/detokenize", {"tokens": [2]})
+    check(metrics(srv)[ok] == before + 3, "/tokenize and /detokenize count in /metrics (as does /metrics)")
+    check(re.search(r"POST /tokenize 200 ", "".join(srv.log)), "and have their log line")
 
 
 def test_concurrent(cli, model):
@@ -264,7 +383,9 @@ def main():
         model = cli.models.list().data[0].id
         steps = [lambda: test_basics(cli, model), lambda: test_stop(cli, model),
                  lambda: test_stream(cli, model), lambda: test_seed(cli, model),
-                 lambda: test_errors(srv, cli, model), lambda: test_concurrent(cli, model),
+                 lambda: test_errors(srv, cli, model), lambda: test_models(srv, cli, model),
+                 lambda: test_fields(srv, cli, model), lambda: test_sampling_fields(srv, cli, model),
+                 lambda: test_tokenize(srv, cli, model), lambda: test_concurrent(cli, model),
                  lambda: test_disconnect(srv), lambda: test_curl(srv), lambda: test_shutdown(srv)]
         for step in steps:
             t0 = time.time()
