@@ -6,12 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "dray/dray.h"
 #include "dray/gguf.h"
+#include "cache_file.h"
 #include "error.h"
 #include "log.h"
 
@@ -23,38 +23,6 @@ struct header {
     unsigned char file_hash[16];
     uint64_t file_size, n;
 };
-
-static void file_hash(const struct dray_gguf *g, unsigned char out[16])
-{
-    XXH128_hash_t h = XXH3_128bits(dray_gguf_bytes(g), (size_t)dray_gguf_file_size(g));
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    memcpy(out, c.digest, 16);
-}
-
-/* The cache folder, created if needed; false when the cache is off. */
-static bool cache_dir(char *dir, size_t len)
-{
-    const char *d = getenv("DRAY_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (d && !strcmp(d, "none"))
-        return false;
-    if (d && d[0])
-        snprintf(dir, len, "%s", d);
-    else if (x && x[0])
-        snprintf(dir, len, "%s/dray", x);
-    else if (home && home[0])
-        snprintf(dir, len, "%s/.cache/dray", home);
-    else
-        return false;
-    /* mkdir -p, one level at a time */
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(dir, 0755);
-            *p = '/';
-        }
-    return mkdir(dir, 0755) == 0 || errno == EEXIST;
-}
 
 /* Read and check the file; its scores or NULL with the reason in why. */
 static float *read_scores(FILE *f, const struct header *want, size_t *n, const char **why)
@@ -87,19 +55,14 @@ static float *read_scores(FILE *f, const struct header *want, size_t *n, const c
 void dray_calib_cache_lookup(const struct dray_gguf *g, const char *precision, char *path,
                              size_t path_len, float **scores, size_t *n)
 {
-    char dir[4096];
     struct header want = {.version = DRAY_CALIB_VERSION, .file_size = dray_gguf_file_size(g)};
+    char suffix[96];
     *scores = NULL;
     *n = 0;
-    path[0] = 0;
-    if (!cache_dir(dir, sizeof(dir)))
+    dray_cache_model_hash(g, want.file_hash);
+    snprintf(suffix, sizeof(suffix), "-%s-v%u.bin", precision, DRAY_CALIB_VERSION);
+    if (!dray_cache_path(path, path_len, "calib-", want.file_hash, suffix))
         return;
-    file_hash(g, want.file_hash);
-    int len = snprintf(path, path_len, "%s/calib-", dir);
-    for (int i = 0; i < 16 && len > 0 && (size_t)len + 3 < path_len; i++)
-        len += snprintf(path + len, path_len - (size_t)len, "%02x", want.file_hash[i]);
-    if (len > 0 && (size_t)len < path_len)
-        snprintf(path + len, path_len - (size_t)len, "-%s-v%u.bin", precision, DRAY_CALIB_VERSION);
     FILE *f = fopen(path, "rb");
     if (!f)
         return; /* first start with this model */
@@ -116,7 +79,7 @@ int dray_calib_cache_store(const char *path, const struct dray_gguf *g, const fl
     char tmp[4200];
     struct header h = {.version = DRAY_CALIB_VERSION, .file_size = dray_gguf_file_size(g), .n = n};
     memcpy(h.magic, magic, sizeof(magic));
-    file_hash(g, h.file_hash);
+    dray_cache_model_hash(g, h.file_hash);
     uint64_t sum = XXH3_64bits(scores, n * sizeof(float));
     snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "log.h"
 #include "quant.h"
+#include "round_cache.h"
 #include "dray/backend_util.h"
 
 
@@ -75,6 +76,9 @@ struct prep {
     const int32_t *outliers;
     uint32_t n_outlier;
     bool group_rows;   /* DRAY_I8G32_ROWS */
+    /* a 4-bit rounding of a wider tensor: its cache, and whether it had the rows */
+    struct dray_round_cache *round;
+    bool round_hit;
 };
 
 uint64_t dray_rope_pair_row(uint64_t r, uint32_t head_dim)
@@ -94,7 +98,7 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
     uint64_t k = t->ne[0], rows = t->ne[1];
     for (uint64_t r = 0; r < rows; r += SLAB_ROWS) {
         uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS;
-        for (uint64_t i = 0; i < n; i++) {
+        for (uint64_t i = 0; i < n && !p->round_hit; i++) { /* a cache hit needs no source rows */
             uint64_t src = dray_rope_pair_row(r + i, pair_hd);
             int rc = (dtype == DRAY_Q4G32 || dtype == DRAY_Q4G32H) && dray_ggml_is_4bit(t->type) /* the file's own codes */
                          ? dray_gguf_tensor_row_q4g(t, src, (uint8_t *)p->q + i * (k / 2), p->sc + i * (k / 16))
@@ -121,10 +125,14 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k), sf = dray_util_wscale_floats(dtype, (uint32_t)k);
             if (dtype == DRAY_Q8G32)
                 dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
+            else if (p->round_hit)
+                dray_round_cache_get(p->round, r, n, (uint8_t *)p->q, p->sc);
             else if (dtype == DRAY_Q4G32 && !dray_ggml_is_4bit(t->type)) /* DRAY_Q4G32_ROUND: rounds a wider file */
                 dray_quantize_rows_q4g(p->f32, n, k, (uint8_t *)p->q, p->sc);
             else if (dtype == DRAY_Q4G32H && !dray_ggml_is_4bit(t->type)) /* the same, fitted to f16 d and m */
                 dray_quantize_rows_q4gh(p->f32, n, k, (uint8_t *)p->q, p->sc);
+            if (p->round && !p->round_hit)
+                dray_round_cache_put(p->round, r, n, (uint8_t *)p->q, p->sc);
             /* rows and row are multiples of 16 here, so the slab's blocks are
              * contiguous in the device layout at the same byte offset */
             dray_grouped_interleave(dtype, n, k, p->q, p->sc, p->qi, p->sci);
@@ -257,6 +265,10 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
                            parts[0]->name, (unsigned long long)k - 1);
             goto out;
         }
+    /* the 4-bit rounding of a wider tensor is slow and always the same: cached */
+    if ((dtype == DRAY_Q4G32 || dtype == DRAY_Q4G32H) && n_parts == 1 && !(pair_hd && pair_hd[0]) &&
+        !dray_ggml_is_4bit(parts[0]->type))
+        p.round = dray_round_cache_open(parts[0], dtype, &p.round_hit);
     rc = alloc_weight(dev, out, parts[0]->name, err, errlen);
     uint32_t row0 = 0;
     for (uint32_t i = 0; i < n_parts && !rc; i++) {
@@ -273,6 +285,7 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
                       dev->ops->name, dev->ops->last_error(dev->ctx));
     }
 out:
+    dray_round_cache_close(p.round); /* commits only a file with every row */
     free(p.f32);
     free(p.q);
     free(p.qi);
