@@ -21,7 +21,7 @@ declare -A srcs=(
   [gguf]="core/gguf.c core/ggml_types.c core/dequant.c core/error.c core/log.c"
   [config]="core/config.c core/config_print.c core/error.c core/log.c"
   [tokenizer]="core/tokenizer.c core/tokenizer_bpe.c core/utf8.c core/gguf.c core/ggml_types.c tests/gguf_write.c core/dequant.c core/error.c core/log.c"
-  [request]="server/request.c server/apierr.c core/config.c core/config_print.c core/error.c core/log.c"
+  [request]="server/request.c server/fields.c server/jfield.c server/sampling.c server/apierr.c core/config.c core/config_print.c core/error.c core/log.c"
 )
 declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm" [request]="-ljansson -lyaml -lm")
 # Longest input: headers and configs are small; the tokenizer takes MiBs so that
@@ -48,7 +48,7 @@ run() { # TARGET SECONDS
   local t="$1" s="$2"
   local dir="$work/$t"
   mkdir -p "$dir/corpus" "$dir/artifacts"
-  build "$t"
+  build "$t" || { echo "fuzz $t: FAILED to build (the compiler's message is above)"; return 1; }
   local log="$dir/fuzz.log"
   local rc=0
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
