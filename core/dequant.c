@@ -230,6 +230,36 @@ int dray_gguf_tensor_row_f32(const struct dray_gguf_tensor *t, uint64_t r, float
     return dray_dequant_row(t->type, (const uint8_t *)t->data + r * stride, dst, t->ne[0]);
 }
 
+/* ------------------------------------------------------------ 8-bit groups */
+
+int dray_gguf_tensor_row_q8g(const struct dray_gguf_tensor *t, uint64_t r, int8_t *q, float *scale)
+{
+    if (t->type != DRAY_GGML_Q8_0 || t->ne[0] == 0 || t->ne[0] % 32 || r >= dray_gguf_tensor_nelems(t) / t->ne[0])
+        return DRAY_ENOTSUP;
+    const uint8_t *b = (const uint8_t *)t->data + r * (t->ne[0] / 32) * 34;
+    for (uint64_t g = 0; g < t->ne[0] / 32; g++, b += 34) {
+        float d = rd_half(b);
+        int amax = 0;
+        for (int e = 0; e < 32; e++) {
+            int v = (int8_t)b[2 + e];
+            amax = v < 0 ? (-v > amax ? -v : amax) : (v > amax ? v : amax);
+        }
+        if (amax == 0 || d == 0.0f) { /* max|w| = 0: scale 0, codes 0 */
+            scale[g] = 0.0f;
+            memset(q + g * 32, 0, 32);
+            continue;
+        }
+        /* 127 |d| and q d are exact in f32 (11 + 7 bits), so the rule's scale
+         * is |d| and its codes are +-q; any other block takes the f32 road */
+        if (amax != 127 || !(fabsf(d) < INFINITY))
+            return DRAY_ENOTSUP;
+        scale[g] = fabsf(d);
+        for (int e = 0; e < 32; e++)
+            q[g * 32 + e] = (int8_t)(d < 0 ? -(int8_t)b[2 + e] : (int8_t)b[2 + e]);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------ 4-bit groups */
 
 /* Pack 32 codes (0..15) the way backend.h's Q4G32 holds a group: byte i has

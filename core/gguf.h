@@ -17,6 +17,13 @@ int dray_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n);
  * value dray_gguf_tensor_row_f32 gives. DRAY_ENOTSUP for other types. */
 int dray_gguf_tensor_row_q4g(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *q, float *dm);
 
+/* Row r of a Q8_0 tensor as dray_quantize_rows_q8g would quantize its f32 values
+ * (codes [ne0], scale [ne0/32]), read straight from the blocks: exact wherever
+ * each block's largest |code| is 127 or the block is zero (llama.cpp's Q8_0
+ * always is), which is checked. DRAY_ENOTSUP for any other block or type:
+ * then take dray_gguf_tensor_row_f32 and the quantizer. */
+int dray_gguf_tensor_row_q8g(const struct dray_gguf_tensor *t, uint64_t r, int8_t *q, float *scale);
+
 /* Row r of a Q5_0 or Q5_1 tensor (dray_ggml_is_5bit) in backend.h's Q5G32
  * codes without loss, row-major: q [ne0/32][20], per group of 32 the 16 bytes of
  * low nibbles (input i low, i+16 high in byte i, as Q4G32) then a little-endian

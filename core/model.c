@@ -96,10 +96,17 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
 {
     const struct dray_ops *ops = dev->ops;
     uint64_t k = t->ne[0], rows = t->ne[1];
+    bool q8g = p->group_rows || dtype == DRAY_Q8G32; /* 8-bit groups: quantized row by row here */
     for (uint64_t r = 0; r < rows; r += SLAB_ROWS) {
         uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS;
         for (uint64_t i = 0; i < n && !p->round_hit; i++) { /* a cache hit needs no source rows */
             uint64_t src = dray_rope_pair_row(r + i, pair_hd);
+            int8_t *q8 = p->q + i * k;
+            float *s8 = p->sc + i * (k / 32);
+            /* Q8_0 blocks are 8-bit groups already: read straight (exactly what the
+             * quantizer would give), else through f32 */
+            if (q8g && dray_gguf_tensor_row_q8g(t, src, q8, s8) == 0)
+                continue;
             int rc = (dtype == DRAY_Q4G32 || dtype == DRAY_Q4G32H) && dray_ggml_is_4bit(t->type) /* the file's own codes */
                          ? dray_gguf_tensor_row_q4g(t, src, (uint8_t *)p->q + i * (k / 2), p->sc + i * (k / 16))
                      : dtype == DRAY_Q5G32 /* every part is 5-bit: its own codes too */
@@ -113,19 +120,18 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
                 return dray_fail(err, errlen, rc, "tensor %s: type %s (%u) cannot be dequantized",
                                  t->name, dray_ggml_type_name(t->type) ? dray_ggml_type_name(t->type) : "unknown",
                                  t->type);
+            if (q8g)
+                dray_quantize_rows_q8g(p->f32 + i * k, 1, k, q8, s8);
         }
         uint64_t row = row0 + r;
         int rc;
         if (p->group_rows) { /* row r's group g is table row r*k/32 + g */
-            dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
             rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * k}, p->q, n * k);
             if (!rc)
                 rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * (k / 32) * 4}, p->sc, n * (k / 32) * 4);
         } else if (dray_util_grouped(dtype)) {
             uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k), sf = dray_util_wscale_floats(dtype, (uint32_t)k);
-            if (dtype == DRAY_Q8G32)
-                dray_quantize_rows_q8g(p->f32, n, k, p->q, p->sc);
-            else if (p->round_hit)
+            if (p->round_hit)
                 dray_round_cache_get(p->round, r, n, (uint8_t *)p->q, p->sc);
             else if (dtype == DRAY_Q4G32 && !dray_ggml_is_4bit(t->type)) /* DRAY_Q4G32_ROUND: rounds a wider file */
                 dray_quantize_rows_q4g(p->f32, n, k, (uint8_t *)p->q, p->sc);

@@ -436,6 +436,47 @@ static void test_q4g_rows_equal_the_dequantized_rows(void **state)
     assert_int_equal(dray_gguf_tensor_row_q4g(&t8, 0, q, dm), DRAY_ENOTSUP);
 }
 
+/* Q8_0 rows read straight as 8-bit groups equal the quantizer's result on their
+ * f32 values, bit for bit, for blocks whose largest |code| is 127 (any d sign,
+ * subnormal halves, zero blocks); another block is refused, never approximated. */
+static void test_q8g_rows_equal_the_quantized_dequantized_rows(void **state)
+{
+    (void)state;
+    enum { NE0 = 256, NROW = 8, G = NE0 / 32 };
+    static uint8_t data[NROW * G * 34];
+    float f[NE0], want_s[G], s[G];
+    int8_t want_q[NE0], q[NE0];
+    dray_test_seed(13);
+    for (int b = 0; b < NROW * G; b++) {
+        uint8_t *blk = data + b * 34;
+        uint16_t h = (uint16_t)(dray_test_rand() % 0x7C00) | (uint16_t)((dray_test_rand() & 1) << 15);
+        put16(blk, b % 11 == 3 ? 0x0000 : b % 13 == 5 ? (uint16_t)(1 + dray_test_rand() % 0x3FF) : h);
+        for (int e = 0; e < 32; e++)
+            blk[2 + e] = (uint8_t)(int8_t)((int)(dray_test_rand() % 255) - 127);
+        if (b % 7 == 2)
+            memset(blk + 2, 0, 32); /* a zero block */
+        else
+            blk[2 + dray_test_rand() % 32] = (uint8_t)(int8_t)(dray_test_rand() & 1 ? 127 : -127);
+    }
+    struct dray_gguf_tensor t = {.name = "t", .type = DRAY_GGML_Q8_0, .n_dims = 2, .ne = {NE0, NROW, 1, 1},
+                                 .nbytes = sizeof(data), .data = data};
+    for (uint64_t r = 0; r < NROW; r++) {
+        assert_int_equal(dray_gguf_tensor_row_f32(&t, r, f), 0);
+        dray_quantize_rows_q8g(f, 1, NE0, want_q, want_s);
+        assert_int_equal(dray_gguf_tensor_row_q8g(&t, r, q, s), 0);
+        assert_memory_equal(q, want_q, sizeof(q));
+        assert_memory_equal(s, want_s, sizeof(s));
+    }
+    /* a block whose codes stop at 100: its grid is not the quantizer's */
+    for (int e = 0; e < 32; e++)
+        data[2 + e] = (uint8_t)(int8_t)(e % 2 ? 100 : -60);
+    assert_int_equal(dray_gguf_tensor_row_q8g(&t, 0, q, s), DRAY_ENOTSUP);
+    data[2] = (uint8_t)(int8_t)-128; /* -128 is past the symmetric range */
+    assert_int_equal(dray_gguf_tensor_row_q8g(&t, 0, q, s), DRAY_ENOTSUP);
+    t.type = DRAY_GGML_Q4_0;
+    assert_int_equal(dray_gguf_tensor_row_q8g(&t, 0, q, s), DRAY_ENOTSUP);
+}
+
 /* The f16-scale 4-bit path (W4A8, DRAY_Q4G32H): Q4_0 and Q4_1 rows with random
  * codes and half scales (normal and subnormal, Q4_1 mins of either sign) go
  * through dray_gguf_tensor_row_q4g and dray_grouped_interleave into backend.h's
@@ -619,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_dequant_f32_f16_bf16_rows),
         cmocka_unit_test(test_dequant_q8_0_block),
         cmocka_unit_test(test_q4g_rows_equal_the_dequantized_rows),
+        cmocka_unit_test(test_q8g_rows_equal_the_quantized_dequantized_rows),
         cmocka_unit_test(test_q4gh_blocks_equal_the_dequantized_rows),
         cmocka_unit_test(test_dequant_q4_0_block),
         cmocka_unit_test(test_dequant_q4_1_block),
