@@ -142,7 +142,8 @@ const struct key dray_config_keys[] = {
     {"top_k", "sampling", "top_k", T_U32, F(top_k), 0, 1 << 20, NULL, 0,
      "keep the k most likely tokens; 0 = off"},
     {"top_p", "sampling", "top_p", T_FLOAT, F(top_p), 0, 1, NULL, 0,
-     "keep the smallest set of tokens whose probability sums to p; 1 = off"},
+     "keep the smallest set of tokens whose probability sums to p; 1 = off, 0 = the most likely "
+     "token only"},
     {"min_p", "sampling", "min_p", T_FLOAT, F(min_p), 0, 1, NULL, 0,
      "drop tokens less likely than min_p × the most likely one; 0 = off"},
     {"repeat_penalty", "sampling", "repeat_penalty", T_FLOAT, F(repeat_penalty), 0.01, 100, NULL, 0,

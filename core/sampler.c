@@ -79,8 +79,8 @@ int dray_sampler_create(const struct dray_sampler_params *p, struct dray_sampler
     if (!(p->temperature >= 0 && isfinite(p->temperature)))
         return dray_fail(err, errlen, DRAY_EINVAL, "sampler: temperature %g, expected >= 0",
                          p->temperature);
-    if (!(p->top_p > 0 && p->top_p <= 1))
-        return dray_fail(err, errlen, DRAY_EINVAL, "sampler: top_p %g, expected in (0, 1]",
+    if (!(p->top_p >= 0 && p->top_p <= 1))
+        return dray_fail(err, errlen, DRAY_EINVAL, "sampler: top_p %g, expected in [0, 1]",
                          p->top_p);
     if (!(p->min_p >= 0 && p->min_p <= 1))
         return dray_fail(err, errlen, DRAY_EINVAL, "sampler: min_p %g, expected in [0, 1]",
@@ -431,8 +431,10 @@ int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_
     penalize(s, logits, n_vocab, history, n_history);
     uint32_t best = argmax(s->work, n_vocab);
     float m = s->work[best];
-    if (s->p.temperature == 0 || isinf(m))
-        return (int32_t)best; /* greedy; or all -inf / an +inf logit: nothing to weigh */
+    /* greedy (top_p 0 keeps only the most likely token, as OpenAI reads it); or
+     * all -inf / an +inf logit: nothing to weigh */
+    if (s->p.temperature == 0 || s->p.top_p == 0 || isinf(m))
+        return (int32_t)best;
     uint32_t k = s->p.top_k && s->p.top_k < n_vocab ? s->p.top_k : 0;
     if (!k && (s->p.top_p < 1 || s->p.min_p > 0))
         return draw_threshold(s, n_vocab, m);

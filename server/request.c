@@ -178,13 +178,20 @@ static int parse_stream(struct dray_srv_request *req, struct dray_srv_error *e)
     if (!json_is_object(so))
         return dray_srv_bad(e, "stream_options", "'stream_options' must be an object, got %s",
                             dray_srv_kind_of(so));
+    bool asks = false; /* a member that is not null: nulls count as absent */
     json_object_foreach(so, key, v) {
         char param[96];
         snprintf(param, sizeof(param), "stream_options.%.60s", key);
         if (!json_is_null(v) && strcmp(key, "include_usage"))
             return dray_srv_bad(e, param, "Unrecognized request argument supplied: %s", param);
+        asks = asks || !json_is_null(v);
     }
-    return dray_srv_get_bool(so, "include_usage", "stream_options.include_usage", &req->include_usage, e);
+    if (dray_srv_get_bool(so, "include_usage", "stream_options.include_usage", &req->include_usage, e))
+        return -1;
+    if (asks && !req->stream) /* as OpenAI answers */
+        return dray_srv_bad(e, "stream_options", "The 'stream_options' parameter is only allowed when "
+                            "'stream' is enabled.");
+    return 0;
 }
 
 static int parse_generation(struct dray_srv_request *req, const struct dray_config *cfg,

@@ -176,6 +176,14 @@ static void test_sampler_top_p_keeps_smallest_prefix_reaching_p(void **state)
     softmax(l, 4, 1.0f, keep, want);
     assert_true(chi2(counts, want, 4, 40000) < crit[2]);
     dray_sampler_free(s);
+
+    /* top_p 0 keeps only the most likely token, as OpenAI reads it */
+    p.top_p = 0.0f;
+    s = make(&p);
+    float l2[4] = {logf(0.3f), logf(0.5f), logf(0.15f), logf(0.05f)};
+    draw_counts(s, l2, 4, 1000, counts);
+    assert_int_equal(counts[1], 1000);
+    dray_sampler_free(s);
 }
 
 static void test_sampler_min_p_drops_tokens_below_fraction_of_max(void **state)
@@ -450,8 +458,9 @@ static void test_sampler_rejects_bad_params(void **state)
     assert_int_equal(dray_sampler_create(&p, &s, err, sizeof(err)), DRAY_EINVAL);
     assert_non_null(strstr(err, "temperature"));
     p = off(1, 1);
-    p.top_p = 0;
+    p.top_p = -0.1f; /* 0 is valid: the most likely token only */
     assert_int_equal(dray_sampler_create(&p, &s, err, sizeof(err)), DRAY_EINVAL);
+    assert_non_null(strstr(err, "top_p"));
     p.top_p = 1;
     p.min_p = 1.5f;
     assert_int_equal(dray_sampler_create(&p, &s, err, sizeof(err)), DRAY_EINVAL);

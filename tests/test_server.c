@@ -83,6 +83,11 @@ static void test_chat_request_fields(void **state)
     assert_string_equal(q.gen.stop[1], "END");
     assert_true(q.stream && q.include_usage);
     dray_srv_request_free(&q);
+    /* top_p 0 is OpenAI's "the most likely token only", not an error */
+    if (parse(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"top_p\":0}", &q, &e))
+        fail_msg("top_p 0: %s", e.message);
+    assert_true(q.gen.top_p == 0.0f);
+    dray_srv_request_free(&q);
 }
 
 static void test_defaults_come_from_config(void **state)
@@ -168,6 +173,11 @@ static void test_wrong_types_and_ranges_are_refused(void **state)
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream\":1}", "stream", "true or false");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":\"y\"}}",
                    "stream_options.include_usage", "true or false");
+    /* stream_options asks about a stream: without one it is refused, as OpenAI does */
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}",
+                   "stream_options", "only allowed when 'stream' is enabled");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream\":false,"
+                   "\"stream_options\":{\"include_usage\":true}}", "stream_options", "only allowed");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"a\",\"\"]}", "stop[1]",
                    "got an empty string");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":7}", "stop", "a string or an array");
