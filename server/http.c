@@ -223,9 +223,32 @@ static const struct route {
     {"/metrics", "GET", false, get_metrics, 0},
 };
 
+/* RFC 9110's methods: another one is not implemented (501), one of these on a
+ * path that takes another is not allowed there (405). */
+static bool known_method(const char *m)
+{
+    static const char *const known[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS",
+                                        "TRACE", "PATCH"};
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (!strcmp(m, known[i]))
+            return true;
+    return false;
+}
+
+static int hex_digit(char ch)
+{
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
 static enum MHD_Result route(struct dray_srv_call *c)
 {
     struct dray_srv_error e;
+    if (!known_method(c->method)) {
+        dray_srv_fail(&e, 501, "invalid_request_error", "not_implemented", NULL,
+                      "method %.32s is not implemented (this server answers GET, HEAD and POST)", c->method);
+        return dray_srv_send_error(c, &e);
+    }
     const char *auth = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     bool open = !strcmp(c->path, "/health"); /* load balancers probe without a key */
     if (!open && dray_srv_check_auth(auth, c->srv->cfg->api_key, &e))
@@ -236,7 +259,9 @@ static enum MHD_Result route(struct dray_srv_call *c)
         if (routes[i].prefix ? strncmp(c->path, routes[i].path, strlen(routes[i].path))
                              : strcmp(c->path, routes[i].path))
             continue;
-        if (strcmp(c->method, routes[i].method)) {
+        /* HEAD is GET without the body (libmicrohttpd leaves the body out) */
+        bool head = !strcmp(c->method, "HEAD") && !strcmp(routes[i].method, "GET");
+        if (!head && strcmp(c->method, routes[i].method)) {
             c->allow = routes[i].method;
             dray_srv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
                           "%s takes %s, not %s", routes[i].path, routes[i].method, c->method);
@@ -252,6 +277,26 @@ static enum MHD_Result route(struct dray_srv_call *c)
 }
 
 /* ------------------------------------------------------------ libmicrohttpd */
+
+/* Percent-decoding of the URL in place, as libmicrohttpd's own does, except that
+ * %00 stays as it is: decoded, "/health%00.json" was the C string "/health". */
+static size_t unescape(void *cls, struct MHD_Connection *mc, char *s)
+{
+    (void)cls;
+    (void)mc;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi, lo;
+        if (r[0] == '%' && (hi = hex_digit(r[1])) >= 0 && (lo = hex_digit(r[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi << 4 | lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
+}
 
 static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection *mc,
                                       const char *url, const char *method)
@@ -339,6 +384,7 @@ int dray_srv_http_start(struct dray_srv *s, char *err, size_t errlen)
                                  MHD_OPTION_CONNECTION_LIMIT, limit,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 120u,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                                  MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {

@@ -156,6 +156,15 @@ def test_errors(srv, cli, model):
         check(e.status_code == 401, "a wrong API key gets 401")
     expect_error(srv, 401, {"messages": []}, code="invalid_api_key", key=None)
     check(srv.raw("GET", "/health", key=None)[0] == 200, "/health needs no key")
+    st, _, data = srv.raw("HEAD", "/health", key=None)
+    check(st == 200 and data == b"", "HEAD /health is GET without the body")
+    st, _, data = srv.raw("BREW", "/health")
+    check(st == 501 and json.loads(data)["error"]["code"] == "not_implemented",
+          "an unknown method gets 501 in OpenAI's error JSON")
+    check(srv.raw("DELETE", "/health")[0] == 405, "a known method on the wrong path gets 405")
+    check(srv.raw("GET", "/health%00.json", key=None)[0] in (401, 404),
+          "a %00 in the path is not cut there: /health%00.json is not /health")
+    check(srv.raw("GET", "/v1/%6dodels")[0] == 200, "other escapes still decode (/v1/%6dodels)")
     expect_error(srv, 400, b'{"messages": [', param=None)
     expect_error(srv, 400, {"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"},
                  param="temperature")
