@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -244,6 +245,12 @@ static int hex_digit(char ch)
 static enum MHD_Result route(struct dray_srv_call *c)
 {
     struct dray_srv_error e;
+    if (c->framing) {
+        dray_srv_fail(&e, c->framing, "invalid_request_error",
+                      c->framing == 415 ? "unsupported_media_type" : c->framing == 501 ? "not_implemented" : NULL,
+                      NULL, "%s", c->framing_why);
+        return dray_srv_send_error(c, &e);
+    }
     if (!known_method(c->method)) {
         dray_srv_fail(&e, 501, "invalid_request_error", "not_implemented", NULL,
                       "method %.32s is not implemented (this server answers GET, HEAD and POST)", c->method);
@@ -298,8 +305,59 @@ static size_t unescape(void *cls, struct MHD_Connection *mc, char *s)
     return (size_t)(w - s);
 }
 
+/* The headers framing depends on, counted over every line (libmicrohttpd's
+ * lookup returns only the first of a repeated header). */
+struct framing_scan {
+    unsigned n_length, n_host;
+    bool lengths_differ;
+    const char *length, *encoding, *transfer;
+};
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    struct framing_scan *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        f->lengths_differ = f->lengths_differ || (f->length && strcmp(f->length, value ? value : ""));
+        f->length = value ? value : "";
+        f->n_length++;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+        f->n_host++;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_ENCODING)) {
+        f->encoding = value ? value : "";
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->transfer = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* Framing faults a proxy in front could read otherwise than dray does (request
+ * smuggling) or that leave the body unreadable: RFC 9112 sections 3.2 and 6, RFC
+ * 9110 8.4. Sets c->framing (400, 415 or 501) and its reason. */
+static void check_framing(struct dray_srv_call *c, const char *version)
+{
+    struct framing_scan f = {0};
+    MHD_get_connection_values(c->mc, MHD_HEADER_KIND, scan_header, &f);
+    const char *why = NULL;
+    int status = 400;
+    if (f.lengths_differ)
+        why = "Content-Length is given more than once with different values";
+    else if (version && !strcmp(version, MHD_HTTP_VERSION_1_1) && f.n_host != 1)
+        why = f.n_host ? "more than one Host header" : "HTTP/1.1 requires a Host header";
+    else if (f.transfer && f.length)
+        why = "both Transfer-Encoding and Content-Length";
+    else if (f.transfer && strcasecmp(f.transfer, "chunked"))
+        why = "only the chunked Transfer-Encoding is implemented", status = 501;
+    else if (f.encoding && strcasecmp(f.encoding, "identity"))
+        why = "Content-Encoding is not supported: send the body uncompressed", status = 415;
+    if (!why)
+        return;
+    c->framing = status;
+    snprintf(c->framing_why, sizeof(c->framing_why), "%s", why);
+}
+
 static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection *mc,
-                                      const char *url, const char *method)
+                                      const char *url, const char *method, const char *version)
 {
     struct dray_srv_call *c = calloc(1, sizeof(*c));
     if (!c)
@@ -317,7 +375,8 @@ static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection 
     const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     uint64_t declared = cl ? strtoull(cl, NULL, 10) : 0;
     c->too_big = declared > s->cfg->max_body;
-    c->refuse_now = declared / 64 > s->cfg->max_body;
+    check_framing(c, version);
+    c->refuse_now = declared / 64 > s->cfg->max_body || c->framing;
     return c;
 }
 
@@ -325,10 +384,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
 {
-    (void)version;
     struct dray_srv_call *c = *con_cls;
     if (!c) {
-        c = *con_cls = call_new(cls, mc, url, method);
+        c = *con_cls = call_new(cls, mc, url, method, version);
         if (!c)
             return MHD_NO;
         return c->refuse_now ? route(c) : MHD_YES;

@@ -56,6 +56,8 @@ struct dray_srv_call {
     const char *allow;             /* for a 405: the method the path takes */
     bool too_big;                  /* body over max_body: dropped as it arrives */
     bool refuse_now;               /* body far over max_body: answer before reading it */
+    int framing;                   /* an RFC 9110/9112 framing fault: its status (0 = none) */
+    char framing_why[160];
     bool logged;                   /* a stream writes its own log line when it ends */
     int status;
     int replica;                   /* the replica that served it; -1 = none */

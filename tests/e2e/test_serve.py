@@ -336,6 +336,36 @@ def test_disconnect(srv):
     check(m.get('dray_http_requests_total{code="499"}', 0) >= 1, "and it is counted as 499")
 
 
+def status_of(srv, request):
+    """The status code of the answer to raw request bytes, or None when the
+    connection closes without one."""
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+        s.sendall(request)
+        data = b""
+        while b"\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                return None
+            data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+def test_framing(srv):
+    auth = b"Authorization: Bearer " + KEY.encode() + b"\r\n"
+    body = b'{"prompt":"a","max_tokens":1}'
+    post = b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + auth
+    check(status_of(srv, post + b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body) == 400,
+          "two different Content-Lengths get 400 (RFC 9112 6.3: a smuggling risk behind a proxy)")
+    check(status_of(srv, b"GET /health HTTP/1.1\r\n\r\n") == 400, "HTTP/1.1 without Host gets 400")
+    check(status_of(srv, b"GET /health HTTP/1.0\r\n\r\n") == 200, "HTTP/1.0 needs no Host")
+    check(status_of(srv, post + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body) + body) == 415,
+          "a gzip Content-Encoding gets 415, not a body read as plain JSON")
+    st = status_of(srv, post + b"Transfer-Encoding: gzip\r\n\r\n")
+    check(st in (400, 501), f"Transfer-Encoding gzip gets an answer ({st}), not a silent close")
+    check(status_of(srv, post + b"Content-Length: %d\r\n\r\n" % len(body) + body) == 200,
+          "a well-framed request still gets 200")
+
+
 def test_curl(srv):
     out = subprocess.run(["curl", "-sSN", "-i", "-H", f"Authorization: Bearer {KEY}", srv.base +
                           "/v1/chat/completions", "-d", json.dumps({
@@ -395,7 +425,8 @@ def main():
                  lambda: test_errors(srv, cli, model), lambda: test_models(srv, cli, model),
                  lambda: test_fields(srv, cli, model), lambda: test_sampling_fields(srv, cli, model),
                  lambda: test_tokenize(srv, cli, model), lambda: test_concurrent(cli, model),
-                 lambda: test_disconnect(srv), lambda: test_curl(srv), lambda: test_shutdown(srv)]
+                 lambda: test_disconnect(srv), lambda: test_framing(srv), lambda: test_curl(srv),
+                 lambda: test_shutdown(srv)]
         for step in steps:
             t0 = time.time()
             step()
