@@ -172,7 +172,8 @@ const struct key dray_config_keys[] = {
     {"max_body", "server", "max_body", T_SIZE, F(max_body), 1024, 0, NULL, 0,
      "largest request body; larger → 413"},
     {"max_queue", "server", "max_queue", T_U32, F(max_queue), 1, 65536, NULL, 0,
-     "requests waiting for a free sequence slot; one more → 429 with `Retry-After`"},
+     "requests waiting for a free sequence slot; with the `max_seqs` running, the most the "
+     "server admits at once (one more → 429 with `Retry-After`)"},
     {"max_messages", "server", "max_messages", T_U32, F(max_messages), 1, 1 << 20, NULL, 0,
      "most messages in one chat request; more → 400"},
     {"max_prompt_tokens", "server", "max_prompt_tokens", T_U32, F(max_prompt_tokens), 0, 1 << 24, NULL, 0,

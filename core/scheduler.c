@@ -823,9 +823,12 @@ int dray_sched_submit(struct dray_sched *s, const struct dray_request_params *p,
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->draining)
         rc = dray_fail(err, errlen, DRAY_ECANCELED, "the server is shutting down");
-    else if (s->waiting.n >= s->max_waiting)
-        rc = dray_fail(err, errlen, DRAY_EBUSY, "%u requests are already waiting: try again later",
-                       s->waiting.n);
+    /* admitted: max_seqs running and max_waiting beyond them, counted together so
+     * a burst gets exactly that many whether or not the loop has moved the first
+     * ones to running yet */
+    else if (s->waiting.n + s->running.n >= s->max_waiting + s->max_seqs)
+        rc = dray_fail(err, errlen, DRAY_EBUSY, "%u requests are running and %u waiting, the most "
+                       "this server admits: try again later", s->running.n, s->waiting.n);
     if (!rc) {
         r->t_submit = dray_now_s();
         r->state = REQ_WAITING;

@@ -222,6 +222,42 @@ static void test_batched_requests_match_running_alone(void **state)
     dray_engine_close(e);
 }
 
+/* A burst admits max_seqs running plus max_waiting waiting, exactly, however far
+ * the loop has got with moving the first ones to running; the rest get EBUSY
+ * with a reason. */
+static void test_a_burst_admits_exactly_the_running_and_waiting_slots(void **state)
+{
+    (void)state;
+    struct dray_engine *e = open_tiny(2, 16, 0);
+    char err[512];
+    struct dray_sched *s;
+    assert_int_equal(dray_sched_create(e, 3, &s, err, sizeof(err)), 0);
+    struct dray_request *r[12] = {0};
+    int admitted = 0, busy = 0;
+    for (int k = 0; k < 12; k++) {
+        int32_t ids[64];
+        struct dray_request_params p = {.ids = ids, .n_ids = prompt_for(k % N_REQ, ids)};
+        greedy(&p.gen, 200);
+        p.gen.ignore_eos = true; /* none finishes during the burst */
+        int rc = dray_sched_submit(s, &p, &r[k], err, sizeof(err));
+        if (rc == 0)
+            admitted++;
+        else if (rc == DRAY_EBUSY && strstr(err, "try again later"))
+            busy++;
+        else
+            fail_msg("submit %d: %d %s", k, rc, err);
+    }
+    assert_int_equal(admitted, 2 + 3);
+    assert_int_equal(busy, 12 - 5);
+    for (int k = 0; k < 12; k++)
+        if (r[k]) {
+            dray_request_cancel(r[k]);
+            dray_request_free(r[k]);
+        }
+    dray_sched_destroy(s);
+    dray_engine_close(e);
+}
+
 /* A KV pool far too small for six growing sequences: the newest is preempted
  * (blocks freed, recomputed later) and every request still completes with the
  * tokens it gets alone. */
@@ -882,6 +918,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_requests_match_running_alone),
+        cmocka_unit_test(test_a_burst_admits_exactly_the_running_and_waiting_slots),
         cmocka_unit_test(test_preempted_requests_complete_with_the_same_tokens),
         cmocka_unit_test(test_cancel_frees_the_request_blocks),
         cmocka_unit_test(test_cancelled_request_feeds_nothing),
