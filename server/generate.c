@@ -138,10 +138,10 @@ static enum MHD_Result whole(struct dray_srv_call *c, struct dray_request *r, co
     dray_request_free(r); /* o's pointers die here */
     dray_srv_buf_free(&text);
     if (gone) {
-        /* nobody to answer: log it as nginx does (499, client closed request) */
-        c->status = 499;
-        dray_srv_metrics_count_status(&s->metrics, 499);
-        return MHD_NO;
+        /* nobody to answer: log it as nginx does (499, client closed request). An
+         * empty answer is still queued, for libmicrohttpd to drop on the closed
+         * socket: MHD_NO would make it log an "internal error" */
+        return dray_srv_send(c, 499, "text/plain", NULL, 0, 0);
     }
     if (!body && !e.status)
         dray_srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory, or output that is not UTF-8");

@@ -336,6 +336,26 @@ def test_disconnect(srv):
     check(m.get('dray_http_requests_total{code="499"}', 0) >= 1, "and it is counted as 499")
 
 
+def test_disconnect_plain(srv):
+    """A client that leaves a non-streamed request: one 499 log line, no
+    libmicrohttpd "internal error" before it."""
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    n0 = len(srv.log)
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
+                  KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.3)  # generating; then the client goes
+    for _ in range(600):
+        if any("POST /v1/completions 499" in ln for ln in srv.log[n0:]):
+            break
+        time.sleep(0.1)
+    new = srv.log[n0:]
+    check(any("POST /v1/completions 499" in ln for ln in new), "a non-streamed disconnect logs 499")
+    check(not any("internal error" in ln for ln in new),
+          "and no libmicrohttpd 'internal error' line: " + "".join(new)[-300:])
+
+
 def status_of(srv, request):
     """The status code of the answer to raw request bytes, or None when the
     connection closes without one."""
@@ -425,7 +445,7 @@ def main():
                  lambda: test_errors(srv, cli, model), lambda: test_models(srv, cli, model),
                  lambda: test_fields(srv, cli, model), lambda: test_sampling_fields(srv, cli, model),
                  lambda: test_tokenize(srv, cli, model), lambda: test_concurrent(cli, model),
-                 lambda: test_disconnect(srv), lambda: test_framing(srv), lambda: test_curl(srv),
+                 lambda: test_disconnect(srv), lambda: test_disconnect_plain(srv), lambda: test_framing(srv), lambda: test_curl(srv),
                  lambda: test_shutdown(srv)]
         for step in steps:
             t0 = time.time()
