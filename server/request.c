@@ -262,11 +262,42 @@ static int parse_detokenize(struct dray_srv_request *req, struct dray_srv_error 
 
 /* ------------------------------------------------------------ the body */
 
+/* The key whose value holds the number that ends at pos (a plain value or an
+ * element of an array of numbers): "" when there is none to name. */
+static void key_before(const char *body, size_t pos, char *key, size_t n)
+{
+    key[0] = 0;
+    size_t i = pos;
+    while (i > 0 && strchr("0123456789+-.eE, \t\r\n[", body[i - 1]))
+        i--;
+    if (i == 0 || body[i - 1] != ':')
+        return;
+    for (i--; i > 0 && strchr(" \t\r\n", body[i - 1]); i--)
+        ;
+    if (i == 0 || body[i - 1] != '"')
+        return;
+    size_t end = --i;
+    while (i > 0 && body[i - 1] != '"' && body[i - 1] != '\\')
+        i--;
+    if (i == 0 || body[i - 1] != '"' || end - i >= n)
+        return;
+    memcpy(key, body + i, end - i);
+    key[end - i] = 0;
+}
+
 static int parse_body(struct dray_srv_request *req, const char *body, size_t len,
                       struct dray_srv_error *e)
 {
     json_error_t jerr;
     req->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!req->root && strstr(jerr.text, "too big") && jerr.position > 0 && (size_t)jerr.position <= len) {
+        /* valid JSON, but an integer past int64: name the field it is in */
+        char key[64];
+        key_before(body, (size_t)jerr.position, key, sizeof(key));
+        return dray_srv_bad(e, key[0] ? key : NULL, "%s%s%san integer past what 64 bits hold (line %d, "
+                            "column %d)", key[0] ? "'" : "", key, key[0] ? "' holds " : "the body holds ",
+                            jerr.line, jerr.column);
+    }
     if (!req->root)
         return dray_srv_bad(e, NULL, "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
                             jerr.line, jerr.column);

@@ -173,6 +173,12 @@ static void test_wrong_types_and_ranges_are_refused(void **state)
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream\":1}", "stream", "true or false");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":\"y\"}}",
                    "stream_options.include_usage", "true or false");
+    /* integers past int64 are valid JSON: the field is named, not "not valid JSON" */
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"seed\": 9223372036854775808}", "seed",
+                   "'seed' holds an integer past what 64 bits hold");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":-99999999999999999999}",
+                   "max_tokens", "64 bits");
+    assert_refused(DRAY_SRV_DETOKENIZE, "{\"tokens\": [1, 2, 18446744073709551616]}", "tokens", "64 bits");
     /* stream_options asks about a stream: without one it is refused, as OpenAI does */
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}",
                    "stream_options", "only allowed when 'stream' is enabled");
