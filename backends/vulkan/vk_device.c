@@ -1,9 +1,10 @@
 /* Vulkan instance, device enumeration, properties, open/close.
  *
- * No device is touched before open(); device_count/device_props make a
- * short-lived instance. DRAY_VK_VALIDATION=1 turns on VK_LAYER_KHRONOS_validation
+ * No device is touched before open(); device_count/device_props share one
+ * instance made at the first question (vk_probe_instance). DRAY_VK_VALIDATION=1 turns on VK_LAYER_KHRONOS_validation
  * (with synchronization validation) and a debug-utils messenger that records the
  * first message; the call during which it arrives then fails with DRAY_EBACKEND. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,47 @@ static uint32_t vk_list(VkInstance inst, VkPhysicalDevice *out, uint32_t cap)
     return k;
 }
 
+/* The instance device_count and device_props ask, made once and kept while the
+ * plugin is loaded. An instance per question made the loader load and unload
+ * the driver at every registry open (and Mesa's lavapipe leaks 136 bytes each
+ * time it is unloaded). It is destroyed by an atexit handler registered once
+ * the driver is loaded: such a handler runs when this plugin is dlclosed, and
+ * at exit before the driver's own static destructors (registered earlier). */
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static VkInstance probe_inst = VK_NULL_HANDLE;
+static VkResult probe_rc = VK_ERROR_INITIALIZATION_FAILED;
+
+static void probe_drop(void)
+{
+    /* DRAY_NO_DLCLOSE (the sanitizer runs): plugins stay mapped to the end so that
+     * leak reports keep their library names; the driver stays loaded with them,
+     * else its unload would leave lavapipe's block behind as a nameless leak */
+    const char *keep = getenv("DRAY_NO_DLCLOSE");
+    if (keep && keep[0] && strcmp(keep, "0"))
+        return;
+    if (probe_inst != VK_NULL_HANDLE)
+        vkDestroyInstance(probe_inst, NULL);
+    probe_inst = VK_NULL_HANDLE;
+}
+
+static void probe_make(void)
+{
+    probe_rc = vk_make_instance(NULL, &probe_inst);
+    if (probe_rc != VK_SUCCESS)
+        probe_inst = VK_NULL_HANDLE;
+    else if (atexit(probe_drop))
+        probe_drop(); /* no handler: do not keep what nothing would free */
+}
+
+static VkResult vk_probe_instance(VkInstance *out)
+{
+    pthread_once(&probe_once, probe_make);
+    *out = probe_inst;
+    return probe_inst != VK_NULL_HANDLE ? VK_SUCCESS
+           : probe_rc != VK_SUCCESS     ? probe_rc
+                                        : VK_ERROR_INITIALIZATION_FAILED;
+}
+
 int dray_vk_device_count(uint32_t *count)
 {
     VkInstance inst;
@@ -123,7 +165,7 @@ int dray_vk_device_count(uint32_t *count)
     if (!count)
         return DRAY_EINVAL;
     *count = 0;
-    VkResult r = vk_make_instance(NULL, &inst);
+    VkResult r = vk_probe_instance(&inst);
     if (r != VK_SUCCESS) {
         dray_vk_log(DRAY_LOG_INFO, "no Vulkan driver: vkCreateInstance: %s",
                     dray_vk_result_str(r));
@@ -132,7 +174,6 @@ int dray_vk_device_count(uint32_t *count)
     *count = vk_list(inst, pd, 16);
     if (*count == 0)
         dray_vk_log(DRAY_LOG_INFO, "no Vulkan 1.2 device with a compute queue");
-    vkDestroyInstance(inst, NULL);
     return 0;
 }
 
@@ -230,11 +271,7 @@ int dray_vk_device_props(uint32_t index, struct dray_device_props *props)
 
     if (!props)
         return DRAY_EINVAL;
-    if (vkCreateInstance(&(VkInstanceCreateInfo){.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                             .pApplicationInfo = &(VkApplicationInfo){
-                                 .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
-                                 .apiVersion = VK_API_VERSION_1_3}},
-                         NULL, &inst) != VK_SUCCESS)
+    if (vk_probe_instance(&inst) != VK_SUCCESS)
         return DRAY_ENODEV;
     uint32_t n = vk_list(inst, pd, 16);
     int rc = DRAY_ENODEV;
@@ -243,7 +280,6 @@ int dray_vk_device_props(uint32_t index, struct dray_device_props *props)
         vk_fill_props(pd[index], &c, props);
         rc = 0;
     }
-    vkDestroyInstance(inst, NULL);
     return rc;
 }
 
