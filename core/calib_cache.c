@@ -59,6 +59,9 @@ void dray_calib_cache_lookup(const struct dray_gguf *g, const char *precision, c
     char suffix[96];
     *scores = NULL;
     *n = 0;
+    path[0] = 0;
+    if (!dray_cache_dir(path, path_len)) /* off: no need to hash the file */
+        return;
     dray_cache_model_hash(g, want.file_hash);
     snprintf(suffix, sizeof(suffix), "-%s-v%u.bin", precision, DRAY_CALIB_VERSION);
     if (!dray_cache_path(path, path_len, "calib-", want.file_hash, suffix))

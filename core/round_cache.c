@@ -90,6 +90,10 @@ struct dray_round_cache *dray_round_cache_open(const struct dray_gguf_tensor *t,
     struct dray_round_cache *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
+    if (!dray_cache_dir(c->path, sizeof(c->path))) { /* off: no need to hash the tensor */
+        free(c);
+        return NULL;
+    }
     c->fd = -1;
     c->h = (struct header){.version = DRAY_ROUND_VERSION, .dtype = dtype, .type = t->type, .rows = rows, .k = k};
     memcpy(c->h.magic, magic, sizeof(magic));
