@@ -217,7 +217,7 @@ static int cpu_synchronize(struct dray_ctx *ctx)
  * k <= 65536. */
 static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    static const struct dray_util_limits lim = {.max_k = 65536, .grouped = 4};
+    static const struct dray_util_limits lim = {.max_k = 65536};
     return dray_util_op_caps(index, caps, dray_cpu_device_props, &lim);
 }
 

@@ -34,7 +34,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 
-#define DRAY_ABI_VERSION     2u /* newest ABI this header describes */
+#define DRAY_ABI_VERSION     3u /* newest ABI this header describes */
 #define DRAY_ABI_VERSION_MIN 1u /* oldest ABI a host built from this header accepts */
 
 /* True when table tab, of its own version, carries member m (added in version
@@ -70,24 +70,21 @@ enum dray_dtype {
     DRAY_F16 = 1, /* IEEE binary16, storage only: ops compute in f32 */
     DRAY_I8 = 2,  /* signed, symmetric, with an f32 scale stated per op */
     DRAY_I32 = 3,
-    /* since version 2: grouped matmul weights (and embedding tables), 32 weights
-     * per group along k; layouts at struct dray_matmul_args */
-    DRAY_Q8G32 = 4, /* int8 per group of 32 with an f32 scale */
-    DRAY_Q4G32 = 5, /* 4-bit 0..15 per group of 32 with an f32 scale and min (W4A8) */
-    /* since version 2, matmul only: the same weights (layouts as Q8G32 / Q4G32),
-     * activations quantized in two int8 passes (a residual pass after the first:
-     * about 15 bits); see struct dray_matmul_args */
+    /* Version 2 only (retired in version 3): the CPU plugin's interleaved
+     * grouped layouts, one dtype per combination of bits, scale type and
+     * activation passes. A host of version 3 never sends them; their
+     * specification is kept in docs/plugin-abi.md for version-2 plugins. */
+    DRAY_Q8G32 = 4,
+    DRAY_Q4G32 = 5,
     DRAY_Q8G32_X2 = 6,
     DRAY_Q4G32_X2 = 7,
-    /* since version 2, matmul only (appended): 5-bit 0..31 per group of 32 with
-     * an f16 scale and min (GGUF Q5_0 / Q5_1 exactly), and its two-pass form */
     DRAY_Q5G32 = 8,
     DRAY_Q5G32_X2 = 9,
-    /* since version 2, matmul only (appended): Q4G32's 4-bit codes with an f16
-     * scale and min (GGUF Q4_0 / Q4_1 exactly; 20 bytes per 32 weights against
-     * Q4G32's 24), and its two-pass form */
     DRAY_Q4G32H = 10,
     DRAY_Q4G32H_X2 = 11,
+    /* since version 3: the weights are a packed handle (struct dray_packed),
+     * matmul wdtype and embed dtype only; see "Packed weights" below */
+    DRAY_PACKED = 12,
     DRAY_DTYPE_COUNT
 };
 #define DRAY_DTYPE_BIT(t) (1u << (t))
@@ -112,11 +109,11 @@ struct dray_host {
 /* Capabilities are data. For each op, the dtypes it accepts in the role the op
  * names ("cap dtype" in the op's comment); 0 means the op is not implemented. */
 enum dray_op {
-    DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32; v2: Q8G32, Q4G32) */
+    DRAY_OP_EMBED = 0,   /* cap dtype: the table's dtype (I8, F32; v3 packed weights:
+                          * op_caps.embed_wformats) */
     DRAY_OP_RMSNORM,     /* cap dtype: F32 */
-    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32; v2: Q8G32, Q4G32, Q5G32,
-                          * Q4G32H, and their two-pass activation forms Q8G32_X2,
-                          * Q4G32_X2, Q5G32_X2, Q4G32H_X2) */
+    DRAY_OP_MATMUL,      /* cap dtype: the weights' dtype (I8, F32; v3 packed weights:
+                          * op_caps.matmul_wformats and matmul_passes) */
     DRAY_OP_ROPE,        /* cap dtype: F32 */
     DRAY_OP_KV_STORE,    /* cap dtype: the cache dtype (I8, F16) */
     DRAY_OP_ATTENTION,   /* cap dtype: the cache dtype (I8, F16) */
@@ -128,6 +125,10 @@ enum dray_op {
 /* The ops of version 1: the length of dray_device_props.op_dtypes, frozen so
  * that adding an op never changes that struct's layout. */
 #define DRAY_OP_COUNT_V1 8
+/* Entries of dray_op_caps.op_dtypes: room for DRAY_OP_COUNT to grow without
+ * moving the members after it. Version 2 had DRAY_OP_COUNT (8) entries there,
+ * and so the same offsets for every member it knew. */
+#define DRAY_OP_SLOTS 16
 
 enum dray_dev_flags {
     DRAY_DEV_INT8_DOT = 1u << 0,  /* hardware int8 dot products (dp4a, VNNI, MMA, ...) */
@@ -163,7 +164,13 @@ struct dray_op_caps {
     uint32_t max_k;         /* matmul: largest k (<= 65536 by the contract); 0 = 65536 */
     uint32_t max_heads;     /* attention: largest n_head; rmsnorm: largest n_head; 0 = none */
     uint32_t n_ops;         /* out: entries of op_dtypes the plugin filled (its DRAY_OP_COUNT) */
-    uint32_t op_dtypes[DRAY_OP_COUNT]; /* DRAY_DTYPE_BIT mask per op, every op */
+    uint32_t op_dtypes[DRAY_OP_SLOTS]; /* DRAY_DTYPE_BIT mask per op, every op */
+    /* members above: version 2. Version 3 (packed weights, below): */
+    uint32_t matmul_wformats; /* DRAY_WFORMAT_BIT of every format weight_create takes
+                               * for matmul */
+    uint32_t embed_wformats;  /* ... and for embed (a table the gather reads) */
+    uint32_t matmul_passes;   /* bit p-1: matmul on packed weights runs p activation
+                               * passes (bit 0: one, bit 1: two) */
 };
 
 /* Options for opening a device. size lets the struct grow: a plugin reads only
@@ -184,6 +191,69 @@ struct dray_view {
     size_t offset; /* bytes from the start of buf; aligned to the element size */
 };
 
+/* ------------------------------------------------- packed weights (version 3) */
+
+/* Layout-neutral grouped weights. W [n_out][k] (k a multiple of 32) is cut into
+ * groups of 32 inputs of one row: group g of row o holds inputs 32g .. 32g+31,
+ * G = k/32 groups per row. A group has 32 integer codes, a scale d and, where
+ * the format has one, a min m, and
+ *   W[o][c] = code(o, c) * d(o, g) + m(o, g)          (has_min = 1)
+ *   W[o][c] = (code(o, c) - z) * d(o, g)              (has_min = 0)
+ * in f32, after widening an f16 d or m exactly; z = 8 for 4 bits, 16 for 5 bits,
+ * 0 for 8 bits. Codes are unsigned 0..15 (4 bits), 0..31 (5 bits), or signed
+ * -128..127 (8 bits). What the host hands weight_create, row-major:
+ *   codes  group g of row o at byte (o*G + g) * B:
+ *          4 bits, B = 16: byte j holds input 32g+j in bits 0..3 and input
+ *                  32g+16+j in bits 4..7;
+ *          5 bits, B = 20: those 16 bytes hold the low four bits, then a
+ *                  little-endian uint32 has bit 4 of input 32g+j at bit j;
+ *          8 bits, B = 32: byte j is input 32g+j (two's complement).
+ *   d      [n_out][G], f32 or f16 (IEEE binary16) as the format says
+ *   m      [n_out][G], the same type; has_min only (else NULL)
+ * GGUF's Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 blocks are these groups exactly (with
+ * f16 d and m); Q4_K's sub-blocks are 4-bit groups with f32 d and m (its d *
+ * scale products need f32); Q6_K converts to 8-bit groups with f32 d within a
+ * quarter of its own step.
+ * The plugin lays them out however its kernels want (interleaved for vector
+ * registers, coalesced rows, tensor-core fragments, a vendor's packing) and
+ * keeps them in device memory until weight_free; only matmul and embed read the
+ * handle. A plugin declares the formats it takes in op_caps (matmul_wformats,
+ * embed_wformats: DRAY_WFORMAT_BIT) and certifies them with the conformance kit;
+ * weight_create refuses others with DRAY_ENOTSUP. */
+enum dray_wscale { DRAY_WSCALE_F32 = 0, DRAY_WSCALE_F16 = 1 };
+
+struct dray_wformat {
+    uint8_t bits;    /* 4, 5 or 8 */
+    uint8_t scale;   /* enum dray_wscale: the type of d and m */
+    uint8_t has_min; /* 0 or 1 */
+    uint8_t zero;    /* reserved: 0 */
+};
+
+/* The format's bit in matmul_wformats / embed_wformats: 12 formats, bits 0..11. */
+#define DRAY_WFORMAT_BIT(f)                                                                 \
+    (1u << (((f).bits == 4 ? 0u : (f).bits == 5 ? 1u : 2u) * 4u + ((f).scale ? 2u : 0u) +   \
+            ((f).has_min ? 1u : 0u)))
+
+enum dray_wuse {
+    DRAY_WUSE_MATMUL = 1u << 0, /* matmul reads it */
+    DRAY_WUSE_EMBED = 1u << 1,  /* embed gathers rows of it (a tied embedding and head) */
+};
+
+/* What weight_create packs. size lets it grow: a plugin reads only members
+ * below size. Arrays are host memory, read during the call only. */
+struct dray_weight_desc {
+    uint32_t size;       /* sizeof(struct dray_weight_desc) of the caller */
+    struct dray_wformat format;
+    uint32_t n_out, k;   /* rows and inputs; k a multiple of 32, both > 0 */
+    uint32_t uses;       /* enum dray_wuse, at least one */
+    const void *codes;   /* as above, n_out * (k/32) * B bytes */
+    const void *d;       /* n_out * (k/32) values */
+    const void *m;       /* n_out * (k/32) values, or NULL without a min */
+};
+
+/* Opaque to the host: the plugin's packed copy of one weight matrix. */
+struct dray_packed;
+
 /* ----------------------------------------------------------- op arguments */
 
 /* Embedding gather: out[t][i] = table[ids[t]][i] * row_scale[ids[t]] * scale
@@ -191,17 +261,17 @@ struct dray_view {
  *   table      I8   [n_rows][dim] with row_scale F32 [n_rows]   (dtype I8), or
  *              F32  [n_rows][dim], row_scale ignored              (dtype F32)
  *   out        F32  [n_tok][dim]
- * Since version 2 the table may also be Q8G32 or Q4G32 (the matmul weight layouts
- * below with n_rows for n_out and dim for k, row_scale then being that layout's
- * wscale), so a tied output head in a
- * grouped format is also the embedding: out = W[id][i] * scale, with W computed
- * as written there ((float)w * wscale, or nib * d + m), then times scale.
- * Tolerance: exact for F32; one f32 multiply order for I8 and grouped (rel 1e-6). */
+ * Since version 3 the table may be packed weights (dtype DRAY_PACKED, packed a
+ * handle created with DRAY_WUSE_EMBED; table and row_scale are ignored, n_rows
+ * and dim must be its n_out and k): out[t][i] = W[ids[t]][i] * scale with W
+ * as "Packed weights" defines it, then times scale.
+ * Tolerance: exact for F32; one f32 multiply order for I8 and packed (rel 1e-6). */
 struct dray_embed_args {
     struct dray_view ids, table, row_scale, out;
-    uint32_t dtype;  /* of table: DRAY_I8 or DRAY_F32 */
+    uint32_t dtype;  /* of table: DRAY_I8, DRAY_F32 or (v3) DRAY_PACKED */
     uint32_t n_tok, dim, n_rows;
     float scale;     /* extra factor, e.g. sqrt(n_embd) for Gemma */
+    struct dray_packed *packed; /* v3, dtype DRAY_PACKED only */
 };
 
 /* RMSNorm over rows: for token t, head h (n_head rows per token):
@@ -243,81 +313,30 @@ struct dray_rmsnorm_args {
  * out must not overlap x. k <= 65536 so the int32 sum cannot overflow.
  * Tolerance: abs 1e-4 * (max|out|), from f32 rounding of the scale product only.
  *
- * Grouped weights (version 2; declared by the bits DRAY_Q8G32 / DRAY_Q4G32 /
- * DRAY_Q5G32 / DRAY_Q4G32H in op_caps.op_dtypes[DRAY_OP_MATMUL], each on its own). k must be a multiple of 32 and n_out of 16;
- * G = k / 32 groups per row; group g is input channels 32g .. 32g+31. Rows come
- * in blocks of 16 (block b = rows 16b .. 16b+15), and within a block each group
- * is stored as 64-byte units that hold 4 consecutive inputs of all 16 rows (unit
- * byte 4r + e = row 16b+r), so one 32-bit lane of a vector register is one row:
- *   DRAY_Q8G32: w I8, n_out*k bytes: W8(o, c) is byte
- *                 ((b*G + g)*8 + i)*64 + 4r + e,  o = 16b+r, c = 32g + 4i + e;
- *               wscale F32 [n_out/16][G][16]: s(o, g) = wscale[(b*G + g)*16 + r];
- *               W[o][c] = W8(o, c) * s(o, c/32).
- *   DRAY_Q4G32: w U8, n_out*k/2 bytes: unit u (0..3) of (b, g) at
- *                 ((b*G + g)*4 + u)*64; its byte 4r + e holds, as unsigned 0..15,
- *                 input 32g + 4u + e in the low nibble and 32g + 16 + 4u + e in
- *                 the high nibble of row 16b+r;
- *               wscale F32 [n_out/16][G][2][16]: d(o, g) = wscale[((b*G + g)*2)*16 + r],
- *                 m(o, g) = wscale[((b*G + g)*2 + 1)*16 + r];
- *               W[o][c] = nib(o, c) * d(o, c/32) + m(o, c/32).
- *   DRAY_Q5G32 (matmul only, its own bit; not an embedding table): w U8,
- *               n_out*k*5/8 bytes, 320 per (b, g) at (b*G + g)*320: units u = 0..3
- *               at +64u hold the low 4 bits of the codes exactly as Q4G32's units
- *               do, and the high unit at +256 holds bit 4 of all 32 inputs of the
- *               16 rows: its 64-bit little-endian word j (bytes 8j .. 8j+7, j =
- *               0..7) has at bit 4r + e bit 4 of the code of input 32g + 4j + e of
- *               row 16b+r (so word j is a byte mask over unit j%4's low (j < 4) or
- *               high (j >= 4) nibbles: a kernel adds 16 where it is set);
- *                 code(o, c) = nib(o, c) + 16 * hibit(o, c), 0..31;
- *               wscale F16 (binary16) [n_out/16][G][2][16], 4 bytes per row and
- *                 group (the validators count it as k/32 f32-sized values per row):
- *                 d(o, g) = half ((b*G + g)*2)*16 + r, m(o, g) = half
- *                 ((b*G + g)*2 + 1)*16 + r, both widened to f32 exactly;
- *               W[o][c] = code(o, c) * d(o, c/32) + m(o, c/32)   (in f32).
- *               24 bytes per 32 weights against Q8G32's 36.
- *   DRAY_Q4G32H (matmul only, its own bit; not an embedding table): w exactly
- *               as Q4G32 (n_out*k/2 bytes, the same four units per (b, g)),
- *               wscale F16 exactly as Q5G32's (d then m, [n_out/16][G][2][16],
- *               4 bytes per row and group, counted as k/32 f32-sized values);
- *               W[o][c] = nib(o, c) * d(o, c/32) + m(o, c/32)   (in f32).
- *               So Q5G32 is Q4G32H plus its high unit. 20 bytes per 32 weights.
- *   (GGUF Q8_0, Q4_0, Q4_1 and Q4_K convert into these exactly, Q4_0 (m = -8 d,
- *   exact in f16 for |d| < 8188) and Q4_1 into Q4G32H too (Q4_K's f32 d * scale
- *   products need more than f16's 11 bits); Q5_0 (y = (q -
- *   16) * d: d, m = -16 d, exact in f16) and Q5_1 (f16 d and m already) into
- *   Q5G32 exactly, and into Q8G32 to within 1/16 of their step (the int8 grid
- *   of max|w|/127 is not theirs); Q6_K into Q8G32 to within a quarter of its own
- *   step.)
- * Activations are quantized per token and per group, symmetric:
+ * Packed weights (version 3: wdtype DRAY_PACKED, packed a handle created with
+ * DRAY_WUSE_MATMUL; w, wscale and the outlier views are ignored, n_outlier must
+ * be 0, n_out and k must be the handle's). W is as "Packed weights" defines it.
+ * Activations are quantized per token and per group of 32 inputs, symmetric:
  *   sx[t][g] = max_{c in g} |x[t][c]| / 127, q = x/sx rounded to nearest even,
  *   clamped to [-127, 127] (a zero group: q = 0, sx = 0), and
- *   out[t][o] = sum over g in increasing order, accumulated in f32, of
- *     Q8G32: (float)(sum_{c in g} q*W8) * (sx[t][g] * s(o, g))
- *     Q4G32: sx[t][g] * (d * (float)(sum_{c in g} q*nib) + m * (float)(sum_{c in g} q))
- *     Q5G32: sx[t][g] * (d * (float)(sum_{c in g} q*code) + m * (float)(sum_{c in g} q))
- *     Q4G32H: as Q4G32, with its d and m widened from f16
- *   with exact int32 group sums. Outlier channels do not apply (n_outlier must
- *   be 0): a group's scale only sees its own 32 channels, so an outlier channel
- *   costs precision only to the 31 beside it. accumulate as for I8.
- * Tolerance: abs 1e-4 * sum_k |x[t][k]| |W[o][k]| (+ |out| when accumulating) per
- *   output, for the f32 order of the group terms (a fast kernel may sum them in
- *   another order).
- *
- * Two-pass activations (version 2; wdtype DRAY_Q8G32_X2 / DRAY_Q4G32_X2 /
- * DRAY_Q5G32_X2 / DRAY_Q4G32H_X2, declared by their own bits in
- * op_caps.op_dtypes[DRAY_OP_MATMUL]; w and wscale exactly as for DRAY_Q8G32 /
- * DRAY_Q4G32 / DRAY_Q5G32 / DRAY_Q4G32H). One int8 pass leaves each input off by up to half
- * a step, sx/2; over 30 layers that is most of the int8 path's distance from f32
- * (a small Llama: top-1 96% -> 98.7%, KL 0.0053 -> 0.0010). So x is quantized as
- * above into (q, sx, group sums), then its residual
+ *   out[t][o] = sum over g, accumulated in f32, of
+ *     sx[t][g] * (d(o,g) * (float)(sum_{c in g} q*code) + m'(o,g) * (float)(sum_{c in g} q))
+ *   with exact int32 group sums, m' = m (with a min) or -z*d (without one).
+ * A group's scale only sees its own 32 channels, so an outlier channel costs
+ * precision only to the 31 beside it.
+ * passes = 2 (two-pass activations, declared by bit 1 of matmul_passes): one
+ * int8 pass leaves each input off by up to sx/2; over 30 layers that is most of
+ * the int8 path's distance from f32 (a small Llama: top-1 96% -> 98.7%, KL
+ * 0.0053 -> 0.0010). So x is quantized as above into (q, sx), then its residual
  *   r[t][c] = x[t][c] - q[t][c] * sx[t][g]   (in f32; fused or not)
  * by the same rule into (q', sx') (|r| <= sx/2, so sx' <= sx/254), and
- *   out[t][o] = (out if accumulating) + [the sum above over (q, sx)] + [the same
- *               sum over (q', sx')], added in that order.
- * Each pass is exact int32 group sums as above, so a kernel may run the two as
- * two token rows against the same weight bytes: decoding (memory-bound) costs
- * about the same, a prefill matmul about twice the int8 arithmetic.
- * Tolerance: as above, abs 1e-4 * sum_k |x||W| (+ |out| when accumulating). */
+ *   out = (out if accumulating) + [the sum over (q, sx)] + [the same over (q', sx')].
+ * A kernel may run the two passes as two token rows against the same weight
+ * bytes: decoding (memory-bound) costs about the same. passes 0 means 1.
+ * accumulate as for I8.
+ * Tolerance: abs 1e-4 * sum_k |x[t][k]| |W[o][k]| (+ |out| when accumulating) per
+ *   output, for the f32 order of the group terms (a fast kernel may sum them in
+ *   another order, or in a wider type). */
 struct dray_matmul_args {
     struct dray_view x, w, wscale, out;
     struct dray_view outlier_idx, outlier_w;
@@ -325,10 +344,10 @@ struct dray_matmul_args {
     uint32_t stride_x, stride_out;
     uint32_t n_outlier;
     uint32_t accumulate;
-    uint32_t wdtype; /* DRAY_I8, DRAY_F32, (v2) DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32,
-                      * DRAY_Q4G32H, DRAY_Q8G32_X2, DRAY_Q4G32_X2, DRAY_Q5G32_X2
-                      * or DRAY_Q4G32H_X2; set it
-                      * explicitly (DRAY_F32 is 0) */
+    uint32_t wdtype; /* DRAY_I8, DRAY_F32 or (v3) DRAY_PACKED; set it explicitly
+                      * (DRAY_F32 is 0) */
+    struct dray_packed *packed; /* v3, wdtype DRAY_PACKED only */
+    uint32_t passes;            /* v3, DRAY_PACKED only: activation passes, 1 or 2 */
 };
 
 /* Rotary embedding, NEOX layout, in place, on n_head heads of each token:
@@ -463,6 +482,18 @@ struct dray_ops {
      * dray_op_caps). Mandatory in version 2. */
     int (*op_caps)(uint32_t index, struct dray_op_caps *caps);
     /* members above: version 2. */
+
+    /* Pack one weight matrix (see "Packed weights") into the plugin's own
+     * layout in device memory. *device_bytes = the bytes it holds there. On
+     * failure *out is NULL and last_error says why; DRAY_ENOTSUP for a format
+     * or shape the plugin does not take. Queued like an upload: the host
+     * arrays may be reused once it returns. Mandatory in version 3 for a
+     * plugin that declares any wformat. */
+    int (*weight_create)(struct dray_ctx *ctx, const struct dray_weight_desc *desc,
+                         struct dray_packed **out, uint64_t *device_bytes);
+    /* Release it; NULL is a no-op. The host frees every handle before close. */
+    void (*weight_free)(struct dray_ctx *ctx, struct dray_packed *w);
+    /* members above: version 3. */
 };
 
 /*

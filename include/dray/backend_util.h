@@ -26,6 +26,7 @@
 #ifndef DRAY_BACKEND_UTIL_H
 #define DRAY_BACKEND_UTIL_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -111,10 +112,9 @@ static inline int dray_util_caps_answer(struct dray_op_caps *caps, const struct 
 struct dray_util_limits {
     uint32_t max_head_dim, max_n_rot, max_k, max_heads;
     int whole_heads_only;
-    int grouped; /* 1: matmul and embed also take DRAY_Q8G32 and DRAY_Q4G32 (version 2);
-                  * 2: matmul also their two-pass forms DRAY_Q8G32_X2 and DRAY_Q4G32_X2;
-                  * 3: matmul also DRAY_Q5G32 and DRAY_Q5G32_X2;
-                  * 4: matmul also DRAY_Q4G32H and DRAY_Q4G32H_X2 */
+    /* version 3: packed weight formats (DRAY_WFORMAT_BIT masks; DRAY_UTIL_WF_*)
+     * and activation passes (bit p-1) */
+    uint32_t matmul_wformats, embed_wformats, matmul_passes;
 };
 
 /* A whole op_caps member: the dtypes from the plugin's device_props, its
@@ -135,17 +135,9 @@ static inline int dray_util_op_caps(uint32_t index, struct dray_op_caps *caps,
     mine.max_k = lim->max_k;
     mine.max_heads = lim->max_heads;
     mine.rope_partial = !lim->whole_heads_only;
-    if (lim->grouped) {
-        uint32_t g = DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32);
-        mine.op_dtypes[DRAY_OP_MATMUL] |= g;
-        mine.op_dtypes[DRAY_OP_EMBED] |= g;
-    }
-    if (lim->grouped >= 2)
-        mine.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
-    if (lim->grouped >= 3)
-        mine.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q5G32) | DRAY_DTYPE_BIT(DRAY_Q5G32_X2);
-    if (lim->grouped >= 4)
-        mine.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32H) | DRAY_DTYPE_BIT(DRAY_Q4G32H_X2);
+    mine.matmul_wformats = lim->matmul_wformats;
+    mine.embed_wformats = lim->embed_wformats;
+    mine.matmul_passes = lim->matmul_wformats ? (lim->matmul_passes ? lim->matmul_passes : 1u) : 0u;
     return dray_util_caps_answer(caps, &mine);
 }
 
@@ -650,6 +642,207 @@ static inline int dray_util_check_add(const struct dray_add_args *a, struct dray
     size_t n = nd->at[0].nbytes;
     if (!dray_util_alias_ok(a->out, n, 0, a->a, n, 0) || !dray_util_alias_ok(a->out, n, 0, a->b, n, 0))
         return dray_util_fail(why, len, DRAY_EINVAL, "add: out overlaps a or b without being it");
+    return DRAY_OK;
+}
+
+/* ---------------------------------------------------------------- packed weights */
+/* Version 3 (backend.h, "Packed weights"): the format's sizes, a reference
+ * decoding of its groups, and the checks of weight_create and of matmul and
+ * embed on a handle. */
+
+/* Every one of the twelve formats, and the ones GGUF files need most. */
+#define DRAY_UTIL_WF_ALL 0xfffu
+#define DRAY_UTIL_WF(bits, scale, has_min) DRAY_WFORMAT_BIT(((struct dray_wformat){bits, scale, has_min, 0}))
+
+static inline int dray_util_wformat_valid(struct dray_wformat f)
+{
+    return (f.bits == 4 || f.bits == 5 || f.bits == 8) && f.scale <= DRAY_WSCALE_F16 &&
+           f.has_min <= 1 && f.zero == 0;
+}
+
+/* Bytes of one group's codes (B in backend.h): 16, 20 or 32. */
+static inline uint32_t dray_util_wformat_group_bytes(struct dray_wformat f)
+{
+    return f.bits == 4 ? 16u : f.bits == 5 ? 20u : 32u;
+}
+
+/* Bytes of one d (or m) value. */
+static inline uint32_t dray_util_wformat_scale_bytes(struct dray_wformat f)
+{
+    return f.scale == DRAY_WSCALE_F16 ? 2u : 4u;
+}
+
+/* The zero point of a format without a min: 8, 16, 0. */
+static inline int dray_util_wformat_z(struct dray_wformat f)
+{
+    return f.bits == 4 ? 8 : f.bits == 5 ? 16 : 0;
+}
+
+/* "q4 f16 +min": for messages and `dray devices -v`. */
+static inline const char *dray_util_wformat_name(struct dray_wformat f, char *buf, size_t len)
+{
+    snprintf(buf, len, "q%u %s%s", (unsigned)f.bits, f.scale == DRAY_WSCALE_F16 ? "f16" : "f32",
+             f.has_min ? " +min" : "");
+    return buf;
+}
+
+/* The format of bit i (0..11) of a wformats mask. */
+static inline struct dray_wformat dray_util_wformat_of_bit(uint32_t i)
+{
+    struct dray_wformat f = {(uint8_t)(i / 4 == 0 ? 4 : i / 4 == 1 ? 5 : 8),
+                             (uint8_t)((i >> 1) & 1u), (uint8_t)(i & 1u), 0};
+    return f;
+}
+
+/* Code j (0..31) of one group's bytes (unsigned for 4 and 5 bits, signed for 8). */
+static inline int dray_util_packed_code(struct dray_wformat f, const uint8_t *group, uint32_t j)
+{
+    if (f.bits == 8)
+        return (int8_t)group[j];
+    int c = j < 16 ? group[j] & 15 : group[j - 16] >> 4;
+    if (f.bits == 5) {
+        uint32_t hi = (uint32_t)group[16] | (uint32_t)group[17] << 8 | (uint32_t)group[18] << 16 |
+                      (uint32_t)group[19] << 24;
+        c |= (int)((hi >> j) & 1u) << 4;
+    }
+    return c;
+}
+
+/* Value i of a d or m array in the format's scale type, widened to f32 exactly. */
+static inline float dray_util_packed_scale(struct dray_wformat f, const void *arr, uint64_t i)
+{
+    if (f.scale == DRAY_WSCALE_F16)
+        return dray_util_f16_to_f32(((const uint16_t *)arr)[i]);
+    return ((const float *)arr)[i];
+}
+
+/* d and the m' of backend.h's matmul (m, or -z*d without a min) of group i. */
+static inline void dray_util_packed_dm(struct dray_wformat f, const void *d, const void *m, uint64_t i,
+                                       float *dd, float *mm)
+{
+    *dd = dray_util_packed_scale(f, d, i);
+    *mm = f.has_min ? dray_util_packed_scale(f, m, i) : -(float)dray_util_wformat_z(f) * *dd;
+}
+
+/* Row o of W in f32 (k inputs): code * d + m'. The embed op's reference. */
+static inline void dray_util_packed_row(struct dray_wformat f, uint32_t k, const uint8_t *codes,
+                                        const void *d, const void *m, uint64_t o, float *out)
+{
+    uint32_t G = k / 32u, B = dray_util_wformat_group_bytes(f);
+    for (uint32_t g = 0; g < G; g++) {
+        float dd, mm;
+        dray_util_packed_dm(f, d, m, o * G + g, &dd, &mm);
+        const uint8_t *grp = codes + (o * G + g) * B;
+        for (uint32_t j = 0; j < 32; j++)
+            out[32 * g + j] = (float)dray_util_packed_code(f, grp, j) * dd + mm;
+    }
+}
+
+/* backend.h's activation rule on one group of 32: q and sx (0 for a zero group).
+ * Round to nearest even through nearbyintf in the default rounding mode. */
+static inline float dray_util_quant_group(const float *x, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    float sx = amax / 127.0f;
+    for (int j = 0; j < 32; j++) {
+        float v = sx > 0.0f ? nearbyintf(x[j] / sx) : 0.0f;
+        q[j] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : v);
+    }
+    return sx;
+}
+
+/* The reference of one output of matmul on packed weights, one pass: group g of
+ * x is (q + 32g, sx[g]); row o of the handle's arrays. */
+static inline float dray_util_packed_dot(struct dray_wformat f, uint32_t k, const uint8_t *codes,
+                                         const void *d, const void *m, uint64_t o, const int8_t *q,
+                                         const float *sx)
+{
+    uint32_t G = k / 32u, B = dray_util_wformat_group_bytes(f);
+    float acc = 0.0f;
+    for (uint32_t g = 0; g < G; g++) {
+        const uint8_t *grp = codes + (o * G + g) * B;
+        int32_t sqc = 0, sq = 0;
+        for (uint32_t j = 0; j < 32; j++) {
+            sqc += q[32 * g + j] * dray_util_packed_code(f, grp, j);
+            sq += q[32 * g + j];
+        }
+        float dd, mm;
+        dray_util_packed_dm(f, d, m, o * G + g, &dd, &mm);
+        acc += sx[g] * (dd * (float)sqc + mm * (float)sq);
+    }
+    return acc;
+}
+
+/* weight_create's argument rules; formats = the plugin's declared mask for the
+ * uses asked (matmul_wformats, embed_wformats, or both ANDed). */
+static inline int dray_util_check_weight_desc(const struct dray_weight_desc *w, uint32_t formats,
+                                              char *why, size_t len)
+{
+    char name[32];
+    if (!w || w->size < offsetof(struct dray_weight_desc, m) + sizeof(w->m))
+        return dray_util_fail(why, len, DRAY_EINVAL, "weight_create: no descriptor, or one too old");
+    if (!dray_util_wformat_valid(w->format))
+        return dray_util_fail(why, len, DRAY_EINVAL,
+                              "weight_create: format bits %u scale %u has_min %u is not one of backend.h's",
+                              w->format.bits, w->format.scale, w->format.has_min);
+    if (!(formats & DRAY_WFORMAT_BIT(w->format)))
+        return dray_util_fail(why, len, DRAY_ENOTSUP, "weight_create: format %s is not declared for %s",
+                              dray_util_wformat_name(w->format, name, sizeof(name)),
+                              w->uses & DRAY_WUSE_EMBED ? "embed" : "matmul");
+    if (!w->n_out || !w->k || w->k % 32 || w->k > 65536)
+        return dray_util_fail(why, len, DRAY_EINVAL,
+                              "weight_create: %u x %u: k must be a positive multiple of 32 up to 65536 "
+                              "and n_out positive", w->n_out, w->k);
+    if (!w->uses || (w->uses & ~(uint32_t)(DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED)))
+        return dray_util_fail(why, len, DRAY_EINVAL, "weight_create: uses %#x is not matmul and/or embed",
+                              w->uses);
+    if (!w->codes || !w->d || (w->format.has_min != (w->m != NULL)))
+        return dray_util_fail(why, len, DRAY_EINVAL,
+                              "weight_create: codes and d are required, m exactly when the format has a min");
+    return DRAY_OK;
+}
+
+/* Matmul on a handle of n_out x k (the plugin's record of it): views x, out.
+ * passes = the plugin's matmul_passes mask. */
+static inline int dray_util_check_matmul_packed(const struct dray_matmul_args *a, uint32_t n_out,
+                                                uint32_t k, uint32_t passes, struct dray_util_needs *nd,
+                                                char *why, size_t len)
+{
+    memset(nd, 0, sizeof(*nd));
+    uint32_t p = a->passes ? a->passes : 1u;
+    if (!a->packed)
+        return dray_util_fail(why, len, DRAY_EINVAL, "matmul: wdtype PACKED without a handle");
+    if (p > 2 || !(passes & (1u << (p - 1))))
+        return dray_util_fail(why, len, DRAY_ENOTSUP, "matmul: %u activation passes are not declared", p);
+    if (a->n_out != n_out || a->k != k || a->n_outlier)
+        return dray_util_fail(why, len, DRAY_EINVAL,
+                              "matmul: n_out %u, k %u, n_outlier %u against the handle's %u x %u "
+                              "(no outliers)", a->n_out, a->k, a->n_outlier, n_out, k);
+    if (a->stride_x < a->k || a->stride_out < a->n_out)
+        return dray_util_fail(why, len, DRAY_EINVAL, "matmul: stride_x %u < k %u or stride_out %u < n_out %u",
+                              a->stride_x, a->k, a->stride_out, a->n_out);
+    DRAY_UTIL_TRY(dray_util_need(nd, "matmul x", a->x, a->n_tok, a->stride_x, a->k, 4, why, len));
+    DRAY_UTIL_TRY(dray_util_need(nd, "matmul out", a->out, a->n_tok, a->stride_out, a->n_out, 4, why, len));
+    if (dray_util_overlap(a->out, nd->at[1].nbytes, a->x, nd->at[0].nbytes))
+        return dray_util_fail(why, len, DRAY_EINVAL, "matmul: out overlaps x");
+    return DRAY_OK;
+}
+
+/* Embed from a handle of n_rows x dim created for embed (uses_embed): views ids, out. */
+static inline int dray_util_check_embed_packed(const struct dray_embed_args *a, uint32_t n_rows,
+                                               uint32_t dim, int uses_embed, struct dray_util_needs *nd,
+                                               char *why, size_t len)
+{
+    memset(nd, 0, sizeof(*nd));
+    if (!a->packed || !uses_embed)
+        return dray_util_fail(why, len, DRAY_EINVAL, "embed: dtype PACKED needs a handle created for embed");
+    if (a->n_rows != n_rows || a->dim != dim)
+        return dray_util_fail(why, len, DRAY_EINVAL, "embed: %u rows of %u against the handle's %u of %u",
+                              a->n_rows, a->dim, n_rows, dim);
+    DRAY_UTIL_TRY(dray_util_need(nd, "embed ids", a->ids, 1, 0, a->n_tok, 4, why, len));
+    DRAY_UTIL_TRY(dray_util_need(nd, "embed out", a->out, a->n_tok, a->dim, a->dim, 4, why, len));
     return DRAY_OK;
 }
 
