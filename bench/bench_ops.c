@@ -311,7 +311,7 @@ static int small_call(struct bench *b, void *arg, uint32_t i)
         return b->ops->add(b->ctx, &a);
     }
     default: {
-        struct dray_embed_args a = {{s->ids, 0}, {s->tab, 0}, {s->rs, 0}, {s->c, 0}, DRAY_I8, n, 640, 4096, 25.3f};
+        struct dray_embed_args a = {{s->ids, 0}, {s->tab, 0}, {s->rs, 0}, {s->c, 0}, DRAY_I8, n, 640, 4096, 25.3f, NULL};
         return b->ops->embed(b->ctx, &a);
     }
     }

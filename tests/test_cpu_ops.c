@@ -800,7 +800,7 @@ static void test_embed_gathers_scaled_rows_and_rejects_bad_ids(void **state)
             struct dray_buf *bi = up(c, ids, sizeof(ids)), *bo = up(c, NULL, n_tok * dim * 4);
             struct dray_buf *bt = dt ? up(c, tf, n_rows * dim * 4) : up(c, tq, n_rows * dim);
             struct dray_buf *br = up(c, rs, n_rows * 4);
-            struct dray_embed_args a = {V(bi), V(bt), V(br), V(bo), dt ? DRAY_F32 : DRAY_I8, n_tok, dim, n_rows, 25.3f};
+            struct dray_embed_args a = {V(bi), V(bt), V(br), V(bo), dt ? DRAY_F32 : DRAY_I8, n_tok, dim, n_rows, 25.3f, NULL};
             assert_int_equal(ops->embed(c, &a), 0);
             res[ci] = malloc(n_tok * dim * 4);
             down(c, bo, res[ci], n_tok * dim * 4);

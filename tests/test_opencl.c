@@ -243,7 +243,7 @@ static void embed_case(uint32_t dtype, uint32_t n_rows, uint32_t dim, uint32_t n
                 bi = pb_new(ids, n_tok * 4), bo = pb_new(NULL, (size_t)n_tok * dim * 4);
     for (int s = 0; s < 2; s++)
         g_emb[s] = (struct dray_embed_args){V(&bi, s, 0), V(&bt, s, 0), V(&bs, s, 0), V(&bo, s, 0),
-                                            dtype, n_tok, dim, n_rows, 25.3f};
+                                            dtype, n_tok, dim, n_rows, 25.3f, NULL};
     RUN_BOTH(embed, emb_of);
     float *o, *r;
     pb_get(&bo, (void **)&o, (void **)&r);
@@ -287,7 +287,7 @@ static void test_opencl_embed_handles_a_168mb_table(void **state)
     assert_int_equal(ocl.ops->fill(ocl.ctx, (struct dray_view){bs, 0}, 0x3f000000u, (size_t)rows * 4), 0);
     int32_t id = (int32_t)rows - 1;
     assert_int_equal(ocl.ops->upload(ocl.ctx, (struct dray_view){bi, 0}, &id, 4), 0);
-    struct dray_embed_args a = {{bi, 0}, {bt, 0}, {bs, 0}, {bo, 0}, DRAY_I8, 1, dim, rows, 2.0f};
+    struct dray_embed_args a = {{bi, 0}, {bt, 0}, {bs, 0}, {bo, 0}, DRAY_I8, 1, dim, rows, 2.0f, NULL};
     assert_int_equal(ocl.ops->embed(ocl.ctx, &a), 0);
     float out[640];
     assert_int_equal(ocl.ops->download(ocl.ctx, out, (struct dray_view){bo, 0}, sizeof(out)), 0);
@@ -394,7 +394,7 @@ static void test_opencl_matmul_rejects_bad_arguments(void **state)
     struct dray_buf *b;
     assert_int_equal(ocl.ops->alloc(ocl.ctx, 1024, &b), 0);
     struct dray_view v = {b, 0};
-    struct dray_matmul_args a = {v, v, v, v, v, v, 1, 16, 64, 64, 16, 0, 0, DRAY_I8};
+    struct dray_matmul_args a = {v, v, v, v, v, v, 1, 16, 64, 64, 16, 0, 0, DRAY_I8, NULL, 0};
     a.out.offset = 512;
     a.w.offset = 1024 - 64 * 16 + 1; /* w overruns the buffer */
     assert_int_equal(ocl.ops->matmul(ocl.ctx, &a), DRAY_EINVAL);

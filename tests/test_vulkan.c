@@ -246,8 +246,8 @@ static void test_vulkan_embed_matches_cpu_i8_and_f32(void **state)
     struct pair tab8 = pair_up(t8, rows * dim), rs = pair_rand(rows, 0.001f, 0.1f);
     struct pair tabf = pair_rand(rows * dim, -1, 1), id = pair_up(ids, sizeof(ids));
     struct pair o = pair_rand(7 * dim, 0, 1);
-    struct dray_embed_args ca = {VC(id, 0), VC(tab8, 0), VC(rs, 0), VC(o, 0), DRAY_I8, 7, dim, rows, sqrtf(300)};
-    struct dray_embed_args va = {VV(id, 0), VV(tab8, 0), VV(rs, 0), VV(o, 0), DRAY_I8, 7, dim, rows, sqrtf(300)};
+    struct dray_embed_args ca = {VC(id, 0), VC(tab8, 0), VC(rs, 0), VC(o, 0), DRAY_I8, 7, dim, rows, sqrtf(300), NULL};
+    struct dray_embed_args va = {VV(id, 0), VV(tab8, 0), VV(rs, 0), VV(o, 0), DRAY_I8, 7, dim, rows, sqrtf(300), NULL};
     BOTH(embed, "i8 7 tok x 300", ca, va);
     compare_f32(o, 0, 1e-6, "embed i8");
     ca.table = VC(tabf, 0), va.table = VV(tabf, 0), ca.dtype = va.dtype = DRAY_F32;
@@ -283,9 +283,9 @@ static void matmul_case(uint32_t n_tok, uint32_t n_out, uint32_t k, uint32_t n_o
         }
     }
     struct dray_matmul_args ca = {VC(x, 0), VC(wb, 0), VC(ws, 0), VC(o, 0), VC(oi, 0), VC(ow, 0),
-                                  n_tok, n_out, k, k + 3, n_out + 1, n_outlier, accumulate, DRAY_I8};
+                                  n_tok, n_out, k, k + 3, n_out + 1, n_outlier, accumulate, DRAY_I8, NULL, 0};
     struct dray_matmul_args va = {VV(x, 0), VV(wb, 0), VV(ws, 0), VV(o, 0), VV(oi, 0), VV(ow, 0),
-                                  n_tok, n_out, k, k + 3, n_out + 1, n_outlier, accumulate, DRAY_I8};
+                                  n_tok, n_out, k, k + 3, n_out + 1, n_outlier, accumulate, DRAY_I8, NULL, 0};
     BOTH(matmul, what, ca, va);
     float *c, *v;
     pair_down(o, (void **)&c, (void **)&v);
@@ -441,8 +441,8 @@ static void test_vulkan_table_larger_than_a_binding_embeds_and_multiplies(void *
     struct pair rs = pair_rand(rows, 0.001f, 0.01f);
     int32_t ids[4] = {262143, 0, 209715, 131072};
     struct pair id = pair_up(ids, sizeof(ids)), e = pair_rand(4 * dim, 0, 1);
-    struct dray_embed_args ca = {VC(id, 0), VC(tab, 0), VC(rs, 0), VC(e, 0), DRAY_I8, 4, dim, rows, 25.3f};
-    struct dray_embed_args va = {VV(id, 0), VV(tab, 0), VV(rs, 0), VV(e, 0), DRAY_I8, 4, dim, rows, 25.3f};
+    struct dray_embed_args ca = {VC(id, 0), VC(tab, 0), VC(rs, 0), VC(e, 0), DRAY_I8, 4, dim, rows, 25.3f, NULL};
+    struct dray_embed_args va = {VV(id, 0), VV(tab, 0), VV(rs, 0), VV(e, 0), DRAY_I8, 4, dim, rows, 25.3f, NULL};
     BOTH(embed, "i8 4 tok from [262144][640]", ca, va);
     compare_f32(e, 0, 1e-6, "embed big table");
     struct pair o = pair_rand((size_t)n_tok * rows, 0, 1);
