@@ -8,6 +8,40 @@
 #include "dray/plugins.h"
 #include "error.h"
 
+/* The v2 grouped dtype bits, retired in version 3: the host lays out no
+ * weights for a plugin any more (a v2 plugin that declares them runs int8). */
+#define V2_GROUPED                                                                            \
+    (DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32) | DRAY_DTYPE_BIT(DRAY_Q5G32) |       \
+     DRAY_DTYPE_BIT(DRAY_Q4G32H) | DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2) | \
+     DRAY_DTYPE_BIT(DRAY_Q5G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32H_X2) | DRAY_DTYPE_BIT(DRAY_PACKED))
+
+/* The host's weight policy names the packed formats it prepares by the dtypes
+ * that once were their layouts (model.h: dray_weight_format): a version-3
+ * device's declared formats become those bits of the host's copy of its caps. */
+static void packed_as_dtypes(struct dray_op_caps *c)
+{
+    static const struct {
+        uint32_t dtype, two;
+        struct dray_wformat f;
+    } map[] = {
+        {DRAY_Q8G32, DRAY_Q8G32_X2, {8, DRAY_WSCALE_F32, 0, 0}},
+        {DRAY_Q4G32, DRAY_Q4G32_X2, {4, DRAY_WSCALE_F32, 1, 0}},
+        {DRAY_Q4G32H, DRAY_Q4G32H_X2, {4, DRAY_WSCALE_F16, 1, 0}},
+        {DRAY_Q5G32, DRAY_Q5G32_X2, {5, DRAY_WSCALE_F16, 1, 0}},
+    };
+    c->op_dtypes[DRAY_OP_MATMUL] &= ~V2_GROUPED;
+    c->op_dtypes[DRAY_OP_EMBED] &= ~V2_GROUPED;
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        uint32_t bit = DRAY_WFORMAT_BIT(map[i].f);
+        if (c->matmul_wformats & bit)
+            c->op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(map[i].dtype);
+        if ((c->matmul_wformats & bit) && (c->matmul_passes & 2u))
+            c->op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(map[i].two);
+        if ((c->embed_wformats & bit) && map[i].dtype != DRAY_Q4G32H && map[i].dtype != DRAY_Q5G32)
+            c->op_dtypes[DRAY_OP_EMBED] |= DRAY_DTYPE_BIT(map[i].dtype);
+    }
+}
+
 int dray_plugin_caps(const struct dray_plugin *p, uint32_t index, struct dray_op_caps *caps,
                      char *err, size_t errlen)
 {
@@ -19,6 +53,10 @@ int dray_plugin_caps(const struct dray_plugin *p, uint32_t index, struct dray_op
         caps->size = (uint32_t)sizeof(*caps); /* whatever the plugin did to it */
         if (caps->n_ops > DRAY_OP_COUNT)
             caps->n_ops = DRAY_OP_COUNT;
+        if (p->ops->version < 3 || !DRAY_HAS(p->ops, weight_create, 3) || !DRAY_HAS(p->ops, weight_free, 3))
+            caps->matmul_wformats = caps->embed_wformats = caps->matmul_passes = 0;
+        if (rc == 0)
+            packed_as_dtypes(caps);
     } else {
         /* version 1: the eight ops of the props, no declared limits */
         struct dray_device_props props;

@@ -70,8 +70,11 @@ struct prep {
     float *f32;        /* [SLAB_ROWS][k] */
     int8_t *q;         /* [SLAB_ROWS][k] (I8, grouped) */
     float *sc;         /* [SLAB_ROWS] (I8), [SLAB_ROWS][k/16] (grouped) */
-    int8_t *qi;        /* grouped: q and sc in the device layout */
-    float *sci;
+    /* grouped: the whole matrix in backend.h's layout-neutral form, handed to
+     * weight_create once every part is in */
+    struct dray_wformat fmt;
+    uint8_t *codes;    /* [n_out][k/32][B] */
+    void *d, *m;       /* [n_out][k/32] f32 or f16 */
     float *ow;         /* [n_out][n_outlier] or NULL */
     const int32_t *outliers;
     uint32_t n_outlier;
@@ -88,6 +91,52 @@ uint64_t dray_rope_pair_row(uint64_t r, uint32_t head_dim)
     /* NEOX row (h, j, i) = h*hd + j*hd/2 + i holds stored row h*hd + 2i + j */
     uint64_t h = r / head_dim, e = r % head_dim, half = head_dim / 2;
     return h * head_dim + 2 * (e % half) + e / half;
+}
+
+/* n rows of the slab (row-major codes, scales as {d} or {d, m} per group) into
+ * the whole matrix's neutral arrays from row `row`. */
+static void put_groups(struct prep *p, uint64_t row, uint64_t n, uint64_t k, uint64_t wb)
+{
+    uint64_t G = k / 32, per = p->fmt.has_min ? 2 : 1; /* p->sc: {d} or {d, m} per group */
+    memcpy(p->codes + row * wb, p->q, n * wb);
+    for (uint64_t i = 0; i < n * G; i++) {
+        uint64_t at = row * G + i;
+        float d = p->sc[i * per], m = per == 2 ? p->sc[i * per + 1] : 0.0f;
+        if (p->fmt.scale == DRAY_WSCALE_F16) {
+            ((uint16_t *)p->d)[at] = dray_f32_to_f16(d);
+            if (p->m)
+                ((uint16_t *)p->m)[at] = dray_f32_to_f16(m);
+        } else {
+            ((float *)p->d)[at] = d;
+            if (p->m)
+                ((float *)p->m)[at] = m;
+        }
+    }
+}
+
+struct dray_wformat dray_weight_format(uint32_t dtype)
+{
+    return dtype == DRAY_Q8G32   ? (struct dray_wformat){8, DRAY_WSCALE_F32, 0, 0}
+           : dtype == DRAY_Q4G32 ? (struct dray_wformat){4, DRAY_WSCALE_F32, 1, 0}
+           : dtype == DRAY_Q4G32H ? (struct dray_wformat){4, DRAY_WSCALE_F16, 1, 0}
+           : dtype == DRAY_Q5G32 ? (struct dray_wformat){5, DRAY_WSCALE_F16, 1, 0}
+                                 : (struct dray_wformat){0, 0, 0, 0};
+}
+
+/* Hand the neutral arrays to the device (ABI v3): it packs them its own way. */
+static int create_packed(struct dray_device *dev, struct prep *p, struct dray_weight *w, uint32_t uses,
+                         const char *name, char *err, size_t errlen)
+{
+    const struct dray_ops *ops = dev->ops;
+    if (!DRAY_HAS(ops, weight_create, 3))
+        return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: plugin '%s' has no weight_create (ABI %u)", name,
+                         ops->name, ops->version);
+    struct dray_weight_desc desc = {.size = sizeof(desc), .format = p->fmt, .n_out = w->n_out, .k = w->k,
+                                    .uses = uses, .codes = p->codes, .d = p->d, .m = p->m};
+    int rc = ops->weight_create(dev->ctx, &desc, &w->packed, &w->packed_bytes);
+    if (rc)
+        return dray_fail(err, errlen, rc, "packing %s on %s: %s", name, ops->name, ops->last_error(dev->ctx));
+    return 0;
 }
 
 static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t pair_hd,
@@ -130,7 +179,7 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             if (!rc)
                 rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * (k / 32) * 4}, p->sc, n * (k / 32) * 4);
         } else if (dray_util_grouped(dtype)) {
-            uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k), sf = dray_util_wscale_floats(dtype, (uint32_t)k);
+            uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k);
             if (p->round_hit)
                 dray_round_cache_get(p->round, r, n, (uint8_t *)p->q, p->sc);
             else if (dtype == DRAY_Q4G32 && !dray_ggml_is_4bit(t->type)) /* DRAY_Q4G32_ROUND: rounds a wider file */
@@ -139,12 +188,8 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
                 dray_quantize_rows_q4gh(p->f32, n, k, (uint8_t *)p->q, p->sc);
             if (p->round && !p->round_hit)
                 dray_round_cache_put(p->round, r, n, (uint8_t *)p->q, p->sc);
-            /* rows and row are multiples of 16 here, so the slab's blocks are
-             * contiguous in the device layout at the same byte offset */
-            dray_grouped_interleave(dtype, n, k, p->q, p->sc, p->qi, p->sci);
-            rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * wb}, p->qi, n * wb);
-            if (!rc)
-                rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * sf * 4}, p->sci, n * sf * 4);
+            put_groups(p, row, n, k, wb);
+            continue;
         } else if (dtype == DRAY_I8) {
             if (p->n_outlier)
                 split_outliers(p->f32, n, k, p->outliers, p->n_outlier, p->ow, row);
@@ -166,6 +211,8 @@ static int alloc_weight(struct dray_device *dev, struct dray_weight *w, const ch
                         size_t errlen)
 {
     const struct dray_ops *ops = dev->ops;
+    if (dray_util_grouped(w->dtype)) /* packed by the device: create_packed */
+        return 0;
     size_t bytes = (size_t)w->n_out * dray_util_wrow_bytes(w->dtype, w->k);
     size_t sbytes = (size_t)w->n_out * dray_util_wscale_floats(w->dtype, w->k) * 4;
     int rc = ops->alloc(dev->ctx, bytes, &w->w);
@@ -196,7 +243,10 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
 {
     uint64_t k = parts[0]->ne[0], n_out = 0;
     bool round4 = dtype == DRAY_Q4G32_ROUND, group_rows = dtype == DRAY_I8G32_ROWS;
-    bool table4 = dtype == DRAY_Q4G32_TABLE;
+    bool table4 = dtype == DRAY_Q4G32_TABLE, table = table4 || (dtype & DRAY_AS_TABLE);
+    dtype &= ~DRAY_AS_TABLE;
+    /* a gather table is read by embed (and, tied, by the head's matmul) */
+    uint32_t uses = table ? DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL : DRAY_WUSE_MATMUL;
     if (round4 || table4)
         dtype = DRAY_Q4G32;
     if (group_rows && k % 32)
@@ -252,16 +302,21 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
         .f32 = malloc(SLAB_ROWS * k * sizeof(float)),
         .q = quantized ? malloc(SLAB_ROWS * k) : NULL,
         .sc = malloc(SLAB_ROWS * (k / 16 + 1) * sizeof(float)),
-        .qi = dray_util_grouped(dtype) ? malloc(SLAB_ROWS * k) : NULL,
-        .sci = dray_util_grouped(dtype) ? malloc(SLAB_ROWS * (k / 16 + 1) * sizeof(float)) : NULL,
+        .fmt = dray_weight_format(dtype),
         .ow = out->n_outlier ? malloc(n_out * out->n_outlier * sizeof(float)) : NULL,
         .outliers = outliers,
         .n_outlier = out->n_outlier,
         .group_rows = group_rows,
     };
+    if (dray_util_grouped(dtype)) {
+        uint64_t groups = n_out * (k / 32), sb = dray_util_wformat_scale_bytes(p.fmt);
+        p.codes = malloc(groups * dray_util_wformat_group_bytes(p.fmt));
+        p.d = malloc(groups * sb);
+        p.m = p.fmt.has_min ? malloc(groups * sb) : NULL;
+    }
     int rc = DRAY_ENOMEM;
     if (!p.f32 || !p.sc || (quantized && !p.q) || (out->n_outlier && !p.ow) ||
-        (dray_util_grouped(dtype) && (!p.qi || !p.sci))) {
+        (dray_util_grouped(dtype) && (!p.codes || !p.d || (p.fmt.has_min && !p.m)))) {
         dray_fail(err, errlen, rc, "out of host memory preparing %s", parts[0]->name);
         goto out;
     }
@@ -281,6 +336,8 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
         rc = upload_part(dev, parts[i], pair_hd ? pair_hd[i] : 0, dtype, out, row0, &p, err, errlen);
         row0 += (uint32_t)parts[i]->ne[1];
     }
+    if (!rc && dray_util_grouped(dtype))
+        rc = create_packed(dev, &p, out, uses, parts[0]->name, err, errlen);
     if (!rc && out->n_outlier) {
         rc = dev->ops->upload(dev->ctx, (struct dray_view){out->outlier_idx, 0}, outliers, out->n_outlier * 4ull);
         if (!rc)
@@ -294,8 +351,9 @@ out:
     dray_round_cache_close(p.round); /* commits only a file with every row */
     free(p.f32);
     free(p.q);
-    free(p.qi);
-    free(p.sci);
+    free(p.codes);
+    free(p.d);
+    free(p.m);
     free(p.sc);
     free(p.ow);
     if (rc)
@@ -373,6 +431,10 @@ int dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out)
 
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w)
 {
+    if (w->packed)
+        dev->ops->weight_free(dev->ctx, w->packed);
+    w->packed = NULL;
+    w->packed_bytes = 0;
     if (w->w)
         dev->ops->free(dev->ctx, w->w);
     if (w->scale)

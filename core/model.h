@@ -127,13 +127,22 @@ const char *dray_model_supported(void);
 struct dray_weight {
     struct dray_buf *w;        /* I8 [n_out][k] or F32 [n_out][k] */
     struct dray_buf *scale;    /* F32 [n_out] (I8 only) */
-    uint32_t n_out, k, dtype;  /* dtype: DRAY_I8 or DRAY_F32 */
+    uint32_t n_out, k, dtype;  /* dtype: DRAY_I8, DRAY_F32, or a grouped format by
+                                * its host name (dray_weight_format) */
+    /* Grouped: the device's packed copy (ABI v3 weight_create) and its bytes. */
+    struct dray_packed *packed;
+    uint64_t packed_bytes;
     /* Mixed precision (I8 only): input channels kept out of the int8 path, whose
      * weight columns are zero in w and live in f32 here (backend.h, matmul). */
     struct dray_buf *outlier_idx; /* I32 [n_outlier], increasing */
     struct dray_buf *outlier_w;   /* F32 [n_out][n_outlier] */
     uint32_t n_outlier;
 };
+/* Grouped weights are named on the host by the dtypes that were their ABI
+ * version-2 layouts; what the device receives is the layout-neutral format:
+ * DRAY_Q8G32 = 8 bits, f32 d; DRAY_Q4G32 = 4 bits, f32 d and m; DRAY_Q4G32H =
+ * 4 bits, f16 d and m; DRAY_Q5G32 = 5 bits, f16 d and m. */
+struct dray_wformat dray_weight_format(uint32_t dtype);
 /* dtype for dray_weight_prepare: DRAY_Q4G32 even where the file is wider than 4
  * bits, rounding those rows (dray_quantize_rows_q4g: lossy); plain DRAY_Q4G32
  * turns such tensors into DRAY_Q5G32 (every part Q5_0/Q5_1, on a device where
@@ -147,6 +156,9 @@ struct dray_weight {
  * which takes Q8G32 and Q4G32 only: never Q4G32H or Q5G32 (a part wider than 4
  * bits becomes Q8G32). Never a device dtype. */
 #define DRAY_Q4G32_TABLE (0x200u | DRAY_Q4G32)
+/* Or'ed into a grouped dtype for dray_weight_prepare: the matrix is also a
+ * table the EMBED op gathers (token_embd; a tied head reads it as a matmul). */
+#define DRAY_AS_TABLE 0x400u
 /* dtype for dray_weight_prepare: the weights of DRAY_Q8G32 (int8 codes with an f32
  * scale per group of 32 inputs), stored as an I8 table whose rows are the groups,
  * row-major: n_out * k/32 rows of 32 codes and a scale each, so the EMBED op

@@ -31,20 +31,4 @@ void dray_quantize_rows_q4g(const float *w, uint64_t rows, uint64_t cols, uint8_
  * rounded values, so storing them as f16 loses nothing more. */
 void dray_quantize_rows_q4gh(const float *w, uint64_t rows, uint64_t cols, uint8_t *q, float *dm);
 
-/* Row-major grouped codes and scales of `rows` rows (a multiple of 16) into
- * backend.h's layout of 16-row blocks (dtype DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32,
- * DRAY_Q4G32H (q as Q4G32's)):
- *   q  row-major: Q8G32 int8 [rows][k]; Q4G32 [rows][k/2], 16 bytes per group
- *      with input i low and i+16 high in byte i (dray_gguf_tensor_row_q4g);
- *      Q5G32 [rows][k/32][20], those 16 bytes then a little-endian uint32 of
- *      bit 4 of each input (dray_gguf_tensor_row_q5g);
- *   sc row-major: [rows][k/32] (Q8G32) or [rows][k/32][2] = {d, m} (Q4G32, Q5G32,
- *      Q4G32H).
- * qo and so get the same bytes and floats, reordered (Q5G32: the high bits
- * become the high unit's masks, and so gets the scales as f16, 4 bytes per row
- * and group: exact for values that are f16 already, as the 5-bit files' are;
- * Q4G32H: Q4G32's units, the scales as f16 as Q5G32's). */
-void dray_grouped_interleave(uint32_t dtype, uint64_t rows, uint64_t k, const void *q, const float *sc,
-                             void *qo, float *so);
-
 #endif

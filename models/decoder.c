@@ -315,6 +315,8 @@ void dec_free(struct dray_model *m)
 
 static uint64_t weight_bytes(const struct dray_weight *w)
 {
+    if (w->packed) /* what the device says it holds */
+        return w->packed_bytes;
     return (uint64_t)w->n_out * dray_util_wrow_bytes(w->dtype, w->k) +
            (uint64_t)w->n_out * dray_util_wscale_floats(w->dtype, w->k) * 4 +
            (uint64_t)w->n_outlier * (w->n_out + 1) * 4;
@@ -450,7 +452,7 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, const struct dr
     int rc = dray_weight_prepare(m->dev, &te, 1,
                                  m->head_copy           ? DRAY_I8G32_ROWS
                                  : tdtype == DRAY_Q4G32 ? DRAY_Q4G32_TABLE
-                                                        : tdtype,
+                                                        : tdtype | DRAY_AS_TABLE,
                                  NULL, 0, &m->embd, err, errlen);
     if (!rc && m->head_copy)
         m->embd_groups = in->n_embd / 32;
@@ -584,8 +586,8 @@ static int matmul(struct dray_model *m, struct dray_view x, uint32_t stride_x,
         .stride_x = stride_x, .stride_out = stride_out,
         /* grouped weights with two-pass activations when asked (backend.h); the
          * head only when it is not the bulk of a step (head_two_pass) */
-        .wdtype = (w == &m->embd || w == &m->output ? m->head_two_pass : m->two_pass) ? dray_util_x2_of(w->dtype)
-                                                                                     : w->dtype,
+        .wdtype = w->packed ? DRAY_PACKED : w->dtype, .packed = w->packed,
+        .passes = (w == &m->embd || w == &m->output ? m->head_two_pass : m->two_pass) ? 2u : 1u,
     };
     return m->dev->ops->matmul(m->dev->ctx, &a);
 }
@@ -751,7 +753,8 @@ int dec_embed(struct dray_model *m, const int32_t *ids, struct dray_view ids_dev
     struct dray_ctx *ctx = m->dev->ctx;
     struct dray_embed_args e = {
         .ids = ids_dev, .table = {m->embd.w, 0}, .row_scale = {m->embd.scale, 0}, .out = out,
-        .dtype = m->embd.dtype, .n_tok = n, .dim = m->info.n_embd, .n_rows = m->info.n_vocab, .scale = scale,
+        .dtype = m->embd.packed ? DRAY_PACKED : m->embd.dtype, .n_tok = n, .dim = m->info.n_embd,
+        .n_rows = m->info.n_vocab, .scale = scale, .packed = m->embd.packed,
     };
     const uint32_t G = m->embd_groups;
     if (G) { /* token id i is group rows i*G .. i*G+G-1, each 32 wide */

@@ -175,7 +175,7 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
 {
     (void)state;
     uint32_t n = 0;
-    assert_int_equal(ops->version, 2);
+    assert_int_equal(ops->version, 3);
     assert_string_equal(ops->name, "cpu");
     assert_int_equal(ops->device_count(&n), 0);
     assert_int_equal(n, 1);
@@ -195,15 +195,17 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     assert_int_equal(ops->op_caps(0, &c), 0);
     assert_int_equal(c.size, sizeof(c));
     assert_int_equal(c.n_ops, DRAY_OP_COUNT);
-    /* ... plus version 2's grouped weights, which only op_caps can declare */
-    assert_int_equal(c.op_dtypes[DRAY_OP_MATMUL], p.op_dtypes[DRAY_OP_MATMUL] | DRAY_DTYPE_BIT(DRAY_Q8G32) |
-                                                      DRAY_DTYPE_BIT(DRAY_Q4G32) | DRAY_DTYPE_BIT(DRAY_Q8G32_X2) |
-                                                      DRAY_DTYPE_BIT(DRAY_Q4G32_X2) | DRAY_DTYPE_BIT(DRAY_Q5G32) |
-                                                      DRAY_DTYPE_BIT(DRAY_Q5G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32H) |
-                                                      DRAY_DTYPE_BIT(DRAY_Q4G32H_X2));
-    /* Q5G32 and Q4G32H are matmul weights only: never declared for the embedding table */
-    assert_int_equal(c.op_dtypes[DRAY_OP_EMBED], p.op_dtypes[DRAY_OP_EMBED] | DRAY_DTYPE_BIT(DRAY_Q8G32) |
-                                                     DRAY_DTYPE_BIT(DRAY_Q4G32));
+    /* the same dtypes: the retired v2 grouped ones are not declared */
+    assert_int_equal(c.op_dtypes[DRAY_OP_MATMUL], p.op_dtypes[DRAY_OP_MATMUL]);
+    assert_int_equal(c.op_dtypes[DRAY_OP_EMBED], p.op_dtypes[DRAY_OP_EMBED]);
+    /* version 3: packed formats, 4 bits (f32 or f16), 5 bits (f16), 8 bits, with
+     * one and two passes; a gather table of 4 or 8 bits */
+    assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF(4, 0, 0) | DRAY_UTIL_WF(4, 0, 1) | DRAY_UTIL_WF(4, 1, 0) |
+                                            DRAY_UTIL_WF(4, 1, 1) | DRAY_UTIL_WF(5, 1, 0) | DRAY_UTIL_WF(5, 1, 1) |
+                                            DRAY_UTIL_WF(8, 0, 0) | DRAY_UTIL_WF(8, 1, 0));
+    assert_int_equal(c.embed_wformats, DRAY_UTIL_WF(4, 0, 0) | DRAY_UTIL_WF(4, 0, 1) | DRAY_UTIL_WF(4, 1, 0) |
+                                           DRAY_UTIL_WF(4, 1, 1) | DRAY_UTIL_WF(8, 0, 0) | DRAY_UTIL_WF(8, 1, 0));
+    assert_int_equal(c.matmul_passes, 3);
     assert_int_equal(c.max_k, 65536);
     struct {
         struct dray_op_caps c;
@@ -222,12 +224,12 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     const struct dray_ops *o = NULL;
     char err[128];
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
-    v = 1; /* a version-1 host: the version-2 table is refused, naming both */
+    v = 2; /* a version-2 host: the version-3 table is refused, naming both */
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
-    assert_non_null(strstr(err, "implements ABI 2"));
+    assert_non_null(strstr(err, "implements ABI 3"));
     v = 7;
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), 0);
-    assert_int_equal(v, 2);
+    assert_int_equal(v, 3);
 }
 
 static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
@@ -559,86 +561,85 @@ static void test_cpu_isa_override_names_the_kernels_and_rejects_unknown(void **s
 
 /* ------------------------------------------------------------ grouped, two passes */
 
-/* Grouped weights with random codes (any byte: Q8G32 codes, or two nibbles, or
- * two nibbles and any high-bit masks), positive scales and signed mins (Q5G32,
- * Q4G32H: as f16), and W[o][i] computed from backend.h's layout text (16-row blocks,
- * 64-byte units) to check against. */
+/* Packed weights (ABI v3) with random codes (any byte: 8-bit codes, two
+ * nibbles, or two nibbles and any high bits), positive scales and signed mins,
+ * in f32 or f16 as the format says, and W[o][i] computed from backend.h's
+ * layout-neutral definition to check against. */
 struct gm_case {
-    uint32_t n_tok, n_out, k, pad_x, pad_out, accumulate, layout; /* DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32, DRAY_Q4G32H */
+    uint32_t n_tok, n_out, k, pad_x, pad_out, accumulate;
+    struct dray_wformat f;
 };
 
 struct gm_data {
-    float *x, *ws, *out0;
-    uint8_t *w;
+    float *x, *out0;
+    uint8_t *codes;
+    void *dv, *mv;
     double *W; /* [n_out][k] */
-    size_t nx, nw, ns, nout;
+    size_t nx, nout;
     uint32_t sx, so;
 };
 
 static void gm_make(const struct gm_case *c, struct gm_data *d)
 {
     uint32_t G = c->k / 32;
+    size_t groups = (size_t)c->n_out * G, sb = dray_util_wformat_scale_bytes(c->f);
     d->sx = c->k + c->pad_x, d->so = c->n_out + c->pad_out;
     d->nx = (size_t)c->n_tok * d->sx, d->nout = (size_t)c->n_tok * d->so;
-    d->nw = (size_t)c->n_out * (c->layout == DRAY_Q8G32 ? c->k : c->layout == DRAY_Q5G32 ? c->k / 8 * 5 : c->k / 2);
-    d->ns = (size_t)c->n_out * G * (c->layout == DRAY_Q4G32 ? 2 : 1); /* Q5G32, Q4G32H: two f16 in one f32 */
     d->x = randv(d->nx, -2, 2);
     for (uint32_t t = 0; t < c->n_tok; t++) /* a loud channel in some groups: what groups are for */
         for (uint32_t g = 0; g < G; g += 3)
             d->x[(size_t)t * d->sx + 32 * g + dray_test_rand() % 32] *= 40.0f;
-    d->w = (uint8_t *)randq(d->nw);
-    d->ws = randv(d->ns, 0.001f, 0.05f);
+    d->codes = (uint8_t *)randq(groups * dray_util_wformat_group_bytes(c->f));
+    d->dv = malloc(groups * sb);
+    d->mv = c->f.has_min ? malloc(groups * sb) : NULL;
+    for (size_t i = 0; i < groups; i++) {
+        float dd = dray_test_randf(0.001f, 0.05f), mm = dray_test_randf(-0.2f, 0.2f);
+        if (sb == 2) {
+            ((uint16_t *)d->dv)[i] = dray_util_f32_to_f16(dd);
+            if (d->mv)
+                ((uint16_t *)d->mv)[i] = dray_util_f32_to_f16(mm);
+        } else {
+            ((float *)d->dv)[i] = dd;
+            if (d->mv)
+                ((float *)d->mv)[i] = mm;
+        }
+    }
     d->out0 = randv(d->nout, -1, 1);
     d->W = malloc((size_t)c->n_out * c->k * sizeof(double));
-    uint16_t *h = (uint16_t *)(void *)d->ws; /* Q5G32, Q4G32H: [n_out/16][G][2][16] halves */
-    for (size_t i = 0; (c->layout == DRAY_Q5G32 || c->layout == DRAY_Q4G32H) && i < 2 * d->ns; i++)
-        h[i] = dray_util_f32_to_f16(i / 16 % 2 ? dray_test_randf(-0.2f, 0.2f) : dray_test_randf(0.001f, 0.05f));
-    for (uint32_t o = 0; o < c->n_out; o++)
-        for (uint32_t i = 0; i < c->k; i++) {
-            size_t bg = (size_t)(o / 16) * G + i / 32, r = o % 16, e = i % 32;
-            double v;
-            if (c->layout == DRAY_Q8G32) {
-                v = (double)(int8_t)d->w[(bg * 8 + e / 4) * 64 + r * 4 + e % 4] * d->ws[bg * 16 + r];
-            } else if (c->layout == DRAY_Q5G32) {
-                /* nibble as Q4G32's (5 units per (b, g)); bit 4 at bit 4r + e%4
-                 * of 64-bit word e/4 of the fifth unit */
-                uint8_t b = d->w[(bg * 5 + (e % 16) / 4) * 64 + r * 4 + e % 4];
-                size_t bit = r * 4 + e % 4;
-                int hb = (d->w[(bg * 5 + 4) * 64 + (e / 4) * 8 + bit / 8] >> (bit % 8)) & 1;
-                int code = (e < 16 ? b & 15 : b >> 4) + 16 * hb;
-                v = (double)code * dray_util_f16_to_f32(h[bg * 32 + r]) + dray_util_f16_to_f32(h[bg * 32 + 16 + r]);
-            } else if (c->layout == DRAY_Q4G32H) { /* Q4G32's units, Q5G32's f16 d and m */
-                uint8_t b = d->w[(bg * 4 + (e % 16) / 4) * 64 + r * 4 + e % 4];
-                v = (double)(e < 16 ? b & 15 : b >> 4) * dray_util_f16_to_f32(h[bg * 32 + r]) +
-                    dray_util_f16_to_f32(h[bg * 32 + 16 + r]);
-            } else {
-                if (e % 32 == 0 && i % 64 == 0) /* the min: either sign */
-                    d->ws[bg * 32 + 16 + r] = dray_test_randf(-0.2f, 0.2f);
-                uint8_t b = d->w[(bg * 4 + (e % 16) / 4) * 64 + r * 4 + e % 4];
-                v = (double)(e < 16 ? b & 15 : b >> 4) * d->ws[bg * 32 + r] + d->ws[bg * 32 + 16 + r];
-            }
-            d->W[(size_t)o * c->k + i] = v;
-        }
+    float *row = malloc(c->k * sizeof(float));
+    for (uint32_t o = 0; o < c->n_out; o++) {
+        dray_util_packed_row(c->f, c->k, d->codes, d->dv, d->mv, o, row);
+        for (uint32_t i = 0; i < c->k; i++)
+            d->W[(size_t)o * c->k + i] = row[i];
+    }
+    free(row);
 }
 
 static void gm_free(struct gm_data *d)
 {
-    free(d->x), free(d->ws), free(d->out0), free(d->w), free(d->W);
+    free(d->x), free(d->codes), free(d->dv), free(d->mv), free(d->out0), free(d->W);
 }
 
-static float *gm_run(struct dray_ctx *ctx, const struct gm_case *c, const struct gm_data *d, uint32_t wdtype)
+static float *gm_run(struct dray_ctx *ctx, const struct gm_case *c, const struct gm_data *d, uint32_t passes)
 {
-    struct dray_buf *bx = up(ctx, d->x, d->nx * 4), *bw = up(ctx, d->w, d->nw);
-    struct dray_buf *bs = up(ctx, d->ws, d->ns * 4), *bo = up(ctx, d->out0, d->nout * 4);
-    struct dray_matmul_args a = {.x = V(bx), .w = V(bw), .wscale = V(bs), .out = V(bo), .n_tok = c->n_tok,
-                                 .n_out = c->n_out, .k = c->k, .stride_x = d->sx, .stride_out = d->so,
-                                 .accumulate = c->accumulate, .wdtype = wdtype};
-    int rc = ops->matmul(ctx, &a);
+    struct dray_weight_desc wd = {.size = sizeof(wd), .format = c->f, .n_out = c->n_out, .k = c->k,
+                                  .uses = DRAY_WUSE_MATMUL, .codes = d->codes, .d = d->dv, .m = d->mv};
+    struct dray_packed *pk = NULL;
+    uint64_t bytes = 0;
+    int rc = ops->weight_create(ctx, &wd, &pk, &bytes);
     if (rc)
-        fail_msg("matmul dtype %u: %d %s", wdtype, rc, ops->last_error(ctx));
+        fail_msg("weight_create q%u: %d %s", c->f.bits, rc, ops->last_error(ctx));
+    struct dray_buf *bx = up(ctx, d->x, d->nx * 4), *bo = up(ctx, d->out0, d->nout * 4);
+    struct dray_matmul_args a = {.x = V(bx), .out = V(bo), .n_tok = c->n_tok, .n_out = c->n_out, .k = c->k,
+                                 .stride_x = d->sx, .stride_out = d->so, .accumulate = c->accumulate,
+                                 .wdtype = DRAY_PACKED, .packed = pk, .passes = passes};
+    rc = ops->matmul(ctx, &a);
+    if (rc)
+        fail_msg("matmul q%u passes %u: %d %s", c->f.bits, passes, rc, ops->last_error(ctx));
     float *out = malloc(d->nout * 4);
     down(ctx, bo, out, d->nout * 4);
-    ops->free(ctx, bx), ops->free(ctx, bw), ops->free(ctx, bs), ops->free(ctx, bo);
+    ops->free(ctx, bx), ops->free(ctx, bo);
+    ops->weight_free(ctx, pk);
     return out;
 }
 
@@ -681,34 +682,31 @@ static double gm_check(const struct gm_case *c, const struct gm_data *d, const f
     return ss1 > 0 ? sqrt(ss2 / ss1) : 0;
 }
 
-/* backend.h, two-pass activations: DRAY_Q8G32_X2 / DRAY_Q4G32_X2 /
- * DRAY_Q5G32_X2 / DRAY_Q4G32H_X2 read the same weights as DRAY_Q8G32 /
- * DRAY_Q4G32 / DRAY_Q5G32 / DRAY_Q4G32H
- * and quantize each group twice (the
- * residual of the first pass by the same rule). Every kernel set and thread
- * count meets the bound, the fast ones match the reference within the op's
- * tolerance and are independent of the thread count, and shapes cover decode
- * (1 token), an odd token count, token-split tiles (few rows, many tokens) and
- * accumulation. */
+/* backend.h, packed weights and two-pass activations: every format the CPU
+ * declares, one pass and two (the residual of the first pass by the same
+ * rule). Every kernel set and thread count meets the bound, the fast ones
+ * match the reference within the op's tolerance and are independent of the
+ * thread count, and shapes cover decode (1 token), an odd token count,
+ * token-split tiles (few rows, many tokens) and accumulation. */
 static void test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path(void **state)
 {
     (void)state;
     dray_test_seed(31);
+    static const struct dray_wformat q4 = {4, 0, 1, 0}, q4z = {4, 0, 0, 0}, q4h = {4, 1, 1, 0},
+                                     q4hz = {4, 1, 0, 0}, q5 = {5, 1, 1, 0}, q5z = {5, 1, 0, 0},
+                                     q8 = {8, 0, 0, 0}, q8h = {8, 1, 0, 0};
     static const struct gm_case cases[] = {
-        {1, 64, 576, 0, 0, 0, DRAY_Q4G32},   {1, 48, 1536, 3, 1, 1, DRAY_Q8G32},
-        {5, 32, 96, 1, 2, 0, DRAY_Q8G32},    {67, 32, 64, 0, 0, 1, DRAY_Q4G32},
-        {130, 16, 32, 2, 0, 0, DRAY_Q8G32},  {9, 160, 320, 0, 3, 0, DRAY_Q4G32},
-        {1, 64, 640, 0, 0, 0, DRAY_Q5G32},   {1, 48, 1536, 3, 1, 1, DRAY_Q5G32},
-        {7, 32, 96, 1, 2, 1, DRAY_Q5G32},    {67, 32, 64, 0, 0, 0, DRAY_Q5G32},
-        {1, 64, 640, 0, 0, 0, DRAY_Q4G32H},  {1, 48, 1536, 3, 1, 1, DRAY_Q4G32H},
-        {7, 32, 96, 1, 2, 1, DRAY_Q4G32H},   {67, 32, 64, 0, 0, 0, DRAY_Q4G32H},
+        {1, 64, 576, 0, 0, 0, q4},    {1, 48, 1536, 3, 1, 1, q8},  {5, 32, 96, 1, 2, 0, q8h},
+        {67, 32, 64, 0, 0, 1, q4},    {130, 16, 32, 2, 0, 0, q8},  {9, 160, 320, 0, 3, 0, q4z},
+        {1, 64, 640, 0, 0, 0, q5},    {1, 48, 1536, 3, 1, 1, q5},  {7, 32, 96, 1, 2, 1, q5z},
+        {67, 32, 64, 0, 0, 0, q5},    {1, 64, 640, 0, 0, 0, q4h},  {1, 48, 1536, 3, 1, 1, q4hz},
+        {7, 32, 96, 1, 2, 1, q4h},    {67, 32, 64, 0, 0, 0, q4h},
     };
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const struct gm_case *c = &cases[ci];
         struct gm_data d;
         gm_make(c, &d);
-        uint32_t x2 = dray_util_x2_of(c->layout);
-        float *r1 = gm_run(cref, c, &d, c->layout), *r2 = gm_run(cref, c, &d, x2);
+        float *r1 = gm_run(cref, c, &d, 1), *r2 = gm_run(cref, c, &d, 2);
         double ratio = gm_check(c, &d, r1, r2);
         /* the residual pass takes off two orders of magnitude (measured: RMS
          * 0.0033..0.0039 of one pass's error, about 1/254), not a few percent */
@@ -723,8 +721,8 @@ static void test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path(void **s
         for (size_t i = 0; i < 2 + 2 * N_ISA; i += 2) {
             if (!fast[i])
                 continue;
-            float *f1 = gm_run(fast[i], c, &d, c->layout), *f2 = gm_run(fast[i], c, &d, x2);
-            float *g2 = gm_run(fast[i + 1], c, &d, x2);
+            float *f1 = gm_run(fast[i], c, &d, 1), *f2 = gm_run(fast[i], c, &d, 2);
+            float *g2 = gm_run(fast[i + 1], c, &d, 2);
             gm_check(c, &d, f1, f2);
             near("one-pass fast vs ref", f1, r1, d.nout, 1e-5 * mag, 1e-5);
             near("two-pass fast vs ref", f2, r2, d.nout, 1e-5 * mag, 1e-5);
@@ -783,6 +781,84 @@ static void test_matmul_rejects_bad_arguments(void **state)
 }
 
 /* ------------------------------------------------------------ embed */
+
+/* Packed tables (ABI v3): every embed format the CPU declares gathers
+ * W[id] * scale as backend.h defines W, on every kernel set; a handle made for
+ * matmul only is refused by embed, and weight_create refuses what the CPU does
+ * not take (5-bit f32 scales, rows not in blocks of 16) or what is no format
+ * at all, and goes on working. */
+static void test_embed_packed_tables_and_weight_create_refusals(void **state)
+{
+    (void)state;
+    dray_test_seed(41);
+    enum { ROWS = 48, K = 96, G = K / 32, NT = 5 };
+    const struct dray_wformat fs[] = {{4, 0, 1, 0}, {4, 0, 0, 0}, {4, 1, 1, 0}, {4, 1, 0, 0}, {8, 0, 0, 0}, {8, 1, 0, 0}};
+    int32_t ids[NT] = {0, 47, 3, 3, 20};
+    for (size_t fi = 0; fi < sizeof(fs) / sizeof(fs[0]); fi++) {
+        struct gm_case c = {1, ROWS, K, 0, 0, 0, fs[fi]};
+        struct gm_data d;
+        gm_make(&c, &d);
+        struct dray_weight_desc wd = {.size = sizeof(wd), .format = c.f, .n_out = ROWS, .k = K,
+                                      .uses = DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL, .codes = d.codes, .d = d.dv,
+                                      .m = d.mv};
+        struct dray_ctx *ctxs[] = {cref, cfast};
+        for (int ci = 0; ci < 2; ci++) {
+            struct dray_packed *pk = NULL;
+            assert_int_equal(ops->weight_create(ctxs[ci], &wd, &pk, NULL), 0);
+            struct dray_buf *bi = up(ctxs[ci], ids, sizeof(ids)), *bo = up(ctxs[ci], NULL, NT * K * 4);
+            struct dray_embed_args a = {.ids = V(bi), .out = V(bo), .dtype = DRAY_PACKED, .n_tok = NT, .dim = K,
+                                        .n_rows = ROWS, .scale = 25.3f, .packed = pk};
+            assert_int_equal(ops->embed(ctxs[ci], &a), 0);
+            float got[NT * K];
+            down(ctxs[ci], bo, got, sizeof(got));
+            for (int t = 0; t < NT; t++)
+                for (int i = 0; i < K; i++) {
+                    double want = d.W[(size_t)ids[t] * K + i] * 25.3f;
+                    if (fabs(got[t * K + i] - want) > 1e-6 * fabs(want) + 1e-30)
+                        fail_msg("q%u scale %u min %u t %d i %d: %g vs %g", c.f.bits, c.f.scale, c.f.has_min, t,
+                                 i, (double)got[t * K + i], want);
+                }
+            ops->free(ctxs[ci], bi), ops->free(ctxs[ci], bo);
+            ops->weight_free(ctxs[ci], pk);
+        }
+        gm_free(&d);
+    }
+    /* refusals: each names what, and the context goes on */
+    struct gm_case c = {1, ROWS, K, 0, 0, 0, {5, 0, 1, 0}};
+    struct gm_data d;
+    gm_make(&c, &d);
+    struct dray_weight_desc wd = {.size = sizeof(wd), .format = c.f, .n_out = ROWS, .k = K,
+                                  .uses = DRAY_WUSE_MATMUL, .codes = d.codes, .d = d.dv, .m = d.mv};
+    struct dray_packed *pk = (struct dray_packed *)&wd;
+    assert_int_equal(ops->weight_create(cfast, &wd, &pk, NULL), DRAY_ENOTSUP);
+    assert_null(pk);
+    assert_non_null(strstr(ops->last_error(cfast), "q5 f32"));
+    wd.format.bits = 6;
+    assert_int_equal(ops->weight_create(cfast, &wd, &pk, NULL), DRAY_EINVAL);
+    wd.format = (struct dray_wformat){4, 0, 1, 0};
+    wd.n_out = 40;
+    assert_int_equal(ops->weight_create(cfast, &wd, &pk, NULL), DRAY_ENOTSUP);
+    assert_non_null(strstr(ops->last_error(cfast), "16 rows"));
+    wd.n_out = ROWS;
+    uint64_t bytes = 0;
+    assert_int_equal(ops->weight_create(cfast, &wd, &pk, &bytes), 0);
+    assert_int_equal(bytes, ROWS * G * (16 + 8)); /* 4-bit codes and f32 d and m */
+    struct dray_buf *b = up(cfast, NULL, 4096);
+    struct dray_embed_args e = {.ids = V(b), .out = {b, 1024}, .dtype = DRAY_PACKED, .n_tok = 1, .dim = K,
+                                .n_rows = ROWS, .scale = 1, .packed = pk};
+    assert_int_equal(ops->embed(cfast, &e), DRAY_EINVAL); /* made for matmul only */
+    struct dray_matmul_args m = {.x = V(b), .out = {b, 1024}, .n_tok = 1, .n_out = ROWS + 16, .k = K, .stride_x = K,
+                                 .stride_out = ROWS + 16, .wdtype = DRAY_PACKED, .packed = pk, .passes = 1};
+    assert_int_equal(ops->matmul(cfast, &m), DRAY_EINVAL); /* not the handle's shape */
+    m.n_out = m.stride_out = ROWS;
+    assert_int_equal(ops->matmul(cfast, &m), 0);
+    m.passes = 3;
+    assert_int_equal(ops->matmul(cfast, &m), DRAY_ENOTSUP);
+    ops->free(cfast, b);
+    ops->weight_free(cfast, pk);
+    ops->weight_free(cfast, NULL);
+    gm_free(&d);
+}
 
 static void test_embed_gathers_scaled_rows_and_rejects_bad_ids(void **state)
 {
@@ -1340,6 +1416,7 @@ int main(void)
         cmocka_unit_test(test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path),
         cmocka_unit_test(test_matmul_rejects_bad_arguments),
         cmocka_unit_test(test_embed_gathers_scaled_rows_and_rejects_bad_ids),
+        cmocka_unit_test(test_embed_packed_tables_and_weight_create_refusals),
         cmocka_unit_test(test_rmsnorm_plain_per_head_and_in_place),
         cmocka_unit_test(test_rope_matches_the_formula_at_long_positions),
         cmocka_unit_test(test_gated_act_gelu_and_silu_with_aliasing),

@@ -11,11 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 #include "gguf.h"
 #include "quant.h"
 #include "testutil.h"
@@ -477,19 +479,48 @@ static void test_q8g_rows_equal_the_quantized_dequantized_rows(void **state)
     assert_int_equal(dray_gguf_tensor_row_q8g(&t, 0, q, s), DRAY_ENOTSUP);
 }
 
-/* The f16-scale 4-bit path (W4A8, DRAY_Q4G32H): Q4_0 and Q4_1 rows with random
- * codes and half scales (normal and subnormal, Q4_1 mins of either sign) go
- * through dray_gguf_tensor_row_q4g and dray_grouped_interleave into backend.h's
- * Q4G32H blocks; nib*d + m read back from the layout text (Q4G32's nibble units,
- * f16 d and m as Q5G32's) equals the f32 dequantization bit for bit. Only
+/* Rows of codes and {d, m} pairs as dray_gguf_tensor_row_q4g/_q5g give them,
+ * with d and m stored as f16 (format f), read back through backend.h's
+ * layout-neutral definition (dray_util_packed_row): the f32 dequantization
+ * f [rows][k], bit for bit. */
+static void expect_neutral_rows(struct dray_wformat f, uint32_t type, uint32_t rows, uint32_t k,
+                                const uint8_t *q, const float *dm, const float *want)
+{
+    uint32_t G = k / 32;
+    uint16_t *d = malloc(rows * G * 2), *m = malloc(rows * G * 2);
+    float *row = malloc(k * sizeof(float));
+    assert_non_null(d);
+    assert_non_null(m);
+    assert_non_null(row);
+    for (uint32_t i = 0; i < rows * G; i++) {
+        d[i] = dray_f32_to_f16(dm[2 * i]);
+        m[i] = dray_f32_to_f16(dm[2 * i + 1]);
+    }
+    for (uint32_t o = 0; o < rows; o++) {
+        dray_util_packed_row(f, k, q, d, m, o, row);
+        for (uint32_t c = 0; c < k; c++) {
+            if (memcmp(&row[c], &want[o * k + c], 4))
+                print_error("type %u row %u element %u: %g vs %g\n", type, o, c, (double)row[c],
+                            (double)want[o * k + c]);
+            assert_memory_equal(&row[c], &want[o * k + c], 4);
+        }
+    }
+    free(d);
+    free(m);
+    free(row);
+}
+
+/* The f16-scale 4-bit path (W4A8, packed q4 f16 +min): Q4_0 and Q4_1 rows with
+ * random codes and half scales (normal and subnormal, Q4_1 mins of either sign)
+ * go through dray_gguf_tensor_row_q4g into backend.h's layout-neutral groups,
+ * whose code*d + m equals the f32 dequantization bit for bit. Only
  * tensors whose d and m fit f16 qualify: Q4_1, Q4_0 while -8 d does, never Q4_K. */
 static void test_q4gh_blocks_equal_the_dequantized_rows(void **state)
 {
     (void)state;
     enum { K = 96, ROWS = 32, G = K / 32 };
-    static uint8_t data[ROWS * G * 20], q[ROWS * G * 16], qi[ROWS * K / 2];
+    static uint8_t data[ROWS * G * 20], q[ROWS * G * 16];
     static float f[ROWS][K], dm[ROWS * G * 2];
-    static uint16_t so[ROWS * G * 2];
     dray_test_seed(12);
     for (int ti = 0; ti < 2; ti++) {
         uint32_t type = ti ? DRAY_GGML_Q4_1 : DRAY_GGML_Q4_0, bb = dray_ggml_block_bytes(type);
@@ -508,17 +539,7 @@ static void test_q4gh_blocks_equal_the_dequantized_rows(void **state)
             assert_int_equal(dray_gguf_tensor_row_f32(&t, r, f[r]), 0);
             assert_int_equal(dray_gguf_tensor_row_q4g(&t, r, q + r * G * 16, dm + r * G * 2), 0);
         }
-        dray_grouped_interleave(DRAY_Q4G32H, ROWS, K, q, dm, qi, (float *)(void *)so);
-        for (uint32_t o = 0; o < ROWS; o++)
-            for (uint32_t c = 0; c < K; c++) {
-                uint32_t bg = (o / 16) * G + c / 32, r = o % 16, e = c % 32;
-                uint8_t nb = qi[(bg * 4 + (e % 16) / 4) * 64 + 4 * r + e % 4];
-                float d = dray_f16_to_f32(so[bg * 32 + r]), m = dray_f16_to_f32(so[bg * 32 + 16 + r]);
-                float v = (float)(e < 16 ? nb & 15 : nb >> 4) * d + m;
-                if (memcmp(&v, &f[o][c], 4))
-                    print_error("type %u row %u element %u: %g vs %g\n", type, o, c, (double)v, (double)f[o][c]);
-                assert_memory_equal(&v, &f[o][c], 4);
-            }
+        expect_neutral_rows((struct dray_wformat){4, DRAY_WSCALE_F16, 1, 0}, type, ROWS, K, q, dm, f[0]);
     }
     struct dray_gguf_tensor t = {.name = "t", .type = DRAY_GGML_Q4_0, .n_dims = 2, .ne = {64, 1, 1, 1},
                                  .nbytes = 36, .data = data};
@@ -533,18 +554,16 @@ static void test_q4gh_blocks_equal_the_dequantized_rows(void **state)
 
 /* The lossless 5-bit path (W4A8): Q5_0 and Q5_1 rows with random codes and
  * half scales (normal and subnormal, and Q5_1 mins of either sign) go through
- * dray_gguf_tensor_row_q5g and dray_grouped_interleave into backend.h's Q5G32
- * blocks; code*d + m read back from the layout text (nibble units as Q4G32, bit
- * 4 at bit 4r + e of 64-bit word j of the fifth unit, f16 d and m) equals the
- * f32 dequantization bit for bit. Other types are refused, and so is a Q5_0
+ * dray_gguf_tensor_row_q5g into backend.h's layout-neutral 5-bit groups (the
+ * low nibbles, then a word of bit 4s), whose code*d + m equals the f32
+ * dequantization bit for bit. Other types are refused, and so is a Q5_0
  * scale whose -16 d leaves f16. */
 static void test_q5g_blocks_equal_the_dequantized_rows(void **state)
 {
     (void)state;
     enum { K = 96, ROWS = 32, G = K / 32 };
-    static uint8_t data[ROWS * G * 24], q[ROWS * G * 20], qi[ROWS * K * 5 / 8];
+    static uint8_t data[ROWS * G * 24], q[ROWS * G * 20];
     static float f[ROWS][K], dm[ROWS * G * 2];
-    static uint16_t so[ROWS * G * 2];
     dray_test_seed(11);
     for (int ti = 0; ti < 2; ti++) {
         uint32_t type = ti ? DRAY_GGML_Q5_1 : DRAY_GGML_Q5_0, bb = dray_ggml_block_bytes(type);
@@ -562,19 +581,7 @@ static void test_q5g_blocks_equal_the_dequantized_rows(void **state)
             assert_int_equal(dray_gguf_tensor_row_f32(&t, r, f[r]), 0);
             assert_int_equal(dray_gguf_tensor_row_q5g(&t, r, q + r * G * 20, dm + r * G * 2), 0);
         }
-        dray_grouped_interleave(DRAY_Q5G32, ROWS, K, q, dm, qi, (float *)(void *)so);
-        for (uint32_t o = 0; o < ROWS; o++)
-            for (uint32_t c = 0; c < K; c++) {
-                uint32_t bg = (o / 16) * G + c / 32, r = o % 16, e = c % 32, bit = 4 * r + e % 4;
-                const uint8_t *u = qi + bg * 5 * 64;
-                uint8_t nb = u[((e % 16) / 4) * 64 + 4 * r + e % 4];
-                int code = (e < 16 ? nb & 15 : nb >> 4) + 16 * ((u[256 + (e / 4) * 8 + bit / 8] >> (bit % 8)) & 1);
-                float d = dray_f16_to_f32(so[bg * 32 + r]), m = dray_f16_to_f32(so[bg * 32 + 16 + r]);
-                float v = (float)code * d + m;
-                if (memcmp(&v, &f[o][c], 4))
-                    print_error("type %u row %u element %u: %g vs %g\n", type, o, c, (double)v, (double)f[o][c]);
-                assert_memory_equal(&v, &f[o][c], 4);
-            }
+        expect_neutral_rows((struct dray_wformat){5, DRAY_WSCALE_F16, 1, 0}, type, ROWS, K, q, dm, f[0]);
     }
     struct dray_gguf_tensor t = {.name = "t", .type = DRAY_GGML_Q5_0, .n_dims = 2, .ne = {32, 1, 1, 1},
                                  .nbytes = 22, .data = data};

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "cpu_layout.h"
 
 /* ---------------------------------------------------------------- embed */
 
@@ -28,13 +29,18 @@ int dray_cpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "embed: NULL args");
     struct dray_util_needs nd;
     void *p[DRAY_UTIL_MAX_NEEDS];
-    CHECK(dray_cpu_args(ctx, dray_util_check_embed_g(a, 1, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    const struct dray_packed *pk = a->dtype == DRAY_PACKED ? a->packed : NULL;
+    if (a->dtype == DRAY_PACKED) /* views ids, out; the table is the handle's */
+        CHECK(dray_cpu_args(ctx, dray_util_check_embed_packed(a, pk ? pk->n_out : 0, pk ? pk->k : 0,
+                                                              pk && (pk->uses & DRAY_WUSE_EMBED), &nd,
+                                                              ctx->err, sizeof(ctx->err)), &nd, p));
+    else
+        CHECK(dray_cpu_args(ctx, dray_util_check_embed(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     int i8 = a->dtype == DRAY_I8;
     const int32_t *id = p[0];
-    void *table = p[1], *rs = p[2], *out = p[3];
+    void *table = pk ? pk->w : p[1], *rs = pk ? pk->scale : p[2], *out = pk ? p[1] : p[3];
     CHECK(dray_util_check_ids(id, a->n_tok, a->n_rows, ctx->err, sizeof(ctx->err)));
-    struct embed_job j = {ctx, {id, table, rs, out, (uint32_t)i8, a->dim, a->scale,
-                                dray_util_grouped(a->dtype) ? a->dtype : 0}};
+    struct embed_job j = {ctx, {id, table, rs, out, (uint32_t)i8, a->dim, a->scale, pk ? pk->layout : 0}};
     dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->dim, embed_body, &j);
     return 0;
 }
@@ -201,24 +207,29 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: NULL args");
     struct dray_util_needs nd;
     void *p[DRAY_UTIL_MAX_NEEDS];
-    CHECK(dray_cpu_args(ctx, dray_util_check_matmul_g(a, 4, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    const struct dray_packed *pk = a->wdtype == DRAY_PACKED ? a->packed : NULL;
+    if (a->wdtype == DRAY_PACKED) /* views x, out; the weights are the handle's */
+        CHECK(dray_cpu_args(ctx, dray_util_check_matmul_packed(a, pk ? pk->n_out : 0, pk ? pk->k : 0,
+                                                               pk && (pk->uses & DRAY_WUSE_MATMUL) ? 3u : 0u,
+                                                               &nd, ctx->err, sizeof(ctx->err)), &nd, p));
+    else
+        CHECK(dray_cpu_args(ctx, dray_util_check_matmul(a, &nd, ctx->err, sizeof(ctx->err)), &nd, p));
     if (a->k == 0) /* the kernels' row loops need one column */
         return dray_cpu_fail(ctx, DRAY_EINVAL, "matmul: k = 0 (want 1..65536)");
     int i8 = a->wdtype == DRAY_I8;
-    uint32_t wl = dray_util_wlayout(a->wdtype); /* two-pass forms: their weights' layout */
-    void *x = p[0], *w = p[1], *ws = p[2], *out = p[3];
+    uint32_t pairs = pk && a->passes == 2; /* two-pass activations: two rows per token */
     struct matmul_job j = {.ctx = ctx};
     struct dray_cpu_matmul *k = &j.k;
-    *k = (struct dray_cpu_matmul){.x = x, .w = w, .wscale = ws, .out = out, .n_tok = a->n_tok,
+    *k = (struct dray_cpu_matmul){.x = p[0], .w = pk ? pk->w : p[1], .wscale = pk ? pk->scale : p[2],
+                                  .out = pk ? p[1] : p[3], .n_tok = a->n_tok,
                                   .n_out = a->n_out, .k = a->k, .stride_x = a->stride_x,
                                   .stride_out = a->stride_out, .accumulate = a->accumulate != 0,
-                                  .is_i8 = (uint32_t)i8,
-                                  .wdtype = dray_util_grouped(wl) ? wl : 0,
-                                  .pairs = (uint32_t)dray_util_x2(a->wdtype)};
-    CHECK(matmul_outliers(ctx, a, k, p[4], p[5]));
+                                  .is_i8 = (uint32_t)i8, .wdtype = pk ? pk->layout : 0, .pairs = pairs};
+    if (!pk)
+        CHECK(matmul_outliers(ctx, a, k, p[4], p[5]));
     if (a->n_tok == 0 || a->n_out == 0)
         return 0;
-    double work = (double)((size_t)a->n_tok << dray_util_x2(a->wdtype)) * a->n_out * a->k;
+    double work = (double)((size_t)a->n_tok << pairs) * a->n_out * a->k;
     if (i8) {
         k->q_stride = ((size_t)a->k + 63) & ~(size_t)63;
         size_t qbytes = k->q_stride * a->n_tok;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cpu_internal.h"
+#include "cpu_layout.h"
 
 static int cpu_device_count(uint32_t *count)
 {
@@ -212,12 +213,13 @@ static int cpu_synchronize(struct dray_ctx *ctx)
     return 0; /* every call has finished by the time it returns */
 }
 
-/* Version 2: the props' dtypes, the grouped weight formats (Q5G32, Q4G32H included)
- * with their two-pass activation forms, and the one limit of the contract:
+/* The props' dtypes, the packed weight formats the kernels run (cpu_packed.c)
+ * with one and two activation passes, and the one limit of the contract:
  * k <= 65536. */
 static int cpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    static const struct dray_util_limits lim = {.max_k = 65536};
+    const struct dray_util_limits lim = {.max_k = 65536, .matmul_wformats = dray_cpu_wformats(0),
+                                         .embed_wformats = dray_cpu_wformats(1), .matmul_passes = 3};
     return dray_util_op_caps(index, caps, dray_cpu_device_props, &lim);
 }
 
@@ -261,7 +263,7 @@ static void describe_kernel_sets(void)
 }
 
 static const struct dray_ops cpu_ops = {
-    .version = 2,
+    .version = 3,
     .name = "cpu",
     .describe = describe_line,
     .device_count = cpu_device_count,
@@ -285,6 +287,8 @@ static const struct dray_ops cpu_ops = {
     .gated_act = dray_cpu_gated_act,
     .add = dray_cpu_add,
     .op_caps = cpu_op_caps,
+    .weight_create = dray_cpu_weight_create,
+    .weight_free = dray_cpu_weight_free,
 };
 
 /* Answers with the version cpu_ops implements (its .version), whatever the
