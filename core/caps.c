@@ -15,31 +15,22 @@
      DRAY_DTYPE_BIT(DRAY_Q4G32H) | DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2) | \
      DRAY_DTYPE_BIT(DRAY_Q5G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32H_X2) | DRAY_DTYPE_BIT(DRAY_PACKED))
 
-/* The host's weight policy names the packed formats it prepares by the dtypes
- * that once were their layouts (model.h: dray_weight_format): a version-3
- * device's declared formats become those bits of the host's copy of its caps. */
-static void packed_as_dtypes(struct dray_op_caps *c)
+struct dray_wformat dray_caps_wformat(uint32_t dtype)
 {
-    static const struct {
-        uint32_t dtype, two;
-        struct dray_wformat f;
-    } map[] = {
-        {DRAY_Q8G32, DRAY_Q8G32_X2, {8, DRAY_WSCALE_F32, 0, 0}},
-        {DRAY_Q4G32, DRAY_Q4G32_X2, {4, DRAY_WSCALE_F32, 1, 0}},
-        {DRAY_Q4G32H, DRAY_Q4G32H_X2, {4, DRAY_WSCALE_F16, 1, 0}},
-        {DRAY_Q5G32, DRAY_Q5G32_X2, {5, DRAY_WSCALE_F16, 1, 0}},
-    };
-    c->op_dtypes[DRAY_OP_MATMUL] &= ~V2_GROUPED;
-    c->op_dtypes[DRAY_OP_EMBED] &= ~V2_GROUPED;
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        uint32_t bit = DRAY_WFORMAT_BIT(map[i].f);
-        if (c->matmul_wformats & bit)
-            c->op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(map[i].dtype);
-        if ((c->matmul_wformats & bit) && (c->matmul_passes & 2u))
-            c->op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(map[i].two);
-        if ((c->embed_wformats & bit) && map[i].dtype != DRAY_Q4G32H && map[i].dtype != DRAY_Q5G32)
-            c->op_dtypes[DRAY_OP_EMBED] |= DRAY_DTYPE_BIT(map[i].dtype);
+    return dtype == DRAY_Q8G32   ? (struct dray_wformat){8, DRAY_WSCALE_F32, 0, 0}
+           : dtype == DRAY_Q4G32 ? (struct dray_wformat){4, DRAY_WSCALE_F32, 1, 0}
+           : dtype == DRAY_Q4G32H ? (struct dray_wformat){4, DRAY_WSCALE_F16, 1, 0}
+           : dtype == DRAY_Q5G32 ? (struct dray_wformat){5, DRAY_WSCALE_F16, 1, 0}
+                                 : (struct dray_wformat){0, 0, 0, 0};
+}
+
+bool dray_caps_runs(const struct dray_op_caps *c, int op, uint32_t dtype)
+{
+    if (dray_util_grouped(dtype)) {
+        uint32_t mask = op == DRAY_OP_MATMUL ? c->matmul_wformats : op == DRAY_OP_EMBED ? c->embed_wformats : 0;
+        return (mask & DRAY_WFORMAT_BIT(dray_caps_wformat(dtype))) != 0;
     }
+    return (uint32_t)op < c->n_ops && (c->op_dtypes[op] & DRAY_DTYPE_BIT(dtype));
 }
 
 int dray_plugin_caps(const struct dray_plugin *p, uint32_t index, struct dray_op_caps *caps,
@@ -55,8 +46,8 @@ int dray_plugin_caps(const struct dray_plugin *p, uint32_t index, struct dray_op
             caps->n_ops = DRAY_OP_COUNT;
         if (p->ops->version < 3 || !DRAY_HAS(p->ops, weight_create, 3) || !DRAY_HAS(p->ops, weight_free, 3))
             caps->matmul_wformats = caps->embed_wformats = caps->matmul_passes = 0;
-        if (rc == 0)
-            packed_as_dtypes(caps);
+        caps->op_dtypes[DRAY_OP_MATMUL] &= ~V2_GROUPED;
+        caps->op_dtypes[DRAY_OP_EMBED] &= ~V2_GROUPED;
     } else {
         /* version 1: the eight ops of the props, no declared limits */
         struct dray_device_props props;
@@ -102,56 +93,47 @@ int dray_caps_check_config(const struct dray_op_caps *c, const struct dray_confi
     return 0;
 }
 
+/* Both ops run the host's grouped format dtype. */
+static bool runs_both(const struct dray_op_caps *c, uint32_t dtype)
+{
+    return dray_caps_runs(c, DRAY_OP_MATMUL, dtype) && dray_caps_runs(c, DRAY_OP_EMBED, dtype);
+}
+
 enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_precision want,
                                         char *why, size_t whylen)
 {
-    uint32_t need = want == DRAY_PRECISION_INT8G ? DRAY_DTYPE_BIT(DRAY_Q8G32)
-                    : want == DRAY_PRECISION_W4A8 ? DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32)
-                                                  : 0;
     why[0] = '\0';
-    if (!need || (c->n_ops > DRAY_OP_EMBED && (c->op_dtypes[DRAY_OP_MATMUL] & need) == need &&
-                  (c->op_dtypes[DRAY_OP_EMBED] & need) == need))
+    if ((want != DRAY_PRECISION_INT8G && want != DRAY_PRECISION_W4A8) ||
+        (runs_both(c, DRAY_Q8G32) && (want == DRAY_PRECISION_INT8G || runs_both(c, DRAY_Q4G32))))
         return want;
     dray_fail(why, whylen, DRAY_ENOTSUP,
-              "precision %s: the device does not declare grouped weights for matmul and embed; "
-              "using int8", want == DRAY_PRECISION_W4A8 ? "w4a8" : "int8g");
+              "precision %s: the device does not declare the packed weights it needs (%s for matmul "
+              "and embed); using int8", want == DRAY_PRECISION_W4A8 ? "w4a8" : "int8g",
+              want == DRAY_PRECISION_W4A8 ? "q8 and q4m" : "q8");
     return DRAY_PRECISION_INT8;
 }
 
 enum dray_activations dray_caps_activations(const struct dray_op_caps *c, enum dray_precision p,
                                             enum dray_activations want, char *why, size_t whylen)
 {
-    uint32_t need = p == DRAY_PRECISION_INT8G  ? DRAY_DTYPE_BIT(DRAY_Q8G32_X2)
-                    : p == DRAY_PRECISION_W4A8 ? DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2)
-                                               : 0;
     why[0] = '\0';
-    if (want != DRAY_ACTIVATIONS_INT8X2 || !need ||
-        (c->n_ops > DRAY_OP_MATMUL && (c->op_dtypes[DRAY_OP_MATMUL] & need) == need))
+    if (want != DRAY_ACTIVATIONS_INT8X2 || (p != DRAY_PRECISION_INT8G && p != DRAY_PRECISION_W4A8) ||
+        (c->matmul_passes & 2u))
         return want;
     dray_fail(why, whylen, DRAY_ENOTSUP,
-              "activations int8x2: the device does not declare two-pass activations for matmul; "
-              "using int8");
+              "activations int8x2: the device does not declare two-pass activations for "
+              "matmul; using int8");
     return DRAY_ACTIVATIONS_INT8;
-}
-
-/* The matmul runs weights of dtype `one`, and their two-pass form `two` wherever
- * it runs Q4G32's (so two-pass activations never lose the format). */
-static bool runs_grouped(const struct dray_op_caps *c, uint32_t one, uint32_t two)
-{
-    if (c->n_ops <= DRAY_OP_MATMUL)
-        return false;
-    uint32_t mm = c->op_dtypes[DRAY_OP_MATMUL];
-    return (mm & DRAY_DTYPE_BIT(one)) && (!(mm & DRAY_DTYPE_BIT(DRAY_Q4G32_X2)) || (mm & DRAY_DTYPE_BIT(two)));
 }
 
 bool dray_caps_q5(const struct dray_op_caps *c)
 {
-    return runs_grouped(c, DRAY_Q5G32, DRAY_Q5G32_X2);
+    return dray_caps_runs(c, DRAY_OP_MATMUL, DRAY_Q5G32);
 }
 
 bool dray_caps_q4h(const struct dray_op_caps *c)
 {
-    return runs_grouped(c, DRAY_Q4G32H, DRAY_Q4G32H_X2);
+    return dray_caps_runs(c, DRAY_OP_MATMUL, DRAY_Q4G32H);
 }
 
 /* One limit: 0 = none declared. */

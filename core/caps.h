@@ -31,16 +31,22 @@ enum dray_activations dray_caps_activations(const struct dray_op_caps *c, enum d
 enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_precision want,
                                         char *why, size_t whylen);
 
-/* Whether tensors stored 5-bit in the file (Q5_0, Q5_1) load as DRAY_Q5G32 under
- * W4A8 (else as Q8G32): the device declares Q5G32 for matmul, and its two-pass
- * form too where it declares Q4G32's (so two-pass activations, which need that,
- * never meet a 5-bit weight they cannot run). */
+/* The layout-neutral format (backend.h) of a grouped dtype as the host names
+ * it (model.h): DRAY_Q8G32 = q8 (f32 d), DRAY_Q4G32 = q4m (f32 d and m),
+ * DRAY_Q4G32H = q4hm, DRAY_Q5G32 = q5hm; bits 0 for any other dtype. */
+struct dray_wformat dray_caps_wformat(uint32_t dtype);
+
+/* Whether the device runs op in dtype: op_dtypes for the plain dtypes; for a
+ * grouped one, the packed formats it declares for matmul or embed (ABI v3). */
+bool dray_caps_runs(const struct dray_op_caps *c, int op, uint32_t dtype);
+
+/* Whether tensors stored 5-bit in the file (Q5_0, Q5_1) load as DRAY_Q5G32 (q5hm)
+ * under W4A8 (else as Q8G32): the device declares q5hm for matmul. */
 bool dray_caps_q5(const struct dray_op_caps *c);
 
 /* Whether 4-bit weights with f16 scales (GGUF Q4_0 / Q4_1, and the rounded
- * 4-bit head) load as DRAY_Q4G32H (else as Q4G32, f32 d and m): the device
- * declares Q4G32H for matmul, and its two-pass form where it declares Q4G32's,
- * as dray_caps_q5. */
+ * 4-bit head) load as DRAY_Q4G32H (q4hm; else as Q4G32, f32 d and m): the
+ * device declares q4hm for matmul. */
 bool dray_caps_q4h(const struct dray_op_caps *c);
 
 /* The shapes a model will use. */

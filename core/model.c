@@ -114,15 +114,6 @@ static void put_groups(struct prep *p, uint64_t row, uint64_t n, uint64_t k, uin
     }
 }
 
-struct dray_wformat dray_weight_format(uint32_t dtype)
-{
-    return dtype == DRAY_Q8G32   ? (struct dray_wformat){8, DRAY_WSCALE_F32, 0, 0}
-           : dtype == DRAY_Q4G32 ? (struct dray_wformat){4, DRAY_WSCALE_F32, 1, 0}
-           : dtype == DRAY_Q4G32H ? (struct dray_wformat){4, DRAY_WSCALE_F16, 1, 0}
-           : dtype == DRAY_Q5G32 ? (struct dray_wformat){5, DRAY_WSCALE_F16, 1, 0}
-                                 : (struct dray_wformat){0, 0, 0, 0};
-}
-
 /* Hand the neutral arrays to the device (ABI v3): it packs them its own way. */
 static int create_packed(struct dray_device *dev, struct prep *p, struct dray_weight *w, uint32_t uses,
                          const char *name, char *err, size_t errlen)
@@ -302,7 +293,7 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
         .f32 = malloc(SLAB_ROWS * k * sizeof(float)),
         .q = quantized ? malloc(SLAB_ROWS * k) : NULL,
         .sc = malloc(SLAB_ROWS * (k / 16 + 1) * sizeof(float)),
-        .fmt = dray_weight_format(dtype),
+        .fmt = dray_caps_wformat(dtype),
         .ow = out->n_outlier ? malloc(n_out * out->n_outlier * sizeof(float)) : NULL,
         .outliers = outliers,
         .n_outlier = out->n_outlier,

@@ -128,7 +128,7 @@ struct dray_weight {
     struct dray_buf *w;        /* I8 [n_out][k] or F32 [n_out][k] */
     struct dray_buf *scale;    /* F32 [n_out] (I8 only) */
     uint32_t n_out, k, dtype;  /* dtype: DRAY_I8, DRAY_F32, or a grouped format by
-                                * its host name (dray_weight_format) */
+                                * its host name (dray_caps_wformat) */
     /* Grouped: the device's packed copy (ABI v3 weight_create) and its bytes. */
     struct dray_packed *packed;
     uint64_t packed_bytes;
@@ -139,10 +139,8 @@ struct dray_weight {
     uint32_t n_outlier;
 };
 /* Grouped weights are named on the host by the dtypes that were their ABI
- * version-2 layouts; what the device receives is the layout-neutral format:
- * DRAY_Q8G32 = 8 bits, f32 d; DRAY_Q4G32 = 4 bits, f32 d and m; DRAY_Q4G32H =
- * 4 bits, f16 d and m; DRAY_Q5G32 = 5 bits, f16 d and m. */
-struct dray_wformat dray_weight_format(uint32_t dtype);
+ * version-2 layouts; what the device receives is their layout-neutral format
+ * (dray_caps_wformat). */
 /* dtype for dray_weight_prepare: DRAY_Q4G32 even where the file is wider than 4
  * bits, rounding those rows (dray_quantize_rows_q4g: lossy); plain DRAY_Q4G32
  * turns such tensors into DRAY_Q5G32 (every part Q5_0/Q5_1, on a device where

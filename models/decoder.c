@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "caps.h"
 #include "dray/backend_util.h"
 #include "error.h"
 #include "hparams.h"
@@ -373,8 +374,7 @@ static bool head_two_pass(const struct dray_model *m)
 /* Whether the device declares dtype for the op (ABI v2 caps, or v1's props). */
 static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
 {
-    const struct dray_op_caps *c = &m->dev->caps;
-    return (uint32_t)op < c->n_ops && (c->op_dtypes[op] & DRAY_DTYPE_BIT(dtype));
+    return dray_caps_runs(&m->dev->caps, op, dtype);
 }
 
 /* The head's precision (config head_precision, head_rescore), for grouped

@@ -45,9 +45,11 @@ static void test_config_dtypes(void **state)
     assert_string_equal(why, "the device does not run rope in f32");
 }
 
-/* Grouped precisions run where matmul and embed declare the grouped dtypes, and
- * become int8 with one line saying so where they do not (a version-1 plugin, or
- * one that leaves the bits out of op_caps: OpenCL, Vulkan, CUDA, the template). */
+#define WF(b, h, m) DRAY_UTIL_WF(b, h, m)
+
+/* Grouped precisions run where matmul and embed declare the packed formats they
+ * need (ABI v3: q8 for int8g, q8 and q4m for w4a8), and become int8 with one
+ * line saying so where they do not (a version-1 or -2 plugin). */
 static void test_grouped_precision_falls_back_to_int8(void **state)
 {
     (void)state;
@@ -55,34 +57,41 @@ static void test_grouped_precision_falls_back_to_int8(void **state)
     char why[256];
     full_caps(&c);
     assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_INT8G, why, sizeof(why)), DRAY_PRECISION_INT8);
-    assert_string_equal(why, "precision int8g: the device does not declare grouped weights for "
-                             "matmul and embed; using int8");
+    assert_string_equal(why, "precision int8g: the device does not declare the packed weights it needs "
+                             "(q8 for matmul and embed); using int8");
     assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_INT8, why, sizeof(why)), DRAY_PRECISION_INT8);
     assert_string_equal(why, "");
     assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_F32, why, sizeof(why)), DRAY_PRECISION_F32);
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32);
+    c.matmul_wformats |= WF(8, 0, 0);
     assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_INT8G, why, sizeof(why)), DRAY_PRECISION_INT8);
-    c.op_dtypes[DRAY_OP_EMBED] |= DRAY_DTYPE_BIT(DRAY_Q8G32);
+    c.embed_wformats |= WF(8, 0, 0);
     assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_INT8G, why, sizeof(why)), DRAY_PRECISION_INT8G);
     assert_string_equal(why, "");
-    /* w4a8 needs both grouped dtypes */
+    /* w4a8 needs both formats */
     assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_W4A8, why, sizeof(why)), DRAY_PRECISION_INT8);
-    assert_string_equal(why, "precision w4a8: the device does not declare grouped weights for "
-                             "matmul and embed; using int8");
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32);
-    c.op_dtypes[DRAY_OP_EMBED] |= DRAY_DTYPE_BIT(DRAY_Q4G32);
+    assert_string_equal(why, "precision w4a8: the device does not declare the packed weights it needs "
+                             "(q8 and q4m for matmul and embed); using int8");
+    c.matmul_wformats |= WF(4, 0, 1);
+    c.embed_wformats |= WF(4, 0, 1);
     assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_W4A8, why, sizeof(why)), DRAY_PRECISION_W4A8);
+    /* the retired v2 dtype bits are no declaration */
+    full_caps(&c);
+    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32);
+    c.op_dtypes[DRAY_OP_EMBED] |= DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32);
+    assert_int_equal(dray_caps_precision(&c, DRAY_PRECISION_W4A8, why, sizeof(why)), DRAY_PRECISION_INT8);
 }
 
 /* Two-pass activations: only for the grouped precisions, and only where the
- * device declares the two-pass forms of every matmul dtype the precision uses;
- * otherwise one pass and a reason. */
+ * device declares two passes for matmul on packed weights; otherwise one pass
+ * and a reason. */
 static void test_two_pass_activations_fall_back_to_one_pass(void **state)
 {
     (void)state;
     struct dray_op_caps c;
     char why[256];
     full_caps(&c);
+    c.matmul_wformats = c.embed_wformats = WF(8, 0, 0) | WF(4, 0, 1);
+    c.matmul_passes = 1;
     enum dray_activations x2 = DRAY_ACTIVATIONS_INT8X2;
     assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_W4A8, x2, why, sizeof(why)), DRAY_ACTIVATIONS_INT8);
     assert_string_equal(why, "activations int8x2: the device does not declare two-pass activations for "
@@ -91,60 +100,38 @@ static void test_two_pass_activations_fall_back_to_one_pass(void **state)
     assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_INT8, x2, why, sizeof(why)), x2);
     assert_string_equal(why, "");
     assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_F32, x2, why, sizeof(why)), x2);
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2);
+    c.matmul_passes = 3;
     assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_INT8G, x2, why, sizeof(why)), x2);
-    assert_string_equal(why, "");
-    /* w4a8 also runs Q4G32 matmuls */
-    assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_W4A8, x2, why, sizeof(why)), DRAY_ACTIVATIONS_INT8);
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
     assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_W4A8, x2, why, sizeof(why)), x2);
+    assert_string_equal(why, "");
     /* one pass asked for: never a warning */
-    full_caps(&c);
+    c.matmul_passes = 1;
     assert_int_equal(dray_caps_activations(&c, DRAY_PRECISION_W4A8, DRAY_ACTIVATIONS_INT8, why, sizeof(why)),
                      DRAY_ACTIVATIONS_INT8);
     assert_string_equal(why, "");
 }
 
-/* 5-bit file tensors load as Q5G32 only where the device runs it, and its
- * two-pass form wherever it runs Q4G32's (two-pass activations would ask for
- * it); else they stay Q8G32 (the engine warns once). */
-static void test_five_bit_weights_need_their_bits(void **state)
+/* 5-bit file tensors load as q5hm only where the device declares it for
+ * matmul; else they stay 8-bit groups (the engine warns once). 4-bit ones with
+ * f16 d and m (Q4_0 / Q4_1, the rounded head) load as q4hm only where it is
+ * declared; else as q4m (f32 d and m). An embed declaration is not enough. */
+static void test_five_bit_and_half_scale_weights_need_their_formats(void **state)
 {
     (void)state;
     struct dray_op_caps c;
     full_caps(&c);
+    c.matmul_wformats = WF(8, 0, 0) | WF(4, 0, 1);
+    c.embed_wformats = WF(5, 1, 1) | WF(4, 1, 1);
     assert_false(dray_caps_q5(&c));
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32);
-    assert_false(dray_caps_q5(&c));
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q5G32);
-    assert_true(dray_caps_q5(&c)); /* one pass only: nothing asks for the two-pass form */
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
-    assert_false(dray_caps_q5(&c));
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q5G32_X2);
+    assert_false(dray_caps_q4h(&c));
+    c.matmul_wformats |= WF(5, 1, 1);
     assert_true(dray_caps_q5(&c));
-    c.n_ops = DRAY_OP_MATMUL; /* a table too short to hold matmul's dtypes */
-    assert_false(dray_caps_q5(&c));
-}
-
-/* 4-bit weights with f16 d and m (Q4_0 / Q4_1 files, the rounded head) load as
- * Q4G32H only where the device runs it, and its two-pass form wherever it runs
- * Q4G32's; else they stay Q4G32 (f32 d and m), as on a device of before. */
-static void test_half_scale_four_bit_weights_need_their_bits(void **state)
-{
-    (void)state;
-    struct dray_op_caps c;
-    full_caps(&c);
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32) | DRAY_DTYPE_BIT(DRAY_Q4G32) |
-                                   DRAY_DTYPE_BIT(DRAY_Q5G32) | DRAY_DTYPE_BIT(DRAY_Q5G32_X2);
     assert_false(dray_caps_q4h(&c));
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32H);
-    assert_true(dray_caps_q4h(&c)); /* one pass only: nothing asks for the two-pass form */
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q8G32_X2) | DRAY_DTYPE_BIT(DRAY_Q4G32_X2);
-    assert_false(dray_caps_q4h(&c));
-    c.op_dtypes[DRAY_OP_MATMUL] |= DRAY_DTYPE_BIT(DRAY_Q4G32H_X2);
+    c.matmul_wformats |= WF(4, 1, 1);
     assert_true(dray_caps_q4h(&c));
-    c.n_ops = DRAY_OP_MATMUL; /* a table too short to hold matmul's dtypes */
-    assert_false(dray_caps_q4h(&c));
+    assert_true(dray_caps_runs(&c, DRAY_OP_EMBED, DRAY_Q4G32H));
+    assert_false(dray_caps_runs(&c, DRAY_OP_EMBED, DRAY_Q8G32));
+    assert_true(dray_caps_runs(&c, DRAY_OP_MATMUL, DRAY_I8));
 }
 
 static void test_shape_limits(void **state)
@@ -183,8 +170,7 @@ int main(void)
         cmocka_unit_test(test_shape_limits),
         cmocka_unit_test(test_grouped_precision_falls_back_to_int8),
         cmocka_unit_test(test_two_pass_activations_fall_back_to_one_pass),
-        cmocka_unit_test(test_five_bit_weights_need_their_bits),
-        cmocka_unit_test(test_half_scale_four_bit_weights_need_their_bits),
+        cmocka_unit_test(test_five_bit_and_half_scale_weights_need_their_formats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

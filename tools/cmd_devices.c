@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "dray/backend_util.h"
 #include "dray/dray.h"
 #include "dray/plugins.h"
 
@@ -18,11 +19,10 @@ static const char *const op_names[DRAY_OP_COUNT] = {
     [DRAY_OP_GATED_ACT] = "gated_act", [DRAY_OP_ADD] = "add",
 };
 
-static const char *const dtype_names[DRAY_DTYPE_COUNT] = {
-    [DRAY_F32] = "f32", [DRAY_F16] = "f16", [DRAY_I8] = "i8", [DRAY_I32] = "i32",
-    [DRAY_Q8G32] = "q8g32", [DRAY_Q4G32] = "q4g32", [DRAY_Q8G32_X2] = "q8g32x2",
-    [DRAY_Q4G32_X2] = "q4g32x2", [DRAY_Q5G32] = "q5g32", [DRAY_Q5G32_X2] = "q5g32x2",
-    [DRAY_Q4G32H] = "q4g32h", [DRAY_Q4G32H_X2] = "q4g32hx2"};
+/* The dtypes an op names in op_dtypes; packed weights have rows of their own
+ * (the host's names for the grouped formats it prepares are not shown). */
+static const char *const dtype_names[DRAY_I32 + 1] = {
+    [DRAY_F32] = "f32", [DRAY_F16] = "f16", [DRAY_I8] = "i8", [DRAY_I32] = "i32"};
 
 static void usage(FILE *f)
 {
@@ -72,9 +72,25 @@ static void dtype_list(uint32_t mask, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
-    for (int t = 0; t < DRAY_DTYPE_COUNT && used < len; t++)
+    for (int t = 0; t <= DRAY_I32 && used < len; t++)
         if (mask & DRAY_DTYPE_BIT(t))
             used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? "," : "", dtype_names[t]);
+    if (!used)
+        snprintf(buf, len, "-");
+}
+
+/* Packed weight formats (ABI v3) as "q4,q4m,q4h,q4hm,q5h,q8": bits, h = f16
+ * d (and m), m = with a min; "-" for none. */
+static void wformat_list(uint32_t mask, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < 12 && used < len; i++)
+        if (mask & (1u << i)) {
+            struct dray_wformat f = dray_util_wformat_of_bit(i);
+            used += (size_t)snprintf(buf + used, len - used, "%sq%u%s%s", used ? "," : "", (unsigned)f.bits,
+                                     f.scale == DRAY_WSCALE_F16 ? "h" : "", f.has_min ? "m" : "");
+        }
     if (!used)
         snprintf(buf, len, "-");
 }
@@ -160,6 +176,11 @@ static void print_matrix(const struct dray_registry *reg)
             if ((int)strlen(cell) > cols[c].w)
                 cols[c].w = (int)strlen(cell);
         }
+        for (int r = 0; r < 2; r++) {
+            wformat_list(r ? cols[c].caps.embed_wformats : cols[c].caps.matmul_wformats, cell, sizeof(cell));
+            if ((int)strlen(cell) > cols[c].w)
+                cols[c].w = (int)strlen(cell);
+        }
     }
     printf("  %-10s", "op");
     for (size_t c = 0; c < n; c++)
@@ -170,6 +191,22 @@ static void print_matrix(const struct dray_registry *reg)
         for (size_t c = 0; c < n; c++) {
             dtype_list(op < (int)cols[c].caps.n_ops ? cols[c].caps.op_dtypes[op] : 0, cell,
                        sizeof(cell));
+            printf(" %-*s", cols[c].w, cell);
+        }
+        printf("\n");
+    }
+    printf("\npacked weights (ABI 3: qB = B-bit groups of 32, h = f16 scales, m = with a min):\n");
+    static const char *const packed_rows[] = {"matmul", "embed", "passes"};
+    for (int r = 0; r < 3; r++) {
+        printf("  %-10s", packed_rows[r]);
+        for (size_t c = 0; c < n; c++) {
+            const struct dray_op_caps *k = &cols[c].caps;
+            if (r < 2)
+                wformat_list(r ? k->embed_wformats : k->matmul_wformats, cell, sizeof(cell));
+            else
+                snprintf(cell, sizeof(cell), "%s", (k->matmul_passes & 3u) == 3u ? "1,2"
+                                                   : k->matmul_passes & 1u     ? "1"
+                                                                               : "-");
             printf(" %-*s", cols[c].w, cell);
         }
         printf("\n");
