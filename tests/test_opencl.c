@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- fixture */
@@ -656,6 +657,254 @@ static void test_opencl_copy_and_fill_follow_memmove_and_pattern_rules(void **st
     ocl.ops->free(ocl.ctx, b);
 }
 
+/* ---- packed weights (version 3) ---- */
+
+/* The host arrays of one packed matrix, random, in format f. */
+struct hostw {
+    struct dray_wformat f;
+    uint32_t n_out, k;
+    uint8_t *codes;
+    void *d, *m;
+    float *w; /* W in f32 [n_out][k] (dray_util_packed_row): for tolerances */
+};
+
+/* Random scale values of format f (f16 or f32) in [lo, hi]. */
+static void *rand_scales(struct dray_wformat f, size_t n, float lo, float hi)
+{
+    if (f.scale == DRAY_WSCALE_F32)
+        return randf(n, lo, hi);
+    uint16_t *h = malloc(n * 2 + 1);
+    for (size_t i = 0; i < n; i++)
+        h[i] = dray_util_f32_to_f16(dray_test_randf(lo, hi));
+    return h;
+}
+
+static void hostw_new(struct hostw *w, struct dray_wformat f, uint32_t n_out, uint32_t k)
+{
+    size_t n = (size_t)n_out * (k / 32), nb = n * dray_util_wformat_group_bytes(f);
+    *w = (struct hostw){.f = f, .n_out = n_out, .k = k};
+    w->codes = malloc(nb + 1);
+    for (size_t i = 0; i < nb; i++) /* every byte is a valid code of every format */
+        w->codes[i] = (uint8_t)dray_test_rand();
+    w->d = rand_scales(f, n, -0.02f, 0.02f);
+    w->m = f.has_min ? rand_scales(f, n, -0.1f, 0.1f) : NULL;
+    w->w = malloc((size_t)n_out * k * sizeof(float));
+    for (uint32_t o = 0; o < n_out; o++)
+        dray_util_packed_row(f, k, w->codes, w->d, w->m, o, w->w + (size_t)o * k);
+}
+
+static void hostw_free(struct hostw *w)
+{
+    free(w->codes), free(w->d), free(w->m), free(w->w);
+}
+
+static struct dray_packed *pk_create(const struct hostw *w, uint32_t uses)
+{
+    struct dray_weight_desc desc = {.size = sizeof(desc), .format = w->f, .n_out = w->n_out,
+                                    .k = w->k, .uses = uses, .codes = w->codes, .d = w->d, .m = w->m};
+    struct dray_packed *h = NULL;
+    uint64_t bytes = 0;
+    int rc = ocl.ops->weight_create(ocl.ctx, &desc, &h, &bytes);
+    if (rc != 0)
+        fail_msg("weight_create: rc %d: %s", rc, ocl.ops->last_error(ocl.ctx));
+    /* the device holds exactly the host's codes + d + m */
+    uint64_t n = (uint64_t)w->n_out * (w->k / 32);
+    assert_int_equal(bytes, n * (dray_util_wformat_group_bytes(w->f) +
+                                 dray_util_wformat_scale_bytes(w->f) * (1u + w->f.has_min)));
+    return h;
+}
+
+/* backend.h's reference of matmul on packed weights for token row xt: the sum
+ * over passes of dray_util_packed_dot, pass 2 on the residual x - q*sx. */
+static void pk_ref_token(const struct hostw *w, const float *xt, uint32_t passes, float *pass_out)
+{
+    uint32_t k = w->k, G = k / 32;
+    int8_t *q = malloc(k);
+    float *sx = malloc(G * sizeof(float)), *r = malloc(k * sizeof(float));
+    memcpy(r, xt, k * sizeof(float));
+    for (uint32_t o = 0; o < w->n_out; o++)
+        pass_out[o] = 0.0f;
+    for (uint32_t p = 0; p < passes; p++) {
+        for (uint32_t g = 0; g < G; g++)
+            sx[g] = dray_util_quant_group(r + 32 * g, q + 32 * g);
+        for (uint32_t o = 0; o < w->n_out; o++)
+            pass_out[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, o, q, sx);
+        for (uint32_t c = 0; c < k; c++)
+            r[c] = r[c] - (float)q[c] * sx[c / 32];
+    }
+    free(q), free(sx), free(r);
+}
+
+/* One matmul on a handle of format f against the host reference; x and out
+ * have padded strides and offset views, token 1 has a zero group and a spike. */
+static void pk_matmul_case(struct dray_wformat f, uint32_t n_tok, uint32_t n_out, uint32_t k,
+                           uint32_t passes, uint32_t acc)
+{
+    struct hostw w;
+    hostw_new(&w, f, n_out, k);
+    struct dray_packed *h = pk_create(&w, DRAY_WUSE_MATMUL);
+    uint32_t sx = k + 5, so = n_out + 3, xo = 3, oo = 2; /* strides and view offsets (floats) */
+    size_t nx = xo + (size_t)n_tok * sx, no = oo + (size_t)n_tok * so;
+    float *x = randf(nx, -1, 1), *out0 = randf(no, -1, 1), *out = malloc(no * sizeof(float));
+    if (n_tok > 1) {
+        memset(x + xo + sx, 0, 32 * sizeof(float)); /* a zero group: q = 0, sx = 0 */
+        x[xo + sx + k - 1] = 50.0f;                 /* an outlier costs only its group */
+    }
+    struct dray_buf *bx, *bo;
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, nx * 4, &bx), 0);
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, no * 4, &bo), 0);
+    assert_int_equal(ocl.ops->upload(ocl.ctx, (struct dray_view){bx, 0}, x, nx * 4), 0);
+    assert_int_equal(ocl.ops->upload(ocl.ctx, (struct dray_view){bo, 0}, out0, no * 4), 0);
+    struct dray_matmul_args a = {.x = {bx, xo * 4}, .out = {bo, oo * 4}, .n_tok = n_tok,
+                                 .n_out = n_out, .k = k, .stride_x = sx, .stride_out = so,
+                                 .accumulate = acc, .wdtype = DRAY_PACKED, .packed = h,
+                                 .passes = passes};
+    int rc = ocl.ops->matmul(ocl.ctx, &a);
+    if (rc != 0)
+        fail_msg("matmul packed: rc %d: %s", rc, ocl.ops->last_error(ocl.ctx));
+    assert_int_equal(ocl.ops->download(ocl.ctx, out, (struct dray_view){bo, 0}, no * 4), 0);
+
+    char name[32], what[128];
+    snprintf(what, sizeof(what), "matmul packed %s n_tok %u n_out %u k %u passes %u acc %u",
+             dray_util_wformat_name(f, name, sizeof(name)), n_tok, n_out, k, passes, acc);
+    float *ref = malloc(n_out * sizeof(float));
+    for (uint32_t t = 0; t < n_tok; t++) {
+        const float *xt = x + xo + (size_t)t * sx;
+        const float *o0 = out0 + oo + (size_t)t * so, *ot = out + oo + (size_t)t * so;
+        pk_ref_token(&w, xt, passes, ref);
+        for (uint32_t o = 0; o < n_out; o++) {
+            double mag = 0;
+            for (uint32_t c = 0; c < k; c++)
+                mag += fabs((double)xt[c] * w.w[(size_t)o * k + c]);
+            double r = (acc ? o0[o] : 0.0f) + ref[o], tol = 1e-4 * (mag + (acc ? fabs(o0[o]) : 0));
+            if (!(fabs(ot[o] - r) <= tol))
+                fail_msg("%s: token %u output %u: opencl %.9g vs reference %.9g (tolerance %g)", what,
+                         t, o, ot[o], r, tol);
+        }
+        for (uint32_t o = n_out; o < so; o++) /* the padding is not written */
+            assert_true(ot[o] == o0[o]);
+    }
+    assert_true(out[0] == out0[0] && out[1] == out0[1]);
+    free(x), free(out0), free(out), free(ref);
+    ocl.ops->free(ocl.ctx, bx), ocl.ops->free(ocl.ctx, bo);
+    ocl.ops->weight_free(ocl.ctx, h);
+    hostw_free(&w);
+}
+
+static void test_opencl_caps_declare_packed_weights(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    assert_int_equal(ocl.ops->version, 3);
+    assert_non_null(ocl.ops->weight_create);
+    assert_non_null(ocl.ops->weight_free);
+    struct dray_op_caps c = {.size = sizeof(c)};
+    assert_int_equal(ocl.ops->op_caps(0, &c), 0);
+    assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(c.embed_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(c.matmul_passes, 3);
+    /* the retired version-2 grouped dtypes are not declared */
+    for (uint32_t t = DRAY_Q8G32; t <= DRAY_Q4G32H_X2; t++)
+        for (int op = 0; op < DRAY_OP_COUNT; op++)
+            assert_false(c.op_dtypes[op] & DRAY_DTYPE_BIT(t));
+}
+
+/* Every format, passes 1 and 2, accumulate 0 and 1, n_tok 1 and 5; k and
+ * n_out cycle over the cases so that every format meets every k. */
+static void test_opencl_matmul_packed_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(9);
+    static const uint32_t ks[] = {32, 96, 640, 2048}, n_outs[] = {16, 40, 257};
+    for (uint32_t i = 0; i < 12; i++) {
+        struct dray_wformat f = dray_util_wformat_of_bit(i);
+        for (uint32_t c = 0; c < 8; c++) {
+            uint32_t passes = 1 + (c & 1), acc = (c >> 1) & 1, n_tok = c & 4 ? 5 : 1;
+            pk_matmul_case(f, n_tok, n_outs[(c + i) % 3], ks[(c + i) % 4], passes, acc);
+        }
+    }
+}
+
+static void test_opencl_embed_packed_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(10);
+    const uint32_t n_rows = 40, dim = 96, n_tok = 5;
+    int32_t ids[5] = {n_rows - 1, 0, 17, 17, 3};
+    struct dray_buf *bi, *bo;
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, sizeof(ids), &bi), 0);
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, (size_t)n_tok * dim * 4, &bo), 0);
+    assert_int_equal(ocl.ops->upload(ocl.ctx, (struct dray_view){bi, 0}, ids, sizeof(ids)), 0);
+    float *out = malloc((size_t)n_tok * dim * 4), *ref = malloc((size_t)n_tok * dim * 4);
+    for (uint32_t i = 0; i < 12; i++) {
+        struct dray_wformat f = dray_util_wformat_of_bit(i);
+        struct hostw w;
+        hostw_new(&w, f, n_rows, dim);
+        /* a tied table and head: both uses on odd formats */
+        struct dray_packed *h = pk_create(&w, DRAY_WUSE_EMBED | (i & 1 ? DRAY_WUSE_MATMUL : 0));
+        struct dray_embed_args a = {.ids = {bi, 0}, .out = {bo, 0}, .dtype = DRAY_PACKED,
+                                    .n_tok = n_tok, .dim = dim, .n_rows = n_rows, .scale = 1.7f,
+                                    .packed = h};
+        int rc = ocl.ops->embed(ocl.ctx, &a);
+        if (rc != 0)
+            fail_msg("embed packed: rc %d: %s", rc, ocl.ops->last_error(ocl.ctx));
+        assert_int_equal(ocl.ops->download(ocl.ctx, out, (struct dray_view){bo, 0}, (size_t)n_tok * dim * 4), 0);
+        for (uint32_t t = 0; t < n_tok; t++) {
+            float *r = ref + (size_t)t * dim;
+            dray_util_packed_row(f, dim, w.codes, w.d, w.m, (uint64_t)ids[t], r);
+            for (uint32_t j = 0; j < dim; j++)
+                r[j] *= 1.7f;
+        }
+        char name[32], what[64];
+        snprintf(what, sizeof(what), "embed packed %s", dray_util_wformat_name(f, name, sizeof(name)));
+        expect_close(what, out, ref, (size_t)n_tok * dim, 0, 1e-6);
+        ocl.ops->weight_free(ocl.ctx, h);
+        hostw_free(&w);
+    }
+    free(out), free(ref);
+    ocl.ops->free(ocl.ctx, bi), ocl.ops->free(ocl.ctx, bo);
+}
+
+static void test_opencl_packed_rejects_bad_arguments(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(11);
+    struct hostw w;
+    hostw_new(&w, dray_util_wformat_of_bit(1), 16, 64); /* q4 f32 +min */
+    struct dray_weight_desc desc = {.size = sizeof(desc), .format = {6, 0, 1, 0}, .n_out = 16,
+                                    .k = 64, .uses = DRAY_WUSE_MATMUL, .codes = w.codes, .d = w.d,
+                                    .m = w.m};
+    struct dray_packed *h = (struct dray_packed *)&desc;
+    uint64_t bytes = 0;
+    assert_int_equal(ocl.ops->weight_create(ocl.ctx, &desc, &h, &bytes), DRAY_EINVAL);
+    assert_null(h);
+    assert_true(ocl.ops->last_error(ocl.ctx)[0] != '\0');
+    ocl.ops->weight_free(ocl.ctx, NULL); /* a no-op */
+
+    h = pk_create(&w, DRAY_WUSE_MATMUL);
+    struct dray_buf *b;
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, 4096, &b), 0);
+    struct dray_matmul_args a = {.x = {b, 0}, .out = {b, 2048}, .n_tok = 1, .n_out = 17, .k = 64,
+                                 .stride_x = 64, .stride_out = 17, .wdtype = DRAY_PACKED,
+                                 .packed = h, .passes = 1};
+    assert_int_equal(ocl.ops->matmul(ocl.ctx, &a), DRAY_EINVAL); /* n_out is not the handle's */
+    assert_non_null(strstr(ocl.ops->last_error(ocl.ctx), "n_out"));
+    a.n_out = a.stride_out = 16;
+    a.passes = 3;
+    assert_int_equal(ocl.ops->matmul(ocl.ctx, &a), DRAY_ENOTSUP);
+    struct dray_embed_args e = {.ids = {b, 0}, .out = {b, 2048}, .dtype = DRAY_PACKED, .n_tok = 1,
+                                .dim = 64, .n_rows = 16, .scale = 1.0f, .packed = h};
+    assert_int_equal(ocl.ops->embed(ocl.ctx, &e), DRAY_EINVAL); /* not created for embed */
+    ocl.ops->free(ocl.ctx, b);
+    ocl.ops->weight_free(ocl.ctx, h);
+    hostw_free(&w);
+    /* and the plugin keeps working */
+    pk_matmul_case(dray_util_wformat_of_bit(9), 5, 40, 96, 2, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +920,10 @@ int main(void)
         cmocka_unit_test(test_opencl_attention_matches_reference_on_a_mixed_batch),
         cmocka_unit_test(test_opencl_eltwise_matches_reference),
         cmocka_unit_test(test_opencl_copy_and_fill_follow_memmove_and_pattern_rules),
+        cmocka_unit_test(test_opencl_caps_declare_packed_weights),
+        cmocka_unit_test(test_opencl_matmul_packed_matches_reference),
+        cmocka_unit_test(test_opencl_embed_packed_matches_reference),
+        cmocka_unit_test(test_opencl_packed_rejects_bad_arguments),
     };
     if (setup_all(NULL) != 0) {
         fprintf(stderr, "cannot open the OpenCL device or the CPU reference\n");

@@ -21,7 +21,8 @@
 /* Every kernel of kernels/opencl, by function name; one cl_kernel each per context. */
 #define DRAY_OCL_KERNELS(X)                                                                   \
     X(embed_i8) X(embed_f32) X(gated_act) X(add_f32) X(fill_bytes) X(rmsnorm) X(mm_quantize) \
-    X(mm_i8) X(mm_f32) X(rope) X(kv_store_i8) X(kv_store_f16) X(attention)
+    X(mm_i8) X(mm_f32) X(rope) X(kv_store_i8) X(kv_store_f16) X(attention) X(pk_quantize)  \
+    X(pk_matmul) X(pk_embed)
 
 enum dray_ocl_kernel {
 #define DRAY_OCL_ENUM(name) OCL_K_##name,
@@ -61,8 +62,9 @@ struct dray_ctx {
     int fp64;               /* the program was built with DRAY_OCL_FP64 */
     size_t max_alloc;
 
-    /* matmul activation scratch: q int8 [n_tok][k] and sx f32 [n_tok], grown on
-     * demand; safe to reuse because the queue is in order. */
+    /* matmul activation scratch: q int8 [n_tok][k] and sx f32 [n_tok] (packed
+     * weights: q [n_tok*passes][k] and (sx, sum q) float2 [n_tok*passes][k/32]),
+     * grown on demand; safe to reuse because the queue is in order. */
     cl_mem q8;
     size_t q8_size;
     cl_mem sx;
@@ -75,6 +77,19 @@ struct dray_ctx {
     uint32_t rope_n_rot;
 
     char err[1024]; /* last_error */
+};
+
+/* One packed weight matrix (weight_create): the planes of packed.cl's layout
+ * in one buffer, lo at byte 0. */
+#define DRAY_OCL_PACKED_MAGIC 0x6f636c70u /* "oclp": a live handle of this plugin */
+struct dray_packed {
+    uint32_t magic;
+    const struct dray_ctx *owner; /* its cl_mem belongs to this context's cl_context */
+    struct dray_wformat f;
+    uint32_t n_out, k, uses;
+    cl_mem mem;
+    cl_ulong off_hi, off_d, off_m; /* bytes; off_hi = off_d without a hi plane */
+    uint64_t bytes;                /* = the host's codes + d + m */
 };
 
 /* ---- util ---- */
@@ -156,5 +171,16 @@ int dray_ocl_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a);
 int dray_ocl_attention(struct dray_ctx *ctx, const struct dray_attention_args *a);
 int dray_ocl_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a);
 int dray_ocl_add(struct dray_ctx *ctx, const struct dray_add_args *a);
+
+/* ---- packed weights (ocl_packed.c), version 3 ---- */
+
+int dray_ocl_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *desc,
+                           struct dray_packed **out, uint64_t *device_bytes);
+void dray_ocl_weight_free(struct dray_ctx *ctx, struct dray_packed *w);
+/* matmul with wdtype DRAY_PACKED and embed with dtype DRAY_PACKED */
+int dray_ocl_matmul_packed(struct dray_ctx *ctx, const struct dray_matmul_args *a);
+int dray_ocl_embed_packed(struct dray_ctx *ctx, const struct dray_embed_args *a);
+/* embed: every id below n_rows (read back on the host) */
+int dray_ocl_check_ids(struct dray_ctx *ctx, const struct dray_embed_args *a);
 
 #endif

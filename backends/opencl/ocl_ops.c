@@ -22,7 +22,7 @@
 
 /* Ids are read back (n_tok ints, a small blocking read) so an id >= n_rows is an
  * error (DRAY_EINVAL) as the contract says, not an out-of-bounds read. */
-static int check_ids(struct dray_ctx *ctx, const struct dray_embed_args *a)
+int dray_ocl_check_ids(struct dray_ctx *ctx, const struct dray_embed_args *a)
 {
     int32_t stack[256];
     int32_t *ids = a->n_tok <= 256 ? stack : malloc((size_t)a->n_tok * sizeof(*ids));
@@ -39,13 +39,15 @@ static int check_ids(struct dray_ctx *ctx, const struct dray_embed_args *a)
 int dray_ocl_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
 {
     ctx->err[0] = '\0';
+    if (a->dtype == DRAY_PACKED)
+        return dray_ocl_embed_packed(ctx, a);
     struct dray_util_needs nd;
     DRAY_OCL_CHECK_ARGS(ctx, dray_util_check_embed, a, &nd);
     int i8 = a->dtype == DRAY_I8;
     size_t es = i8 ? 1 : 4;
     if (a->n_tok == 0 || a->dim == 0)
         return 0;
-    CHECK(check_ids(ctx, a));
+    CHECK(dray_ocl_check_ids(ctx, a));
 
     struct dray_ocl_args k = {.k = ctx->k[i8 ? OCL_K_embed_i8 : OCL_K_embed_f32]};
     dray_ocl_arg_view(&k, a->ids, 4);
@@ -170,6 +172,8 @@ static int matmul_i8(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 int dray_ocl_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
     ctx->err[0] = '\0';
+    if (a->wdtype == DRAY_PACKED)
+        return dray_ocl_matmul_packed(ctx, a);
     int i8 = a->wdtype == DRAY_I8;
     CHECK(matmul_check(ctx, a, i8));
     if (a->n_tok == 0 || a->n_out == 0)

@@ -304,18 +304,24 @@ static const char *ocl_last_error(struct dray_ctx *ctx)
 /* ---------------------------------------------------------------- the table */
 
 /* Version 2: the props' dtypes, and attention's head_dim limit (one
- * work-group holds a head). */
+ * work-group holds a head). Version 3: packed weights of every format for
+ * matmul and embed, with one or two activation passes (ocl_packed.c). */
 static int ocl_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    static const struct dray_util_limits lim = {.max_head_dim = DRAY_OCL_HD_MAX, .max_k = 65536};
+    static const struct dray_util_limits lim = {.max_head_dim = DRAY_OCL_HD_MAX,
+                                                .max_k = 65536,
+                                                .matmul_wformats = DRAY_UTIL_WF_ALL,
+                                                .embed_wformats = DRAY_UTIL_WF_ALL,
+                                                .matmul_passes = 3};
     return dray_util_op_caps(index, caps, ocl_device_props, &lim);
 }
 
 static const struct dray_ops ocl_ops = {
-    .version = 2, /* the ABI this code implements, not the header's newest */
+    .version = 3, /* the ABI this code implements, not the header's newest */
     .name = "opencl",
     .describe = "OpenCL 1.2+ devices through the ICD loader (kernels built from embedded "
-                "OpenCL C at open; int8 dots by hand or cl_khr_integer_dot_product)",
+                "OpenCL C at open; int8 dots by hand or cl_khr_integer_dot_product; "
+                "packed 4/5/8-bit weights)",
     .device_count = ocl_device_count,
     .device_props = ocl_device_props,
     .open = ocl_open,
@@ -337,6 +343,8 @@ static const struct dray_ops ocl_ops = {
     .gated_act = dray_ocl_gated_act,
     .add = dray_ocl_add,
     .op_caps = ocl_op_caps,
+    .weight_create = dray_ocl_weight_create,
+    .weight_free = dray_ocl_weight_free,
 };
 
 /* Answers with ocl_ops.version (what this plugin implements), never the
