@@ -790,7 +790,9 @@ static inline int dray_util_check_weight_desc(const struct dray_weight_desc *w, 
     if (!(formats & DRAY_WFORMAT_BIT(w->format)))
         return dray_util_fail(why, len, DRAY_ENOTSUP, "weight_create: format %s is not declared for %s",
                               dray_util_wformat_name(w->format, name, sizeof(name)),
-                              w->uses & DRAY_WUSE_EMBED ? "embed" : "matmul");
+                              w->uses == DRAY_WUSE_EMBED    ? "embed"
+                              : w->uses == DRAY_WUSE_MATMUL ? "matmul"
+                                                            : "matmul and embed");
     if (!w->n_out || !w->k || w->k % 32 || w->k > 65536)
         return dray_util_fail(why, len, DRAY_EINVAL,
                               "weight_create: %u x %u: k must be a positive multiple of 32 up to 65536 "
@@ -805,16 +807,19 @@ static inline int dray_util_check_weight_desc(const struct dray_weight_desc *w, 
 }
 
 /* Matmul on a handle of n_out x k (the plugin's record of it): views x, out.
- * passes = the plugin's matmul_passes mask. */
+ * passes = the plugin's matmul_passes mask, or 0 when the handle was not
+ * created for matmul. */
 static inline int dray_util_check_matmul_packed(const struct dray_matmul_args *a, uint32_t n_out,
                                                 uint32_t k, uint32_t passes, struct dray_util_needs *nd,
                                                 char *why, size_t len)
 {
     memset(nd, 0, sizeof(*nd));
     uint32_t p = a->passes ? a->passes : 1u;
-    if (!a->packed)
-        return dray_util_fail(why, len, DRAY_EINVAL, "matmul: wdtype PACKED without a handle");
-    if (p > 2 || !(passes & (1u << (p - 1))))
+    if (!a->packed || !passes)
+        return dray_util_fail(why, len, DRAY_EINVAL, "matmul: wdtype PACKED needs a handle created for matmul");
+    if (p > 2)
+        return dray_util_fail(why, len, DRAY_EINVAL, "matmul: passes = %u (1 or 2)", p);
+    if (!(passes & (1u << (p - 1))))
         return dray_util_fail(why, len, DRAY_ENOTSUP, "matmul: %u activation passes are not declared", p);
     if (a->n_out != n_out || a->k != k || a->n_outlier)
         return dray_util_fail(why, len, DRAY_EINVAL,
