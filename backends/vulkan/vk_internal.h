@@ -38,6 +38,14 @@ enum vk_kernel {
     VK_K_KV_STORE_F16,
     VK_K_ATTENTION_I8,
     VK_K_ATTENTION_F16,
+    VK_K_QUANT_GROUPS, /* packed weights (vk_packed.c) from here on */
+    VK_K_MATMUL_Q4,
+    VK_K_MATMUL_Q5,
+    VK_K_MATMUL_Q8,
+    VK_K_MATMUL_Q4_DOT, /* the same three with the packed int8 dot product */
+    VK_K_MATMUL_Q5_DOT,
+    VK_K_MATMUL_Q8_DOT,
+    VK_K_EMBED_PACKED,
     VK_K_COUNT
 };
 
