@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 #include "testutil.h"
 
 struct side {
@@ -499,6 +500,346 @@ static void test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes(void **
     assert_string_equal(vk.ops->last_error(vk.ctx), "");
 }
 
+/* ------------------------------------------------------ packed weights */
+/* Version 3: weight_create on every format, matmul and embed on the handle,
+ * against backend.h's arithmetic computed here with backend_util.h's helpers. */
+
+#define VK_CHECK(ctx, rc)                                                                          \
+    do {                                                                                           \
+        int rc_ = (rc);                                                                            \
+        if (rc_ != 0)                                                                              \
+            fail_msg("vulkan: rc %d: %s", rc_, vk.ops->last_error(ctx));                          \
+    } while (0)
+
+/* One weight matrix as the host hands it to weight_create. */
+struct hweight {
+    struct dray_wformat f;
+    uint32_t n_out, k;
+    uint8_t *codes;
+    void *d, *m; /* m NULL without a min */
+    size_t nc, ns; /* bytes of codes, of d (and of m) */
+};
+
+static void put_scale(struct dray_wformat f, void *arr, size_t i, float v)
+{
+    if (f.scale == DRAY_WSCALE_F16)
+        ((uint16_t *)arr)[i] = dray_util_f32_to_f16(v);
+    else
+        ((float *)arr)[i] = v;
+}
+
+/* Random codes (every bit pattern is a valid code), d of either sign, m. */
+static struct hweight hweight_make(struct dray_wformat f, uint32_t n_out, uint32_t k)
+{
+    struct hweight w = {f, n_out, k, NULL, NULL, NULL, 0, 0};
+    size_t ng = (size_t)n_out * (k / 32);
+    w.nc = ng * dray_util_wformat_group_bytes(f);
+    w.ns = ng * dray_util_wformat_scale_bytes(f);
+    w.codes = malloc(w.nc);
+    w.d = malloc(w.ns);
+    w.m = f.has_min ? malloc(w.ns) : NULL;
+    for (size_t i = 0; i < w.nc; i++)
+        w.codes[i] = (uint8_t)dray_test_rand();
+    for (size_t i = 0; i < ng; i++) {
+        put_scale(f, w.d, i, dray_test_randf(0.002f, 0.02f) * (dray_test_rand() % 2 ? 1.0f : -1.0f));
+        if (w.m)
+            put_scale(f, w.m, i, dray_test_randf(-0.1f, 0.1f));
+    }
+    return w;
+}
+
+static void hweight_free(struct hweight *w)
+{
+    free(w->codes), free(w->d), free(w->m);
+}
+
+static int hweight_create(struct dray_ctx *ctx, const struct hweight *w, uint32_t uses,
+                          struct dray_packed **out, uint64_t *bytes)
+{
+    struct dray_weight_desc d = {sizeof(d), w->f, w->n_out, w->k, uses, w->codes, w->d, w->m};
+    return vk.ops->weight_create(ctx, &d, out, bytes);
+}
+
+/* The reference of one token row x: ref[o] for every output row o (passes 1
+ * or 2: the residual r = x - q*sx quantized again) and mag[o] = sum_k |x||W|. */
+static void packed_ref(const struct hweight *w, const float *x, uint32_t passes, float *ref,
+                       double *mag)
+{
+    uint32_t k = w->k, G = k / 32;
+    int8_t *q = malloc(k), *q2 = malloc(k);
+    float *sx = malloc(G * 4), *sx2 = malloc(G * 4), *r = malloc(k * 4), *row = malloc(k * 4);
+    for (uint32_t g = 0; g < G; g++)
+        sx[g] = dray_util_quant_group(x + 32 * g, q + 32 * g);
+    for (uint32_t c = 0; c < k; c++)
+        r[c] = x[c] - (float)q[c] * sx[c / 32];
+    for (uint32_t g = 0; g < G; g++)
+        sx2[g] = dray_util_quant_group(r + 32 * g, q2 + 32 * g);
+    for (uint32_t o = 0; o < w->n_out; o++) {
+        ref[o] = dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, o, q, sx);
+        if (passes == 2)
+            ref[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, o, q2, sx2);
+        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, o, row);
+        mag[o] = 0;
+        for (uint32_t c = 0; c < k; c++)
+            mag[o] += fabs((double)x[c] * row[c]);
+    }
+    free(q), free(q2), free(sx), free(sx2), free(r), free(row);
+}
+
+/* One matmul on handle h of w, strides padded; a zero group (token 1) and a
+ * large channel (token 0) among random activations. Padding stays untouched. */
+static void packed_matmul_case(struct dray_ctx *ctx, const struct hweight *w, struct dray_packed *h,
+                               uint32_t n_tok, uint32_t passes, uint32_t accumulate)
+{
+    uint32_t k = w->k, n_out = w->n_out, sx = k + 5, so = n_out + 3;
+    size_t nx = (size_t)n_tok * sx, no = (size_t)n_tok * so;
+    float *x = malloc(nx * 4), *o0 = malloc(no * 4), *got = malloc(no * 4);
+    float *ref = malloc(n_out * 4);
+    double *mag = malloc(n_out * sizeof(double));
+    for (size_t i = 0; i < nx; i++)
+        x[i] = dray_test_randf(-1, 1);
+    for (size_t i = 0; i < no; i++)
+        o0[i] = dray_test_randf(-1, 1);
+    x[5] = 30.0f;
+    if (n_tok > 1)
+        memset(x + sx, 0, 32 * 4);
+    struct dray_buf *xb, *ob;
+    VK_CHECK(ctx, vk.ops->alloc(ctx, nx * 4, &xb));
+    VK_CHECK(ctx, vk.ops->alloc(ctx, no * 4, &ob));
+    VK_CHECK(ctx, vk.ops->upload(ctx, (struct dray_view){xb, 0}, x, nx * 4));
+    VK_CHECK(ctx, vk.ops->upload(ctx, (struct dray_view){ob, 0}, o0, no * 4));
+    struct dray_matmul_args a = {.x = {xb, 0}, .out = {ob, 0}, .n_tok = n_tok, .n_out = n_out,
+                                 .k = k, .stride_x = sx, .stride_out = so, .accumulate = accumulate,
+                                 .wdtype = DRAY_PACKED, .packed = h, .passes = passes};
+    VK_CHECK(ctx, vk.ops->matmul(ctx, &a));
+    VK_CHECK(ctx, vk.ops->download(ctx, got, (struct dray_view){ob, 0}, no * 4));
+    char name[32];
+    dray_util_wformat_name(w->f, name, sizeof(name));
+    for (uint32_t t = 0; t < n_tok; t++) {
+        packed_ref(w, x + (size_t)t * sx, passes, ref, mag);
+        for (uint32_t o = 0; o < so; o++) {
+            size_t i = (size_t)t * so + o;
+            if (o >= n_out) {
+                if (got[i] != o0[i])
+                    fail_msg("%s: stride padding out[%u][%u] written", name, t, o);
+                continue;
+            }
+            double want = ref[o] + (accumulate ? o0[i] : 0.0f);
+            double tol = 1e-4 * (mag[o] + (accumulate ? fabs(o0[i]) : 0.0));
+            if (!(fabs(got[i] - want) <= tol))
+                fail_msg("%s %ux%ux%u passes %u acc %u: out[%u][%u] = %.9g, want %.9g (tol %g)",
+                         name, n_tok, n_out, k, passes, accumulate, t, o, got[i], want, tol);
+        }
+    }
+    vk.ops->free(ctx, xb);
+    vk.ops->free(ctx, ob);
+    free(x), free(o0), free(got), free(ref), free(mag);
+}
+
+/* Every combination of passes, accumulate and n_tok 1/5 on one new handle. */
+static void packed_matmul_all(struct dray_ctx *ctx, struct dray_wformat f, uint32_t n_out,
+                              uint32_t k, int full)
+{
+    struct hweight w = hweight_make(f, n_out, k);
+    struct dray_packed *h = NULL;
+    uint64_t bytes = 0;
+    VK_CHECK(ctx, hweight_create(ctx, &w, DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED, &h, &bytes));
+    assert_non_null(h);
+    assert_int_equal(bytes, w.nc + w.ns * (f.has_min ? 2 : 1)); /* exactly the host bytes */
+    for (uint32_t p = 1; p <= 2; p++)
+        for (uint32_t acc = 0; acc < 2; acc++)
+            for (uint32_t nt = 1; nt <= 5; nt += 4)
+                if (full || (acc == p - 1 && nt == 4 * p - 3))
+                    packed_matmul_case(ctx, &w, h, nt, p, acc);
+    vk.ops->weight_free(ctx, h);
+    hweight_free(&w);
+}
+
+static void test_vulkan_packed_matmul_every_format(void **state)
+{
+    (void)state;
+    static const uint32_t shapes[][2] = {{16, 32}, {257, 96}, {40, 640}, {16, 2048}};
+    for (uint32_t b = 0; b < 12; b++) {
+        struct dray_wformat f = dray_util_wformat_of_bit(b);
+        char name[32];
+        double t0 = now_ms();
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+            packed_matmul_all(vk.ctx, f, shapes[s][0], shapes[s][1], 1);
+        printf("vulkan matmul     packed %-12s 4 shapes x 8 cases       %9.2f ms\n",
+               dray_util_wformat_name(f, name, sizeof(name)), now_ms() - t0);
+    }
+}
+
+/* The kernels without the packed int8 dot product (DRAY_VK_NO_DOT at open). */
+static void test_vulkan_packed_matmul_without_dot_product(void **state)
+{
+    (void)state;
+    struct dray_ctx *ctx = NULL;
+    char err[512] = "";
+    struct dray_open_options o = {.size = sizeof(o)};
+    setenv("DRAY_VK_NO_DOT", "1", 1);
+    int rc = vk.ops->open(0, &o, &ctx, err, sizeof(err));
+    unsetenv("DRAY_VK_NO_DOT");
+    if (rc != 0)
+        fail_msg("vulkan: open: %s", err);
+    for (uint32_t b = 0; b < 12; b++) {
+        packed_matmul_all(ctx, dray_util_wformat_of_bit(b), 40, 96, 0);
+        packed_matmul_all(ctx, dray_util_wformat_of_bit(b), 257, 640, 0);
+    }
+    vk.ops->close(ctx);
+}
+
+/* Six ids (first, last, repeated) gathered from handle h of w, times scale. */
+static void packed_embed_case(const struct hweight *w, struct dray_packed *h, float scale)
+{
+    uint32_t k = w->k, n = 6;
+    int32_t ids[6] = {0, (int32_t)w->n_out - 1, 3, 3, (int32_t)w->n_out / 2, 1};
+    float *got = malloc((size_t)n * k * 4), *row = malloc(k * 4);
+    struct dray_buf *ib, *ob;
+    VK_CHECK(vk.ctx, vk.ops->alloc(vk.ctx, sizeof(ids), &ib));
+    VK_CHECK(vk.ctx, vk.ops->alloc(vk.ctx, (size_t)n * k * 4, &ob));
+    VK_CHECK(vk.ctx, vk.ops->upload(vk.ctx, (struct dray_view){ib, 0}, ids, sizeof(ids)));
+    struct dray_embed_args a = {.ids = {ib, 0}, .out = {ob, 0}, .dtype = DRAY_PACKED, .n_tok = n,
+                                .dim = k, .n_rows = w->n_out, .scale = scale, .packed = h};
+    VK_CHECK(vk.ctx, vk.ops->embed(vk.ctx, &a));
+    VK_CHECK(vk.ctx, vk.ops->download(vk.ctx, got, (struct dray_view){ob, 0}, (size_t)n * k * 4));
+    char name[32];
+    dray_util_wformat_name(w->f, name, sizeof(name));
+    for (uint32_t t = 0; t < n; t++) {
+        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, (uint64_t)ids[t], row);
+        for (uint32_t i = 0; i < k; i++) {
+            float want = row[i] * scale, g = got[(size_t)t * k + i];
+            if (!(fabsf(g - want) <= 1e-6f * fabsf(want)))
+                fail_msg("embed %s: out[%u][%u] = %.9g, want %.9g", name, t, i, g, want);
+        }
+    }
+    vk.ops->free(vk.ctx, ib);
+    vk.ops->free(vk.ctx, ob);
+    free(got), free(row);
+}
+
+static void test_vulkan_packed_embed_every_format(void **state)
+{
+    (void)state;
+    for (uint32_t b = 0; b < 12; b++) {
+        struct hweight w = hweight_make(dray_util_wformat_of_bit(b), 50, b % 2 ? 96 : 640);
+        struct dray_packed *h = NULL;
+        uint32_t uses = b % 3 ? DRAY_WUSE_EMBED : DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL;
+        VK_CHECK(vk.ctx, hweight_create(vk.ctx, &w, uses, &h, NULL));
+        packed_embed_case(&w, h, b % 2 ? 1.0f : 25.3f);
+        vk.ops->weight_free(vk.ctx, h);
+        hweight_free(&w);
+    }
+}
+
+static void test_vulkan_packed_rejects_bad_formats_and_shapes(void **state)
+{
+    (void)state;
+    struct dray_wformat q4 = {4, DRAY_WSCALE_F16, 0, 0};
+    struct hweight w = hweight_make(q4, 40, 96);
+    struct dray_packed *h = (struct dray_packed *)&w, *e = NULL;
+    w.f.bits = 6;
+    assert_int_equal(hweight_create(vk.ctx, &w, DRAY_WUSE_MATMUL, &h, NULL), DRAY_EINVAL);
+    assert_null(h);
+    assert_non_null(strstr(vk.ops->last_error(vk.ctx), "format"));
+    w.f.bits = 4;
+    VK_CHECK(vk.ctx, hweight_create(vk.ctx, &w, DRAY_WUSE_MATMUL, &h, NULL));
+    VK_CHECK(vk.ctx, hweight_create(vk.ctx, &w, DRAY_WUSE_EMBED, &e, NULL));
+    struct dray_buf *b;
+    VK_CHECK(vk.ctx, vk.ops->alloc(vk.ctx, 4096, &b));
+    struct dray_view x = {b, 0}, out = {b, 2048};
+    struct dray_matmul_args a = {.x = x, .out = out, .n_tok = 1, .n_out = 41, .k = 96,
+                                 .stride_x = 96, .stride_out = 41, .wdtype = DRAY_PACKED,
+                                 .packed = h, .passes = 1};
+    assert_int_equal(vk.ops->matmul(vk.ctx, &a), DRAY_EINVAL); /* n_out is not the handle's */
+    assert_non_null(strstr(vk.ops->last_error(vk.ctx), "n_out 41"));
+    a.n_out = a.stride_out = 40, a.packed = e;
+    assert_int_equal(vk.ops->matmul(vk.ctx, &a), DRAY_EINVAL); /* created for embed only */
+    a.packed = h, a.passes = 3;
+    assert_int_equal(vk.ops->matmul(vk.ctx, &a), DRAY_ENOTSUP);
+    struct dray_embed_args ea = {.ids = x, .out = out, .dtype = DRAY_PACKED, .n_tok = 1, .dim = 96,
+                                 .n_rows = 40, .scale = 1, .packed = h};
+    assert_int_equal(vk.ops->embed(vk.ctx, &ea), DRAY_EINVAL); /* created for matmul only */
+    vk.ops->free(vk.ctx, b);
+    vk.ops->weight_free(vk.ctx, e);
+    packed_matmul_case(vk.ctx, &w, h, 5, 2, 1); /* and the plugin still works */
+    vk.ops->weight_free(vk.ctx, h);
+    vk.ops->weight_free(vk.ctx, NULL);
+    assert_string_equal(vk.ops->last_error(vk.ctx), "");
+    hweight_free(&w);
+}
+
+/* Version 3 caps: every format for matmul and embed, one and two passes, and
+ * none of version 2's grouped dtypes. */
+static void test_vulkan_caps_declare_packed_weights(void **state)
+{
+    (void)state;
+    struct dray_op_caps c = {.size = sizeof(c)};
+    assert_int_equal(vk.ops->version, 3);
+    assert_int_equal(vk.ops->op_caps(0, &c), 0);
+    assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(c.embed_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(c.matmul_passes, 3);
+    uint32_t v2 = 0;
+    for (uint32_t t = DRAY_Q8G32; t <= DRAY_Q4G32H_X2; t++)
+        v2 |= DRAY_DTYPE_BIT(t);
+    for (uint32_t op = 0; op < DRAY_OP_SLOTS; op++)
+        assert_int_equal(c.op_dtypes[op] & v2, 0);
+}
+
+/* A packed table whose codes (167 MB) exceed lavapipe's 128 MiB binding: embed
+ * and matmul split it into row windows. Checked on a sample of rows, the two
+ * either side of the window boundary among them. */
+static void test_vulkan_packed_table_larger_than_a_binding(void **state)
+{
+    (void)state;
+    struct dray_wformat f = {4, DRAY_WSCALE_F16, 1, 0};
+    uint32_t rows = 262144, k = 1280, n_tok = 2;
+    struct hweight w = hweight_make(f, rows, k);
+    struct dray_packed *h = NULL;
+    VK_CHECK(vk.ctx, hweight_create(vk.ctx, &w, DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED, &h, NULL));
+    struct hweight one = w; /* the reference of one row: w seen from that row */
+    float *x = malloc((size_t)n_tok * k * 4), *got = malloc((size_t)n_tok * rows * 4);
+    for (size_t i = 0; i < (size_t)n_tok * k; i++)
+        x[i] = dray_test_randf(-1, 1);
+    struct dray_buf *xb, *ob;
+    VK_CHECK(vk.ctx, vk.ops->alloc(vk.ctx, (size_t)n_tok * k * 4, &xb));
+    VK_CHECK(vk.ctx, vk.ops->alloc(vk.ctx, (size_t)n_tok * rows * 4, &ob));
+    VK_CHECK(vk.ctx, vk.ops->upload(vk.ctx, (struct dray_view){xb, 0}, x, (size_t)n_tok * k * 4));
+    struct dray_matmul_args a = {.x = {xb, 0}, .out = {ob, 0}, .n_tok = n_tok, .n_out = rows,
+                                 .k = k, .stride_x = k, .stride_out = rows, .wdtype = DRAY_PACKED,
+                                 .packed = h, .passes = 1};
+    double t0 = now_ms();
+    VK_CHECK(vk.ctx, vk.ops->matmul(vk.ctx, &a));
+    VK_CHECK(vk.ctx, vk.ops->synchronize(vk.ctx));
+    printf("vulkan matmul     packed q4 f16 +min logits 2x262144x1280  %9.2f ms\n", now_ms() - t0);
+    VK_CHECK(vk.ctx, vk.ops->download(vk.ctx, got, (struct dray_view){ob, 0},
+                                      (size_t)n_tok * rows * 4));
+    uint32_t sample[] = {0, 1, 77777, 209714, 209715, 209716, 262143};
+    size_t G = k / 32, sb = dray_util_wformat_scale_bytes(f);
+    for (size_t s = 0; s < sizeof(sample) / sizeof(sample[0]); s++) {
+        uint32_t o = sample[s];
+        float ref;
+        double mag;
+        one.n_out = 1;
+        one.codes = w.codes + (size_t)o * G * 16;
+        one.d = (uint8_t *)w.d + (size_t)o * G * sb;
+        one.m = (uint8_t *)w.m + (size_t)o * G * sb;
+        for (uint32_t t = 0; t < n_tok; t++) {
+            packed_ref(&one, x + (size_t)t * k, 1, &ref, &mag);
+            float g = got[(size_t)t * rows + o];
+            if (!(fabs(g - ref) <= 1e-4 * mag))
+                fail_msg("logits out[%u][%u] = %.9g, want %.9g", t, o, g, ref);
+        }
+    }
+    vk.ops->free(vk.ctx, xb);
+    vk.ops->free(vk.ctx, ob);
+    free(x), free(got);
+    packed_embed_case(&w, h, 25.3f); /* ids 0, last, 3, 3, middle, 1: both windows */
+    vk.ops->weight_free(vk.ctx, h);
+    hweight_free(&w);
+}
+
 /* The child's side of the test below: a fresh process, no driver. */
 static int count_without_driver(void)
 {
@@ -573,6 +914,12 @@ int main(void)
         cmocka_unit_test(test_vulkan_table_larger_than_a_binding_embeds_and_multiplies),
         cmocka_unit_test(test_vulkan_copy_overlapping_and_fill),
         cmocka_unit_test(test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes),
+        cmocka_unit_test(test_vulkan_caps_declare_packed_weights),
+        cmocka_unit_test(test_vulkan_packed_matmul_every_format),
+        cmocka_unit_test(test_vulkan_packed_matmul_without_dot_product),
+        cmocka_unit_test(test_vulkan_packed_embed_every_format),
+        cmocka_unit_test(test_vulkan_packed_rejects_bad_formats_and_shapes),
+        cmocka_unit_test(test_vulkan_packed_table_larger_than_a_binding),
         cmocka_unit_test(test_vulkan_without_driver_counts_zero_devices),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,6 +30,14 @@ static const struct {
     [VK_K_KV_STORE_F16] = {"kv_store_f16", 4},
     [VK_K_ATTENTION_I8] = {"attention_i8", 8},
     [VK_K_ATTENTION_F16] = {"attention_f16", 8},
+    [VK_K_QUANT_GROUPS] = {"quant_groups", 3},
+    [VK_K_MATMUL_Q4] = {"matmul_q4", 6},
+    [VK_K_MATMUL_Q5] = {"matmul_q5", 6},
+    [VK_K_MATMUL_Q8] = {"matmul_q8", 6},
+    [VK_K_MATMUL_Q4_DOT] = {"matmul_q4_dot", 6},
+    [VK_K_MATMUL_Q5_DOT] = {"matmul_q5_dot", 6},
+    [VK_K_MATMUL_Q8_DOT] = {"matmul_q8_dot", 6},
+    [VK_K_EMBED_PACKED] = {"embed_packed", 5},
 };
 
 static int vk_make_layouts(struct dray_ctx *ctx)

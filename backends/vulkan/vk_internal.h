@@ -21,6 +21,8 @@
 #define VK_CHUNK_BYTES (64u << 20) /* sub-allocation granule; bigger buffers get their own */
 #define VK_ROPE_SLOTS 8       /* cached frequency tables */
 #define VK_ROPE_MAX_PAIRS 512 /* n_rot/2 limit */
+#define VK_WFORMATS DRAY_UTIL_WF_ALL /* packed formats, matmul and embed, every device */
+#define VK_PASSES 3u          /* matmul on packed weights: one and two activation passes */
 
 /* Kernel variants, in the order of vk_kernel_names in vk_exec.c. */
 enum vk_kernel {
@@ -38,6 +40,14 @@ enum vk_kernel {
     VK_K_KV_STORE_F16,
     VK_K_ATTENTION_I8,
     VK_K_ATTENTION_F16,
+    VK_K_QUANT_GROUPS, /* packed weights (vk_packed.c) from here on */
+    VK_K_MATMUL_Q4,
+    VK_K_MATMUL_Q5,
+    VK_K_MATMUL_Q8,
+    VK_K_MATMUL_Q4_DOT, /* the same three with the packed int8 dot product */
+    VK_K_MATMUL_Q5_DOT,
+    VK_K_MATMUL_Q8_DOT,
+    VK_K_EMBED_PACKED,
     VK_K_COUNT
 };
 
@@ -182,5 +192,14 @@ int dray_vk_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a)
 int dray_vk_add(struct dray_ctx *ctx, const struct dray_add_args *a);
 int dray_vk_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a);
 int dray_vk_attention(struct dray_ctx *ctx, const struct dray_attention_args *a);
+/* embed's ids read back and checked against n_rows; *out is freed by the caller */
+int dray_vk_embed_ids(struct dray_ctx *ctx, const struct dray_embed_args *a, int32_t **out);
+
+/* vk_packed.c: packed weights (version 3) */
+int dray_vk_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *desc,
+                          struct dray_packed **out, uint64_t *device_bytes);
+void dray_vk_weight_free(struct dray_ctx *ctx, struct dray_packed *w);
+int dray_vk_matmul_packed(struct dray_ctx *ctx, const struct dray_matmul_args *a);
+int dray_vk_embed_packed(struct dray_ctx *ctx, const struct dray_embed_args *a);
 
 #endif

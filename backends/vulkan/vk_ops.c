@@ -1,6 +1,7 @@
 /* Host side of the element-wise, norm, rope, embedding and matmul ops:
  * argument checks, then dispatches over windows that each bind at most
- * maxStorageBufferRange bytes (token chunks; row windows for big tables). */
+ * maxStorageBufferRange bytes (token chunks; row windows for big tables).
+ * Embed and matmul on packed weights (DRAY_PACKED) are vk_packed.c's. */
 #include <math.h>
 #include <string.h>
 
@@ -190,7 +191,7 @@ int dray_vk_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
 
 /* ids are read back to check them (the contract wants DRAY_EINVAL for a bad id)
  * and to skip table windows no token touches. */
-static int vk_embed_ids(struct dray_ctx *ctx, const struct dray_embed_args *a, int32_t **out)
+int dray_vk_embed_ids(struct dray_ctx *ctx, const struct dray_embed_args *a, int32_t **out)
 {
     int32_t *ids = dray_vk_alloc((size_t)a->n_tok * 4);
     if (!ids)
@@ -212,6 +213,8 @@ int dray_vk_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
     int32_t *ids = NULL;
     int rc;
 
+    if (a->dtype == DRAY_PACKED)
+        return dray_vk_embed_packed(ctx, a);
     struct dray_util_needs nd;
     if ((rc = dray_vk_check_args(ctx, dray_util_check_embed(a, &nd, ctx->err, sizeof(ctx->err)), &nd)))
         return rc;
@@ -221,7 +224,7 @@ int dray_vk_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
         return dray_vk_fail(ctx, DRAY_ENOTSUP, "embed: dim %u too large", a->dim);
     if (a->n_tok == 0 || a->dim == 0)
         return 0;
-    if ((rc = vk_embed_ids(ctx, a, &ids)))
+    if ((rc = dray_vk_embed_ids(ctx, a, &ids)))
         return rc;
     /* table rows per window: one binding each; grid limits do not apply to rows */
     size_t room = (ctx->max_range - ctx->off_align) / ((size_t)a->dim * esz);
@@ -353,6 +356,8 @@ static int vk_matmul_f32(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 
 int dray_vk_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
+    if (a->wdtype == DRAY_PACKED)
+        return dray_vk_matmul_packed(ctx, a);
     int rc = vk_matmul_check(ctx, a);
     if (rc || a->n_tok == 0 || a->n_out == 0)
         return rc;

@@ -109,21 +109,44 @@ static int vk_synchronize(struct dray_ctx *ctx)
     return vk_leave(ctx, dray_vk_flush(ctx));
 }
 
-/* Version 2: the props' dtypes, and the shader limits: head_dim (attention),
- * n_rot (the rope table), heads per grid dimension. */
+/* Version 3: packed weights (vk_packed.c). */
+static int vk_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *desc,
+                            struct dray_packed **out, uint64_t *device_bytes)
+{
+    if (!ctx)
+        return DRAY_EINVAL;
+    vk_enter(ctx);
+    return vk_leave(ctx, dray_vk_weight_create(ctx, desc, out, device_bytes));
+}
+
+static void vk_weight_free(struct dray_ctx *ctx, struct dray_packed *w)
+{
+    if (!ctx)
+        return;
+    vk_enter(ctx);
+    dray_vk_weight_free(ctx, w);
+    vk_leave(ctx, 0);
+}
+
+/* The props' dtypes, and the shader limits: head_dim (attention), n_rot (the
+ * rope table), heads per grid dimension; since version 3 every packed format
+ * for matmul and embed (the kernels need no optional device feature) and one
+ * or two activation passes. */
 static int vk_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
     static const struct dray_util_limits lim = {
         .max_head_dim = 512, .max_n_rot = 2 * VK_ROPE_MAX_PAIRS, .max_k = 65536,
-        .max_heads = VK_MAX_GROUPS};
+        .max_heads = VK_MAX_GROUPS, .matmul_wformats = VK_WFORMATS,
+        .embed_wformats = VK_WFORMATS, .matmul_passes = VK_PASSES};
     return dray_util_op_caps(index, caps, dray_vk_device_props, &lim);
 }
 
 static const struct dray_ops vk_ops = {
-    .version = 2,
+    .version = 3,
     .name = "vulkan",
     .describe = "Vulkan compute (GLSL kernels compiled to SPIR-V at build time, "
-                "int8 storage and packed int8 dot products where the device has them)",
+                "int8 storage and packed int8 dot products where the device has them; "
+                "packed 4/5/8-bit grouped weights)",
     .device_count = dray_vk_device_count,
     .device_props = dray_vk_device_props,
     .open = dray_vk_open,
@@ -145,6 +168,8 @@ static const struct dray_ops vk_ops = {
     .gated_act = vk_op_gated_act,
     .add = vk_op_add,
     .op_caps = vk_op_caps,
+    .weight_create = vk_weight_create,
+    .weight_free = vk_weight_free,
 };
 
 /* Answers with vk_ops.version, the ABI this plugin implements. */
