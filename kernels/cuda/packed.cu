@@ -21,7 +21,10 @@
  *       acc += sx * (d * (float)sum(q*code) + m' * (float)sum(q))
  *     with m' = m or -z*d. Lanes' partial sums meet in a warp-shuffle sum;
  *     lane 0 writes or accumulates out. The f32 order of the group terms
- *     differs from the reference's (backend.h allows it).
+ *     differs from the reference's (backend.h allows it). Launch bounds ask
+ *     for 4 blocks per SM (at most 64 registers on NVIDIA, no spills): decode
+ *     is memory bound and wants warps in flight. Prefill reads W once per
+ *     PQ_NT tokens through this same kernel; no tensor-core path yet.
  * embed: k_pq_embed, one block per token, one thread per output element:
  *   out = (code * d + m') * scale, the product and sum rounded separately.
  */
