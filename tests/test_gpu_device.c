@@ -4,8 +4,10 @@
  * from backend.h. Shapes hit every kernel path: dp4a decode, the tensor-core
  * prefill tile, the byte path (k not a multiple of 16) with outliers, f32
  * weights; flash prefill and split-K decode attention with GQA, windows and -1
- * holes, over int8 and f16 caches. Without a device the whole file exits 77
- * (meson: SKIP) after one line saying why.
+ * holes, over int8 and f16 caches; packed weights (ABI v3) in every format,
+ * one and two activation passes, against backend.h's host reference
+ * (dray_util_quant_group, dray_util_packed_dot / _row). Without a device the
+ * whole file exits 77 (meson: SKIP) after one line saying why.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -19,6 +21,7 @@
 #include <cmocka.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
 #include "testutil.h"
 
 struct side {
@@ -354,6 +357,301 @@ static void test_gpu_attention_matches_cpu_mixed_batch(void **state)
     run_attention(DRAY_F16, 6, 6, 80, 64);  /* MHA, odd head_dim */
 }
 
+/* ------------------------------------------- packed weights (version 3) */
+/* Against the host reference of backend.h, not the CPU plugin:
+ * dray_util_quant_group + dray_util_packed_dot for matmul, dray_util_packed_row
+ * for embed. */
+
+/* One packed matrix's host arrays, random: any code bytes are valid codes. */
+struct hostw {
+    struct dray_wformat f;
+    uint32_t n_out, k;
+    uint8_t *codes;
+    void *d, *m;
+    float *w; /* W [n_out][k] in f32, for the tolerance's sum |x||W| */
+};
+
+static void *scales(struct dray_wformat f, size_t n, float lo, float hi)
+{
+    void *a = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        float v = dray_test_randf(lo, hi);
+        if (f.scale == DRAY_WSCALE_F16)
+            ((uint16_t *)a)[i] = dray_util_f32_to_f16(v);
+        else
+            ((float *)a)[i] = v;
+    }
+    return a;
+}
+
+static void hostw_make(struct hostw *h, struct dray_wformat f, uint32_t n_out, uint32_t k)
+{
+    const size_t ng = (size_t)n_out * (k / 32), nc = ng * dray_util_wformat_group_bytes(f);
+    h->f = f, h->n_out = n_out, h->k = k;
+    h->codes = malloc(nc);
+    for (size_t i = 0; i < nc; i++)
+        h->codes[i] = (uint8_t)dray_test_rand();
+    h->d = scales(f, ng, 0.001f, 0.02f);
+    h->m = f.has_min ? scales(f, ng, -0.2f, 0.2f) : NULL;
+    h->w = malloc((size_t)n_out * k * sizeof(float));
+    for (uint32_t o = 0; o < n_out; o++)
+        dray_util_packed_row(f, k, h->codes, h->d, h->m, o, h->w + (size_t)o * k);
+}
+
+static void hostw_free(struct hostw *h) { free(h->codes), free(h->d), free(h->m), free(h->w); }
+
+/* weight_create on the GPU side; the CUDA/HIP layout holds exactly the host bytes. */
+static struct dray_packed *hostw_upload(const struct hostw *h, uint32_t uses)
+{
+    struct dray_weight_desc desc = {.size = sizeof(desc), .format = h->f, .n_out = h->n_out, .k = h->k,
+                                    .uses = uses, .codes = h->codes, .d = h->d, .m = h->m};
+    struct dray_packed *p = NULL;
+    uint64_t bytes = 0;
+    int rc = G.o->weight_create(G.c, &desc, &p, &bytes);
+    if (rc)
+        fail_msg("weight_create: rc %d: %s", rc, G.o->last_error(G.c));
+    const uint64_t ng = (uint64_t)h->n_out * (h->k / 32), sb = dray_util_wformat_scale_bytes(h->f);
+    if (!strcmp(G.o->name, "cuda") || !strcmp(G.o->name, "hip"))
+        assert_int_equal(bytes, ng * (dray_util_wformat_group_bytes(h->f) + sb * (h->f.has_min ? 2 : 1)));
+    assert_true(bytes > 0);
+    return p;
+}
+
+/* GPU-only buffer with data (NULL: zeros). */
+static struct dray_buf *gbuf(const void *data, size_t n)
+{
+    struct dray_buf *b = NULL;
+    assert_int_equal(G.o->alloc(G.c, n, &b), 0);
+    void *z = data ? NULL : calloc(1, n);
+    assert_int_equal(G.o->upload(G.c, (struct dray_view){b, 0}, data ? data : z, n), 0);
+    free(z);
+    return b;
+}
+
+static float *randv(size_t n, float lo, float hi)
+{
+    float *f = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        f[i] = dray_test_randf(lo, hi);
+    return f;
+}
+
+/* backend.h's packed matmul for one token row x (k inputs): out[o] for every
+ * o (not accumulated), and bound[o] = sum_k |x||W|. */
+static void ref_packed_matmul(const struct hostw *h, const float *x, uint32_t passes, float *out, double *bound)
+{
+    const uint32_t k = h->k, G_ = k / 32;
+    int8_t *q = malloc(k), *q2 = malloc(k);
+    float *sx = malloc(G_ * 4), *sx2 = malloc(G_ * 4), *r = malloc(k * 4);
+    for (uint32_t g = 0; g < G_; g++)
+        sx[g] = dray_util_quant_group(x + 32 * g, q + 32 * g);
+    if (passes == 2) { /* the residual, rounded as x - (q*sx) */
+        for (uint32_t c = 0; c < k; c++)
+            r[c] = x[c] - (float)q[c] * sx[c / 32];
+        for (uint32_t g = 0; g < G_; g++)
+            sx2[g] = dray_util_quant_group(r + 32 * g, q2 + 32 * g);
+    }
+    for (uint32_t o = 0; o < h->n_out; o++) {
+        out[o] = dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, o, q, sx);
+        if (passes == 2)
+            out[o] += dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, o, q2, sx2);
+        double b = 0;
+        for (uint32_t c = 0; c < k; c++)
+            b += fabs((double)x[c] * h->w[(size_t)o * k + c]);
+        bound[o] = b;
+    }
+    free(q), free(q2), free(sx), free(sx2), free(r);
+}
+
+/* One matmul on a handle: strided x and out, passes 1 or 2, maybe accumulating. */
+static void run_packed_matmul(const struct hostw *h, struct dray_packed *p, uint32_t n_tok, uint32_t passes,
+                              uint32_t acc)
+{
+    char name[32];
+    const uint32_t k = h->k, n_out = h->n_out, sx_ = k + 3, so = n_out + 5;
+    float *x = randv((size_t)n_tok * sx_, -2, 2), *out0 = randv((size_t)n_tok * so, -1, 1);
+    if (n_tok > 1 && k >= 64) /* an outlier channel, and an all-zero group (sx = 0) */
+        x[sx_ + 7] = 40.0f, memset(x + 32, 0, 32 * sizeof(float));
+    float *got = malloc((size_t)n_tok * so * 4), *ref = malloc(n_out * 4);
+    double *bound = malloc(n_out * sizeof(double));
+    struct dray_buf *bx = gbuf(x, (size_t)n_tok * sx_ * 4), *bo = gbuf(out0, (size_t)n_tok * so * 4);
+    struct dray_matmul_args a = {.x = {bx, 0}, .out = {bo, 0}, .n_tok = n_tok, .n_out = n_out, .k = k,
+                                 .stride_x = sx_, .stride_out = so, .accumulate = acc, .wdtype = DRAY_PACKED,
+                                 .packed = p, .passes = passes};
+    int rc = G.o->matmul(G.c, &a);
+    if (rc)
+        fail_msg("packed matmul %s: rc %d: %s", dray_util_wformat_name(h->f, name, sizeof(name)), rc,
+                 G.o->last_error(G.c));
+    assert_int_equal(G.o->download(G.c, got, (struct dray_view){bo, 0}, (size_t)n_tok * so * 4), 0);
+    for (uint32_t t = 0; t < n_tok; t++) {
+        ref_packed_matmul(h, x + (size_t)t * sx_, passes, ref, bound);
+        for (uint32_t o = 0; o < so; o++) {
+            const float init = out0[(size_t)t * so + o], g = got[(size_t)t * so + o];
+            if (o >= n_out) { /* the stride's gap is never written */
+                if (g != init)
+                    fail_msg("packed matmul wrote past n_out at t %u o %u", t, o);
+                continue;
+            }
+            const double want = (acc ? init : 0.0f) + (double)ref[o];
+            const double tol = 1e-4 * (bound[o] + (acc ? fabs(init) : 0.0));
+            if (!(fabs(g - want) <= tol))
+                fail_msg("packed matmul %s n_tok %u n_out %u k %u passes %u acc %u: t %u o %u: %.9g vs %.9g "
+                         "(tol %g)", dray_util_wformat_name(h->f, name, sizeof(name)), n_tok, n_out, k, passes,
+                         acc, t, o, g, want, tol);
+        }
+    }
+    G.o->free(G.c, bx), G.o->free(G.c, bo);
+    free(x), free(out0), free(got), free(ref), free(bound);
+}
+
+static int have_packed(void)
+{
+    if (DRAY_HAS(G.o, weight_create, 3) && DRAY_HAS(G.o, weight_free, 3))
+        return 1;
+    print_message("skip: %s has no packed weights (ABI %u)\n", G.o->name, G.o->version);
+    return 0;
+}
+
+static void test_gpu_packed_caps_declare_every_format_and_both_passes(void **state)
+{
+    (void)state;
+    if (!have_packed())
+        skip();
+    struct dray_op_caps caps = {.size = sizeof(caps)};
+    assert_int_equal(G.o->op_caps(0, &caps), 0);
+    if (strcmp(G.o->name, "cuda") && strcmp(G.o->name, "hip"))
+        skip(); /* a dry run on another plugin declares its own */
+    assert_int_equal(caps.matmul_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(caps.embed_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(caps.matmul_passes, 3);
+    /* the retired version-2 grouped dtypes are not declared */
+    for (uint32_t t = DRAY_Q8G32; t <= DRAY_Q4G32H_X2; t++)
+        assert_false(caps.op_dtypes[DRAY_OP_MATMUL] & DRAY_DTYPE_BIT(t));
+}
+
+/* Every format, passes 1 and 2: decode (fewer groups than lanes), a long row
+ * (lanes loop), several token tiles with ragged edges; accumulate both ways. */
+static void test_gpu_packed_matmul_matches_reference_for_every_format(void **state)
+{
+    (void)state;
+    if (!have_packed())
+        skip();
+    static const uint32_t shape[][4] = {{3, 70, 640, 0}, {1, 64, 2048, 1}, {19, 33, 96, 0}, {9, 17, 32, 1}};
+    for (uint32_t bit = 0; bit < 12; bit++)
+        for (size_t s = 0; s < sizeof(shape) / sizeof(shape[0]); s++) {
+            struct hostw h;
+            hostw_make(&h, dray_util_wformat_of_bit(bit), shape[s][1], shape[s][2]);
+            struct dray_packed *p = hostw_upload(&h, DRAY_WUSE_MATMUL);
+            for (uint32_t passes = 1; passes <= 2; passes++)
+                run_packed_matmul(&h, p, shape[s][0], passes, shape[s][3]);
+            run_packed_matmul(&h, p, shape[s][0], 0, !shape[s][3]); /* passes 0 means 1 */
+            G.o->weight_free(G.c, p);
+            hostw_free(&h);
+        }
+}
+
+/* Every format: rows gathered from a handle made for embed and matmul (a tied
+ * table), against the reference rows times scale (rel 1e-6). */
+static void test_gpu_packed_embed_matches_reference_for_every_format(void **state)
+{
+    (void)state;
+    if (!have_packed())
+        skip();
+    const uint32_t n_rows = 50, dim = 96, n_tok = 9;
+    const int32_t ids[9] = {0, 49, 3, 3, 17, 22, 48, 1, 30};
+    const float scale = 25.3f;
+    struct dray_buf *bid = gbuf(ids, sizeof(ids)), *bo = gbuf(NULL, n_tok * dim * 4);
+    float *got = malloc(n_tok * dim * 4), *row = malloc(dim * 4);
+    for (uint32_t bit = 0; bit < 12; bit++) {
+        char name[32];
+        struct hostw h;
+        hostw_make(&h, dray_util_wformat_of_bit(bit), n_rows, dim);
+        struct dray_packed *p = hostw_upload(&h, DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL);
+        struct dray_embed_args a = {.ids = {bid, 0}, .out = {bo, 0}, .dtype = DRAY_PACKED, .n_tok = n_tok,
+                                    .dim = dim, .n_rows = n_rows, .scale = scale, .packed = p};
+        int rc = G.o->embed(G.c, &a);
+        if (rc)
+            fail_msg("packed embed %s: rc %d: %s", dray_util_wformat_name(h.f, name, sizeof(name)), rc,
+                     G.o->last_error(G.c));
+        assert_int_equal(G.o->download(G.c, got, (struct dray_view){bo, 0}, n_tok * dim * 4), 0);
+        for (uint32_t t = 0; t < n_tok; t++) {
+            dray_util_packed_row(h.f, dim, h.codes, h.d, h.m, (uint64_t)ids[t], row);
+            double maxref = 0;
+            for (uint32_t i = 0; i < dim; i++)
+                maxref = fmax(maxref, fabs(row[i] * scale));
+            for (uint32_t i = 0; i < dim; i++) {
+                const float want = row[i] * scale, g = got[t * dim + i];
+                if (!(fabs(g - want) <= 1e-6 * maxref))
+                    fail_msg("packed embed %s: t %u i %u: %.9g vs %.9g",
+                             dray_util_wformat_name(h.f, name, sizeof(name)), t, i, g, want);
+            }
+        }
+        G.o->weight_free(G.c, p);
+        hostw_free(&h);
+    }
+    G.o->free(G.c, bid), G.o->free(G.c, bo);
+    free(got), free(row);
+}
+
+/* The contract's refusals on handles: each returns its code and queues nothing. */
+static void test_gpu_packed_refuses_bad_arguments(void **state)
+{
+    (void)state;
+    if (!have_packed())
+        skip();
+    struct hostw h;
+    hostw_make(&h, (struct dray_wformat){4, DRAY_WSCALE_F16, 0, 0}, 16, 64);
+    struct dray_weight_desc desc = {.size = sizeof(desc), .format = h.f, .n_out = 16, .k = 48,
+                                    .uses = DRAY_WUSE_MATMUL, .codes = h.codes, .d = h.d};
+    struct dray_packed *p = (struct dray_packed *)&desc; /* must be reset to NULL */
+    uint64_t bytes = 7;
+    assert_int_equal(G.o->weight_create(G.c, &desc, &p, &bytes), DRAY_EINVAL); /* k % 32 */
+    assert_null(p);
+    desc.k = 64, desc.m = h.d; /* m without a min */
+    assert_int_equal(G.o->weight_create(G.c, &desc, &p, &bytes), DRAY_EINVAL);
+    p = hostw_upload(&h, DRAY_WUSE_MATMUL);
+    struct dray_buf *bx = gbuf(NULL, 4 * 64 * 4), *bo = gbuf(NULL, 4 * 16 * 4);
+    const struct dray_matmul_args ok = {.x = {bx, 0}, .out = {bo, 0}, .n_tok = 4, .n_out = 16, .k = 64,
+                                        .stride_x = 64, .stride_out = 16, .wdtype = DRAY_PACKED, .packed = p,
+                                        .passes = 1};
+    struct dray_matmul_args a = ok;
+    assert_int_equal(G.o->matmul(G.c, &a), 0);
+    a = ok, a.n_out = 15;
+    assert_int_equal(G.o->matmul(G.c, &a), DRAY_EINVAL);
+    a = ok, a.n_outlier = 1;
+    assert_int_equal(G.o->matmul(G.c, &a), DRAY_EINVAL);
+    a = ok, a.passes = 3;
+    assert_int_equal(G.o->matmul(G.c, &a), DRAY_ENOTSUP);
+    a = ok, a.packed = NULL;
+    assert_int_equal(G.o->matmul(G.c, &a), DRAY_EINVAL);
+    a = ok, a.n_tok = 5; /* x and out too short */
+    assert_int_equal(G.o->matmul(G.c, &a), DRAY_EINVAL);
+    a = ok, a.out = a.x, a.stride_out = 64; /* out overlaps x */
+    assert_int_equal(G.o->matmul(G.c, &a), DRAY_EINVAL);
+    /* a matmul-only handle is not an embedding table; a bad id is refused */
+    int32_t ids[2] = {1, 16};
+    struct dray_buf *bid = gbuf(ids, sizeof(ids));
+    struct dray_embed_args e = {.ids = {bid, 0}, .out = {bo, 0}, .dtype = DRAY_PACKED, .n_tok = 1, .dim = 64,
+                                .n_rows = 16, .scale = 1.0f, .packed = p};
+    assert_int_equal(G.o->embed(G.c, &e), DRAY_EINVAL);
+    G.o->weight_free(G.c, p);
+    p = hostw_upload(&h, DRAY_WUSE_EMBED);
+    e.packed = p;
+    assert_int_equal(G.o->embed(G.c, &e), 0);
+    e.n_tok = 2; /* ids[1] = 16 = n_rows */
+    int rc = G.o->embed(G.c, &e);
+    if (rc == 0)
+        rc = G.o->synchronize(G.c);
+    assert_int_equal(rc, DRAY_EINVAL);
+    e.n_tok = 1, e.dim = 32;
+    assert_int_equal(G.o->embed(G.c, &e), DRAY_EINVAL);
+    assert_int_equal(G.o->synchronize(G.c), 0);
+    G.o->weight_free(G.c, p);
+    G.o->weight_free(G.c, NULL);
+    G.o->free(G.c, bx), G.o->free(G.c, bo), G.o->free(G.c, bid);
+    hostw_free(&h);
+}
+
 int main(void)
 {
     char why_c[256] = "", why_h[256] = "", why_cpu[256] = "";
@@ -382,6 +680,10 @@ int main(void)
         cmocka_unit_test(test_gpu_gated_act_and_add_match_cpu),
         cmocka_unit_test(test_gpu_kv_store_matches_cpu_bit_for_bit),
         cmocka_unit_test(test_gpu_attention_matches_cpu_mixed_batch),
+        cmocka_unit_test(test_gpu_packed_caps_declare_every_format_and_both_passes),
+        cmocka_unit_test(test_gpu_packed_matmul_matches_reference_for_every_format),
+        cmocka_unit_test(test_gpu_packed_embed_matches_reference_for_every_format),
+        cmocka_unit_test(test_gpu_packed_refuses_bad_arguments),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     G.o->close(G.c);

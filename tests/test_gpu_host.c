@@ -6,6 +6,8 @@
  * process, and each exports exactly one dynamic symbol. A plugin that was not
  * built (no nvcc / hipcc) is skipped; on a machine that has a device the
  * no-device cases are skipped (tests/test_gpu_device.c covers that case).
+ * Packed weights' host half runs here too: weight_create's argument checks and
+ * device layout (backends/cuda/gpu_layout.h, plain C) for every format.
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -24,6 +26,8 @@
 #include <cmocka.h>
 
 #include "dray/backend.h"
+#include "dray/backend_util.h"
+#include "gpu_layout.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -100,8 +104,11 @@ static void check_negotiates_quickly(const char *name)
     if (!l.handle)
         skip();
     printf("# %s: negotiated in %.3f s (touches no device, starts no runtime)\n", name, now_s() - t0);
-    assert_int_equal(l.ops->version, 2); /* the version its table implements */
-    /* every mandatory member of the v2 table is set; the reserved slot is NULL */
+    assert_int_equal(l.ops->version, 3); /* the version its table implements */
+    /* every mandatory member of the v3 table is set; the reserved slot is NULL */
+    assert_non_null(l.ops->weight_create);
+    assert_non_null(l.ops->weight_free);
+    l.ops->weight_free(NULL, NULL); /* NULL is a no-op, even without a context */
     assert_null(l.ops->reserved_v1);
     assert_non_null(l.ops->op_caps);
     assert_non_null(l.ops->describe);
@@ -237,6 +244,85 @@ static void test_gpu_plugins_load_side_by_side_with_cpu(void **state)
             dlclose(l[i].handle);
 }
 
+/* ------------------------------------------------ packed weight layout */
+
+/* Every format: codes, d and m back to back, device bytes = host bytes. */
+static void test_gpu_packed_layout_is_the_host_arrays_back_to_back(void **state)
+{
+    (void)state;
+    static const unsigned char codes[1];
+    static const float dm[1];
+    for (uint32_t bit = 0; bit < 12; bit++) {
+        struct dray_wformat f = dray_util_wformat_of_bit(bit);
+        const uint32_t n_out = 70, k = 640, G = k / 32;
+        struct dray_weight_desc d = {.size = sizeof(d), .format = f, .n_out = n_out, .k = k,
+                                     .uses = DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED, .codes = codes, .d = dm,
+                                     .m = f.has_min ? dm : NULL};
+        struct gpu_wlayout l;
+        char why[256] = "";
+        assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), 0);
+        const uint64_t B = f.bits == 4 ? 16 : f.bits == 5 ? 20 : 32, S = f.scale == DRAY_WSCALE_F16 ? 2 : 4;
+        assert_int_equal(l.group_bytes, B);
+        assert_int_equal(l.scale_bytes, S);
+        assert_int_equal(l.n_groups, (uint64_t)n_out * G);
+        assert_int_equal(l.codes_bytes, (uint64_t)n_out * k * f.bits / 8); /* 16, 20, 32 bytes a group */
+        assert_int_equal(l.d_off, l.codes_bytes);
+        assert_int_equal(l.d_bytes, (uint64_t)n_out * G * S);
+        assert_int_equal(l.m_off, l.d_off + l.d_bytes);
+        assert_int_equal(l.m_bytes, f.has_min ? l.d_bytes : 0);
+        assert_int_equal(l.total, (uint64_t)n_out * G * (B + S * (f.has_min ? 2 : 1)));
+        /* every section starts aligned for the kernels' loads */
+        assert_int_equal(l.d_off % 4, 0);
+        assert_int_equal(l.m_off % S, 0);
+    }
+}
+
+/* weight_create's argument rules, checked before any device is touched. */
+static void test_gpu_packed_plan_refuses_bad_descriptors(void **state)
+{
+    (void)state;
+    static const unsigned char codes[1];
+    static const float dm[1];
+    const struct dray_weight_desc ok = {.size = sizeof(ok), .format = {4, DRAY_WSCALE_F16, 1, 0}, .n_out = 3,
+                                        .k = 64, .uses = DRAY_WUSE_MATMUL, .codes = codes, .d = dm, .m = dm};
+    struct gpu_wlayout l;
+    char why[256];
+    struct dray_weight_desc d = ok;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), 0);
+    assert_int_equal(l.total, 3 * 2 * (16 + 2 + 2));
+    assert_int_equal(gpu_wlayout_plan(NULL, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.size = 8; /* older than the struct's m */
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.format.bits = 6;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.format.zero = 1;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok; /* a format not declared: ENOTSUP, naming it */
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL & ~DRAY_UTIL_WF(4, DRAY_WSCALE_F16, 1), &l, why,
+                                      sizeof(why)), DRAY_ENOTSUP);
+    assert_non_null(strstr(why, "q4 f16 +min"));
+    d = ok, d.k = 48;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.k = 65536 + 32;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.n_out = 0;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.uses = 0;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.uses = 4;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.m = NULL; /* the format has a min */
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.format.has_min = 0; /* m given without one */
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.codes = NULL;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
+    /* the largest shape the contract allows still fits */
+    d = ok, d.format = (struct dray_wformat){8, DRAY_WSCALE_F32, 1, 0}, d.n_out = UINT32_MAX, d.k = 65536;
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), 0);
+    assert_int_equal(l.total, (uint64_t)UINT32_MAX * 2048 * (32 + 8));
+}
+
 /* ------------------------------------------------ exported symbol check */
 
 /* Defined global/weak symbols in the .dynsym of an ELF64 file, as `nm -D
@@ -292,7 +378,8 @@ static void check_exports_one_symbol(const char *name)
     if (!h)
         skip();
     const char *hidden[] = {"dray_gk_matmul", "dray_gk_attention", "dray_gpu_embed", "dray_gpu_host",
-                            "dray_gpu_fail", "dray_gk_matmul_scratch"};
+                            "dray_gpu_fail", "dray_gk_matmul_scratch", "dray_gk_pmatmul",
+                            "dray_gpu_weight_create"};
     for (size_t i = 0; i < sizeof(hidden) / sizeof(hidden[0]); i++) {
         if (dlsym(h, hidden[i]))
             fail_msg("%s exports %s", path, hidden[i]);
@@ -324,6 +411,8 @@ int main(void)
         cmocka_unit_test(test_gpu_cuda_reports_no_driver_plainly),
         cmocka_unit_test(test_gpu_hip_reports_no_device_plainly),
         cmocka_unit_test(test_gpu_plugins_load_side_by_side_with_cpu),
+        cmocka_unit_test(test_gpu_packed_layout_is_the_host_arrays_back_to_back),
+        cmocka_unit_test(test_gpu_packed_plan_refuses_bad_descriptors),
         cmocka_unit_test(test_gpu_cuda_exports_only_negotiate),
         cmocka_unit_test(test_gpu_hip_exports_only_negotiate),
     };

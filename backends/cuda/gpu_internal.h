@@ -22,6 +22,11 @@
 
 #define GPU_GRAPH_CACHE 8 /* captured op sequences kept for replay */
 
+/* Packed weights (version 3): every format for matmul and embed, one or two
+ * activation passes (op_caps.matmul_wformats, embed_wformats, matmul_passes). */
+#define GPU_WFORMATS DRAY_UTIL_WF_ALL
+#define GPU_MATMUL_PASSES 3u
+
 struct dray_buf {
     void *p;     /* device memory from gpuMalloc (never managed memory) */
     size_t size; /* bytes asked for */
@@ -72,6 +77,11 @@ int dray_gpu_op_begin(struct dray_ctx *ctx, const void *args, size_t len);
 int dray_gpu_flush(struct dray_ctx *ctx);
 /* Wait for the queue and report device-side contract violations. */
 int dray_gpu_wait(struct dray_ctx *ctx);
+/* After a shared validator returned rc: check each view it listed against its
+ * buffer and resolve it to a device address p[i] (gpu_ops.c). */
+int dray_gpu_args_ok(struct dray_ctx *ctx, int rc, const struct dray_util_needs *nd, void **p);
+/* Outside graph capture, read embed's ids back so a bad one fails the call. */
+int dray_gpu_embed_check_ids(struct dray_ctx *ctx, const int32_t *ids_dev, uint32_t n_tok, uint32_t n_rows);
 
 int dray_gpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a);
 int dray_gpu_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a);
@@ -82,5 +92,12 @@ int dray_gpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a
 int dray_gpu_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a);
 int dray_gpu_add(struct dray_ctx *ctx, const struct dray_add_args *a);
 int dray_gpu_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, size_t nbytes);
+
+/* gpu_packed.c: weight handles and the ops on them (wdtype / dtype DRAY_PACKED) */
+int dray_gpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *desc, struct dray_packed **out,
+                           uint64_t *device_bytes);
+void dray_gpu_weight_free(struct dray_ctx *ctx, struct dray_packed *w);
+int dray_gpu_matmul_packed(struct dray_ctx *ctx, const struct dray_matmul_args *a);
+int dray_gpu_embed_packed(struct dray_ctx *ctx, const struct dray_embed_args *a);
 
 #endif

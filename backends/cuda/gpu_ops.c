@@ -26,7 +26,7 @@ static int launched(struct dray_ctx *ctx, int gerr, const char *op)
  * in dray/backend_util.h, which wrote its reason into ctx->err) returned; when
  * 0, each view it listed is checked against its buffer and resolved to a device
  * address, p[i] (NULL for an empty view without a buffer). */
-static int args_ok(struct dray_ctx *ctx, int rc, const struct dray_util_needs *nd, void **p)
+int dray_gpu_args_ok(struct dray_ctx *ctx, int rc, const struct dray_util_needs *nd, void **p)
 {
     for (uint32_t i = 0; rc == 0 && i < nd->n; i++) {
         const struct dray_util_need *u = &nd->at[i];
@@ -38,7 +38,7 @@ static int args_ok(struct dray_ctx *ctx, int rc, const struct dray_util_needs *n
 }
 
 #define VALIDATE(op, a, nd, p) \
-    args_ok(ctx, dray_util_check_##op((a), (nd), ctx->err, sizeof(ctx->err)), (nd), (p))
+    dray_gpu_args_ok(ctx, dray_util_check_##op((a), (nd), ctx->err, sizeof(ctx->err)), (nd), (p))
 
 int dray_gpu_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, size_t nbytes)
 {
@@ -62,7 +62,7 @@ int dray_gpu_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, 
 
 /* Outside graph capture, read the ids back so a bad one fails this call, as
  * the contract says; in a capture the device flag reports it at the wait. */
-static int embed_check_ids(struct dray_ctx *ctx, const int32_t *ids_dev, uint32_t n_tok, uint32_t n_rows)
+int dray_gpu_embed_check_ids(struct dray_ctx *ctx, const int32_t *ids_dev, uint32_t n_tok, uint32_t n_rows)
 {
     if (ctx->graphs)
         return 0;
@@ -84,6 +84,8 @@ static int embed_check_ids(struct dray_ctx *ctx, const int32_t *ids_dev, uint32_
 int dray_gpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
 {
     ctx->err[0] = '\0';
+    if (a->dtype == DRAY_PACKED)
+        return dray_gpu_embed_packed(ctx, a);
     struct gk_embed p;
     memset(&p, 0, sizeof(p));
     struct dray_util_needs nd;
@@ -91,7 +93,7 @@ int dray_gpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
     int rc = VALIDATE(embed, a, &nd, v);
     void *ids = v[0], *tab = v[1], *rs = v[2], *out = v[3];
     if (!rc)
-        rc = embed_check_ids(ctx, ids, a->n_tok, a->n_rows);
+        rc = dray_gpu_embed_check_ids(ctx, ids, a->n_tok, a->n_rows);
     if (rc)
         return rc;
     p.ids = ids;
@@ -155,6 +157,8 @@ static int matmul_views(struct dray_ctx *ctx, const struct dray_matmul_args *a, 
 int dray_gpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
     ctx->err[0] = '\0';
+    if (a->wdtype == DRAY_PACKED)
+        return dray_gpu_matmul_packed(ctx, a);
     struct gk_matmul p;
     memset(&p, 0, sizeof(p));
     int rc = matmul_views(ctx, a, &p);

@@ -480,22 +480,29 @@ static int gpu_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view
 
 /* -------------------------------------------------------------- the table */
 
-/* Version 2: the props' dtypes, and attention's head_dim limit (the flash
- * kernel's tile). */
+/* The props' dtypes, attention's head_dim limit (the flash kernel's tile) and,
+ * since version 3, the packed weight formats (all twelve, for matmul and embed)
+ * and one or two activation passes. The retired version-2 grouped dtypes are
+ * never declared. */
 static int gpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    static const struct dray_util_limits lim = {.max_head_dim = GK_ATT_MAX_HEAD_DIM, .max_k = 65536};
+    static const struct dray_util_limits lim = {.max_head_dim = GK_ATT_MAX_HEAD_DIM,
+                                                .max_k = 65536,
+                                                .matmul_wformats = GPU_WFORMATS,
+                                                .embed_wformats = GPU_WFORMATS,
+                                                .matmul_passes = GPU_MATMUL_PASSES};
     return dray_util_op_caps(index, caps, gpu_device_props, &lim);
 }
 
 static const struct dray_ops gpu_ops = {
-    .version = 2, /* the ABI this code implements, not the header's newest */
+    .version = 3, /* the ABI this code implements, not the header's newest */
     .name = GPU_PLUGIN_NAME,
 #if defined(DRAY_GPU_HIP)
-    .describe = "AMD GPUs through ROCm/HIP (gfx90a, gfx940; int8 dot kernels, paged flash attention)",
+    .describe = "AMD GPUs through ROCm/HIP (gfx90a, gfx940; int8 dot kernels, packed 4/5/8-bit weights, "
+                "paged flash attention)",
 #else
     .describe = "NVIDIA GPUs through CUDA (sm_80, sm_90 + PTX; int8 tensor-core MMA, dp4a decode, "
-                "paged flash attention)",
+                "packed 4/5/8-bit weights, paged flash attention)",
 #endif
     .device_count = gpu_device_count,
     .device_props = gpu_device_props,
@@ -518,6 +525,8 @@ static const struct dray_ops gpu_ops = {
     .gated_act = dray_gpu_gated_act,
     .add = dray_gpu_add,
     .op_caps = gpu_op_caps,
+    .weight_create = dray_gpu_weight_create,
+    .weight_free = dray_gpu_weight_free,
 };
 
 /* Cheap and silent: touches no runtime, no device. Answers with gpu_ops.version,

@@ -117,6 +117,35 @@ struct gk_attention {
 size_t dray_gk_attention_scratch(uint32_t n_seq, uint32_t n_kv_head, uint32_t head_dim,
                                  uint32_t max_split);
 
+/* Packed weights (backend.h "Packed weights"; layout: backends/cuda/gpu_layout.h):
+ * the handle's three device sections and its format. */
+struct gk_pweights {
+    const unsigned char *codes; /* [n_out][k/32][B] */
+    const void *d, *m;          /* [n_out][k/32], f32 or f16 bits; m NULL without a min */
+    uint32_t bits, f16, has_min;
+};
+
+/* matmul on packed weights: activations quantized per token and group of 32
+ * (passes 1 or 2) into scratch, then the grouped int8 dot. */
+struct gk_pmatmul {
+    const float *x;
+    float *out;
+    struct gk_pweights w;
+    uint32_t n_tok, n_out, k, stride_x, stride_out, accumulate, passes;
+    void *scratch;            /* dray_gk_pmatmul_scratch() bytes, 256-aligned */
+};
+size_t dray_gk_pmatmul_scratch(uint32_t n_tok, uint32_t k, uint32_t passes);
+
+/* embed from packed weights: out[t][i] = W[ids[t]][i] * scale. */
+struct gk_pembed {
+    const int32_t *ids;
+    float *out;
+    struct gk_pweights w;
+    uint32_t n_tok, dim, n_rows;
+    float scale;
+    uint32_t *flag;
+};
+
 int dray_gk_fill(const struct gk_fill *p, void *stream);
 int dray_gk_embed(const struct gk_embed *p, void *stream);
 int dray_gk_rmsnorm(const struct gk_rmsnorm *p, void *stream);
@@ -126,6 +155,8 @@ int dray_gk_add(const struct gk_add *p, void *stream);
 int dray_gk_kv_store(const struct gk_kv_store *p, void *stream);
 int dray_gk_matmul(const struct gk_matmul *p, void *stream);
 int dray_gk_attention(const struct gk_attention *p, void *stream);
+int dray_gk_pmatmul(const struct gk_pmatmul *p, void *stream);
+int dray_gk_pembed(const struct gk_pembed *p, void *stream);
 
 #ifdef __cplusplus
 }
