@@ -1,5 +1,6 @@
 /* The template plugin: negotiation, the operator table, the device, contexts and
- * memory. The ops themselves are in template_ops.c and template_kv.c.
+ * memory. The ops themselves are in template_ops.c and template_kv.c, and the
+ * packed weights (ABI 3) in template_packed.c.
  *
  * This file is what a vendor replaces first: device_count/device_props with the
  * runtime's device enumeration, open/close with context and queue creation,
