@@ -2,7 +2,7 @@
 # Certification of the serving path (`dray conformance --model FILE --certify OUT`,
 # tools/certify.c and tools/cert_json.c) on a tiny Gemma 3 written by the tests'
 # GGUF writer: every in-tree plugin built here that has a device, and the template
-# (as ABI 2 and as ABI 1), must pass, and their certificates must say so; a
+# (as ABI 3, its packed-weight rows included, and as ABI 1), must pass, and their certificates must say so; a
 # plugin with a wrong op must get a failing certificate that names why.
 # Certificates are kept in BUILD/certificates/ (CI can publish them).
 # Usage: tests/certify.sh DRAY WRITE_TINY_GEMMA BUILD_DIR
@@ -17,7 +17,8 @@ mkdir -p "$certs"
 "$writer" "$tmp/tiny.gguf" || fail "cannot write the tiny model"
 version=$("$dray" --version | awk '{ print $2 }')
 
-# check CERT NAME ABI RESULT: the certificate's keys and verdicts (python3: JSON)
+# check CERT NAME ABI RESULT: the certificate's keys and verdicts (python3: JSON);
+# ABI may list the versions allowed, "2|3"
 check() {
   python3 - "$@" "$version" <<'PY' || fail "certificate $1 is not what it should be (above)"
 import json, re, sys
@@ -31,7 +32,7 @@ need(c["result"] == result, f"result {c['result']}, expected {result}")
 need(c["dray_version"] == version, "dray_version")
 need(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", c["date"]), "date")
 need(c["plugin"]["name"] == name, f"plugin name {c['plugin']['name']}")
-need(c["abi"]["plugin"] == int(abi) and c["abi"]["host"] >= int(abi), "abi")
+need(c["abi"]["plugin"] in [int(a) for a in abi.split("|")] and c["abi"]["host"] >= c["abi"]["plugin"], "abi")
 need(c["device"]["name"], "device name")
 v = c["ops"]["variants"]
 # one row per op x dtype the kit knows (the kit's table grows with the ABI)
@@ -57,7 +58,7 @@ if result == "pass":
          re.search(r"cpu -> \w+: [1-9]\d* tokens' KV", kt["detail"]), f"kv_transfer moved KV both ways: {kt['detail']}")
 else:
     need(not c["ops"]["passed"] or not m["passed"], "a failing certificate says where")
-print(f"{path}: {c['result']}: {name} ABI {abi} on {c['device']['name']}")
+print(f"{path}: {c['result']}: {name} ABI {c['abi']['plugin']} on {c['device']['name']}")
 PY
 }
 
@@ -74,15 +75,23 @@ for so in "$build"/backends/*/libdray-*.so; do
   name=$(basename "$so" .so); name=${name#libdray-}
   "$dray" devices --plugin-path "$(dirname "$so")" 2>/dev/null | grep -q "^    $name: no device" && continue
   certify "$name" "$certs/$name.json" || { cat "$tmp/log" >&2; fail "$name does not certify"; }
-  check "$certs/$name.json" "$name" 2 pass
+  check "$certs/$name.json" "$name" "2|3" pass # the in-tree plugins move to ABI 3 one by one
   n=$((n + 1))
 done
 [ "$n" -ge 1 ] || fail "no in-tree plugin certified"
 
-# the template, as built in tree for the tests (tests/plugins: tplv2, tplv1)
-certify "$build/tests/plugins/libdray-tplv2.so" "$certs/template.json" ||
+# the template, as built in tree for the tests (tests/plugins: tplv3, tplv1); as
+# ABI 3 it declares every packed format, and each has a passing row of its own
+certify "$build/tests/plugins/libdray-tplv3.so" "$certs/template.json" ||
   { cat "$tmp/log" >&2; fail "the template does not certify"; }
-check "$certs/template.json" tplv2 2 pass
+check "$certs/template.json" tplv3 3 pass
+python3 - "$certs/template.json" <<'PY' || fail "the ABI-3 template's certificate lacks its packed-weight rows"
+import json, sys
+v = json.load(open(sys.argv[1]))["ops"]["variants"]
+packed = [r for r in v if r["dtype"].startswith("q")]
+assert len(packed) == 36 and all(r["passed"] for r in packed), packed  # 12 embed + 12 x 2 matmul
+assert any(r["op"] == "weight_create" and r["passed"] for r in v)
+PY
 certify "$build/tests/plugins/libdray-tplv1.so" "$tmp/tplv1.json" --set prefix_cache=false ||
   { cat "$tmp/log" >&2; fail "the ABI-1 template does not certify"; }
 check "$tmp/tplv1.json" tplv1 1 pass

@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 # a good name: every file renamed, no "template"/"tpl" left in any case
 "$dray" plugin new my_chip2 "$tmp/m" >"$tmp/log" 2>&1 || { cat "$tmp/log" >&2; fail "plugin new my_chip2 failed"; }
-for f in my_chip2.h my_chip2_plugin.c my_chip2_ops.c my_chip2_kv.c my_chip2_check.c meson.build; do
+for f in my_chip2.h my_chip2_plugin.c my_chip2_ops.c my_chip2_kv.c my_chip2_check.c my_chip2_packed.c meson.build; do
   [ -f "$tmp/m/$f" ] || fail "no $f in the copy: $(ls "$tmp/m")"
 done
 ! grep -rniE 'template|tpl' "$tmp/m" || fail "the copy still says template/tpl (above)"
@@ -37,5 +37,5 @@ expect 2 "NAME is required"
 expect 1 "exists and is not empty" other "$tmp/m"
 expect 1 "no plugin template" acme2 "$tmp/b5" --template "$tmp/nowhere"
 for d in b1 b2 b3 b4 b5; do [ ! -e "$tmp/$d" ] || fail "a refused plugin new wrote $tmp/$d"; done
-[ "$(ls "$tmp/m" | wc -l)" = 7 ] || fail "a refused plugin new changed $tmp/m: $(ls "$tmp/m")"
+[ "$(ls "$tmp/m" | wc -l)" = 8 ] || fail "a refused plugin new changed $tmp/m: $(ls "$tmp/m")"
 echo "plugin_new: PASS"

@@ -1,6 +1,8 @@
 /* Conformance runner: the CPU plugin's fast kernels pass against its reference
- * kernels; a plugin with a wrong op, or without mandatory ops, fails; results
- * are reproducible from the seed; each op is timed. Needs libdray-cpu.so (the
+ * kernels; the template passes as ABI 1, 2 and 3 (packed weights: a row per
+ * declared format and pass count, the undeclared ones skipped and refused by
+ * weight_create); a plugin with a wrong op, or without mandatory ops, fails;
+ * results are reproducible from the seed; each op is timed. Needs libdray-cpu.so (the
  * reference); each case skips with a message when it is not built. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,7 +56,7 @@ static void assert_contains(const char *hay, const char *needle)
 static const char *row_of(const char *text, const char *op, const char *dtype)
 {
     char key[64];
-    snprintf(key, sizeof(key), "\n%-10s %-5s", op, dtype);
+    snprintf(key, sizeof(key), "\n%-13s %-13s ", op, dtype);
     const char *p = strstr(text, key);
     if (!p)
         fail_msg("no row for %s %s in:\n%s", op, dtype, text);
@@ -73,9 +75,7 @@ static void test_conformance_cpu_fast_kernels_pass_against_reference(void **stat
     const char *ops[][2] = {{"embed", "i8"}, {"embed", "f32"}, {"rmsnorm", "f32"}, {"matmul", "i8"},
                             {"matmul", "f32"}, {"rope", "f32"}, {"kv_store", "i8"},
                             {"kv_store", "f16"}, {"attention", "i8"}, {"attention", "f16"},
-                            {"gated_act", "f32"}, {"add", "f32"},
-                            {"embed", "q8g"}, {"embed", "q4g"}, {"matmul", "q8g"}, {"matmul", "q4g"},
-                            {"matmul", "q5g"}, {"matmul", "q5gx2"}, {"matmul", "q4gh"}, {"matmul", "q4ghx2"}};
+                            {"gated_act", "f32"}, {"add", "f32"}};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         const char *row = row_of(text, ops[i][0], ops[i][1]);
         const char *eol = strchr(row, '\n');
@@ -83,13 +83,25 @@ static void test_conformance_cpu_fast_kernels_pass_against_reference(void **stat
         if (!pass || pass > eol)
             fail_msg("%s %s did not pass:\n%s", ops[i][0], ops[i][1], text);
     }
-    assert_contains(text, "PASS: 22 of 22 op variants ran, 22 passed");
+    /* the packed formats it declares (if any) pass too: nothing failed */
+    assert_contains(text, "\nPASS: ");
     free(text);
 }
 
-/* The vendor template, built as a version-1 plugin and as the version-2 plugin
- * it is: both certify under this version-2 kit, and the report names the ABI
- * each negotiated. */
+/* A row says verdict (" pass ", " not supported "). */
+static void assert_row(const char *text, const char *op, const char *dtype, const char *verdict)
+{
+    const char *row = row_of(text, op, dtype);
+    const char *eol = strchr(row, '\n');
+    const char *v = strstr(row, verdict);
+    if (!v || (eol && v > eol))
+        fail_msg("%s %s is not '%s':\n%s", op, dtype, verdict, text);
+}
+
+/* The vendor template, built as a version-1 and a version-2 plugin: both
+ * certify under this version-3 kit, the report names the ABI each negotiated,
+ * and the packed-weight rows are skipped (a version-2 table has no
+ * weight_create). */
 static void test_conformance_certifies_version_1_and_2_templates(void **state)
 {
     (void)state;
@@ -105,13 +117,69 @@ static void test_conformance_certifies_version_1_and_2_templates(void **state)
         if (rc != 0)
             fail_msg("%s failed conformance (rc %d):\n%s", name, rc, text);
         assert_contains(text, abi);
-        /* the template declares the grouped weights absent: skipped, not failed */
-        assert_contains(row_of(text, "matmul", "q4g"), "not supported");
-        assert_contains(row_of(text, "matmul", "q5g"), "not supported");
-        assert_contains(row_of(text, "matmul", "q4gh"), "not supported");
-        assert_contains(text, "PASS: 12 of 22 op variants ran, 12 passed");
+        assert_row(text, "matmul", "q4-f32-min", " not supported ");
+        assert_row(text, "matmul", "q5-f16-min-x2", " not supported ");
+        assert_row(text, "embed", "q8-f32", " not supported ");
+        assert_row(text, "weight_create", "refusals", " not supported ");
+        assert_contains(text, "PASS: 12 of 49 op variants ran, 12 passed");
         free(text);
     }
+}
+
+/* The template as the version-3 plugin it is: every packed format, for matmul
+ * (one pass and two) and embed, through weight_create, and its refusals. */
+static void test_conformance_certifies_the_version_3_template(void **state)
+{
+    (void)state;
+    need_cpu_plugin();
+    char path[1024];
+    fake_path(path, sizeof(path), "tplv3");
+    struct dray_conformance_opts o = {.plugin = path, .seed = 5, .reps = 4, .no_timing = 1};
+    char *text = NULL;
+    int rc = run(&o, &text);
+    if (rc != 0)
+        fail_msg("tplv3 failed conformance (rc %d):\n%s", rc, text);
+    assert_contains(text, "ABI 3)");
+    const char *fmts[] = {"q4-f32", "q4-f32-min", "q4-f16", "q4-f16-min", "q5-f32", "q5-f32-min",
+                          "q5-f16", "q5-f16-min", "q8-f32", "q8-f32-min", "q8-f16", "q8-f16-min"};
+    for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
+        char x2[32];
+        snprintf(x2, sizeof(x2), "%s-x2", fmts[i]);
+        assert_row(text, "embed", fmts[i], " pass ");
+        assert_row(text, "matmul", fmts[i], " pass ");
+        assert_row(text, "matmul", x2, " pass ");
+    }
+    assert_row(text, "weight_create", "refusals", " pass ");
+    assert_contains(text, "PASS: 49 of 49 op variants ran, 49 passed");
+    free(text);
+}
+
+/* A version-3 plugin that declares a few formats (tplpart: q4 f32 with and
+ * without a min for matmul, one pass; q4 f32 for embed): those run, the others
+ * are skipped, and weight_create refuses the undeclared ones (the refusal
+ * cases ask for them). */
+static void test_conformance_skips_undeclared_packed_formats(void **state)
+{
+    (void)state;
+    need_cpu_plugin();
+    char path[1024];
+    fake_path(path, sizeof(path), "tplpart");
+    struct dray_conformance_opts o = {.plugin = path, .seed = 11, .reps = 12, .no_timing = 1,
+                                      .verbose = 1};
+    char *text = NULL;
+    int rc = run(&o, &text);
+    if (rc != 0)
+        fail_msg("tplpart failed conformance (rc %d):\n%s", rc, text);
+    assert_row(text, "matmul", "q4-f32", " pass ");
+    assert_row(text, "matmul", "q4-f32-min", " pass ");
+    assert_row(text, "matmul", "q4-f32-x2", " not supported ");
+    assert_row(text, "matmul", "q8-f16", " not supported ");
+    assert_row(text, "embed", "q4-f32", " pass ");
+    assert_row(text, "embed", "q4-f32-min", " not supported ");
+    assert_row(text, "weight_create", "refusals", " pass ");
+    assert_contains(text, "refused undeclared format");
+    assert_contains(text, "PASS: 16 of 49 op variants ran, 16 passed");
+    free(text);
 }
 
 static void test_conformance_detects_a_wrong_op(void **state)
@@ -141,7 +209,7 @@ static void test_conformance_fails_plugin_missing_mandatory_ops(void **state)
     assert_contains(row_of(text, "add", "f32"), "pass");
     assert_contains(row_of(text, "matmul", "i8"), "FAIL unsupported");
     assert_contains(row_of(text, "matmul", "f32"), "not supported");
-    assert_contains(text, "FAIL: 1 of 22 op variants ran, 1 passed");
+    assert_contains(text, "FAIL: 1 of 49 op variants ran, 1 passed");
     free(text);
 
     o.op = "add"; /* only add: the plugin passes what it was asked */
@@ -181,7 +249,9 @@ static void test_conformance_times_each_op(void **state)
     assert_int_equal(sscanf(pass + 4, "%lf %lf", &us_sub, &us_ref), 2);
     assert_true(us_sub > 0 && us_ref > 0);
     assert_contains(text, "timed shapes (median of 3 runs");
-    assert_contains(text, "add        f32  n=73728");
+    char shape[64];
+    snprintf(shape, sizeof(shape), "  %-13s %-13s n=73728", "add", "f32");
+    assert_contains(text, shape);
     free(text);
 }
 
@@ -206,6 +276,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conformance_cpu_fast_kernels_pass_against_reference),
         cmocka_unit_test(test_conformance_certifies_version_1_and_2_templates),
+        cmocka_unit_test(test_conformance_certifies_the_version_3_template),
+        cmocka_unit_test(test_conformance_skips_undeclared_packed_formats),
         cmocka_unit_test(test_conformance_detects_a_wrong_op),
         cmocka_unit_test(test_conformance_fails_plugin_missing_mandatory_ops),
         cmocka_unit_test(test_conformance_is_reproducible_from_the_seed),

@@ -36,6 +36,12 @@ void conf_case_free(struct conf_case *c)
     }
     free(c->params);
     free(c->elem_tol);
+    free(c->wcodes);
+    free(c->wd);
+    free(c->wm);
+    free(c->bcodes);
+    free(c->bd);
+    free(c->bm);
     memset(c, 0, sizeof(*c));
 }
 
@@ -87,8 +93,9 @@ static uint32_t rand_dim(struct conf_rng *r, uint32_t max)
 /* ------------------------------------------------------------ embed */
 
 static int launch_embed(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
-                        const void *params)
+                        struct dray_packed *w, const void *params)
 {
+    (void)w;
     struct dray_embed_args a = *(const struct dray_embed_args *)params;
     a.ids = v[0];
     a.table = v[1];
@@ -108,27 +115,16 @@ static int make_embed(struct conf_rng *r, struct conf_case *c, int bench, uint32
     OOM_IF(ids);
     for (uint32_t t = 0; t < a.n_tok; t++)
         ids[t] = (int32_t)(t == 0 ? a.n_rows - 1 : t == 1 ? 0 : conf_range(r, 0, a.n_rows - 1));
-    if (dray_util_grouped(dtype)) { /* whole groups of 32, whole blocks of 16 rows */
-        a.dim = (a.dim + 31) / 32 * 32;
-        a.n_rows = (a.n_rows + 15) / 16 * 16;
-        for (uint32_t t = 0; t < a.n_tok; t++)
-            ids[t] = (int32_t)(t == 0 ? a.n_rows - 1 : t == 1 ? 0 : conf_range(r, 0, a.n_rows - 1));
-    }
     size_t cells = (size_t)a.n_rows * a.dim;
-    size_t tbytes = dtype == DRAY_F32 ? cells * 4 : (size_t)a.n_rows * dray_util_wrow_bytes(dtype, a.dim);
-    size_t nrs = dray_util_grouped(dtype) ? (size_t)a.n_rows * dray_util_wscale_floats(dtype, a.dim) : a.n_rows;
-    void *table = conf_arr_add(c, tbytes, 0);
-    float *rs = conf_arr_add(c, nrs * 4, 0);
+    void *table = conf_arr_add(c, cells * (dtype == DRAY_F32 ? 4 : 1), 0);
+    float *rs = conf_arr_add(c, (size_t)a.n_rows * 4, 0);
     float *out = conf_arr_add(c, (size_t)a.n_tok * a.dim * 4, 1);
     OOM_IF(table && rs && out);
     if (dtype == DRAY_F32)
         fill_f32(r, table, cells, -1, 1);
     else
-        fill_i8(r, table, tbytes); /* Q4G32: any byte is two valid nibbles */
-    fill_f32(r, rs, nrs, 0.0005f, 0.02f);
-    if (dtype == DRAY_Q4G32) /* the mins (second 16 of each 32): either sign */
-        for (size_t i = 16; i < nrs; i += (i % 32 == 31) ? 17 : 1)
-            rs[i] = conf_randf(r, -0.1f, 0.1f);
+        fill_i8(r, table, cells);
+    fill_f32(r, rs, a.n_rows, 0.0005f, 0.02f);
     fill_f32(r, out, (size_t)a.n_tok * a.dim, -1, 1);
     snprintf(c->shape, sizeof(c->shape), "n_tok=%u dim=%u n_rows=%u", a.n_tok, a.dim, a.n_rows);
     c->launch = launch_embed;
@@ -145,16 +141,6 @@ int conf_make_embed_f32(struct conf_rng *r, struct conf_case *c, int bench)
     return make_embed(r, c, bench, DRAY_F32);
 }
 
-int conf_make_embed_q8g(struct conf_rng *r, struct conf_case *c, int bench)
-{
-    return make_embed(r, c, bench, DRAY_Q8G32);
-}
-
-int conf_make_embed_q4g(struct conf_rng *r, struct conf_case *c, int bench)
-{
-    return make_embed(r, c, bench, DRAY_Q4G32);
-}
-
 /* ------------------------------------------------------------ rmsnorm */
 
 struct rmsnorm_p {
@@ -163,8 +149,9 @@ struct rmsnorm_p {
 };
 
 static int launch_rmsnorm(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
-                          const void *params)
+                          struct dray_packed *w, const void *params)
 {
+    (void)w;
     const struct rmsnorm_p *p = params;
     struct dray_rmsnorm_args a = p->a;
     a.x = v[0];
@@ -211,8 +198,9 @@ int conf_make_rmsnorm(struct conf_rng *r, struct conf_case *c, int bench)
 /* ------------------------------------------------------------ matmul */
 
 static int launch_matmul(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
-                         const void *params)
+                         struct dray_packed *w, const void *params)
 {
+    (void)w;
     struct dray_matmul_args a = *(const struct dray_matmul_args *)params;
     a.x = v[0];
     a.w = v[1];
@@ -307,127 +295,453 @@ int conf_make_matmul_f32(struct conf_rng *r, struct conf_case *c, int bench)
     return make_matmul(r, c, bench, DRAY_F32);
 }
 
-/* The value of grouped weight (o, i) (backend.h, matmul: 16-row blocks), for
- * the bound; written from the layout text, not from a plugin's code. */
-static float gweight(uint32_t dtype, const void *w, const float *ws, uint32_t k, uint32_t o, uint32_t i)
+/* ------------------------------------------------------------ packed weights (version 3) */
+
+/* The kit's own reading of backend.h's "Packed weights", written from its text
+ * rather than from a plugin or from backend_util.h's helpers (which the
+ * template uses), so the two check each other. */
+
+/* B: bytes of one group's codes. */
+static uint32_t pk_group_bytes(struct dray_wformat f)
 {
-    size_t G = k / 32, bg = (size_t)(o / 16) * G + i / 32, r = o % 16, c = i % 32;
-    if (dtype == DRAY_Q8G32)
-        return (float)((const int8_t *)w)[(bg * 8 + c / 4) * 64 + r * 4 + c % 4] * ws[bg * 16 + r];
-    if (dtype == DRAY_Q5G32) { /* 5 units per (b, g): Q4G32's four, then bit 4 as masks */
-        const uint8_t *u = (const uint8_t *)w + bg * 5 * 64;
-        const uint16_t *h = (const uint16_t *)(const void *)ws;
-        uint8_t b = u[((c % 16) / 4) * 64 + r * 4 + c % 4];
-        size_t bit = r * 4 + c % 4;
-        int code = (c < 16 ? b & 15 : b >> 4) + 16 * ((u[4 * 64 + (c / 4) * 8 + bit / 8] >> (bit % 8)) & 1);
-        return (float)code * dray_util_f16_to_f32(h[bg * 32 + r]) + dray_util_f16_to_f32(h[bg * 32 + 16 + r]);
-    }
-    uint8_t b = ((const uint8_t *)w)[(bg * 4 + (c % 16) / 4) * 64 + r * 4 + c % 4];
-    float nib = (float)(c < 16 ? b & 15 : b >> 4);
-    if (dtype == DRAY_Q4G32H) { /* Q4G32's units, Q5G32's f16 d and m */
-        const uint16_t *h = (const uint16_t *)(const void *)ws;
-        return nib * dray_util_f16_to_f32(h[bg * 32 + r]) + dray_util_f16_to_f32(h[bg * 32 + 16 + r]);
-    }
-    return nib * ws[bg * 32 + r] + ws[bg * 32 + 16 + r];
+    return f.bits == 4 ? 16u : f.bits == 5 ? 20u : 32u;
 }
 
-/* Grouped weights: k in whole groups (one group up to 40), some zero tokens,
- * some groups with a loud channel (what per-group scales are for); the bound is
- * 1e-4 of sum_k |x||W| (+ the value added to). */
-static int make_gmatmul(struct conf_rng *r, struct conf_case *c, int bench, uint32_t wdtype)
+/* Code of input c of row o: row-major groups of B bytes. 4 bits: byte j holds
+ * input j (bits 0..3) and input 16+j (bits 4..7) of the group; 5 bits: those,
+ * then a little-endian uint32 with bit 4 of input j at bit j; 8 bits: byte j,
+ * two's complement. */
+static int pk_code(const struct dray_weight_desc *w, uint32_t o, uint32_t c)
 {
-    struct dray_matmul_args a = {.wdtype = wdtype};
-    wdtype = dray_util_wlayout(wdtype); /* two-pass forms: the weights of their layout */
-    a.n_tok = bench ? 8 : conf_range(r, 1, 24);
-    a.k = bench ? 1152 : 32 * (conf_range(r, 0, 3) == 0 ? conf_range(r, 1, 3) : conf_range(r, 1, 40));
-    a.n_out = bench ? 6912 : 16 * conf_range(r, 1, 20);
+    uint32_t G = w->k / 32, j = c % 32;
+    const uint8_t *grp = (const uint8_t *)w->codes + ((size_t)o * G + c / 32) * pk_group_bytes(w->format);
+    if (w->format.bits == 8)
+        return (int8_t)grp[j];
+    int code = j < 16 ? grp[j] & 0x0f : grp[j - 16] >> 4;
+    if (w->format.bits == 5) {
+        uint32_t hi = (uint32_t)grp[16] | (uint32_t)grp[17] << 8 | (uint32_t)grp[18] << 16 |
+                      (uint32_t)grp[19] << 24;
+        code += 16 * (int)((hi >> j) & 1u);
+    }
+    return code;
+}
+
+static float pk_value(struct dray_wformat f, const void *arr, size_t i)
+{
+    return f.scale == DRAY_WSCALE_F16 ? dray_util_f16_to_f32(((const uint16_t *)arr)[i])
+                                      : ((const float *)arr)[i];
+}
+
+/* d of group g of row o, and m' (matmul's: m with a min, else -z*d). */
+static void pk_dm(const struct dray_weight_desc *w, uint32_t o, uint32_t g, float *d, float *m)
+{
+    size_t i = (size_t)o * (w->k / 32) + g;
+    float z = w->format.bits == 4 ? 8.0f : w->format.bits == 5 ? 16.0f : 0.0f;
+    *d = pk_value(w->format, w->d, i);
+    *m = w->format.has_min ? pk_value(w->format, w->m, i) : -z * *d;
+}
+
+/* W[o][c] as backend.h defines it: code*d + m with a min, (code - z)*d without. */
+static float pk_weight(const struct dray_weight_desc *w, uint32_t o, uint32_t c)
+{
+    float d, m;
+    pk_dm(w, o, c / 32, &d, &m);
+    int code = pk_code(w, o, c);
+    if (w->format.has_min)
+        return (float)code * d + m;
+    int z = w->format.bits == 4 ? 8 : w->format.bits == 5 ? 16 : 0;
+    return (float)(code - z) * d;
+}
+
+/* The activation rule on one group of 32: sx = max|x|/127, q = x/sx rounded to
+ * nearest even (rintf, default rounding mode), clamped to [-127, 127]. */
+static float pk_quant(const float *x, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    float sx = amax / 127.0f;
+    for (int j = 0; j < 32; j++) {
+        float v = sx > 0.0f ? rintf(x[j] / sx) : 0.0f;
+        q[j] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+    }
+    return sx;
+}
+
+/* One pass of one output: the sum over g, in f32, of
+ * sx[g] * (d * (float)sum(q*code) + m' * (float)sum(q)), exact int32 group sums. */
+static float pk_dot(const struct dray_weight_desc *w, uint32_t o, const int8_t *q, const float *sx)
+{
+    float acc = 0.0f;
+    for (uint32_t g = 0; g < w->k / 32; g++) {
+        int32_t sqc = 0, sq = 0;
+        for (uint32_t j = 0; j < 32; j++) {
+            sqc += q[32 * g + j] * pk_code(w, o, 32 * g + j);
+            sq += q[32 * g + j];
+        }
+        float d, m;
+        pk_dm(w, o, g, &d, &m);
+        acc += sx[g] * (d * (float)sqc + m * (float)sq);
+    }
+    return acc;
+}
+
+/* "q4-f16-min": the format's name in case shapes. */
+static const char *pk_name(struct dray_wformat f, char *buf, size_t len)
+{
+    snprintf(buf, len, "q%u-%s%s", (unsigned)f.bits, f.scale == DRAY_WSCALE_F16 ? "f16" : "f32",
+             f.has_min ? "-min" : "");
+    return buf;
+}
+
+/* Random d (or m) value i of a group in the format's scale type. */
+static void pk_put(struct dray_wformat f, void *arr, size_t i, float v)
+{
+    if (f.scale == DRAY_WSCALE_F16)
+        ((uint16_t *)arr)[i] = dray_util_f32_to_f16(v);
+    else
+        ((float *)arr)[i] = v;
+}
+
+/* Random weights of format f, n_out x k, for uses: any code bytes (every byte
+ * is valid codes), scales of either sign and a few zero groups, mins of either
+ * sign; into c->wdesc and the arrays it names. */
+static int pk_random_weights(struct conf_rng *r, struct conf_case *c, struct dray_wformat f,
+                             uint32_t n_out, uint32_t k, uint32_t uses)
+{
+    size_t groups = (size_t)n_out * (k / 32), nc = groups * pk_group_bytes(f);
+    size_t sb = f.scale == DRAY_WSCALE_F16 ? 2 : 4;
+    c->wcodes = malloc(nc);
+    c->wd = malloc(groups * sb);
+    c->wm = f.has_min ? malloc(groups * sb) : NULL;
+    OOM_IF(c->wcodes && c->wd && (c->wm || !f.has_min));
+    for (size_t i = 0; i < nc; i++)
+        ((uint8_t *)c->wcodes)[i] = (uint8_t)conf_rand(r);
+    for (size_t i = 0; i < groups; i++) {
+        float d = conf_range(r, 0, 63) == 0 ? 0.0f : conf_randf(r, 0.001f, 0.05f);
+        pk_put(f, c->wd, i, conf_range(r, 0, 7) == 0 ? -d : d);
+        if (f.has_min)
+            pk_put(f, c->wm, i, conf_randf(r, -0.2f, 0.2f));
+    }
+    c->wdesc = (struct dray_weight_desc){.size = sizeof(struct dray_weight_desc), .format = f,
+                                         .n_out = n_out, .k = k, .uses = uses, .codes = c->wcodes,
+                                         .d = c->wd, .m = c->wm};
+    return 0;
+}
+
+static const struct conf_tol tol_packed_embed = CONF_TOL_PACKED_EMBED;
+
+/* ---- matmul on packed weights: arrays x, out */
+
+static int launch_matmul_packed(const struct dray_ops *ops, struct dray_ctx *ctx,
+                                const struct dray_view *v, struct dray_packed *w, const void *params)
+{
+    struct dray_matmul_args a = *(const struct dray_matmul_args *)params;
+    a.x = v[0];
+    a.out = v[1];
+    a.packed = w; /* w, wscale and the outlier views stay empty: ignored */
+    return ops->matmul(ctx, &a);
+}
+
+/* out (+)= the sum over the passes, in order, of the one-pass sums; the
+ * second pass quantizes the residual x - q*sx of the first. */
+static int expect_matmul_packed(struct conf_case *c)
+{
+    const struct dray_matmul_args *a = c->params;
+    const struct dray_weight_desc *w = &c->wdesc;
+    const float *x = c->a[0].host;
+    uint32_t k = a->k, passes = a->passes ? a->passes : 1;
+    float *y = malloc(c->a[1].nbytes), *res = malloc((size_t)k * 4), *sx = malloc((size_t)k / 32 * 4);
+    int8_t *q = malloc(k);
+    if (!y || !res || !sx || !q) {
+        free(y);
+        free(res);
+        free(sx);
+        free(q);
+        return DRAY_ENOMEM;
+    }
+    memcpy(y, c->a[1].host, c->a[1].nbytes); /* padding and, accumulating, the prior values */
+    for (uint32_t t = 0; t < a->n_tok; t++) {
+        const float *src = x + (size_t)t * a->stride_x;
+        float *yr = y + (size_t)t * a->stride_out;
+        for (uint32_t o = 0; !a->accumulate && o < a->n_out; o++)
+            yr[o] = 0.0f;
+        for (uint32_t p = 0; p < passes; p++) {
+            for (uint32_t g = 0; g < k / 32; g++)
+                sx[g] = pk_quant(src + 32 * g, q + 32 * g);
+            for (uint32_t o = 0; o < a->n_out; o++)
+                yr[o] += pk_dot(w, o, q, sx);
+            for (uint32_t i = 0; p + 1 < passes && i < k; i++) /* r = x - q*sx, in f32 */
+                res[i] = src[i] - (float)q[i] * sx[i / 32];
+            src = res;
+        }
+    }
+    free(res);
+    free(sx);
+    free(q);
+    c->a[1].got[0] = y;
+    return 0;
+}
+
+/* k from 32 to 2048 (mostly up to 512), n_out mostly not a multiple of 16 (odd
+ * tails), 1..9 tokens, padded strides, accumulate, zero tokens, zero groups and
+ * loud channels; passes as the variant says (one-pass cases sometimes send
+ * passes = 0, which means 1). */
+int conf_make_matmul_packed(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    struct dray_matmul_args a = {.wdtype = DRAY_PACKED, .passes = c->passes};
+    uint32_t G = bench ? 36 : conf_range(r, 0, 7) == 0 ? 64 : conf_range(r, 0, 7) == 0 ? conf_range(r, 17, 63)
+                                                                                     : conf_range(r, 1, 16);
+    uint32_t shape = conf_range(r, 0, 7);
+    a.k = 32 * G;
+    a.n_out = bench ? 6912 : shape == 0 ? 1 : shape <= 2 ? 16 * conf_range(r, 1, 8)
+                                                         : 16 * conf_range(r, 0, 9) + (conf_range(r, 0, 15) | 1);
+    a.n_tok = bench ? 8 : conf_range(r, 0, 2) == 0 ? 1 : conf_range(r, 2, 9);
     a.stride_x = a.k + (bench ? 0 : conf_range(r, 0, 4));
     a.stride_out = a.n_out + (bench ? 0 : conf_range(r, 0, 4));
     a.accumulate = !bench && conf_range(r, 0, 2) == 0;
-    size_t nx = (size_t)a.n_tok * a.stride_x, nwb = (size_t)a.n_out * dray_util_wrow_bytes(wdtype, a.k);
-    size_t ns = (size_t)a.n_out * dray_util_wscale_floats(wdtype, a.k);
-    size_t no = (size_t)a.n_tok * a.stride_out;
+    if (a.passes == 1 && !bench && conf_range(r, 0, 3) == 0)
+        a.passes = 0;
+    size_t nx = (size_t)a.n_tok * a.stride_x, no = (size_t)a.n_tok * a.stride_out;
     float *x = conf_arr_add(c, nx * 4, 0);
-    void *w = conf_arr_add(c, nwb, 0);
-    float *ws = conf_arr_add(c, ns * 4, 0);
     float *out = conf_arr_add(c, no * 4, 1);
-    OOM_IF(x && w && ws && out && conf_arr_add(c, 0, 0) && conf_arr_add(c, 0, 0));
+    OOM_IF(x && out);
+    int rc = pk_random_weights(r, c, c->wformat, a.n_out, a.k, DRAY_WUSE_MATMUL);
+    if (rc)
+        return rc;
     fill_f32(r, x, nx, -2, 2);
     for (uint32_t t = 0; !bench && t < a.n_tok; t++) {
-        if (conf_range(r, 0, 7) == 0)
-            memset(x + (size_t)t * a.stride_x, 0, a.k * 4);
-        else if (conf_range(r, 0, 2) == 0) /* one loud channel */
-            x[(size_t)t * a.stride_x + conf_range(r, 0, a.k - 1)] *= 40.0f;
+        float *xr = x + (size_t)t * a.stride_x;
+        uint32_t what = conf_range(r, 0, 7);
+        if (what == 0) /* a zero token: q = 0, sx = 0 in every group */
+            memset(xr, 0, a.k * 4);
+        else if (what == 1) /* a zero group */
+            memset(xr + 32 * conf_range(r, 0, G - 1), 0, 32 * 4);
+        else if (what <= 3) /* one loud channel: only its group's scale sees it */
+            xr[conf_range(r, 0, a.k - 1)] *= 40.0f;
     }
-    fill_i8(r, w, nwb);
-    fill_f32(r, ws, ns, 0.001f, 0.05f);
-    if (wdtype == DRAY_Q4G32) /* the mins (second 16 of each 32): either sign */
-        for (size_t i = 16; i < ns; i += (i % 32 == 31) ? 17 : 1)
-            ws[i] = conf_randf(r, -0.2f, 0.2f);
-    uint16_t *h = (uint16_t *)(void *)ws; /* Q5G32, Q4G32H: f16 d (first 16 of 32), m (second) */
-    for (size_t i = 0; (wdtype == DRAY_Q5G32 || wdtype == DRAY_Q4G32H) && i < 2 * ns; i++)
-        h[i] = dray_util_f32_to_f16(i % 32 < 16 ? conf_randf(r, 0.001f, 0.05f) : conf_randf(r, -0.2f, 0.2f));
     fill_f32(r, out, no, -1, 1);
-    c->elem_tol = calloc(no, sizeof(float));
-    OOM_IF(c->elem_tol);
-    for (uint32_t t = 0; t < a.n_tok; t++)
-        for (uint32_t o = 0; o < a.n_out; o++) {
-            double s = a.accumulate ? fabs(out[(size_t)t * a.stride_out + o]) : 0.0;
-            for (uint32_t i = 0; i < a.k; i++)
-                s += fabs(x[(size_t)t * a.stride_x + i] * gweight(wdtype, w, ws, a.k, o, i));
-            c->elem_tol[(size_t)t * a.stride_out + o] = (float)s;
+    if (!bench) { /* the bound: 1e-4 of sum_k |x||W| (+ |out| accumulating) */
+        float *wf = malloc((size_t)a.n_out * a.k * sizeof(float));
+        c->elem_tol = calloc(no, sizeof(float));
+        if (!wf || !c->elem_tol) {
+            free(wf);
+            return DRAY_ENOMEM;
         }
-    snprintf(c->shape, sizeof(c->shape), "n_tok=%u k=%u n_out=%u%s", a.n_tok, a.k, a.n_out,
-             a.accumulate ? " accumulate" : "");
-    c->launch = launch_matmul;
+        for (uint32_t o = 0; o < a.n_out; o++)
+            for (uint32_t i = 0; i < a.k; i++)
+                wf[(size_t)o * a.k + i] = fabsf(pk_weight(&c->wdesc, o, i));
+        for (uint32_t t = 0; t < a.n_tok; t++)
+            for (uint32_t o = 0; o < a.n_out; o++) {
+                double s = a.accumulate ? fabs(out[(size_t)t * a.stride_out + o]) : 0.0;
+                for (uint32_t i = 0; i < a.k; i++)
+                    s += fabs(x[(size_t)t * a.stride_x + i]) * wf[(size_t)o * a.k + i];
+                c->elem_tol[(size_t)t * a.stride_out + o] = (float)s;
+            }
+        free(wf);
+    }
+    char fn[24];
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u k=%u n_out=%u %s passes=%u%s", a.n_tok, a.k,
+             a.n_out, pk_name(c->wformat, fn, sizeof(fn)), a.passes, a.accumulate ? " accumulate" : "");
+    c->launch = launch_matmul_packed;
+    c->expect = expect_matmul_packed;
     return set_params(c, &a, sizeof(a));
 }
 
-int conf_make_matmul_q8g(struct conf_rng *r, struct conf_case *c, int bench)
+/* ---- embed from packed weights: arrays ids, out */
+
+static int launch_embed_packed(const struct dray_ops *ops, struct dray_ctx *ctx,
+                               const struct dray_view *v, struct dray_packed *w, const void *params)
 {
-    return make_gmatmul(r, c, bench, DRAY_Q8G32);
+    struct dray_embed_args a = *(const struct dray_embed_args *)params;
+    a.ids = v[0];
+    a.out = v[1];
+    a.packed = w; /* table and row_scale stay empty: ignored */
+    return ops->embed(ctx, &a);
 }
 
-int conf_make_matmul_q4g(struct conf_rng *r, struct conf_case *c, int bench)
+/* out[t][i] = W[ids[t]][i] * scale. */
+static int expect_embed_packed(struct conf_case *c)
 {
-    return make_gmatmul(r, c, bench, DRAY_Q4G32);
+    const struct dray_embed_args *a = c->params;
+    const int32_t *ids = c->a[0].host;
+    float *y = malloc(c->a[1].nbytes);
+    OOM_IF(y);
+    for (uint32_t t = 0; t < a->n_tok; t++)
+        for (uint32_t i = 0; i < a->dim; i++)
+            y[(size_t)t * a->dim + i] = pk_weight(&c->wdesc, (uint32_t)ids[t], i) * a->scale;
+    c->a[1].got[0] = y;
+    return 0;
 }
 
-int conf_make_matmul_q5g(struct conf_rng *r, struct conf_case *c, int bench)
+/* Odd row counts, dim from 32 to 1280, the first and last row among the ids;
+ * a table the subject declares for matmul too is sometimes created for both
+ * (a tied embedding and output head). */
+int conf_make_embed_packed(struct conf_rng *r, struct conf_case *c, int bench)
 {
-    return make_gmatmul(r, c, bench, DRAY_Q5G32);
+    struct dray_embed_args a = {.dtype = DRAY_PACKED};
+    uint32_t bit = DRAY_WFORMAT_BIT(c->wformat), uses = DRAY_WUSE_EMBED;
+    a.n_rows = bench ? 8192 : rand_dim(r, 300);
+    a.dim = bench ? 1152 : 32 * (conf_range(r, 0, 3) == 0 ? conf_range(r, 9, 40) : conf_range(r, 1, 8));
+    a.n_tok = bench ? 64 : conf_range(r, 1, 40);
+    a.scale = bench ? 33.9411f : conf_randf(r, 0.5f, 40.0f);
+    if (!bench && (c->caps_matmul & bit) && conf_range(r, 0, 2) == 0)
+        uses |= DRAY_WUSE_MATMUL;
+    int32_t *ids = conf_arr_add(c, a.n_tok * 4, 0);
+    float *out = conf_arr_add(c, (size_t)a.n_tok * a.dim * 4, 1);
+    OOM_IF(ids && out);
+    for (uint32_t t = 0; t < a.n_tok; t++)
+        ids[t] = (int32_t)(t == 0 ? a.n_rows - 1 : t == 1 ? 0 : conf_range(r, 0, a.n_rows - 1));
+    int rc = pk_random_weights(r, c, c->wformat, a.n_rows, a.dim, uses);
+    if (rc)
+        return rc;
+    fill_f32(r, out, (size_t)a.n_tok * a.dim, -1, 1);
+    if (!bench) { /* the bound's terms: (|code*d| + |m'|) * |scale| */
+        c->elem_tol = calloc((size_t)a.n_tok * a.dim, sizeof(float));
+        OOM_IF(c->elem_tol);
+        for (uint32_t t = 0; t < a.n_tok; t++)
+            for (uint32_t i = 0; i < a.dim; i++) {
+                float d, m;
+                pk_dm(&c->wdesc, (uint32_t)ids[t], i / 32, &d, &m);
+                float cd = fabsf((float)pk_code(&c->wdesc, (uint32_t)ids[t], i) * d);
+                c->elem_tol[(size_t)t * a.dim + i] = (cd + fabsf(m)) * fabsf(a.scale);
+            }
+    }
+    char fn[24];
+    snprintf(c->shape, sizeof(c->shape), "n_tok=%u dim=%u n_rows=%u %s%s", a.n_tok, a.dim, a.n_rows,
+             pk_name(c->wformat, fn, sizeof(fn)), uses & DRAY_WUSE_MATMUL ? " uses=matmul+embed" : "");
+    c->launch = launch_embed_packed;
+    c->expect = expect_embed_packed;
+    return set_params(c, &a, sizeof(a));
 }
 
-int conf_make_matmul_q5gx2(struct conf_rng *r, struct conf_case *c, int bench)
+/* ---- weight_create refusals */
+
+/* A random set bit of mask (non-zero). */
+static uint32_t pick_bit(struct conf_rng *r, uint32_t mask)
 {
-    return make_gmatmul(r, c, bench, DRAY_Q5G32_X2);
+    uint32_t n = (uint32_t)__builtin_popcount(mask), want = conf_range(r, 0, n - 1);
+    for (uint32_t i = 0; i < 32; i++)
+        if ((mask >> i & 1u) && want-- == 0)
+            return i;
+    return 0;
 }
 
-int conf_make_matmul_q4gh(struct conf_rng *r, struct conf_case *c, int bench)
-{
-    return make_gmatmul(r, c, bench, DRAY_Q4G32H);
-}
+enum { BAD_UNDECLARED, BAD_BITS, BAD_SCALE, BAD_MIN_FLAG, BAD_RESERVED, BAD_K, BAD_N_OUT, BAD_NO_USES,
+       BAD_USES, BAD_NO_MIN, BAD_NO_CODES, BAD_SIZE, BAD_KINDS };
 
-int conf_make_matmul_q4ghx2(struct conf_rng *r, struct conf_case *c, int bench)
+/* One bad descriptor, then a good case on a declared format: the refusal must
+ * be clean (the code, a NULL handle, a reason) and leave the plugin working. */
+int conf_make_weight_refusal(struct conf_rng *r, struct conf_case *c, int bench)
 {
-    return make_gmatmul(r, c, bench, DRAY_Q4G32H_X2);
-}
+    uint32_t mm = c->caps_matmul & DRAY_UTIL_WF_ALL, em = c->caps_embed & DRAY_UTIL_WF_ALL;
+    if (bench || !(mm | em))
+        return DRAY_ENOTSUP; /* nothing to time; nothing declared to follow up with */
+    /* the follow-up: packed matmul in a declared format where there is one, else embed */
+    c->wformat = dray_util_wformat_of_bit(pick_bit(r, mm ? mm : em));
+    c->passes = (c->caps_passes & 2u) && (!(c->caps_passes & 1u) || conf_range(r, 0, 1)) ? 2 : 1;
+    int rc = mm ? conf_make_matmul_packed(r, c, 0) : conf_make_embed_packed(r, c, 0);
+    if (rc)
+        return rc;
+    if (!mm)
+        c->tol = &tol_packed_embed;
 
-int conf_make_matmul_q8gx2(struct conf_rng *r, struct conf_case *c, int bench)
-{
-    return make_gmatmul(r, c, bench, DRAY_Q8G32_X2);
-}
-
-int conf_make_matmul_q4gx2(struct conf_rng *r, struct conf_case *c, int bench)
-{
-    return make_gmatmul(r, c, bench, DRAY_Q4G32_X2);
+    /* the bad one: the good descriptor with one fault, over arrays big enough for
+     * any format and one more group per row (so a plugin that reads what it
+     * should have refused reads the kit's memory, not past it) */
+    struct dray_weight_desc *b = &c->bad;
+    *b = c->wdesc;
+    size_t cells = (size_t)(b->n_out ? b->n_out : 1) * (b->k / 32 + 1);
+    c->bcodes = calloc(cells, 32);
+    c->bd = calloc(cells, 4);
+    c->bm = calloc(cells, 4);
+    OOM_IF(c->bcodes && c->bd && c->bm);
+    b->codes = c->bcodes;
+    b->d = c->bd;
+    b->m = b->format.has_min ? c->bm : NULL;
+    /* undeclared formats, for matmul, embed, or both: one where some format is missing */
+    const uint32_t uses[3] = {DRAY_WUSE_MATMUL, DRAY_WUSE_EMBED, DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED};
+    const uint32_t have[3] = {mm, em, mm & em};
+    uint32_t open_uses = 0;
+    for (int i = 0; i < 3; i++)
+        open_uses |= (have[i] != DRAY_UTIL_WF_ALL) << i;
+    uint32_t kind = conf_range(r, open_uses ? 0 : 1, BAD_KINDS - 1);
+    if (open_uses && conf_range(r, 0, 2) == 0)
+        kind = BAD_UNDECLARED; /* the refusal a partial plugin meets most: ask it more often */
+    char fn[24];
+    c->bad_rc = DRAY_EINVAL;
+    switch (kind) {
+    case BAD_UNDECLARED: {
+        uint32_t u = pick_bit(r, open_uses);
+        b->uses = uses[u];
+        b->format = dray_util_wformat_of_bit(pick_bit(r, DRAY_UTIL_WF_ALL & ~have[u]));
+        b->m = b->format.has_min ? c->bm : NULL;
+        c->bad_rc = DRAY_ENOTSUP;
+        snprintf(c->bad_what, sizeof(c->bad_what), "undeclared format %s for %s",
+                 pk_name(b->format, fn, sizeof(fn)), u == 0 ? "matmul" : u == 1 ? "embed" : "matmul+embed");
+        break;
+    }
+    case BAD_BITS:
+        b->format.bits = (uint8_t)(conf_range(r, 0, 1) ? 6 : conf_range(r, 0, 1) ? 3 : 16);
+        snprintf(c->bad_what, sizeof(c->bad_what), "format bits %u", b->format.bits);
+        break;
+    case BAD_SCALE:
+        b->format.scale = 2;
+        snprintf(c->bad_what, sizeof(c->bad_what), "format scale 2 (not f32 or f16)");
+        break;
+    case BAD_MIN_FLAG:
+        b->format.has_min = 2;
+        b->m = c->bm;
+        snprintf(c->bad_what, sizeof(c->bad_what), "format has_min 2");
+        break;
+    case BAD_RESERVED:
+        b->format.zero = 1;
+        snprintf(c->bad_what, sizeof(c->bad_what), "format reserved byte 1 (must be 0)");
+        break;
+    case BAD_K:
+        b->k += 16;
+        snprintf(c->bad_what, sizeof(c->bad_what), "k = %u (not a multiple of 32)", b->k);
+        break;
+    case BAD_N_OUT:
+        b->n_out = 0;
+        snprintf(c->bad_what, sizeof(c->bad_what), "n_out = 0");
+        break;
+    case BAD_NO_USES:
+        b->uses = 0;
+        snprintf(c->bad_what, sizeof(c->bad_what), "uses = 0");
+        break;
+    case BAD_USES:
+        b->uses |= 1u << 4;
+        snprintf(c->bad_what, sizeof(c->bad_what), "uses %#x (an unknown use)", b->uses);
+        break;
+    case BAD_NO_MIN: /* a format with a min, no m */
+        b->format.has_min = 1;
+        b->m = NULL;
+        snprintf(c->bad_what, sizeof(c->bad_what), "%s without m", pk_name(b->format, fn, sizeof(fn)));
+        break;
+    case BAD_NO_CODES:
+        b->codes = NULL;
+        snprintf(c->bad_what, sizeof(c->bad_what), "codes = NULL");
+        break;
+    default: /* a descriptor too short to hold its arrays */
+        b->size = (uint32_t)offsetof(struct dray_weight_desc, codes);
+        snprintf(c->bad_what, sizeof(c->bad_what), "size %u (too small to hold codes, d, m)", b->size);
+        break;
+    }
+    char *good = strdup(c->shape); /* the follow-up's shape, inside this case's */
+    OOM_IF(good);
+    snprintf(c->shape, sizeof(c->shape), "refused %s (expect %s), then %s", c->bad_what,
+             c->bad_rc == DRAY_ENOTSUP ? "ENOTSUP" : "EINVAL or ENOTSUP", good);
+    free(good);
+    return 0;
 }
 
 /* ------------------------------------------------------------ rope */
 
 static int launch_rope(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
-                       const void *params)
+                       struct dray_packed *w, const void *params)
 {
+    (void)w;
     struct dray_rope_args a = *(const struct dray_rope_args *)params;
     a.x = v[0];
     a.pos = v[1];
@@ -528,9 +842,10 @@ static struct dray_kv_pool pool_views(const struct kv_p *p, const struct dray_vi
 
 /* ------------------------------------------------------------ kv_store */
 
-static int launch_kv_store(const struct dray_ops *ops, struct dray_ctx *ctx,
-                                const struct dray_view *v, const void *params)
+static int launch_kv_store(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
+                           struct dray_packed *w, const void *params)
 {
+    (void)w;
     const struct kv_p *p = params;
     struct dray_kv_pool pool = pool_views(p, v);
     struct dray_kv_store_args a = p->u.st;
@@ -606,9 +921,10 @@ int conf_make_kv_store_f16(struct conf_rng *r, struct conf_case *c, int bench)
 
 /* ------------------------------------------------------------ attention */
 
-static int launch_attention(const struct dray_ops *ops, struct dray_ctx *ctx,
-                            const struct dray_view *v, const void *params)
+static int launch_attention(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
+                            struct dray_packed *w, const void *params)
 {
+    (void)w;
     const struct kv_p *p = params;
     struct dray_kv_pool pool = pool_views(p, v);
     struct dray_attention_args a = p->u.at;
@@ -735,8 +1051,9 @@ struct gated_p {
 };
 
 static int launch_gated(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
-                        const void *params)
+                        struct dray_packed *w, const void *params)
 {
+    (void)w;
     const struct gated_p *p = params;
     struct dray_gated_act_args a = p->a;
     a.gate = v[0];
@@ -785,8 +1102,9 @@ struct add_p {
 };
 
 static int launch_add(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
-                      const void *params)
+                      struct dray_packed *w, const void *params)
 {
+    (void)w;
     const struct add_p *p = params;
     struct dray_add_args a = p->a;
     a.a = v[0];

@@ -36,16 +36,25 @@ struct conf_arr {
 
 #define CONF_MAX_ARRS 12
 
-/* Launch the op on one side: v[i] is the device view of a[i]. */
+/* Launch the op on one side: v[i] is the device view of a[i]; w is the
+ * handle the runner created from the case's wdesc (packed weights), else NULL. */
 typedef int (*conf_launch_fn)(const struct dray_ops *ops, struct dray_ctx *ctx,
-                              const struct dray_view *v, const void *params);
+                              const struct dray_view *v, struct dray_packed *w,
+                              const void *params);
+
+struct conf_case;
+struct conf_tol;
+/* The expected outputs of a case computed by the kit itself (packed weights:
+ * backend.h's arithmetic, written from its text): fills got[0] of every
+ * output. 0 or DRAY_ENOMEM. */
+typedef int (*conf_expect_fn)(struct conf_case *c);
 
 struct conf_case {
     struct conf_arr a[CONF_MAX_ARRS];
     int n;
     conf_launch_fn launch;
     void *params;      /* op arguments without views (malloc'd, freed with the case) */
-    char shape[200];   /* "n_tok=7 k=129 n_out=33 outliers=3 accumulate" */
+    char shape[320];   /* "n_tok=7 k=129 n_out=33 outliers=3 accumulate" */
     /* facts the checker needs */
     double scale_ref;  /* abs tolerance is tol.abs * this: > 0 as given (attention: max|v|),
                         * < 0 = max|reference output| (matmul), 0 = 1 (plain absolute) */
@@ -53,6 +62,30 @@ struct conf_case {
                         * sum_k |x||w| (+ |prior out| when accumulating) for matmul f32 */
     int idx[4];        /* kv_store: array indices of k, v, k_scale, v_scale */
     uint32_t inner;    /* kv_store: elements per scale (head_dim) */
+
+    /* Packed weights (version 3). Set by the runner before make: the variant's
+     * format and activation passes, and what the subject declares in op_caps
+     * (matmul_wformats, embed_wformats, matmul_passes). */
+    struct dray_wformat wformat;
+    uint32_t passes;
+    uint32_t caps_matmul, caps_embed, caps_passes;
+    /* Set by make: wdesc.size != 0 means the runner creates a handle from wdesc
+     * with the side's weight_create before the op (its arrays are wcodes, wd,
+     * wm: host memory, never uploaded) and frees it after; expect != NULL means
+     * the kit computes the expected outputs (got[0]) instead of the CPU
+     * plugin; tol != NULL overrides the variant's tolerance. */
+    struct dray_weight_desc wdesc;
+    void *wcodes, *wd, *wm;
+    conf_expect_fn expect;
+    const struct conf_tol *tol;
+    /* A refusal probe (bad.size != 0): before creating wdesc, weight_create is
+     * called with bad (arrays bcodes, bd, bm) and must fail with bad_rc
+     * (DRAY_ENOTSUP: exactly that; DRAY_EINVAL: that or DRAY_ENOTSUP), leave
+     * its handle NULL and say why in last_error; bad_what names the fault. */
+    struct dray_weight_desc bad;
+    void *bcodes, *bd, *bm;
+    int bad_rc;
+    char bad_what[96];
 };
 
 /* Add an array of nbytes (zeroed) to c; returns its host memory, NULL on OOM. */
@@ -84,6 +117,14 @@ struct conf_tol {
     const char *text;
 };
 
+/* Packed weights (backend.h): matmul "abs 1e-4 * sum_k |x[t][k]| |W[o][k]| (+ |out|
+ * when accumulating)" per output (the case's elem_tol); embed "one f32 multiply
+ * order (rel 1e-6)", taken relative to the terms |code*d| + |m'| of each weight
+ * (elem_tol) as well as to the result: code*d + m' and (code - z)*d, fused or
+ * not, differ by a rounding of the larger term where the two cancel. */
+#define CONF_TOL_PACKED_MATMUL {0, 0, 1e-4, "1e-4*sum|x||W|"}
+#define CONF_TOL_PACKED_EMBED {0, 1e-6, 1e-6, "rel 1e-6 of |c*d|+|m|"}
+
 /* Build a case: random shapes when bench = 0, the fixed timing shape when 1. */
 typedef int (*conf_make_fn)(struct conf_rng *r, struct conf_case *c, int bench);
 /* Compare got[0] with got[1]; 0 = pass. why gets the first failure. */
@@ -95,17 +136,14 @@ int conf_make_embed_f32(struct conf_rng *, struct conf_case *, int);
 int conf_make_rmsnorm(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_i8(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_f32(struct conf_rng *, struct conf_case *, int);
-/* version 2's grouped weights (matmul) and tables (embed) */
-int conf_make_matmul_q8g(struct conf_rng *, struct conf_case *, int);
-int conf_make_matmul_q4g(struct conf_rng *, struct conf_case *, int);
-int conf_make_matmul_q8gx2(struct conf_rng *, struct conf_case *, int);
-int conf_make_matmul_q4gx2(struct conf_rng *, struct conf_case *, int);
-int conf_make_matmul_q5g(struct conf_rng *, struct conf_case *, int);
-int conf_make_matmul_q5gx2(struct conf_rng *, struct conf_case *, int);
-int conf_make_matmul_q4gh(struct conf_rng *, struct conf_case *, int);
-int conf_make_matmul_q4ghx2(struct conf_rng *, struct conf_case *, int);
-int conf_make_embed_q8g(struct conf_rng *, struct conf_case *, int);
-int conf_make_embed_q4g(struct conf_rng *, struct conf_case *, int);
+/* Packed weights (version 3), in the format and passes the runner set in the
+ * case (c->wformat, c->passes): matmul and embed on a handle from weight_create,
+ * checked against the kit's own reference. weight_refusal: weight_create with a
+ * bad or undeclared format or shape must fail cleanly, and a declared one then
+ * still works (the subject's declared formats are in c->caps_*). */
+int conf_make_matmul_packed(struct conf_rng *, struct conf_case *, int);
+int conf_make_embed_packed(struct conf_rng *, struct conf_case *, int);
+int conf_make_weight_refusal(struct conf_rng *, struct conf_case *, int);
 int conf_make_rope(struct conf_rng *, struct conf_case *, int);
 int conf_make_kv_store_i8(struct conf_rng *, struct conf_case *, int);
 int conf_make_kv_store_f16(struct conf_rng *, struct conf_case *, int);

@@ -1,6 +1,8 @@
 /* The conformance runner: checks every op of a plugin against the CPU plugin's
  * scalar reference kernels on randomized shapes, through the op table only
- * (alloc / upload / op / download), and times each op. A vendor's plugin passes
+ * (alloc / upload / op / download), and times each op; packed weights
+ * (version 3: weight_create, then matmul or embed on the handle) against the
+ * kit's own reference, one row per declared format and pass count. A vendor's plugin passes
  * when every mandatory op passes within the tolerance backend.h states for it.
  * The kit needs backend.h only: it loads plugins itself (conf_loader.c). */
 #ifndef DRAY_CONFORMANCE_H
@@ -27,9 +29,10 @@ struct dray_conformance_opts {
 
 /* What a run found, for a machine-readable certificate (`dray conformance
  * --certify`): the subject as loaded, and one row per op variant checked. */
-#define DRAY_CONF_MAX_ROWS 32
+#define DRAY_CONF_MAX_ROWS 64
 struct dray_conformance_row {
-    char op[16], dtype[8];
+    char op[16];
+    char dtype[16];          /* "i8", a packed format "q4-f16-min" (+ "-x2": two passes), "refusals" */
     char verdict[24];        /* "pass", "FAIL", "FAIL unsupported", "not supported", ... */
     int passed;              /* 1: ran and every case passed */
     uint32_t cases, failed;

@@ -21,6 +21,33 @@
 #define TPL_NAME "template"
 #endif
 
+/* The ABI version whose members the table fills (template_plugin.c). It is
+ * pinned, not DRAY_ABI_VERSION: when backend.h grows a version 4, this plugin
+ * still fills only the version-3 members until someone implements the new ones
+ * and bumps it. dray's tests build it with -DTPL_ABI=1 (no op_caps) and
+ * -DTPL_ABI=2 (no packed weights) to prove a newer host still takes older
+ * plugins; the code of a newer version is compiled only when TPL_ABI asks. */
+#ifndef TPL_ABI
+#define TPL_ABI 3u
+#endif
+
+#if TPL_ABI >= 3
+/* Packed weights (version 3): the formats weight_create takes, as
+ * DRAY_WFORMAT_BIT masks (DRAY_UTIL_WF_ALL = all twelve), and the activation
+ * passes matmul runs on them (bit p-1 for p passes). Declare only what passes
+ * `dray conformance`; the host runs int8 weights where a format is missing.
+ * The template's scalar C takes every format, one pass and two. */
+#ifndef TPL_MATMUL_WFORMATS
+#define TPL_MATMUL_WFORMATS DRAY_UTIL_WF_ALL
+#endif
+#ifndef TPL_EMBED_WFORMATS
+#define TPL_EMBED_WFORMATS DRAY_UTIL_WF_ALL
+#endif
+#ifndef TPL_MATMUL_PASSES
+#define TPL_MATMUL_PASSES 3u /* one pass and two */
+#endif
+#endif
+
 /* A buffer. On a real device `data` would be a device address or a runtime
  * handle; here it is host memory from posix_memalign (64-byte aligned, as
  * backend.h asks). `magic` catches NULL-ish and foreign pointers early. */
@@ -41,6 +68,28 @@ struct dray_ctx {
     float *scratch;      /* attention scores; grown on demand, host->alloc'd */
     size_t scratch_len;  /* floats in scratch */
 };
+
+#if TPL_ABI >= 3
+/* One packed weight matrix (backend.h, "Packed weights"): weight_create's
+ * copy in device memory. Its layout is the plugin's choice. The template's
+ * "device" is host memory and its kernels are plain loops, so it keeps the
+ * arrays exactly as the host hands them (row-major groups: the layout
+ * backend.h describes); a GPU would reorder them for coalesced loads, a CPU
+ * would interleave rows for its vector registers. Only matmul and embed read
+ * it. */
+struct dray_packed {
+    uint32_t magic;            /* TPL_PACKED_MAGIC while alive, 0 after free */
+    struct dray_wformat format;
+    uint32_t n_out, k;         /* rows and inputs (k a multiple of 32) */
+    uint32_t uses;             /* enum dray_wuse: what it was created for */
+    const uint8_t *codes;      /* n_out * (k/32) groups of B bytes (16, 20 or 32) */
+    const void *d, *m;         /* n_out * (k/32) scales (and mins, else NULL),
+                                * f32 or f16 as the format says */
+    void *mem;                 /* the one allocation codes, d and m live in */
+    uint64_t bytes;            /* its size: weight_create's *device_bytes */
+};
+#define TPL_PACKED_MAGIC 0x74706c77u /* "tplw" */
+#endif
 
 /* The host's services, saved by dray_plugin_negotiate (template_plugin.c). */
 extern const struct dray_host *dray_tpl_host;
@@ -110,5 +159,18 @@ int dray_tpl_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a);
 int dray_tpl_attention(struct dray_ctx *ctx, const struct dray_attention_args *a);
 int dray_tpl_gated_act(struct dray_ctx *ctx, const struct dray_gated_act_args *a);
 int dray_tpl_add(struct dray_ctx *ctx, const struct dray_add_args *a);
+
+#if TPL_ABI >= 3
+/* Packed weights (template_packed.c). */
+int dray_tpl_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *desc,
+                           struct dray_packed **out, uint64_t *device_bytes);
+void dray_tpl_weight_free(struct dray_ctx *ctx, struct dray_packed *w);
+/* The handle of a matmul or embed on packed weights, checked: a live handle of
+ * this plugin created for `use` (DRAY_WUSE_MATMUL or DRAY_WUSE_EMBED);
+ * DRAY_EINVAL otherwise. */
+int dray_tpl_packed_of(struct dray_ctx *ctx, const char *op, struct dray_packed *w, uint32_t use);
+int dray_tpl_matmul_packed(struct dray_ctx *ctx, const struct dray_matmul_args *a);
+int dray_tpl_embed_packed(struct dray_ctx *ctx, const struct dray_embed_args *a);
+#endif
 
 #endif

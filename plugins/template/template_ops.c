@@ -1,4 +1,5 @@
-/* The template's dense operators: embed, rmsnorm, matmul, rope, gated_act, add.
+/* The template's dense operators: embed, rmsnorm, matmul, rope, gated_act, add
+ * (on packed weights, version 3, embed and matmul hand over to template_packed.c).
  * Each is one function in two steps: first check every argument and every
  * view (nothing is written before all checks pass), then do the math as
  * backend.h states it, in scalar C. A device plugin keeps step 1 on the host and turns
@@ -17,6 +18,10 @@
 int dray_tpl_embed(struct dray_ctx *ctx, const struct dray_embed_args *a)
 {
     OP_BEGIN(ctx, a, "embed");
+#if TPL_ABI >= 3
+    if (a->dtype == DRAY_PACKED) /* a packed table (template_packed.c) */
+        return dray_tpl_embed_packed(ctx, a);
+#endif
     struct dray_util_needs nd;
     CHECK_ARGS(ctx, dray_util_check_embed, a, &nd);
     const int32_t *ids = dray_tpl_at(a->ids);
@@ -132,6 +137,10 @@ static int matmul_check(struct dray_ctx *ctx, const struct dray_matmul_args *a, 
 int dray_tpl_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
     OP_BEGIN(ctx, a, "matmul");
+#if TPL_ABI >= 3
+    if (a->wdtype == DRAY_PACKED) /* packed weights (template_packed.c) */
+        return dray_tpl_matmul_packed(ctx, a);
+#endif
     struct mm_views m;
     memset(&m, 0, sizeof(m));
     TRY(matmul_check(ctx, a, &m));

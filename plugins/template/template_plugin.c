@@ -1,9 +1,12 @@
 /* The template plugin: negotiation, the operator table, the device, contexts and
- * memory. The ops themselves are in template_ops.c and template_kv.c.
+ * memory. The ops themselves are in template_ops.c and template_kv.c, and the
+ * packed weights (ABI 3) in template_packed.c.
  *
  * This file is what a vendor replaces first: device_count/device_props with the
  * runtime's device enumeration, open/close with context and queue creation,
- * alloc/free/upload/download/copy/fill with the runtime's memory calls. */
+ * alloc/free/upload/download/copy/fill with the runtime's memory calls, and
+ * (version 3) tpl_op_caps's packed-weight formats with the ones your kernels
+ * take (template_packed.c has weight_create and the ops on packed weights). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,14 +14,7 @@
 
 #include "template.h"
 
-/* The ABI version whose members this table fills. It is pinned, not
- * DRAY_ABI_VERSION: when backend.h grows a version 3, this plugin still fills
- * only the version-2 members until someone implements the new ones and bumps it.
- * Building with -DTPL_ABI=1 gives a version-1 plugin (no op_caps), which dray's
- * tests load to prove a version-2 host still takes version-1 plugins. */
-#ifndef TPL_ABI
-#define TPL_ABI 2u
-#endif
+/* TPL_ABI, the version this table fills, is set in template.h. */
 
 /* ------------------------------------------------------------ devices */
 
@@ -227,10 +223,21 @@ static int tpl_synchronize(struct dray_ctx *ctx)
 #if TPL_ABI >= 2
 /* Version 2: each op's dtypes (the same as device_props) and its limits. The
  * template has none beyond the contract's k <= 65536; a device whose attention
- * keeps a head in on-chip memory declares max_head_dim here, and so on. */
+ * keeps a head in on-chip memory declares max_head_dim here, and so on.
+ * Version 3 adds the packed-weight formats weight_create takes, for matmul and
+ * for embed (DRAY_WFORMAT_BIT masks, template.h), and the activation passes
+ * matmul runs on them: the host packs a model's weights only in a declared
+ * format, and runs int8 where the file's format is not declared. */
 static int tpl_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
-    static const struct dray_util_limits lim = {.max_k = 65536};
+    static const struct dray_util_limits lim = {
+        .max_k = 65536,
+#if TPL_ABI >= 3
+        .matmul_wformats = TPL_MATMUL_WFORMATS,
+        .embed_wformats = TPL_EMBED_WFORMATS,
+        .matmul_passes = TPL_MATMUL_PASSES,
+#endif
+    };
     return dray_util_op_caps(index, caps, tpl_device_props, &lim);
 }
 #endif
@@ -267,6 +274,11 @@ static const struct dray_ops tpl_ops = {
 #if TPL_ABI >= 2
     .op_caps = tpl_op_caps,
     /* members above: version 2 */
+#endif
+#if TPL_ABI >= 3
+    .weight_create = dray_tpl_weight_create,
+    .weight_free = dray_tpl_weight_free,
+    /* members above: version 3 */
 #endif
 };
 
