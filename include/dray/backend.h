@@ -170,7 +170,8 @@ struct dray_op_caps {
                                * for matmul */
     uint32_t embed_wformats;  /* ... and for embed (a table the gather reads) */
     uint32_t matmul_passes;   /* bit p-1: matmul on packed weights runs p activation
-                               * passes (bit 0: one, bit 1: two) */
+                               * passes (bit 0: one, bit 1: two); 0 with formats
+                               * declared means one pass */
 };
 
 /* Options for opening a device. size lets the struct grow: a plugin reads only
@@ -229,7 +230,9 @@ struct dray_wformat {
     uint8_t zero;    /* reserved: 0 */
 };
 
-/* The format's bit in matmul_wformats / embed_wformats: 12 formats, bits 0..11. */
+/* The format's bit in matmul_wformats / embed_wformats: 12 formats, bits 0..11
+ * (valid formats only: dray_util_wformat_valid). DRAY_PACKED itself is never a
+ * bit of op_dtypes: the formats declare it. */
 #define DRAY_WFORMAT_BIT(f)                                                                 \
     (1u << (((f).bits == 4 ? 0u : (f).bits == 5 ? 1u : 2u) * 4u + ((f).scale ? 2u : 0u) +   \
             ((f).has_min ? 1u : 0u)))
@@ -265,7 +268,9 @@ struct dray_packed;
  * handle created with DRAY_WUSE_EMBED; table and row_scale are ignored, n_rows
  * and dim must be its n_out and k): out[t][i] = W[ids[t]][i] * scale with W
  * as "Packed weights" defines it, then times scale.
- * Tolerance: exact for F32; one f32 multiply order for I8 and packed (rel 1e-6). */
+ * Tolerance: exact for F32; one f32 multiply order for I8 (rel 1e-6); packed:
+ * rel 1e-6 of (|code*d| + |m'|) * |scale| per element (the order of code*d + m'
+ * against (code - z)*d). */
 struct dray_embed_args {
     struct dray_view ids, table, row_scale, out;
     uint32_t dtype;  /* of table: DRAY_I8, DRAY_F32 or (v3) DRAY_PACKED */
@@ -487,8 +492,9 @@ struct dray_ops {
      * layout in device memory. *device_bytes = the bytes it holds there. On
      * failure *out is NULL and last_error says why; DRAY_ENOTSUP for a format
      * or shape the plugin does not take. Queued like an upload: the host
-     * arrays may be reused once it returns. Mandatory in version 3 for a
-     * plugin that declares any wformat. */
+     * arrays may be reused once it returns; DRAY_EINVAL for a malformed
+     * descriptor. weight_create and weight_free are both mandatory in version 3
+     * for a plugin that declares any wformat. */
     int (*weight_create)(struct dray_ctx *ctx, const struct dray_weight_desc *desc,
                          struct dray_packed **out, uint64_t *device_bytes);
     /* Release it; NULL is a no-op. The host frees every handle before close. */

@@ -397,7 +397,7 @@ static inline int dray_util_check_embed_g(const struct dray_embed_args *a, int g
     if (a->dtype != DRAY_I8 && a->dtype != DRAY_F32 &&
         !(grouped && (a->dtype == DRAY_Q8G32 || a->dtype == DRAY_Q4G32)))
         return dray_util_fail(why, len, DRAY_ENOTSUP,
-                              "embed: table dtype %u is not I8, F32, Q8G32 or Q4G32", a->dtype);
+                              "embed: table dtype %u is not I8 or F32", a->dtype);
     if (dray_util_grouped(a->dtype) && (a->dim % 32 || a->n_rows % 16))
         return dray_util_fail(why, len, DRAY_EINVAL,
                               "embed: a grouped table needs dim %% 32 == 0 (dim = %u) and n_rows %% 16 "
@@ -652,7 +652,9 @@ static inline int dray_util_check_add(const struct dray_add_args *a, struct dray
 
 /* Every one of the twelve formats, and the ones GGUF files need most. */
 #define DRAY_UTIL_WF_ALL 0xfffu
-#define DRAY_UTIL_WF(bits, scale, has_min) DRAY_WFORMAT_BIT(((struct dray_wformat){bits, scale, has_min, 0}))
+/* The bit of one format, a constant expression (for static tables). */
+#define DRAY_UTIL_WF(bits, scale, has_min)                                                   \
+    (1u << (((bits) == 4 ? 0u : (bits) == 5 ? 1u : 2u) * 4u + ((scale) ? 2u : 0u) + ((has_min) ? 1u : 0u)))
 
 static inline int dray_util_wformat_valid(struct dray_wformat f)
 {
