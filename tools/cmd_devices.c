@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "dray/backend_util.h"
 #include "dray/dray.h"
 #include "dray/plugins.h"
 
@@ -85,11 +84,15 @@ static void wformat_list(uint32_t mask, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
+    if ((mask & 0xfffu) == 0xfffu) { /* every format of backend.h */
+        snprintf(buf, len, "all 12");
+        return;
+    }
     for (uint32_t i = 0; i < 12 && used < len; i++)
         if (mask & (1u << i)) {
-            struct dray_wformat f = dray_util_wformat_of_bit(i);
-            used += (size_t)snprintf(buf + used, len - used, "%sq%u%s%s", used ? "," : "", (unsigned)f.bits,
-                                     f.scale == DRAY_WSCALE_F16 ? "h" : "", f.has_min ? "m" : "");
+            unsigned bits = i / 4 == 0 ? 4 : i / 4 == 1 ? 5 : 8; /* DRAY_WFORMAT_BIT's order */
+            used += (size_t)snprintf(buf + used, len - used, "%sq%u%s%s", used ? "," : "", bits,
+                                     (i >> 1) & 1u ? "h" : "", i & 1u ? "m" : "");
         }
     if (!used)
         snprintf(buf, len, "-");

@@ -54,6 +54,7 @@
 struct dray_packed {
     uint32_t layout;       /* DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32 or DRAY_Q4G32H */
     uint32_t n_out, k, uses;
+    uint32_t rows;         /* n_out rounded up to whole 16-row blocks (zero rows after) */
     void *w, *scale;       /* the layout's w and wscale, 64-byte aligned */
     size_t wbytes, sbytes;
 };

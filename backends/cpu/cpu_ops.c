@@ -2,6 +2,7 @@
  * backend.h (views are bounds-checked against their buffers), resolve views to
  * pointers, then split the work over the pool. */
 #include <math.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -200,6 +201,21 @@ static int grouped_scratch(struct dray_ctx *ctx, struct matmul_job *j)
     return 0;
 }
 
+/* The matmul over every row of k->n_out: inline when small, else tiles over the pool. */
+static void run_rows(struct dray_ctx *ctx, struct matmul_job *j, double work)
+{
+    if (ctx->n_threads == 1 || work < 20000.0) {
+        matmul_rows(ctx, &j->k, 0, j->k.n_out);
+        return;
+    }
+    matmul_split(j, ctx->n_threads);
+    atomic_init(&j->next, 0);
+    if (j->n_tile == 1)
+        matmul_rows(ctx, &j->k, 0, j->k.n_out);
+    else
+        dray_cpu_pool_run(ctx->pool, matmul_task, j);
+}
+
 int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 {
     ctx->err[0] = '\0';
@@ -248,19 +264,26 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         k->qt = amx ? (int8_t *)((char *)k->sx + sxbytes + xobytes) : NULL;
         dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->k, quantize_body, &j);
     }
-    if (k->wdtype)
-        CHECK(grouped_scratch(ctx, &j));
-    if (ctx->n_threads == 1 || work < 20000.0) {
-        matmul_rows(ctx, k, 0, a->n_out);
-        return 0;
+    /* packed rows are stored in whole blocks of 16: a matrix that ends inside
+     * one is computed whole into a side buffer, then its rows are kept */
+    float *whole = NULL;
+    if (pk && pk->rows != a->n_out) {
+        whole = malloc((size_t)a->n_tok * pk->rows * sizeof(float));
+        if (!whole)
+            return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %u padded rows", pk->rows);
+        k->out = whole, k->n_out = k->stride_out = pk->rows, k->accumulate = 0;
     }
-    matmul_split(&j, ctx->n_threads);
-    atomic_init(&j.next, 0);
-    if (j.n_tile == 1)
-        matmul_rows(ctx, k, 0, a->n_out);
-    else
-        dray_cpu_pool_run(ctx->pool, matmul_task, &j);
-    return 0;
+    int rc = k->wdtype ? grouped_scratch(ctx, &j) : 0;
+    if (!rc)
+        run_rows(ctx, &j, work);
+    for (uint32_t t = 0; whole && !rc && t < a->n_tok; t++) {
+        float *o = (float *)p[1] + (size_t)t * a->stride_out;
+        const float *w = whole + (size_t)t * pk->rows;
+        for (uint32_t r = 0; r < a->n_out; r++)
+            o[r] = a->accumulate ? o[r] + w[r] : w[r];
+    }
+    free(whole);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- rope */

@@ -60,42 +60,48 @@ int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     uint32_t formats = (w && (w->uses & DRAY_WUSE_EMBED) ? CPU_WF_EMBED : CPU_WF_MATMUL) &
                        (w && (w->uses & DRAY_WUSE_MATMUL) ? CPU_WF_MATMUL : CPU_WF_EMBED);
     CHECK(dray_util_check_weight_desc(w, formats, ctx->err, sizeof(ctx->err)));
-    if (w->n_out % 16)
-        return dray_cpu_fail(ctx, DRAY_ENOTSUP,
-                             "weight_create: %u rows: the CPU layout takes whole blocks of 16 rows",
-                             w->n_out);
-    uint64_t G = w->k / 32, groups = (uint64_t)w->n_out * G;
+    /* whole 16-row blocks: the rows past n_out are zero codes, d and m */
+    uint32_t rows = (w->n_out + 15u) & ~15u;
+    uint64_t G = w->k / 32, groups = (uint64_t)w->n_out * G, B = dray_util_wformat_group_bytes(w->format);
     int per = w->format.bits == 8 ? 1 : 2, half_ok;
-    float *sc = malloc(groups * per * sizeof(float));
+    float *sc = calloc((size_t)rows * G * per, sizeof(float));
+    uint8_t *codes = rows != w->n_out ? calloc((size_t)rows * G, B) : NULL;
     struct dray_packed *p = calloc(1, sizeof(*p));
-    if (!sc || !p) {
+    if (!sc || !p || (rows != w->n_out && !codes)) {
         free(sc);
+        free(codes);
         free(p);
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "weight_create: out of host memory");
     }
+    if (codes)
+        memcpy(codes, w->codes, groups * B);
     scales_of(w, groups, sc, &half_ok);
     p->layout = layout_of(w->format, w->uses, half_ok);
     if (p->layout == DRAY_Q5G32 && !half_ok) {
         free(sc);
+        free(codes);
         free(p);
         return dray_cpu_fail(ctx, DRAY_ENOTSUP, "weight_create: 5-bit groups whose -16*d is not an "
                                                 "f16 value (a scale of 4096 or more)");
     }
     p->n_out = w->n_out;
+    p->rows = rows;
     p->k = w->k;
     p->uses = w->uses;
-    p->wbytes = (size_t)w->n_out * dray_util_wrow_bytes(p->layout, w->k);
-    p->sbytes = (size_t)w->n_out * dray_util_wscale_floats(p->layout, w->k) * 4;
+    p->wbytes = (size_t)rows * dray_util_wrow_bytes(p->layout, w->k);
+    p->sbytes = (size_t)rows * dray_util_wscale_floats(p->layout, w->k) * 4;
     p->w = aligned_alloc(64, (p->wbytes + 63) & ~(size_t)63);
     p->scale = aligned_alloc(64, (p->sbytes + 63) & ~(size_t)63);
     if (!p->w || !p->scale) {
         size_t want = p->wbytes + p->sbytes;
         free(sc);
+        free(codes);
         dray_cpu_weight_free(ctx, p);
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "weight_create: out of memory for %zu bytes", want);
     }
-    dray_cpu_interleave(p->layout, w->n_out, w->k, w->codes, sc, p->w, p->scale);
+    dray_cpu_interleave(p->layout, rows, w->k, codes ? codes : w->codes, sc, p->w, p->scale);
     free(sc);
+    free(codes);
     if (device_bytes)
         *device_bytes = p->wbytes + p->sbytes;
     *out = p;
