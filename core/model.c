@@ -11,6 +11,7 @@
 #include "log.h"
 #include "quant.h"
 #include "round_cache.h"
+#include "wformat.h"
 #include "dray/backend_util.h"
 
 
@@ -78,7 +79,7 @@ struct prep {
     float *ow;         /* [n_out][n_outlier] or NULL */
     const int32_t *outliers;
     uint32_t n_outlier;
-    bool group_rows;   /* DRAY_I8G32_ROWS */
+    bool group_rows;   /* DRAY_WROLE_GROUP_ROWS */
     /* a 4-bit rounding of a wider tensor: its cache, and whether it had the rows */
     struct dray_round_cache *round;
     bool round_hit;
@@ -173,7 +174,7 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k);
             if (p->round_hit)
                 dray_round_cache_get(p->round, r, n, (uint8_t *)p->q, p->sc);
-            else if (dtype == DRAY_Q4G32 && !dray_ggml_is_4bit(t->type)) /* DRAY_Q4G32_ROUND: rounds a wider file */
+            else if (dtype == DRAY_Q4G32 && !dray_ggml_is_4bit(t->type)) /* the 4-bit head: rounds a wider file */
                 dray_quantize_rows_q4g(p->f32, n, k, (uint8_t *)p->q, p->sc);
             else if (dtype == DRAY_Q4G32H && !dray_ggml_is_4bit(t->type)) /* the same, fitted to f16 d and m */
                 dray_quantize_rows_q4gh(p->f32, n, k, (uint8_t *)p->q, p->sc);
@@ -220,31 +221,29 @@ static int alloc_weight(struct dray_device *dev, struct dray_weight *w, const ch
 }
 
 int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
-                        uint32_t n_parts, uint32_t dtype, const int32_t *outliers,
-                        uint32_t n_outlier, struct dray_weight *out, char *err, size_t errlen)
+                        uint32_t n_parts, enum dray_precision precision, enum dray_wrole role,
+                        const int32_t *outliers, uint32_t n_outlier, struct dray_weight *out, char *err,
+                        size_t errlen)
 {
-    return dray_weight_prepare_pairs(dev, parts, n_parts, NULL, dtype, outliers, n_outlier, out,
+    return dray_weight_prepare_pairs(dev, parts, n_parts, NULL, precision, role, outliers, n_outlier, out,
                                      err, errlen);
 }
 
 int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
-                              uint32_t n_parts, const uint32_t *pair_hd, uint32_t dtype,
-                              const int32_t *outliers, uint32_t n_outlier, struct dray_weight *out,
-                              char *err, size_t errlen)
+                              uint32_t n_parts, const uint32_t *pair_hd, enum dray_precision precision,
+                              enum dray_wrole role, const int32_t *outliers, uint32_t n_outlier,
+                              struct dray_weight *out, char *err, size_t errlen)
 {
     uint64_t k = parts[0]->ne[0], n_out = 0;
-    bool round4 = dtype == DRAY_Q4G32_ROUND, group_rows = dtype == DRAY_I8G32_ROWS;
-    bool table4 = dtype == DRAY_Q4G32_TABLE, table = table4 || (dtype & DRAY_AS_TABLE);
-    dtype &= ~DRAY_AS_TABLE;
-    /* a gather table is read by embed (and, tied, by the head's matmul) */
-    uint32_t uses = table ? DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL : DRAY_WUSE_MATMUL;
-    if (round4 || table4)
-        dtype = DRAY_Q4G32;
+    struct dray_wpick pick;
+    dray_wformat_pick(&dev->caps, precision, role, parts, n_parts, &pick);
+    uint32_t dtype = pick.dtype, uses = pick.uses;
+    bool group_rows = pick.group_rows;
     if (group_rows && k % 32)
         return dray_fail(err, errlen, DRAY_EINVAL, "tensor %s: %llu inputs are not whole groups of 32",
                          parts[0]->name, (unsigned long long)k);
-    if (group_rows)
-        dtype = DRAY_I8;
+    if (pick.why[0])
+        dray_info("%s", pick.why);
     memset(out, 0, sizeof(*out));
     for (uint32_t i = 0; i < n_parts; i++) {
         if (pair_hd && pair_hd[i] && (pair_hd[i] % 2 || parts[i]->ne[1] % pair_hd[i]))
@@ -260,27 +259,6 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     if (k > 65536 || n_out > UINT32_MAX)
         return dray_fail(err, errlen, DRAY_ERANGE, "tensor %s: %llu x %llu is too large",
                          parts[0]->name, (unsigned long long)n_out, (unsigned long long)k);
-    /* Grouped: rows must be whole groups (else int8 per row, which takes any k);
-     * 4-bit only where every part is 4-bit in the file, so W4A8 never rounds a
-     * wider source onto a coarser grid (unless asked to: DRAY_Q4G32_ROUND). */
-    for (uint32_t i = 0; dray_util_grouped(dtype) && i < n_parts; i++)
-        if (k % 32 || parts[i]->ne[1] % 16) /* whole groups, whole 16-row blocks */
-            dtype = DRAY_I8;
-    bool all4 = true, all5 = true, allh = true;
-    for (uint32_t i = 0; i < n_parts; i++) {
-        all4 = all4 && dray_ggml_is_4bit(parts[i]->type);
-        all5 = all5 && dray_ggml_is_5bit(parts[i]->type); /* a 5-bit token_embd: see load_embeddings */
-        /* f16 d and m: rounded here (round4), or Q4_0 / Q4_1 in the file */
-        allh = allh && (!dray_ggml_is_4bit(parts[i]->type) || dray_gguf_tensor_q4_half(parts[i]));
-    }
-    /* ... and 5-bit (Q5_0, Q5_1: exactly) where every part is 5-bit and the
-     * device runs it; the engine said once if it does not (dray_caps_q5) */
-    if (dtype == DRAY_Q4G32 && !round4 && !all4)
-        dtype = all5 && !table4 && dray_caps_q5(&dev->caps) ? DRAY_Q5G32 : DRAY_Q8G32;
-    /* ... and 4-bit with f16 d and m where they fit f16 and the device runs it
-     * (20 bytes per 32 weights against 24; not for a gather table) */
-    if (dtype == DRAY_Q4G32 && !table4 && allh && dray_caps_q4h(&dev->caps))
-        dtype = DRAY_Q4G32H;
     if (group_rows && n_out * (k / 32) > UINT32_MAX)
         return dray_fail(err, errlen, DRAY_ERANGE, "tensor %s: too many groups of 32 for a gather table",
                          parts[0]->name);

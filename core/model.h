@@ -14,6 +14,7 @@
 #include "dray/dray.h"
 #include "gguf.h"
 #include "kv.h"
+#include "wformat.h"
 #include "dray/plugins.h"
 
 #define DRAY_MAX_LAYERS 256
@@ -53,7 +54,7 @@ struct dray_model_opts {
      * given scores, or the calibrate hook's smooth_k), see models/kv_smooth.c. */
     bool smooth_k;
     /* Grouped precisions: the output head in 4-bit groups even where the file's
-     * head is wider (DRAY_Q4G32_ROUND); a head tied to the embedding gets its own
+     * head is wider (DRAY_WROLE_HEAD4); a head tied to the embedding gets its own
      * 4-bit copy, so the embedding gather keeps the file's precision, and the
      * most likely tokens of each row are computed again from that 8-bit table
      * (models/head_rescore.c). */
@@ -128,7 +129,7 @@ struct dray_weight {
     struct dray_buf *w;        /* I8 [n_out][k] or F32 [n_out][k] */
     struct dray_buf *scale;    /* F32 [n_out] (I8 only) */
     uint32_t n_out, k, dtype;  /* dtype: DRAY_I8, DRAY_F32, or a grouped format by
-                                * its host name (dray_caps_wformat) */
+                                * its host name (wformat.h) */
     /* Grouped: the device's packed copy (ABI v3 weight_create) and its bytes. */
     struct dray_packed *packed;
     uint64_t packed_bytes;
@@ -138,44 +139,21 @@ struct dray_weight {
     struct dray_buf *outlier_w;   /* F32 [n_out][n_outlier] */
     uint32_t n_outlier;
 };
-/* Grouped weights are named on the host by the dtypes that were their ABI
- * version-2 layouts; what the device receives is their layout-neutral format
- * (dray_caps_wformat). */
-/* dtype for dray_weight_prepare: DRAY_Q4G32 even where the file is wider than 4
- * bits, rounding those rows (dray_quantize_rows_q4g: lossy); plain DRAY_Q4G32
- * turns such tensors into DRAY_Q5G32 (every part Q5_0/Q5_1, on a device where
- * dray_caps_q5 holds: exact) or DRAY_Q8G32 instead. Never a device dtype.
- * Both 4-bit forms become DRAY_Q4G32H (f16 d and m) on a device where
- * dray_caps_q4h holds when every part's d and m fit f16: rounded parts (fitted
- * against f16 d and m: dray_quantize_rows_q4gh) and Q4_0 / Q4_1 ones
- * (dray_gguf_tensor_q4_half), never a Q4_K part (its f32 d * scale products). */
-#define DRAY_Q4G32_ROUND (0x100u | DRAY_Q4G32)
-/* dtype for dray_weight_prepare: DRAY_Q4G32 for a table the EMBED op gathers,
- * which takes Q8G32 and Q4G32 only: never Q4G32H or Q5G32 (a part wider than 4
- * bits becomes Q8G32). Never a device dtype. */
-#define DRAY_Q4G32_TABLE (0x200u | DRAY_Q4G32)
-/* Or'ed into a grouped dtype for dray_weight_prepare: the matrix is also a
- * table the EMBED op gathers (token_embd; a tied head reads it as a matmul). */
-#define DRAY_AS_TABLE 0x400u
-/* dtype for dray_weight_prepare: the weights of DRAY_Q8G32 (int8 codes with an f32
- * scale per group of 32 inputs), stored as an I8 table whose rows are the groups,
- * row-major: n_out * k/32 rows of 32 codes and a scale each, so the EMBED op
- * (I8, dim 32) gathers one row of the matrix as its k/32 consecutive group rows,
- * reading k + k/8 bytes (the interleaved Q8G32 layout spreads a row over 16 rows'
- * cache lines). The prepared weight says DRAY_I8 with n_out * k/32 rows of k = 32;
- * it is a gather table, never a matmul operand. Never a device dtype. */
-#define DRAY_I8G32_ROWS (0x200u | DRAY_I8)
-/* outliers: n_outlier increasing input channels to keep in f32 (I8 only), or NULL. */
+/* Prepare parts under precision for role: the format is the weight policy's
+ * (wformat.h: dray_wformat_pick); grouped formats are packed by the device
+ * (ABI v3 weight_create). outliers: n_outlier increasing input channels to
+ * keep in f32 (I8 only), or NULL. */
 int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
-                        uint32_t n_parts, uint32_t dtype, const int32_t *outliers,
-                        uint32_t n_outlier, struct dray_weight *out, char *err, size_t errlen);
+                        uint32_t n_parts, enum dray_precision precision, enum dray_wrole role,
+                        const int32_t *outliers, uint32_t n_outlier, struct dray_weight *out, char *err,
+                        size_t errlen);
 /* The same, with pair_hd[i] (NULL = all 0) = head_dim when part i's rows are
  * stored for adjacent-pair RoPE (x0,x1),(x2,x3)... and must be reordered per head
  * into the NEOX halves (x0..x_{d/2-1} | x_{d/2}..) the rope op rotates; 0 = as is. */
 int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
-                              uint32_t n_parts, const uint32_t *pair_hd, uint32_t dtype,
-                              const int32_t *outliers, uint32_t n_outlier, struct dray_weight *out,
-                              char *err, size_t errlen);
+                              uint32_t n_parts, const uint32_t *pair_hd, enum dray_precision precision,
+                              enum dray_wrole role, const int32_t *outliers, uint32_t n_outlier,
+                              struct dray_weight *out, char *err, size_t errlen);
 /* Stored row of NEOX-ordered row r under that reordering (head_dim 0: r). */
 uint64_t dray_rope_pair_row(uint64_t r, uint32_t head_dim);
 /* Give an already prepared int8 weight (one tensor) outlier channels without

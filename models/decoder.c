@@ -87,6 +87,16 @@ static int load_vector(struct dray_model *m, int il, const char *what, uint32_t 
     return dray_vector_prepare(m->dev, t, n, out, err, errlen);
 }
 
+/* The precision whose weights dtype stands for here: DRAY_F32, DRAY_I8, or the
+ * grouped precisions' DRAY_Q8G32 (int8g) and DRAY_Q4G32 (w4a8). */
+static enum dray_precision precision_of(uint32_t dtype)
+{
+    return dtype == DRAY_F32     ? DRAY_PRECISION_F32
+           : dtype == DRAY_Q8G32 ? DRAY_PRECISION_INT8G
+           : dtype == DRAY_Q4G32 ? DRAY_PRECISION_W4A8
+                                 : DRAY_PRECISION_INT8;
+}
+
 /* Stack named weights of layer il along the output dimension into one matmul;
  * pair_hd as in dray_weight_prepare_pairs (NULL = none). */
 static int load_matrix(struct dray_model *m, int il, const char *const *names, const uint32_t *rows,
@@ -103,8 +113,8 @@ static int load_matrix(struct dray_model *m, int il, const char *const *names, c
         if (rc)
             return rc;
     }
-    return dray_weight_prepare_pairs(m->dev, parts, n, pair_hd, dtype, outliers, n_outlier, w, err,
-                                     errlen);
+    return dray_weight_prepare_pairs(m->dev, parts, n, pair_hd, precision_of(dtype), DRAY_WROLE_MATMUL,
+                                     outliers, n_outlier, w, err, errlen);
 }
 
 static int load_layer_matrix(struct dray_model *m, uint32_t il, int which, uint32_t dtype,
@@ -389,27 +399,26 @@ static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
  * the 8-bit head); with two-pass activations the 8-bit head, since there the
  * tail noise adds 23-39% to a much smaller KL (issue 11 allows 10%). Sets
  * *rescore to the most candidates per row (0 = none). */
-static uint32_t head_dtype(const struct dray_model *m, uint32_t dtype, bool tied, bool table8,
-                           const struct dray_model_opts *o, uint32_t *rescore)
+static enum dray_wrole head_role(const struct dray_model *m, uint32_t dtype, bool tied, bool table8,
+                                  const struct dray_model_opts *o, uint32_t *rescore)
 {
     *rescore = 0;
     if (!dray_util_grouped(dtype) || !dev_runs(m, DRAY_OP_MATMUL, DRAY_Q4G32))
-        return dtype; /* plugins without the 4-bit matmul keep the 8-bit head */
+        return DRAY_WROLE_MATMUL; /* plugins without the 4-bit matmul keep the 8-bit head */
     if (tied && table8 && dev_runs(m, DRAY_OP_MATMUL, DRAY_F32))
         *rescore = o->head_rescore;
     if (o->head_precision == DRAY_HEAD_W4A8 ||
         (o->head_precision == DRAY_HEAD_AUTO && *rescore && !m->two_pass))
-        return DRAY_Q4G32_ROUND;
+        return DRAY_WROLE_HEAD4;
     *rescore = 0;
-    return dtype;
+    return DRAY_WROLE_MATMUL;
 }
 
-/* Whether weight preparation makes token_embd an 8-bit grouped table under
- * dtype (dray_weight_prepare_pairs: whole groups and 16-row blocks, 4-bit only
- * where the file is). */
+/* Whether the weight policy makes token_embd an 8-bit grouped table under
+ * dtype (dray_wformat_pick: whole groups of 32, 4-bit only where the file is). */
 static bool table_is_q8g(const struct dray_gguf_tensor *te, uint32_t dtype)
 {
-    return dray_util_grouped(dtype) && te->ne[0] % 32 == 0 && te->ne[1] % 16 == 0 &&
+    return dray_util_grouped(dtype) && te->ne[0] % 32 == 0 &&
            (dtype == DRAY_Q8G32 || !dray_ggml_is_4bit(te->type));
 }
 
@@ -440,29 +449,26 @@ static int load_embeddings(struct dray_model *m, uint32_t dtype, const struct dr
      * table (Q5_0, Q5_1) becomes 8-bit groups */
     uint32_t tdtype = dtype == DRAY_Q4G32 && dray_ggml_is_5bit(te->type) ? DRAY_Q8G32 : dtype;
     bool table8 = table_is_q8g(te, tdtype);
-    uint32_t rescore = 0, hd = head_dtype(m, dtype, !out, table8, o, &rescore);
+    uint32_t rescore = 0;
+    enum dray_wrole hd = head_role(m, dtype, !out, table8, o, &rescore);
+    enum dray_precision prec = precision_of(dtype);
     /* A tied head with its own 4-bit copy leaves the 8-bit table to gathers
      * only (the embedding, the rescored candidates): group rows, so a gathered
      * row reads its own bytes. Otherwise the table may be the head itself, and
      * calibration gives it outlier channels without changing it
      * (dray_weight_set_outliers). */
-    m->head_copy = !out && hd == DRAY_Q4G32_ROUND && table8;
-    /* a 4-bit table keeps f32 d and m (DRAY_Q4G32_TABLE): the EMBED op gathers
-     * Q8G32 and Q4G32 tables, not Q4G32H ones */
-    int rc = dray_weight_prepare(m->dev, &te, 1,
-                                 m->head_copy           ? DRAY_I8G32_ROWS
-                                 : tdtype == DRAY_Q4G32 ? DRAY_Q4G32_TABLE
-                                                        : tdtype | DRAY_AS_TABLE,
+    m->head_copy = !out && hd == DRAY_WROLE_HEAD4 && table8;
+    int rc = dray_weight_prepare(m->dev, &te, 1, prec, m->head_copy ? DRAY_WROLE_GROUP_ROWS : DRAY_WROLE_TABLE,
                                  NULL, 0, &m->embd, err, errlen);
     if (!rc && m->head_copy)
         m->embd_groups = in->n_embd / 32;
     if (!rc && out) {
         rc = check_shape(g, out, in->n_embd, in->n_vocab, err, errlen);
         if (!rc)
-            rc = dray_weight_prepare(m->dev, &out, 1, hd, NULL, 0, &m->output, err, errlen);
+            rc = dray_weight_prepare(m->dev, &out, 1, prec, hd, NULL, 0, &m->output, err, errlen);
     }
     if (!rc && m->head_copy)
-        rc = dray_weight_prepare(m->dev, &te, 1, hd, NULL, 0, &m->output, err, errlen);
+        rc = dray_weight_prepare(m->dev, &te, 1, prec, hd, NULL, 0, &m->output, err, errlen);
     if (!rc && m->head_copy && rescore)
         rc = dec_rescore_init(m, rescore, o->head_rescore_tail, err, errlen);
     if (!rc)
@@ -922,7 +928,8 @@ static int calib_head(struct dray_model *m, uint32_t n_outlier, char *err, size_
     if (m->output.n_out) {
         const struct dray_gguf_tensor *t = dray_gguf_find_tensor(m->g, "output.weight");
         dray_weight_release(m->dev, &m->output);
-        return t ? dray_weight_prepare(m->dev, &t, 1, DRAY_I8, m->pick, no, &m->output, err, errlen)
+        return t ? dray_weight_prepare(m->dev, &t, 1, DRAY_PRECISION_INT8, DRAY_WROLE_MATMUL, m->pick, no,
+                                       &m->output, err, errlen)
                  : DRAY_ENOTFOUND;
     }
     const struct dray_gguf_tensor *te = dray_gguf_find_tensor(m->g, "token_embd.weight");

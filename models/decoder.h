@@ -96,7 +96,7 @@ struct dray_model {
     struct dray_buf *output_norm;
     struct dec_acts a;
     struct dec_rescore rescore;
-    /* embd as a gather table of group rows (DRAY_I8G32_ROWS) when the head is a
+    /* embd as a gather table of group rows (DRAY_WROLE_GROUP_ROWS) when the head is a
      * 4-bit copy: embd_groups = n_embd/32 rows of it per token, else 0; gids
      * holds the group-row ids of a gather (dec_embed) */
     uint32_t embd_groups, gids_cap;

@@ -13,7 +13,7 @@
  * `tail` of its probability (at least DEC_RESCORE_MIN, at most `max`): a peaked
  * row takes a few dozen, a flat one thousands (Gemma, GPL-3: 950 a row on
  * average at tail 0.005, 1560 at 0.002). The 8-bit table is stored as group
- * rows (DRAY_I8G32_ROWS), so a candidate reads its own 720 bytes (Gemma 3: 640
+ * rows (DRAY_WROLE_GROUP_ROWS), so a candidate reads its own 720 bytes (Gemma 3: 640
  * codes, 20 scales) and writes and reads back its f32 row, about 5.9 KB in all
  * (rescore_bytes in decoder.c), against the 63 MB the 4-bit head saves a step.
  *

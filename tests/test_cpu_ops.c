@@ -692,9 +692,14 @@ static void test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path(void **s
 {
     (void)state;
     dray_test_seed(31);
-    static const struct dray_wformat q4 = {4, 0, 1, 0}, q4z = {4, 0, 0, 0}, q4h = {4, 1, 1, 0},
-                                     q4hz = {4, 1, 0, 0}, q5 = {5, 1, 1, 0}, q5z = {5, 1, 0, 0},
-                                     q8 = {8, 0, 0, 0}, q8h = {8, 1, 0, 0};
+#define q4 {4, 0, 1, 0}
+#define q4z {4, 0, 0, 0}
+#define q4h {4, 1, 1, 0}
+#define q4hz {4, 1, 0, 0}
+#define q5 {5, 1, 1, 0}
+#define q5z {5, 1, 0, 0}
+#define q8 {8, 0, 0, 0}
+#define q8h {8, 1, 0, 0}
     static const struct gm_case cases[] = {
         {1, 64, 576, 0, 0, 0, q4},    {1, 48, 1536, 3, 1, 1, q8},  {5, 32, 96, 1, 2, 0, q8h},
         {67, 32, 64, 0, 0, 1, q4},    {130, 16, 32, 2, 0, 0, q8},  {9, 160, 320, 0, 3, 0, q4z},
@@ -704,6 +709,14 @@ static void test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path(void **s
         /* rows that end inside a 16-row block: computed whole, kept in part */
         {3, 40, 96, 1, 2, 1, q4},     {1, 257, 64, 0, 1, 0, q8h},  {20, 7, 640, 2, 0, 1, q5},
     };
+#undef q4
+#undef q4z
+#undef q4h
+#undef q4hz
+#undef q5
+#undef q5z
+#undef q8
+#undef q8h
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const struct gm_case *c = &cases[ci];
         struct gm_data d;
