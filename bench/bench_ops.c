@@ -120,6 +120,7 @@ static void emit_json(struct bench *b, const char *what, const char *fmt_fields)
 
 struct mm {
     struct dray_buf *x, *w, *ws, *out;
+    struct dray_packed **pk; /* packed weights: one handle per copy */
     uint32_t n_tok, n_out, k, copies, wdtype;
     size_t wbytes, sbytes; /* one copy of the weights and of their scales */
 };
@@ -128,76 +129,99 @@ static int mm_call(struct bench *b, void *arg, uint32_t i)
 {
     struct mm *m = arg;
     struct dray_matmul_args a = {.x = {m->x, 0}, .w = {m->w, (i % m->copies) * m->wbytes},
-                                 .wscale = {m->ws, (i % m->copies) * m->sbytes},
-                                 .out = {m->out, 0}, .n_tok = m->n_tok, .n_out = m->n_out, .k = m->k,
-                                 .stride_x = m->k, .stride_out = m->n_out, .wdtype = m->wdtype};
+                                 .wscale = {m->ws, 0}, .out = {m->out, 0}, .n_tok = m->n_tok,
+                                 .n_out = m->n_out, .k = m->k, .stride_x = m->k, .stride_out = m->n_out,
+                                 .wdtype = m->pk ? DRAY_PACKED : m->wdtype,
+                                 .packed = m->pk ? m->pk[i % m->copies] : NULL, .passes = 1};
     return b->ops->matmul(b->ctx, &a);
 }
 
-/* Grouped weights (backend.h): bytes of codes and of scales per 32 weights. */
-static void grouped_bytes(uint32_t wdtype, size_t *codes, size_t *scales)
+/* The packed format (backend.h) the host prepares for a grouped dtype name. */
+static struct dray_wformat wformat_of(uint32_t wdtype)
 {
-    *codes = wdtype == DRAY_Q8G32 ? 32 : wdtype == DRAY_Q4G32 || wdtype == DRAY_Q4G32H ? 16 : 20;
-    *scales = wdtype == DRAY_Q4G32 ? 8 : 4;
-}
-
-/* Q5G32's and Q4G32H's scales are f16 pairs: 0x2000 (2^-7) each, a plausible weight step
- * (random bytes would be NaNs and subnormals, which time differently). */
-static struct dray_buf *mkhalves(struct bench *b, size_t n)
-{
-    struct dray_buf *buf = NULL;
-    uint16_t *host = malloc(n);
-    if (!host || b->ops->alloc(b->ctx, n, &buf)) {
-        free(host);
-        return NULL;
-    }
-    for (size_t i = 0; i < n / 2; i++)
-        host[i] = 0x2000;
-    b->ops->upload(b->ctx, (struct dray_view){buf, 0}, host, n & ~(size_t)3);
-    free(host);
-    return buf;
+    return wdtype == DRAY_Q8G32   ? (struct dray_wformat){8, DRAY_WSCALE_F32, 0, 0}
+           : wdtype == DRAY_Q4G32 ? (struct dray_wformat){4, DRAY_WSCALE_F32, 1, 0}
+           : wdtype == DRAY_Q5G32 ? (struct dray_wformat){5, DRAY_WSCALE_F16, 1, 0}
+                                  : (struct dray_wformat){4, DRAY_WSCALE_F16, 1, 0};
 }
 
 static const char *wdtype_name(uint32_t wdtype)
 {
-    return wdtype == DRAY_Q8G32    ? "q8g32"
-           : wdtype == DRAY_Q4G32  ? "q4g32"
-           : wdtype == DRAY_Q5G32  ? "q5g32"
-           : wdtype == DRAY_Q4G32H ? "q4g32h"
+    return wdtype == DRAY_Q8G32    ? "q8"
+           : wdtype == DRAY_Q4G32  ? "q4m"
+           : wdtype == DRAY_Q5G32  ? "q5hm"
+           : wdtype == DRAY_Q4G32H ? "q4hm"
                                    : "i8";
 }
 
-/* wdtype: DRAY_I8 (per-row int8), or a grouped one (then the GB/s count the
- * scales too: they are read with the weights). */
+/* copies handles of one random matrix in format f: codes any byte, d and m a
+ * plausible weight step (2^-7; random bits would be NaNs and subnormals, which
+ * time differently). 0, or -1 when the plugin does not take the format. */
+static int mkpacked(struct bench *b, struct mm *m, struct dray_wformat f)
+{
+    size_t groups = (size_t)m->n_out * (m->k / 32), sb = f.scale == DRAY_WSCALE_F16 ? 2 : 4;
+    size_t cb = f.bits == 4 ? 16 : f.bits == 5 ? 20 : 32;
+    uint8_t *codes = malloc(groups * cb), *dm = malloc(groups * sb);
+    m->pk = calloc(m->copies, sizeof(*m->pk));
+    int rc = codes && dm && m->pk ? 0 : -1;
+    for (size_t i = 0; !rc && i < groups * cb; i++)
+        codes[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (size_t i = 0; !rc && i < groups; i++)
+        if (sb == 2)
+            ((uint16_t *)(void *)dm)[i] = 0x2000;
+        else
+            ((float *)(void *)dm)[i] = 1.0f / 128;
+    struct dray_weight_desc d = {.size = sizeof(d), .format = f, .n_out = m->n_out, .k = m->k,
+                                 .uses = DRAY_WUSE_MATMUL, .codes = codes, .d = dm, .m = f.has_min ? dm : NULL};
+    for (uint32_t c = 0; !rc && c < m->copies; c++)
+        rc = DRAY_HAS(b->ops, weight_create, 3) && !b->ops->weight_create(b->ctx, &d, &m->pk[c], NULL) ? 0 : -1;
+    free(codes);
+    free(dm);
+    return rc;
+}
+
+static void free_packed(struct bench *b, struct mm *m)
+{
+    for (uint32_t c = 0; m->pk && c < m->copies; c++)
+        if (m->pk[c])
+            b->ops->weight_free(b->ctx, m->pk[c]);
+    free(m->pk);
+}
+
+/* wdtype: DRAY_I8 (per-row int8), or a grouped one, packed by the plugin (then
+ * the GB/s count the scales too: they are read with the weights). */
 static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n_tok, uint32_t wdtype)
 {
     struct mm m = {.n_tok = n_tok, .n_out = n_out, .k = k, .wdtype = wdtype};
     size_t wbytes = (size_t)n_out * k, sbytes = (size_t)n_out * 4;
+    struct dray_wformat wf = wformat_of(wdtype);
     if (wdtype != DRAY_I8) {
-        size_t cb, sb;
-        grouped_bytes(wdtype, &cb, &sb);
-        wbytes = (size_t)n_out * (k / 32) * cb;
-        sbytes = (size_t)n_out * (k / 32) * sb;
+        size_t sb = wf.scale == DRAY_WSCALE_F16 ? 2 : 4;
+        wbytes = (size_t)n_out * (k / 32) * (wf.bits == 4 ? 16 : wf.bits == 5 ? 20 : 32);
+        sbytes = (size_t)n_out * (k / 32) * sb * (wf.has_min ? 2 : 1);
     }
     m.wbytes = wbytes;
     m.sbytes = wdtype == DRAY_I8 ? 0 : sbytes; /* I8: one scale table for every copy */
     /* decode: stream from memory like a forward pass does; prefill: one copy */
-    m.copies = n_tok == 1 ? (uint32_t)((256u << 20) / wbytes + 1) : 1;
+    m.copies = n_tok == 1 ? (uint32_t)((256u << 20) / (wbytes + m.sbytes) + 1) : 1;
     if (m.copies > 1024)
         m.copies = 1024;
     m.x = mkbuf(b, (size_t)n_tok * k * 4, 1);
-    m.w = mkbuf(b, wbytes * m.copies, 0);
-    m.ws = wdtype == DRAY_Q5G32 || wdtype == DRAY_Q4G32H ? mkhalves(b, sbytes * m.copies)
-           : wdtype == DRAY_I8  ? mkbuf(b, sbytes, 1)
-                                : mkbuf(b, sbytes * m.copies, 1);
     m.out = mkbuf(b, (size_t)n_tok * n_out * 4, 1);
     const char *name = wdtype_name(wdtype);
-    if (!m.x || !m.w || !m.ws || !m.out) {
+    int packed_rc = 0;
+    if (wdtype == DRAY_I8) {
+        m.w = mkbuf(b, wbytes * m.copies, 0);
+        m.ws = mkbuf(b, sbytes, 1);
+    } else {
+        packed_rc = mkpacked(b, &m, wf);
+    }
+    if (!m.x || !m.out || (wdtype == DRAY_I8 && (!m.w || !m.ws))) {
         printf("  matmul %-6s %5u -> %6u  n_tok %2u: out of memory\n", name, k, n_out, n_tok);
         goto out;
     }
-    double t = timeit(mm_call, b, &m, b->o->reference ? 0.05 : 0.3);
-    if (t < 0) { /* a grouped dtype the plugin does not run */
+    double t = packed_rc ? -1 : timeit(mm_call, b, &m, b->o->reference ? 0.05 : 0.3);
+    if (t < 0) { /* a packed format the plugin does not run */
         printf("  matmul %-6s %5u -> %6u  n_tok %2u: not run by this plugin\n", name, k, n_out, n_tok);
         goto out;
     }
@@ -216,7 +240,12 @@ static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n
     snprintf(what, sizeof(what), "matmul_%s", name);
     emit_json(b, what, f);
 out:
-    b->ops->free(b->ctx, m.x), b->ops->free(b->ctx, m.w), b->ops->free(b->ctx, m.ws), b->ops->free(b->ctx, m.out);
+    free_packed(b, &m);
+    b->ops->free(b->ctx, m.x), b->ops->free(b->ctx, m.out);
+    if (m.w)
+        b->ops->free(b->ctx, m.w);
+    if (m.ws)
+        b->ops->free(b->ctx, m.ws);
 }
 
 /* ---------------------------------------------------------------- attention */
