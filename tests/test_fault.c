@@ -34,7 +34,7 @@
 static const int32_t PROMPT[] = {2, 17, 40, 93, 120, 7, 250};
 #define N_PROMPT (sizeof(PROMPT) / sizeof(PROMPT[0]))
 
-static const char *const KINDS[] = {"alloc", "upload", "download", "copy", "fill", "synchronize", "embed",
+static const char *const KINDS[] = {"alloc", "upload", "download", "copy", "fill", "synchronize", "weight_create", "embed",
                                     "rmsnorm", "matmul", "rope", "kv_store", "attention", "gated_act", "add"};
 #define N_KINDS (sizeof(KINDS) / sizeof(KINDS[0]))
 

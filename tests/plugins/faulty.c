@@ -8,7 +8,8 @@
  * call fails, read at open():
  *
  *   DRAY_FAULT=KIND:N[,KIND:N...]   the Nth call (1-based) of KIND fails, once
- *       KIND: alloc upload download copy fill synchronize (memory and queue),
+ *       KIND: alloc upload download copy fill synchronize weight_create (memory,
+ *             queue and packed weights),
  *             embed rmsnorm matmul rope kv_store attention gated_act add (ops),
  *             op (the Nth op of any kind) or any (the Nth call of any kind)
  *   DRAY_FAULT_COUNTS=1             on close, log the calls counted per kind
@@ -34,7 +35,7 @@
 #endif
 
 enum kind {
-    K_ALLOC, K_UPLOAD, K_DOWNLOAD, K_COPY, K_FILL, K_SYNC,
+    K_ALLOC, K_UPLOAD, K_DOWNLOAD, K_COPY, K_FILL, K_SYNC, K_WEIGHT_CREATE,
     K_EMBED, K_RMSNORM, K_MATMUL, K_ROPE, K_KV_STORE, K_ATTENTION, K_GATED_ACT, K_ADD,
     K_COUNT,
     K_OP = K_COUNT, /* pseudo kinds of a DRAY_FAULT entry */
@@ -43,7 +44,7 @@ enum kind {
 #define K_FIRST_OP K_EMBED
 
 static const char *const kind_names[] = {
-    "alloc", "upload", "download", "copy", "fill", "synchronize",
+    "alloc", "upload", "download", "copy", "fill", "synchronize", "weight_create",
     "embed", "rmsnorm", "matmul", "rope", "kv_store", "attention", "gated_act", "add",
     "op", "any",
 };
@@ -97,7 +98,7 @@ static int parse_setting(const char *s, char *err, size_t errlen)
         if (k < 0 || !end || end == colon + 1 || (*end && *end != ',') || n == 0 ||
             g_n_faults == MAX_FAULTS) {
             snprintf(err, errlen, "faulty: DRAY_FAULT='%s': expected KIND:N[,KIND:N...] (at most %d), "
-                     "KIND one of alloc upload download copy fill synchronize embed rmsnorm matmul "
+                     "KIND one of alloc upload download copy fill synchronize weight_create embed rmsnorm matmul "
                      "rope kv_store attention gated_act add op any, N >= 1", s, MAX_FAULTS);
             return -1;
         }
@@ -217,6 +218,21 @@ static void f_free(struct dray_ctx *ctx, struct dray_buf *buf)
     g_inner->free(in(ctx), buf);
 }
 
+static int f_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *d, struct dray_packed **out,
+                           uint64_t *device_bytes)
+{
+    if (inject(ctx, K_WEIGHT_CREATE)) {
+        *out = NULL;
+        return DRAY_ENOMEM;
+    }
+    return g_inner->weight_create(in(ctx), d, out, device_bytes);
+}
+
+static void f_weight_free(struct dray_ctx *ctx, struct dray_packed *w)
+{
+    g_inner->weight_free(in(ctx), w);
+}
+
 #define PASS(kind, call) return inject(ctx, kind) ? DRAY_EBACKEND : (call)
 
 static int f_upload(struct dray_ctx *ctx, struct dray_view dst, const void *src, size_t nbytes)
@@ -287,7 +303,7 @@ static int f_add(struct dray_ctx *ctx, const struct dray_add_args *a)
 }
 
 static const struct dray_ops faulty_ops = {
-    .version = 2,
+    .version = 3,
     .name = "faulty",
     .describe = "test only: the CPU plugin with the call DRAY_FAULT names failing",
     .device_count = f_device_count,
@@ -311,6 +327,8 @@ static const struct dray_ops faulty_ops = {
     .gated_act = f_gated_act,
     .add = f_add,
     .op_caps = f_op_caps,
+    .weight_create = f_weight_create,
+    .weight_free = f_weight_free,
 };
 
 /* Calls of kind (a DRAY_FAULT kind name) since the last open(); 0 for an unknown name. */
@@ -352,20 +370,20 @@ DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host 
             snprintf(err, errlen, "faulty: cannot load the CPU plugin %s: %s", path, dlerror());
             return DRAY_ENODEV;
         }
-        uint32_t v = 2;
+        uint32_t v = 3;
         const struct dray_ops *inner = NULL;
         int rc = neg(&v, host, &inner, err, errlen);
         if (rc)
             return rc;
-        if (v != 2 || !inner->op_caps) {
-            snprintf(err, errlen, "faulty: %s speaks ABI %u, not 2", path, v);
+        if (v != 3 || !inner->op_caps || !inner->weight_create) {
+            snprintf(err, errlen, "faulty: %s speaks ABI %u, not 3", path, v);
             return DRAY_EINCOMPAT;
         }
         g_inner = inner;
     }
     g_host = host;
     if (*version < faulty_ops.version) {
-        snprintf(err, errlen, "faulty implements ABI 2; this host speaks %u", *version);
+        snprintf(err, errlen, "faulty implements ABI 3; this host speaks %u", *version);
         return DRAY_EINCOMPAT;
     }
     *version = faulty_ops.version;
