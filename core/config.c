@@ -184,6 +184,17 @@ const struct key dray_config_keys[] = {
     {"shutdown_grace", "server", "shutdown_grace", T_U32, F(shutdown_grace), 0, 3600, NULL, 0,
      "seconds that in-flight requests may run on after SIGINT/SIGTERM before they are "
      "cancelled"},
+    {"max_connections", "server", "max_connections", T_U32, F(max_connections), 8, 65536, NULL, 0,
+     "open HTTP connections `dray serve` keeps, one thread each (more are closed as they are "
+     "accepted); also bounded by the process's open-file limit (`ulimit -n`)"},
+    {"max_connections_per_ip", "server", "max_connections_per_ip", T_U32, F(max_connections_per_ip), 0, 65536, NULL, 0,
+     "open connections from one client address (more are closed as they are accepted), so one "
+     "client cannot take every slot; 0 = no cap. Behind a proxy every connection comes from the "
+     "proxy's address: raise it to the proxy's connection pool or set 0"},
+    {"header_timeout", "server", "header_timeout", T_U32, F(header_timeout), 1, 3600, NULL, 0,
+     "seconds a connection may sit idle while it is not being answered: before its request "
+     "line and headers are complete, between reads of its body, and between keep-alive "
+     "requests; then it is closed. While dray answers, the limit is 120 s without a byte sent"},
 };
 #undef F
 #define N_KEYS (sizeof(dray_config_keys) / sizeof(dray_config_keys[0]))
@@ -231,6 +242,9 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->max_messages = 256;
     cfg->max_completion_tokens = 4096;
     cfg->shutdown_grace = 10;
+    cfg->max_connections = 512;       /* under Debian's default 1024 open files */
+    cfg->max_connections_per_ip = 32;
+    cfg->header_timeout = 15;
     cfg->log_level = DRAY_LOG_WARN;
 }
 

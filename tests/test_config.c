@@ -115,6 +115,9 @@ static void test_config_defaults_are_the_documented_ones(void **state)
     assert_int_equal(c.max_prompt_tokens, 0);
     assert_int_equal(c.max_completion_tokens, 4096);
     assert_int_equal(c.shutdown_grace, 10);
+    assert_int_equal(c.max_connections, 512);
+    assert_int_equal(c.max_connections_per_ip, 32);
+    assert_int_equal(c.header_timeout, 15);
     assert_int_equal(c.log_level, DRAY_LOG_WARN);
 }
 
@@ -416,6 +419,7 @@ static void test_config_print_reads_back_identically(void **state)
         {"prefix_cache", "false"}, {"host", "::1"}, {"port", "1"}, {"context", "8192"}, {"chat_template", "gemma"},
         {"max_body", "2MiB"}, {"max_queue", "5"}, {"max_messages", "9"}, {"max_prompt_tokens", "77"},
         {"max_completion_tokens", "33"}, {"shutdown_grace", "4"}, {"activations", "int8"},
+        {"max_connections", "900"}, {"max_connections_per_ip", "0"}, {"header_timeout", "3"},
     };
     for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
         if (dray_config_set(&c, sets[i][0], sets[i][1], err, sizeof(err)))

@@ -132,6 +132,9 @@ struct dray_config {
     uint32_t max_prompt_tokens;     /* tokens of a rendered prompt; 0 = the context */
     uint32_t max_completion_tokens; /* largest max_tokens a request may ask for */
     uint32_t shutdown_grace;  /* seconds in-flight requests may finish after SIGTERM */
+    uint32_t max_connections; /* open HTTP connections (a thread each); more are closed at accept */
+    uint32_t max_connections_per_ip; /* open connections from one client address; 0 = no cap */
+    uint32_t header_timeout;  /* seconds a connection may sit idle while no request is being answered */
 
     int log_level;            /* enum dray_log_level */
 };
