@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "mhderr.h"
 #include "policy.h"
 #include "request.h"
 #include "response.h"
@@ -242,9 +244,16 @@ static int hex_digit(char ch)
                                            : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
 }
 
+/* While dray answers (a whole request may wait in the queue, a stream between
+ * tokens) the connection may be idle longer than the header timeout. */
+#define ANSWER_TIMEOUT 120u
+
 static enum MHD_Result route(struct dray_srv_call *c)
 {
     struct dray_srv_error e;
+    MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
+                              c->srv->cfg->header_timeout > ANSWER_TIMEOUT ? c->srv->cfg->header_timeout
+                                                                           : ANSWER_TIMEOUT);
     if (c->framing) {
         dray_srv_fail(&e, c->framing, "invalid_request_error",
                       c->framing == 415 ? "unsupported_media_type" : c->framing == 501 ? "not_implemented" : NULL,
@@ -356,8 +365,9 @@ static void check_framing(struct dray_srv_call *c, const char *version)
     snprintf(c->framing_why, sizeof(c->framing_why), "%s", why);
 }
 
-static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection *mc,
-                                      const char *url, const char *method, const char *version)
+/* A call is made when libmicrohttpd has read the request line (the URI log
+ * callback), so that its own answers to the headers that follow can name it. */
+static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection *mc, const char *url)
 {
     struct dray_srv_call *c = calloc(1, sizeof(*c));
     if (!c)
@@ -366,29 +376,126 @@ static struct dray_srv_call *call_new(struct dray_srv *s, struct MHD_Connection 
     c->mc = mc;
     c->replica = -1;
     c->t0 = dray_srv_now();
+    snprintf(c->method, sizeof(c->method), "-");
+    snprintf(c->path, sizeof(c->path), "%s", url ? url : "");
+    return c;
+}
+
+/* The headers are in: the method, the decoded URL, the size and framing checks. */
+static void call_start(struct dray_srv_call *c, const char *url, const char *method, const char *version)
+{
+    struct dray_srv *s = c->srv;
+    c->started = true;
     snprintf(c->method, sizeof(c->method), "%s", method);
     snprintf(c->path, sizeof(c->path), "%s", url);
     /* A body over the limit is read and dropped, then refused with 413: most
      * clients (Python's among them) only read the answer once they have sent
      * everything. A declared length far over the limit is refused at once; the
-     * connection then closes, since its body is never read. */
-    const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+     * connection then closes, since its body is never read. (libmicrohttpd has
+     * already refused a Content-Length that is not all digits or over 2^64-1.) */
+    const char *cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     uint64_t declared = cl ? strtoull(cl, NULL, 10) : 0;
     c->too_big = declared > s->cfg->max_body;
     check_framing(c, version);
     c->refuse_now = declared / 64 > s->cfg->max_body || c->framing;
-    return c;
 }
+
+/* ------------------------------------------------------------ libmicrohttpd's own answers */
+
+/* What the connection's thread knows of libmicrohttpd's log (one thread per
+ * connection, so thread-local is per connection): the call of the request
+ * being read, the last message before an error answer (its reason), and
+ * whether dray has sent that answer itself. */
+static _Thread_local struct {
+    struct dray_srv_call *call;
+    char last[160];
+    bool taken;
+} tl;
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
+{
+    tl.call = call_new(cls, mc, uri);
+    tl.last[0] = 0;
+    tl.taken = false;
+    return tl.call;
+}
+
+/* Send the OpenAI-shaped answer on the socket, then shut its write side so that
+ * libmicrohttpd's HTML one (sent twice after a bad Content-Length by 0.9.75: its
+ * parse_connection_headers() error path falls through to a second
+ * build_header_response(); fixed upstream in 1.0.0) never reaches the client:
+ * its sends fail and it closes the connection. */
+static bool take_over(struct MHD_Connection *mc, int status, const char *why)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    size_t len = 0;
+    char *resp = ci ? dray_srv_mhd_error_response(status, why, &len) : NULL;
+    size_t off = 0;
+    double until = dray_srv_now() + 1.0; /* the socket is non-blocking; a fresh one takes it at once */
+    while (resp && off < len && dray_srv_now() < until) {
+        ssize_t n = send(ci->connect_fd, resp + off, len - off, MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+        } else {
+            struct pollfd p = {.fd = ci->connect_fd, .events = POLLOUT};
+            if (n < 0 && poll(&p, 1, 100) < 0)
+                break;
+        }
+    }
+    free(resp);
+    if (off)
+        shutdown(ci->connect_fd, SHUT_WR);
+    return off == len && len;
+}
+
+/* MHD_OPTION_EXTERNAL_LOGGER: libmicrohttpd's messages, as "dray serve:" lines;
+ * an answer it makes itself is logged, counted as answered_by="libmicrohttpd",
+ * and replaced by dray's JSON where the connection is known (after the request
+ * line: a header, Content-Length or chunking fault; not a bad request line,
+ * URI or version, which come before libmicrohttpd names the connection). */
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    struct dray_srv *s = cls;
+    char text[512];
+    int status = dray_srv_mhd_log_read(fmt, ap, text, sizeof(text));
+    if (!status) {
+        if (tl.taken)
+            return; /* its failing sends after take_over */
+        snprintf(tl.last, sizeof(tl.last), "%.159s", text);
+        fprintf(stderr, "dray serve: libmicrohttpd: %s\n", text);
+        return;
+    }
+    struct dray_srv_call *c = tl.call;
+    if (c && c->status)
+        return; /* dray has answered already; libmicrohttpd only closes */
+    /* its reason: "Failed to parse `Content-Length' header. Closing connection." */
+    char why[160];
+    const char *cut = strstr(tl.last, " Closing connection.");
+    snprintf(why, sizeof(why), "%.*s", (int)(cut ? cut - tl.last : (ptrdiff_t)strlen(tl.last)), tl.last);
+    if (!why[0])
+        snprintf(why, sizeof(why), "%.159s", text);
+    bool json = c && take_over(c->mc, status, why);
+    tl.taken = json;
+    dray_srv_metrics_count_mhd_status(&s->metrics, status);
+    fprintf(stderr, "dray serve: %s %s %d answered by libmicrohttpd (%s): %s\n", c ? c->method : "-",
+            c ? c->path : "-", status, json ? "json" : "html", why);
+    if (c)
+        c->status = -status; /* logged here, not again when it completes */
+}
+
+/* ------------------------------------------------------------ requests */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
 {
     struct dray_srv_call *c = *con_cls;
-    if (!c) {
-        c = *con_cls = call_new(cls, mc, url, method, version);
-        if (!c)
-            return MHD_NO;
+    if (!c) /* no call from on_uri: out of memory there */
+        c = *con_cls = call_new(cls, mc, url);
+    if (!c)
+        return MHD_NO;
+    if (!c->started) {
+        call_start(c, url, method, version);
         return c->refuse_now ? route(c) : MHD_YES;
     }
     if (*upload_size) {
@@ -407,13 +514,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)mc;
-    (void)toe;
+    struct dray_srv *s = cls;
     struct dray_srv_call *c = *con_cls;
+    if (c == tl.call)
+        tl.call = NULL;
+    /* the next request on this connection gets the header timeout again */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg->header_timeout);
     if (!c)
         return;
-    if (!c->logged && c->status)
+    if (!c->logged && c->status > 0)
         dray_srv_log(c->method, c->path, c->status, c->n_prompt, c->n_cached, c->n_completion,
                      (dray_srv_now() - c->t0) * 1e3, c->replica);
     dray_srv_buf_free(&c->body);
@@ -432,15 +542,21 @@ int dray_srv_http_start(struct dray_srv *s, char *err, size_t errlen)
         snprintf(err, errlen, "host '%s': %s", s->cfg->host, gai_strerror(rc));
         return DRAY_EINVAL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    /* a thread per connection: the queue, the running sequences and some room
-     * for /metrics and /health probes */
-    unsigned limit = s->cfg->max_queue + s->cfg->max_seqs + 32;
-    s->daemon = MHD_start_daemon(flags, (uint16_t)s->cfg->port, NULL, NULL, on_request, s,
+    /* poll(), not select(): a connection's socket may be past FD_SETSIZE (1024) */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    /* A thread per connection, max_connections of them, max_connections_per_ip
+     * from one address: connections that never finish their headers (slowloris)
+     * then hold one client's slots, and only for header_timeout seconds. */
+    const struct dray_config *cfg = s->cfg;
+    s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                                 /* first, or earlier options' messages go to stderr as they are */
+                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                 MHD_OPTION_CONNECTION_LIMIT, limit,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->header_timeout,
+                                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                                  MHD_OPTION_END);

@@ -58,6 +58,7 @@ struct dray_srv_call {
     bool refuse_now;               /* body far over max_body: answer before reading it */
     int framing;                   /* an RFC 9110/9112 framing fault: its status (0 = none) */
     char framing_why[160];
+    bool started;                  /* the request's headers are in (on_request's first call) */
     bool logged;                   /* a stream writes its own log line when it ends */
     int status;
     int replica;                   /* the replica that served it; -1 = none */

@@ -33,6 +33,13 @@ void dray_srv_metrics_count_status(struct dray_srv_metrics *m, int status)
     pthread_mutex_unlock(&m->mu);
 }
 
+void dray_srv_metrics_count_mhd_status(struct dray_srv_metrics *m, int status)
+{
+    pthread_mutex_lock(&m->mu);
+    m->by_status_mhd[status >= 100 && status < 600 ? status : 500]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* count observations of value v */
 static void hist_add(struct dray_srv_hist *h, double v, uint64_t count)
 {
@@ -116,6 +123,10 @@ static int print_requests(struct dray_srv_buf *b, const struct dray_srv_metrics 
         if (m->by_status[s])
             rc = dray_srv_buf_printf(b, "dray_http_requests_total{code=\"%d\"} %llu\n", s,
                                      (unsigned long long)m->by_status[s]);
+    for (int s = 100; !rc && s < 600; s++)
+        if (m->by_status_mhd[s])
+            rc = dray_srv_buf_printf(b, "dray_http_requests_total{code=\"%d\",answered_by=\"libmicrohttpd\"} %llu\n",
+                                     s, (unsigned long long)m->by_status_mhd[s]);
     return rc;
 }
 

@@ -24,6 +24,7 @@ struct dray_srv_hist {
 struct dray_srv_metrics {
     pthread_mutex_t mu;
     uint64_t by_status[600];  /* HTTP responses by status code */
+    uint64_t by_status_mhd[600]; /* those libmicrohttpd answered itself (malformed HTTP) */
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
     struct dray_srv_hist ttft; /* submit -> first token */
     struct dray_srv_hist itl;  /* between consecutive tokens of a request */
@@ -33,6 +34,9 @@ struct dray_srv_metrics {
 void dray_srv_metrics_init(struct dray_srv_metrics *m);
 void dray_srv_metrics_destroy(struct dray_srv_metrics *m);
 void dray_srv_metrics_count_status(struct dray_srv_metrics *m, int status);
+/* A response libmicrohttpd made itself (a request it could not parse): printed
+ * as dray_http_requests_total{code="400",answered_by="libmicrohttpd"}. */
+void dray_srv_metrics_count_mhd_status(struct dray_srv_metrics *m, int status);
 /* A finished generation (the last output of a request): its tokens and timings.
  * The inter-token latency is observed once per gap, as the request's mean gap
  * (the scheduler reports the first and last token times, not each one). */

@@ -14,6 +14,7 @@
 #include "dray/dray.h"
 #include "policy.h"
 #include "metrics.h"
+#include "mhderr.h"
 #include "models.h"
 #include "route.h"
 #include "server.h"
@@ -823,6 +824,43 @@ static void test_replica_config(void **state)
 
 
 
+/* libmicrohttpd's log read as its error answers: the status, the HTML title; and
+ * the raw JSON response that stands for it */
+static int mhd_read(char *text, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int mhd_read(char *text, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int st = dray_srv_mhd_log_read(fmt, ap, text, len);
+    va_end(ap);
+    return st;
+}
+
+static void test_mhd_errors(void **state)
+{
+    (void)state;
+    char text[128];
+    assert_int_equal(mhd_read(text, sizeof(text), DRAY_SRV_MHD_ERR_FMT "Closing connection.\n", 431u,
+                              "<html><head><title>Request too big</title></head></html>"), 431);
+    assert_string_equal(text, "Request too big");
+    assert_int_equal(mhd_read(text, sizeof(text), "Failed to parse `%s' header.\n", "Content-Length"), 0);
+    assert_string_equal(text, "Failed to parse `Content-Length' header.");
+    size_t len = 0;
+    char *r = dray_srv_mhd_error_response(413, "Too large value", &len);
+    assert_non_null(r);
+    assert_int_equal(len, strlen(r));
+    assert_true(!strncmp(r, "HTTP/1.1 413 Content Too Large\r\n", 32));
+    const char *body = strstr(r, "\r\n\r\n") + 4;
+    json_t *j = json_loads(body, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")), "request_too_large");
+    char cl[48];
+    snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", strlen(body));
+    assert_non_null(strstr(r, cl));
+    json_decref(j);
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -850,6 +888,7 @@ int main(void)
         cmocka_unit_test(test_route_pick),
         cmocka_unit_test(test_route_key),
         cmocka_unit_test(test_replica_config),
+        cmocka_unit_test(test_mhd_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
