@@ -235,8 +235,9 @@ static void stream_free(void *cls)
     dray_request_free(st->req);
     dray_srv_log(st->method, st->path, st->ended ? 200 : 499, st->last.n_prompt, st->last.n_cached,
                  st->last.n_generated, (dray_srv_now() - st->t0) * 1e3, st->replica);
-    if (!st->ended)
-        dray_srv_metrics_count_status(&st->srv->metrics, 499);
+    /* counted once, with the status its log line gives (a stream the client left
+     * is 499, though its 200 status line went out first) */
+    dray_srv_metrics_count_status(&st->srv->metrics, st->ended ? 200 : 499);
     dray_srv_buf_free(&st->out);
     free(st);
 }
@@ -265,8 +266,7 @@ static enum MHD_Result stream(struct dray_srv_call *c, struct dray_request *r,
     enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
     MHD_destroy_response(resp); /* stream_free runs when libmicrohttpd lets go of it */
     c->status = 200;
-    c->logged = true;
-    dray_srv_metrics_count_status(&c->srv->metrics, 200);
+    c->logged = true; /* stream_free logs and counts it */
     return ok;
 }
 
