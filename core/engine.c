@@ -329,6 +329,11 @@ int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add
     return 0;
 }
 
+size_t dray_engine_token_bytes(const struct dray_engine *e, int32_t id, char *out, size_t cap)
+{
+    return dray_tokenizer_token_bytes(e->tok, id, out, cap);
+}
+
 int dray_engine_detokenize(const struct dray_engine *e, const int32_t *ids, size_t n, char **text,
                            size_t *len, char *err, size_t errlen)
 {

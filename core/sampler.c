@@ -399,21 +399,23 @@ static int32_t draw_threshold(struct dray_sampler *s, uint32_t n, float m)
     return k ? draw_weights(s, k) : (int32_t)argmax(s->work, n);
 }
 
-/* No truncation: one pass of exp, one scan. */
+/* No truncation: one pass of exp, one scan. The weights go to prob (the float
+ * values expf gives, as before), so work keeps the penalized row for
+ * dray_sampler_row. */
 static int32_t draw_full(struct dray_sampler *s, uint32_t n, float m)
 {
     float inv_t = 1.0f / s->p.temperature;
-    double z = 0;
+    double z = 0, *w = s->prob;
     for (uint32_t i = 0; i < n; i++) {
-        s->work[i] = expf((s->work[i] - m) * inv_t);
-        z += s->work[i];
+        w[i] = expf((s->work[i] - m) * inv_t);
+        z += w[i];
     }
     double u = dray_sampler_uniform(s) * z, cum = 0;
     uint32_t last = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (s->work[i] <= 0)
+        if (w[i] <= 0)
             continue;
-        cum += s->work[i];
+        cum += w[i];
         last = i;
         if (u < cum)
             return (int32_t)i;
@@ -443,4 +445,9 @@ int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_
     k = select_top_k(s, n_vocab, k);
     qsort(s->cand, k, sizeof(*s->cand), cmp_cand);
     return draw_sorted(s, k);
+}
+
+const float *dray_sampler_row(const struct dray_sampler *s)
+{
+    return s->work;
 }

@@ -63,6 +63,11 @@ void dray_sampler_reseed(struct dray_sampler *s, uint64_t seed);
 int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
                             const int32_t *history, size_t n_history);
 
+/* The row the last dray_sampler_sample drew from: its logits after steps 1-3
+ * (penalties, logit_bias, min_tokens' holds), before temperature; n_vocab of
+ * them, valid until the next call. What logprobs are computed from. */
+const float *dray_sampler_row(const struct dray_sampler *s);
+
 /* The random stream itself, exposed for tests: uniform double in [0, 1). */
 double dray_sampler_uniform(struct dray_sampler *s);
 

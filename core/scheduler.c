@@ -44,6 +44,17 @@
  * checkpoint (or the prefix it was given) goes into the cache at its last
  * block boundary. Chat turns shorter than the window never need one.
  *
+ * Log-probabilities (dray_request_params.logprobs): a generated token's come
+ * from the row its sampler drew from (dray_sampler_row), computed before the
+ * emitter sees the id. Prompt tokens' (prompt_logprobs) need the logits of every
+ * prompt position, not just the last: such a request asks build_batch for those
+ * rows too, at most PROMPT_ROWS of them per step over all requests (its prefill
+ * chunk is cut to fit; chunked prefill goes on as before), into a logits buffer
+ * widened the first time one is admitted. A prefix-cache hit would skip
+ * positions, so such a request attaches no more of a cached prefix than it has
+ * already scored: nothing on its first admission (the cache is bypassed), and
+ * after a preemption only what it scored before it (n_scored).
+ *
  * Locking: one mutex guards the queues, every request's shared fields and the
  * stats. The loop drops it only around the forward pass, which touches nothing a
  * client can see.
@@ -64,11 +75,14 @@
 #include "gen_sampler.h"
 #include "kv.h"
 #include "log.h"
+#include "logprobs.h"
 #include "prefix_cache.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
 enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE };
+
+#define PROMPT_ROWS 32 /* rows of prompt logits per step, for prompt_logprobs */
 
 /* Output produced by the loop and not yet handed to the client. */
 struct outbuf {
@@ -76,6 +90,10 @@ struct outbuf {
     size_t len, cap;
     int32_t *ids;
     size_t n_ids, cap_ids;
+    struct dray_token_logprob *lps;  /* [n_ids] when the request wants logprobs */
+    size_t cap_lps;
+    struct dray_token_logprob *plps; /* [n_plps] prompt tokens' */
+    size_t n_plps, cap_plps;
 };
 
 struct dray_request {
@@ -97,6 +115,11 @@ struct dray_request {
     int32_t feed;                    /* sampled when it finished, to feed after; -1: none */
     bool chat;                       /* a rendered conversation (dray_request_params.chat) */
     size_t ckpt_at;                  /* length at its last checkpoint or cache hit */
+    bool lp, plp, prompt_only;       /* dray_request_params.logprobs, prompt_logprobs, prompt_only */
+    uint32_t lp_top;                 /* top_logprobs */
+    struct dray_token_logprob cur_lp; /* the token being emitted's, for on_emit */
+    size_t n_scored;                 /* plp: prompt rows 0..n_scored scored (tokens 1..n_scored) */
+    bool lp_oom;                     /* no memory for a prompt score: ended at the next reap */
 
     /* shared, under s->mu */
     pthread_cond_t cv;
@@ -151,8 +174,11 @@ struct dray_sched {
     struct dray_request **b_req;     /* [max_seqs] */
     uint32_t *b_n;                   /* [max_seqs] tokens each */
     int32_t *b_ids;                  /* [chunk] */
-    uint32_t *b_rows, *b_row_req;    /* [max_seqs] logit rows and whose they are */
-    float *logits;                   /* [max_seqs][n_vocab] */
+    uint32_t *b_rows, *b_row_req;    /* [max_seqs + PROMPT_ROWS] logit rows and whose they are */
+    int64_t *b_row_pos;              /* [max_seqs + PROMPT_ROWS] the prompt position a row scores
+                                      * the next token of; -1: the row to sample from */
+    float *logits;                   /* [max_seqs][n_vocab], + PROMPT_ROWS rows when wide */
+    bool wide;                       /* logits has the PROMPT_ROWS rows (a plp request came) */
 };
 
 /* ------------------------------------------------------------ lists */
@@ -212,6 +238,11 @@ static int on_emit(void *user, const char *text, size_t len, int32_t id)
     memcpy(o->text + o->len, text, len);
     o->len += len;
     o->text[o->len] = 0;
+    if (id >= 0 && r->lp) {
+        if (!grow((void **)&o->lps, &o->cap_lps, o->n_ids + 1, sizeof(*o->lps)))
+            return DRAY_ENOMEM;
+        o->lps[o->n_ids] = r->cur_lp;
+    }
     if (id >= 0)
         o->ids[o->n_ids++] = id;
     return 0;
@@ -221,6 +252,8 @@ static void outbuf_free(struct outbuf *o)
 {
     free(o->text);
     free(o->ids);
+    free(o->lps);
+    free(o->plps);
 }
 
 static void request_destroy(struct dray_request *r)
@@ -246,6 +279,7 @@ static void sched_free(struct dray_sched *s)
     free(s->b_ids);
     free(s->b_rows);
     free(s->b_row_req);
+    free(s->b_row_pos);
     free(s->logits);
     free(s->head);
     free(s);
@@ -404,6 +438,8 @@ static void reap_cancelled(struct dray_sched *s)
             next = r->next;
             if (r->cancel || s->stopping)
                 finish(s, r, "cancelled", DRAY_ECANCELED, "cancelled");
+            else if (r->lp_oom)
+                finish(s, r, "error", DRAY_ENOMEM, "out of memory for the prompt's logprobs");
         }
 }
 
@@ -438,7 +474,9 @@ static bool start_sequence(struct dray_sched *s, struct dray_request *r)
     uint32_t L = 0;
     if (s->pc) {
         double t0 = dray_now_s();
-        L = dray_pcache_attach(s->pc, r->salt, r->toks, r->n_toks - 1, r->sess->seq);
+        /* prompt_logprobs: no more than what is scored (see the top) */
+        size_t most = r->plp && r->n_scored < r->n_toks - 1 ? r->n_scored : r->n_toks - 1;
+        L = most ? dray_pcache_attach(s->pc, r->salt, r->toks, most, r->sess->seq) : 0;
         s->cache_s += dray_now_s() - t0;
     }
     if ((L && dray_session_adopt(r->sess, r->toks, L)) || !blocks_fit(s, r->n_toks - L)) {
@@ -454,10 +492,27 @@ static bool start_sequence(struct dray_sched *s, struct dray_request *r)
     return true;
 }
 
+/* Widen the logits buffer for prompt rows; false when there is no memory. */
+static bool widen_logits(struct dray_sched *s)
+{
+    if (s->wide)
+        return true;
+    float *l = realloc(s->logits, (size_t)(s->max_seqs + PROMPT_ROWS) * s->e->info.n_vocab * sizeof(float));
+    if (!l)
+        return false;
+    s->logits = l;
+    s->wide = true;
+    return true;
+}
+
 static void admit(struct dray_sched *s)
 {
     while (s->waiting.head && s->running.n < s->max_seqs) {
         struct dray_request *r = s->waiting.head;
+        if (r->plp && !widen_logits(s)) {
+            finish(s, r, "error", DRAY_ENOMEM, "out of memory for the prompt's logits");
+            continue;
+        }
         if (!start_sequence(s, r))
             return;
         list_remove(&s->waiting, r);
@@ -472,7 +527,7 @@ static void admit(struct dray_sched *s)
 /* Fill the batch arrays; returns the number of sequences in it. */
 static uint32_t build_batch(struct dray_sched *s, uint32_t *n_tok, uint32_t *n_rows)
 {
-    uint32_t nb = 0, T = 0, nr = 0;
+    uint32_t nb = 0, T = 0, nr = 0, budget = PROMPT_ROWS; /* prompt rows left */
     /* first the finishers (the head of s->finishing): up to their next stop, no logits */
     for (struct finisher *f = s->finishing; f && T < s->chunk; f = f->next) {
         size_t have = dray_session_len(f->sess), to = f->n;
@@ -489,9 +544,21 @@ static uint32_t build_batch(struct dray_sched *s, uint32_t *n_tok, uint32_t *n_r
             if ((pass == 0) != (pending == 1))
                 continue; /* pass 0: decoders; pass 1: prefills */
             uint32_t take = (uint32_t)(pending < s->chunk - T ? pending : s->chunk - T);
+            /* prompt_logprobs: the rows q in [lo, hi) still to score, at most budget */
+            size_t lo = have > r->n_scored ? have : r->n_scored, hi = r->plp ? r->n_prompt - 1 : 0;
+            if (lo < hi && lo - have + budget < take)
+                take = (uint32_t)(lo - have + budget);
+            if (take == 0)
+                continue; /* the budget is spent: its next chunk waits a step */
             memcpy(s->b_ids + T, r->toks + have, take * sizeof(int32_t));
+            for (size_t q = lo; q < hi && q < have + take; q++, budget--) {
+                s->b_rows[nr] = T + (uint32_t)(q - have);
+                s->b_row_pos[nr] = (int64_t)q;
+                s->b_row_req[nr++] = nb;
+            }
             if (take == pending) {
                 s->b_rows[nr] = T + take - 1;
+                s->b_row_pos[nr] = -1;
                 s->b_row_req[nr++] = nb;
             }
             s->b_sess[nb] = r->sess;
@@ -521,17 +588,39 @@ static void preempt_newest(struct dray_sched *s)
     dray_debug("scheduler: preempted a request of %zu tokens (KV pool full)", victim->n_toks);
 }
 
+/* Score prompt token q + 1 of r from the raw logits row of position q (mu held).
+ * Never ends r: no memory for it marks r for the next reap. */
+static void score_prompt(struct dray_sched *s, struct dray_request *r, size_t q, const float *row)
+{
+    struct outbuf *o = &r->pend;
+    if (q < r->n_scored)
+        return; /* scored before a preemption */
+    if (!grow((void **)&o->plps, &o->cap_plps, o->n_plps + 1, sizeof(*o->plps))) {
+        r->lp_oom = true;
+        return;
+    }
+    dray_logprobs_of(row, s->e->info.n_vocab, r->toks[q + 1], r->lp_top, &o->plps[o->n_plps++]);
+    r->n_scored = q + 1;
+    pthread_cond_broadcast(&r->cv);
+}
+
 /* Sample r's next token from its logits row (mu held). */
 static void advance(struct dray_sched *s, struct dray_request *r, const float *row)
 {
     const struct dray_engine *e = s->e;
     if (!r->t_first)
         r->t_first = dray_now_s();
+    if (r->prompt_only) {
+        finish(s, r, "length", 0, NULL);
+        return;
+    }
     int32_t id = dray_sampler_sample(r->smp, row, e->info.n_vocab, r->toks, r->n_toks);
     if (id < 0) {
         finish(s, r, "error", id, "sampling failed");
         return;
     }
+    if (r->lp) /* from the row the sampler drew from: penalized, before temperature */
+        dray_logprobs_of(dray_sampler_row(r->smp), e->info.n_vocab, id, r->lp_top, &r->cur_lp);
     if (dray_tokenizer_is_eog(e->tok, id) || dray_gen_is_stop_id(r->stop_ids, r->n_stop_ids, id)) {
         r->feed = id == s->turn_end ? id : -1;
         finish(s, r, "stop", 0, NULL);
@@ -634,8 +723,14 @@ static void step(struct dray_sched *s)
                 checkpoint_if_due(s, s->b_req[i]);
         s->st.cache_fed_tokens += fed_tokens;
         finishers_fed(s, n_fed); /* those in this batch: the list's head */
-        for (uint32_t i = 0; i < n_rows; i++)
-            advance(s, s->b_req[s->b_row_req[i]], s->logits + (size_t)i * s->e->info.n_vocab);
+        /* a request's prompt rows come before its row to sample (which may end it) */
+        for (uint32_t i = 0; i < n_rows; i++) {
+            const float *row = s->logits + (size_t)i * s->e->info.n_vocab;
+            if (s->b_row_pos[i] >= 0)
+                score_prompt(s, s->b_req[s->b_row_req[i]], (size_t)s->b_row_pos[i], row);
+            else
+                advance(s, s->b_req[s->b_row_req[i]], row);
+        }
     }
     note_kv_usage(s);
 }
@@ -698,11 +793,12 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
     s->b_sess = calloc(s->max_seqs, sizeof(*s->b_sess));
     s->b_req = calloc(s->max_seqs, sizeof(*s->b_req));
     s->b_n = calloc(s->max_seqs, sizeof(*s->b_n));
-    s->b_rows = calloc(s->max_seqs, sizeof(*s->b_rows));
-    s->b_row_req = calloc(s->max_seqs, sizeof(*s->b_row_req));
+    s->b_rows = calloc(s->max_seqs + PROMPT_ROWS, sizeof(*s->b_rows));
+    s->b_row_req = calloc(s->max_seqs + PROMPT_ROWS, sizeof(*s->b_row_req));
+    s->b_row_pos = calloc(s->max_seqs + PROMPT_ROWS, sizeof(*s->b_row_pos));
     s->b_ids = calloc(s->chunk, sizeof(*s->b_ids));
     s->logits = malloc((size_t)s->max_seqs * e->info.n_vocab * sizeof(float));
-    if (!s->b_sess || !s->b_req || !s->b_n || !s->b_rows || !s->b_row_req || !s->b_ids || !s->logits) {
+    if (!s->b_sess || !s->b_req || !s->b_n || !s->b_rows || !s->b_row_req || !s->b_row_pos || !s->b_ids || !s->logits) {
         sched_free(s);
         return dray_fail(err, errlen, DRAY_ENOMEM, "scheduler: out of memory for %u sequences",
                          e->info.max_seqs);
@@ -755,6 +851,9 @@ static int check_request(const struct dray_engine *e, const struct dray_request_
 {
     if (!p->ids || p->n_ids == 0)
         return dray_fail(err, errlen, DRAY_EINVAL, "empty prompt");
+    if (p->top_logprobs > DRAY_MAX_TOP_LOGPROBS)
+        return dray_fail(err, errlen, DRAY_EINVAL, "top_logprobs %u, at most %d", p->top_logprobs,
+                         DRAY_MAX_TOP_LOGPROBS);
     if (p->n_ids >= e->info.context)
         return dray_fail(err, errlen, DRAY_ERANGE,
                          "the prompt is %zu tokens but the context is %u tokens, which leaves no "
@@ -803,6 +902,10 @@ static int request_new(struct dray_sched *s, const struct dray_request_params *p
     r->max_tokens = g->max_tokens;
     r->feed = -1;
     r->chat = p->chat;
+    r->lp = p->logprobs;
+    r->lp_top = p->top_logprobs;
+    r->plp = p->prompt_logprobs;
+    r->prompt_only = p->prompt_only;
     *out = r;
     return 0;
 fail:
@@ -850,10 +953,11 @@ static void fill_output(struct dray_request *r, struct dray_request_output *o)
     struct outbuf t = r->given;
     r->given = r->pend;
     r->pend = t;
-    r->pend.len = r->pend.n_ids = 0;
+    r->pend.len = r->pend.n_ids = r->pend.n_plps = 0;
     *o = (struct dray_request_output){
         .text = r->given.text ? r->given.text : "", .len = r->given.len, .ids = r->given.ids,
-        .n_ids = r->given.n_ids, .done = r->done, .rc = r->rc, .finish_reason = r->finish,
+        .n_ids = r->given.n_ids, .logprobs = r->lp ? r->given.lps : NULL,
+        .prompt_logprobs = r->given.plps, .n_prompt_logprobs = r->given.n_plps, .done = r->done, .rc = r->rc, .finish_reason = r->finish,
         .error = r->rc ? r->error : NULL, .n_prompt = (uint32_t)r->n_prompt,
         .n_cached = r->n_cached, .n_generated = r->n_generated, .n_preempted = r->n_preempted,
         .queue_s = r->t_admit ? r->t_admit - r->t_submit : 0,
@@ -877,10 +981,10 @@ int dray_request_poll(struct dray_request *r, struct dray_request_output *out, i
     }
     pthread_mutex_lock(&s->mu);
     int got = 1;
-    while (!r->done && !r->pend.len && !r->pend.n_ids) {
+    while (!r->done && !r->pend.len && !r->pend.n_ids && !r->pend.n_plps) {
         if (timeout_ms == 0 ||
             (timeout_ms > 0 && pthread_cond_timedwait(&r->cv, &s->mu, &until) == ETIMEDOUT)) {
-            got = r->done || r->pend.len || r->pend.n_ids;
+            got = r->done || r->pend.len || r->pend.n_ids || r->pend.n_plps;
             break;
         }
         if (timeout_ms < 0)

@@ -891,6 +891,7 @@ void dray_detok_init(struct dray_detok *d)
 struct sink {
     char *out; /* NULL: only count */
     size_t n;
+    bool raw;  /* the bytes as they are, past the UTF-8 gate (dray_tokenizer_token_bytes) */
 };
 
 static void put(struct sink *k, const void *s, size_t n)
@@ -904,6 +905,10 @@ static void put(struct sink *k, const void *s, size_t n)
 static void gate(struct dray_detok *d, const uint8_t *s, size_t n, struct sink *k)
 {
     size_t i = 0;
+    if (k->raw) {
+        put(k, s, n);
+        return;
+    }
     if (d->n > 0) {
         uint8_t tmp[8];
         size_t np = d->n, take = n < 4 - np ? n : 4 - np;
@@ -1002,12 +1007,26 @@ size_t dray_detok_push(struct dray_detok *d, const struct dray_tokenizer *t, int
                        size_t cap)
 {
     struct dray_detok dry = *d;
-    struct sink count = {NULL, 0};
+    struct sink count = {NULL, 0, false};
     piece(&dry, t, id, &count);
     if (count.n > cap || !out)
         return count.n;
-    struct sink k = {out, 0};
+    struct sink k = {out, 0, false};
     piece(d, t, id, &k);
+    return k.n;
+}
+
+size_t dray_tokenizer_token_bytes(const struct dray_tokenizer *t, int32_t id, char *out, size_t cap)
+{
+    struct dray_detok d = {0};
+    struct sink count = {NULL, 0, true};
+    if (id < 0 || (uint32_t)id >= t->n_vocab)
+        return 0;
+    piece(&d, t, id, &count);
+    if (count.n > cap || !out)
+        return count.n;
+    struct sink k = {out, 0, true};
+    piece(&d, t, id, &k);
     return k.n;
 }
 

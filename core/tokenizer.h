@@ -73,6 +73,9 @@ void dray_detok_init(struct dray_detok *d);
  * always enough. An id out of range yields U+FFFD. */
 size_t dray_detok_push(struct dray_detok *d, const struct dray_tokenizer *t, int32_t id, char *out,
                        size_t cap);
+/* One token's piece as raw bytes (no UTF-8 gate): snprintf's contract, nothing
+ * for an id out of range. */
+size_t dray_tokenizer_token_bytes(const struct dray_tokenizer *t, int32_t id, char *out, size_t cap);
 /* End of stream: an incomplete held-back character becomes U+FFFD. Needs at most
  * 3 bytes (same return contract as push). */
 size_t dray_detok_flush(struct dray_detok *d, char *out, size_t cap);

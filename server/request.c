@@ -6,6 +6,7 @@
 
 #include "fields.h"
 #include "jfield.h"
+#include "logprobs.h"
 #include "sampling.h"
 
 /* ------------------------------------------------------------ messages */
@@ -111,8 +112,13 @@ static int parse_prompt(struct dray_srv_request *req, struct dray_srv_error *e)
         p = json_array_get(p, 0);
     if (!p)
         return dray_srv_bad(e, "prompt", "'prompt' is required: a string");
+    /* text completions also take token ids (lm-evaluation-harness sends them) */
+    int ids = req->kind == DRAY_SRV_COMPLETION ? dray_srv_parse_prompt_ids(req, p, e) : 0;
+    if (ids)
+        return ids < 0 ? -1 : 0;
     if (!json_is_string(p))
-        return dray_srv_bad(e, "prompt", "'prompt' must be a string (or a list of one string), got %s",
+        return dray_srv_bad(e, "prompt", "'prompt' must be a string (or a list of one string, or "
+                            "of token ids on /v1/completions), got %s",
                             json_is_array(p) ? "an array of something else" : dray_srv_kind_of(p));
     req->prompt = json_string_value(p);
     return 0;
@@ -149,15 +155,6 @@ static int refuse_unsupported(json_t *root, struct dray_srv_error *e)
         return dray_srv_bad(e, "n", "'n' must be 1: dray returns one choice per request");
     if ((v = dray_srv_field(root, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return dray_srv_bad(e, "best_of", "'best_of' must be 1: dray returns one choice per request");
-    if ((v = dray_srv_field(root, "logprobs")) && !json_is_boolean(v) && !json_is_integer(v))
-        return dray_srv_bad(e, "logprobs", "'logprobs' must be false or an integer, got %s", dray_srv_kind_of(v));
-    if (v && (json_is_true(v) || (json_is_integer(v) && json_integer_value(v) > 0)))
-        return dray_srv_bad(e, "logprobs", "'logprobs' is not supported by this server");
-    if ((v = dray_srv_field(root, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        return dray_srv_bad(e, "top_logprobs", "'top_logprobs' must be 0: logprobs are not supported "
-                            "by this server");
-    if ((v = dray_srv_field(root, "echo")) && !json_is_false(v))
-        return dray_srv_bad(e, "echo", "'echo' is not supported by this server");
     if ((v = dray_srv_field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
         return dray_srv_bad(e, "tools", "'tools' (function calling) is not supported by this server");
     if ((v = dray_srv_field(root, "tool_choice")) &&
@@ -200,8 +197,8 @@ static int parse_generation(struct dray_srv_request *req, const struct dray_conf
     int rc = req->kind == DRAY_SRV_CHAT ? parse_messages(req, cfg, e) : parse_prompt(req, e);
     return rc || dray_srv_get_string(req->root, "user", &req->user, e) ||
            dray_srv_get_string(req->root, "cache_salt", &req->cache_salt, e) ||
-           dray_srv_parse_sampling(req, cfg, e) || parse_stream(req, e) ||
-           refuse_unsupported(req->root, e);
+           dray_srv_parse_sampling(req, cfg, e) || dray_srv_parse_logprobs(req, e) ||
+           parse_stream(req, e) || refuse_unsupported(req->root, e);
 }
 
 /* ------------------------------------------------------------ tokenize */
@@ -336,6 +333,10 @@ int dray_srv_request_check_vocab(const struct dray_srv_request *req, uint32_t n_
         if ((uint32_t)g->stop_ids[i] >= n_vocab)
             return dray_srv_bad(e, "stop_token_ids", "stop_token_ids[%u] is %d; the model's "
                                 "vocabulary is 0..%u", i, g->stop_ids[i], n_vocab - 1);
+    for (size_t i = 0; i < req->n_prompt_ids; i++)
+        if ((uint32_t)req->prompt_ids[i] >= n_vocab)
+            return dray_srv_bad(e, "prompt", "prompt[%zu] is token %d; the model's vocabulary is "
+                                "0..%u", i, req->prompt_ids[i], n_vocab - 1);
     for (size_t i = 0; i < req->n_tokens; i++)
         if ((uint32_t)req->tokens[i] >= n_vocab)
             return dray_srv_bad(e, "tokens", "tokens[%zu] is %d; the model's vocabulary is 0..%u", i,
@@ -352,6 +353,7 @@ void dray_srv_request_free(struct dray_srv_request *req)
     free(req->bias);
     free(req->stop_ids);
     free(req->tokens);
+    free(req->prompt_ids);
     json_decref(req->root);
     *req = (struct dray_srv_request){.kind = req->kind};
 }

@@ -43,6 +43,16 @@ struct dray_srv_request {
     int32_t *stop_ids;             /* gen.stop_ids points here (malloc'd) */
     bool stream;
     bool include_usage;            /* stream_options.include_usage */
+    /* logprobs (logprobs.c) */
+    bool logprobs;                 /* chat: logprobs true; text: logprobs given (0..5) */
+    uint32_t top_logprobs;         /* chat: top_logprobs; text: the logprobs number */
+    bool echo;                     /* text: the prompt comes back before the completion */
+    const char *zero_tokens;       /* the field that asked for 0 tokens ("max_tokens"), or
+                                    * NULL: 0 is allowed with echo only (gen.max_tokens is
+                                    * then 0: the prompt alone, dray_request_params.prompt_only) */
+    int32_t *prompt_ids;           /* text: a prompt given as token ids [n_prompt_ids] (malloc'd),
+                                    * else NULL */
+    size_t n_prompt_ids;
     /* tokenize */
     bool add_special_tokens;       /* a prompt: BOS as the model's metadata says (default true) */
     bool add_generation_prompt;    /* messages: the assistant turn's header (default true) */

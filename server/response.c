@@ -25,15 +25,18 @@ static json_t *envelope(const struct dray_srv_ident *id, bool chunk)
 }
 
 /* One choice: chat carries its text in "message" (whole) or "delta" (stream),
- * a text completion in "text". text == NULL: a delta with no content key. */
+ * a text completion in "text". text == NULL: a delta with no content key.
+ * logprobs (taken; NULL = null) is the choice's "logprobs". */
 static json_t *choice_json(enum dray_srv_kind kind, bool chunk, bool role, const char *text,
-                           size_t len, const char *finish_reason)
+                           size_t len, const char *finish_reason, json_t *logprobs)
 {
     json_t *content = text ? json_stringn(text, len) : NULL;
-    if (text && !content)
+    if (text && !content) {
+        json_decref(logprobs);
         return NULL; /* not UTF-8 */
-    json_t *c = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
-                          finish_reason ? json_string(finish_reason) : json_null());
+    }
+    json_t *c = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", logprobs ? logprobs : json_null(),
+                          "finish_reason", finish_reason ? json_string(finish_reason) : json_null());
     if (!c)
         goto fail;
     if (kind == DRAY_SRV_COMPLETION) {
@@ -67,9 +70,20 @@ static int add_choice(json_t *root, json_t *choice)
 char *dray_srv_completion_json(const struct dray_srv_ident *id, const char *text, size_t len,
                                const char *finish_reason, const struct dray_srv_usage *u)
 {
+    return dray_srv_completion_json_lp(id, text, len, finish_reason, u, NULL);
+}
+
+char *dray_srv_completion_json_lp(const struct dray_srv_ident *id, const char *text, size_t len,
+                                  const char *finish_reason, const struct dray_srv_usage *u,
+                                  json_t *logprobs)
+{
     json_t *root = envelope(id, false);
     char *out = NULL;
-    if (!root || add_choice(root, choice_json(id->kind, false, true, text, len, finish_reason)) ||
+    if (!root) {
+        json_decref(logprobs);
+        goto out;
+    }
+    if (add_choice(root, choice_json(id->kind, false, true, text, len, finish_reason, logprobs)) ||
         json_object_set_new(root, "usage", usage_json(u)))
         goto out;
     out = json_dumps(root, JSON_COMPACT);
@@ -93,12 +107,23 @@ static int sse_event(struct dray_srv_buf *out, json_t *root)
 int dray_srv_sse_chunk(struct dray_srv_buf *out, const struct dray_srv_ident *id, bool role,
                        const char *text, size_t len, const char *finish_reason, bool with_usage_null)
 {
+    return dray_srv_sse_chunk_lp(out, id, role, text, len, finish_reason, with_usage_null, NULL);
+}
+
+int dray_srv_sse_chunk_lp(struct dray_srv_buf *out, const struct dray_srv_ident *id, bool role,
+                          const char *text, size_t len, const char *finish_reason,
+                          bool with_usage_null, json_t *logprobs)
+{
     json_t *root = envelope(id, true);
+    if (!root) {
+        json_decref(logprobs);
+        return DRAY_ENOMEM;
+    }
     /* the role chunk carries "content": "" like OpenAI's; the finishing chunk an empty delta */
     const char *content = role ? "" : (len || !finish_reason ? text : NULL);
     if (!content && id->kind == DRAY_SRV_COMPLETION)
         content = "";
-    if (!root || add_choice(root, choice_json(id->kind, true, role, content, len, finish_reason)) ||
+    if (add_choice(root, choice_json(id->kind, true, role, content, len, finish_reason, logprobs)) ||
         (with_usage_null && json_object_set_new(root, "usage", json_null()))) {
         json_decref(root);
         return DRAY_EINVAL;

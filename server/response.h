@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "apierr.h"
 #include "buf.h"
 #include "request.h"
@@ -29,6 +31,11 @@ struct dray_srv_usage {
 char *dray_srv_completion_json(const struct dray_srv_ident *id, const char *text, size_t len,
                                const char *finish_reason, const struct dray_srv_usage *u);
 
+/* The same with the choice's "logprobs" (taken; NULL = null): logprobs_json.h. */
+char *dray_srv_completion_json_lp(const struct dray_srv_ident *id, const char *text, size_t len,
+                                  const char *finish_reason, const struct dray_srv_usage *u,
+                                  json_t *logprobs);
+
 /* Append one SSE event to out. A chat stream starts with a chunk that carries
  * only the assistant role (role = true). text/len is new text (may be empty);
  * finish_reason is NULL until the last content chunk. with_usage_null adds
@@ -36,6 +43,9 @@ char *dray_srv_completion_json(const struct dray_srv_ident *id, const char *text
 int dray_srv_sse_chunk(struct dray_srv_buf *out, const struct dray_srv_ident *id, bool role,
                        const char *text, size_t len, const char *finish_reason,
                        bool with_usage_null);
+int dray_srv_sse_chunk_lp(struct dray_srv_buf *out, const struct dray_srv_ident *id, bool role,
+                          const char *text, size_t len, const char *finish_reason,
+                          bool with_usage_null, json_t *logprobs);
 /* The extra last chunk of include_usage: no choices, the usage totals. */
 int dray_srv_sse_usage(struct dray_srv_buf *out, const struct dray_srv_ident *id,
                        const struct dray_srv_usage *u);

@@ -44,9 +44,12 @@ static int parse_max_tokens(struct dray_srv_request *req, const struct dray_conf
     long long mt = 0, mct = 0;
     bool has_mt, has_mct;
     long long cap = cfg->max_completion_tokens;
-    if (dray_srv_get_int(req->root, "max_tokens", 1, cap, &has_mt, &mt, e) ||
-        dray_srv_get_int(req->root, "max_completion_tokens", 1, cap, &has_mct, &mct, e))
+    /* 0 is read here and refused without echo (logprobs.c): the prompt alone */
+    if (dray_srv_get_int(req->root, "max_tokens", 0, cap, &has_mt, &mt, e) ||
+        dray_srv_get_int(req->root, "max_completion_tokens", 0, cap, &has_mct, &mct, e))
         return -1;
+    if (has_mct ? mct == 0 : has_mt && mt == 0)
+        req->zero_tokens = has_mct ? "max_completion_tokens" : "max_tokens";
     /* max_completion_tokens is OpenAI's newer name; it wins when both are given */
     if (has_mct)
         req->gen.max_tokens = (uint32_t)mct;

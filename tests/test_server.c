@@ -1,6 +1,7 @@
 /* Server pieces that need no model and no socket: request parsing and
  * validation, the OpenAI response/SSE bodies, the API key and size limits, and
  * the Prometheus metrics page. (tests/e2e/test_serve.py drives the real server.) */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include "models.h"
 #include "route.h"
 #include "server.h"
+#include "logprobs_json.h"
 #include "request.h"
 #include "response.h"
 
@@ -152,7 +154,7 @@ static void test_malformed_bodies_are_refused(void **state)
                    "got nothing");
     assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}",
                    "messages[0].content", "got an integer");
-    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[1,2,3]}", "prompt", "must be a string");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[1.5,2]}", "prompt", "must be a string");
     assert_refused(DRAY_SRV_COMPLETION, "{}", "prompt", "'prompt' is required");
 }
 
@@ -166,9 +168,9 @@ static void test_wrong_types_and_ranges_are_refused(void **state)
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":1.5}", "max_tokens",
                    "must be an integer, got a number");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens",
-                   "between 1 and 4096, got 0");
+                   "must be at least 1");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_completion_tokens\":5000}",
-                   "max_completion_tokens", "between 1 and 4096");
+                   "max_completion_tokens", "between 0 and 4096");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"top_k\":-2}", "top_k", "got -2");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"seed\":\"1\"}", "seed", "must be an integer");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"stream\":1}", "stream", "true or false");
@@ -194,8 +196,16 @@ static void test_wrong_types_and_ranges_are_refused(void **state)
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"model\":3}", "model", "must be a string");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"cache_salt\":[]}", "cache_salt", "must be a string");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2}", "n", "must be 1");
-    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "not supported");
-    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo", "not supported");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "between 0 and 5");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs", "legacy API");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "echo", "true or false");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"stream\":true}", "echo",
+                   "not supported");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens", "with 'echo'");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[]}", "prompt", "must be a string");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[2,-1]}", "prompt", "prompt[1] must be a token id");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[2,\"a\"]}", "prompt", "prompt[1] must be a token id");
+    assert_refused(DRAY_SRV_TOKENIZE, "{\"prompt\":[2,3]}", "prompt", "must be a string");
 }
 
 static void test_too_many_messages(void **state)
@@ -328,9 +338,13 @@ static void test_what_cannot_be_honoured_is_refused(void **state)
         {"\"tools\":[{\"type\":\"function\"}]", "tools", "not supported"},
         {"\"n\":1", NULL, NULL},
         {"\"n\":3", "n", "must be 1"},
-        {"\"logprobs\":false,\"top_logprobs\":0", NULL, NULL},
-        {"\"logprobs\":true", "logprobs", "not supported"},
-        {"\"top_logprobs\":2", "top_logprobs", "must be 0"},
+        {"\"logprobs\":false", NULL, NULL},
+        {"\"logprobs\":true,\"top_logprobs\":20", NULL, NULL},
+        {"\"logprobs\":2", "logprobs", "true or false"},
+        {"\"logprobs\":true,\"top_logprobs\":21", "top_logprobs", "between 0 and 20"},
+        {"\"top_logprobs\":2", "top_logprobs", "only allowed when 'logprobs' is true"},
+        {"\"logprobs\":false,\"top_logprobs\":0", "top_logprobs", "only allowed"},
+        {"\"max_completion_tokens\":0", "max_completion_tokens", "at least 1"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char body[256];
@@ -341,6 +355,97 @@ static void test_what_cannot_be_honoured_is_refused(void **state)
         else
             assert_accepted(DRAY_SRV_CHAT, body);
     }
+}
+
+/* logprobs, top_logprobs, echo and token-id prompts are read into the request */
+static void test_logprobs_fields_are_read(void **state)
+{
+    (void)state;
+    struct dray_srv_request q;
+    struct dray_srv_error e;
+    if (parse(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,"
+              "\"top_logprobs\":3}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_true(q.logprobs);
+    assert_int_equal(q.top_logprobs, 3);
+    dray_srv_request_free(&q);
+    /* what lm-evaluation-harness sends: ids, a batch of one, logprobs 1, echo, 0 tokens */
+    if (parse(DRAY_SRV_COMPLETION, "{\"prompt\":[[2,651,6037]],\"logprobs\":1,\"echo\":true,"
+              "\"max_tokens\":0}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_true(q.logprobs && q.echo);
+    assert_int_equal(q.top_logprobs, 1);
+    assert_string_equal(q.zero_tokens, "max_tokens");
+    assert_int_equal(q.n_prompt_ids, 3);
+    assert_int_equal(q.prompt_ids[1], 651);
+    assert_null(q.prompt);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 7000, &e), 0);
+    assert_int_equal(dray_srv_request_check_vocab(&q, 6000, &e), -1);
+    assert_string_equal(e.param, "prompt");
+    assert_non_null(strstr(e.message, "prompt[2] is token 6037"));
+    dray_srv_request_free(&q);
+    if (parse(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":0}", &q, &e))
+        fail_msg("%s", e.message);
+    assert_true(q.logprobs && !q.echo && !q.zero_tokens);
+    assert_int_equal(q.top_logprobs, 0);
+    dray_srv_request_free(&q);
+}
+
+/* a fake vocabulary for the shapes: id 1 "He", 2 "llo", 3 a lone byte 0xC3, 4 " w" */
+static size_t fake_piece(const void *user, int32_t id, char *out, size_t cap)
+{
+    (void)user;
+    static const char *p[] = {"", "He", "llo", "\xC3", " w"};
+    size_t n = id >= 0 && id < 5 ? strlen(p[id]) : 0;
+    if (n <= cap)
+        memcpy(out, p[id], n);
+    return n;
+}
+
+static void test_logprobs_shapes(void **state)
+{
+    (void)state;
+    struct dray_token_logprob lp[3] = {
+        {.id = 1, .logprob = NAN},
+        {.id = 2, .logprob = -0.5f, .n_top = 2, .top = {{2, -0.5f}, {4, -1.25f}}},
+        {.id = 3, .logprob = -INFINITY, .n_top = 1, .top = {{1, -0.25f}}},
+    };
+    json_t *c = dray_srv_chat_logprobs_json(lp + 1, 2, fake_piece, NULL);
+    char *t = json_dumps(c, JSON_COMPACT);
+    assert_string_equal(t, "{\"content\":[{\"token\":\"llo\",\"logprob\":-0.5,\"bytes\":[108,108,111],"
+                        "\"top_logprobs\":[{\"token\":\"llo\",\"logprob\":-0.5,\"bytes\":[108,108,111]},"
+                        "{\"token\":\" w\",\"logprob\":-1.25,\"bytes\":[32,119]}]},"
+                        "{\"token\":\"\xEF\xBF\xBD\",\"logprob\":-9999.0,\"bytes\":[195],"
+                        "\"top_logprobs\":[{\"token\":\"He\",\"logprob\":-0.25,\"bytes\":[72,101]}]}]}");
+    free(t);
+    json_decref(c);
+    size_t end = 0;
+    c = dray_srv_text_logprobs_json(lp, 3, 0, &end, fake_piece, NULL);
+    t = json_dumps(c, JSON_COMPACT);
+    assert_string_equal(t, "{\"tokens\":[\"He\",\"llo\",\"\xEF\xBF\xBD\"],\"token_logprobs\":[null,-0.5,-9999.0],"
+                        "\"top_logprobs\":[null,{\"llo\":-0.5,\" w\":-1.25},{\"He\":-0.25,\"\xEF\xBF\xBD\":-9999.0}],"
+                        "\"text_offset\":[0,2,5]}");
+    assert_int_equal(end, 6);
+    free(t);
+    json_decref(c);
+    /* in a body: the choice's logprobs */
+    struct dray_srv_ident id = {.kind = DRAY_SRV_COMPLETION, .id = "cmpl-1", .created = 1, .model = "m"};
+    struct dray_srv_usage u = {2, 1, 0};
+    t = dray_srv_completion_json_lp(&id, "Hello", 5, "length", &u,
+                                    dray_srv_text_logprobs_json(lp, 2, 0, NULL, fake_piece, NULL));
+    json_t *root = json_loads(t, 0, NULL);
+    json_t *l = json_object_get(json_array_get(json_object_get(root, "choices"), 0), "logprobs");
+    assert_int_equal(json_array_size(json_object_get(l, "tokens")), 2);
+    assert_true(json_is_null(json_array_get(json_object_get(l, "token_logprobs"), 0)));
+    json_decref(root);
+    free(t);
+    struct dray_srv_buf b = {0};
+    id.kind = DRAY_SRV_CHAT;
+    assert_int_equal(dray_srv_sse_chunk_lp(&b, &id, false, "llo", 3, NULL, false,
+                                           dray_srv_chat_logprobs_json(lp + 1, 1, fake_piece, NULL)), 0);
+    assert_non_null(strstr(b.data, "\"delta\":{\"content\":\"llo\"}"));
+    assert_non_null(strstr(b.data, "\"logprobs\":{\"content\":[{\"token\":\"llo\""));
+    dray_srv_buf_free(&b);
 }
 
 /* vLLM's /tokenize and /detokenize bodies */
@@ -874,6 +979,8 @@ int main(void)
         cmocka_unit_test_setup(test_sampling_fields_are_read, setup),
         cmocka_unit_test_setup(test_sampling_fields_out_of_range_are_refused, setup),
         cmocka_unit_test_setup(test_what_cannot_be_honoured_is_refused, setup),
+        cmocka_unit_test_setup(test_logprobs_fields_are_read, setup),
+        cmocka_unit_test_setup(test_logprobs_shapes, setup),
         cmocka_unit_test_setup(test_tokenize_bodies, setup),
         cmocka_unit_test_setup(test_error_body_has_openai_shape, setup),
         cmocka_unit_test_setup(test_completion_bodies, setup),

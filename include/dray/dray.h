@@ -193,6 +193,11 @@ void dray_engine_rescore_stats(const struct dray_engine *e, uint64_t *rows, uint
  * parse_special turns "<start_of_turn>" etc. into their ids. *ids is malloc'd. */
 int dray_engine_tokenize(const struct dray_engine *e, const char *text, bool add_bos,
                          bool parse_special, int32_t **ids, size_t *n, char *err, size_t errlen);
+/* The bytes of one token's own piece (not UTF-8 checked: a byte-fallback token
+ * is one byte of a character), like snprintf: the length is returned, at most
+ * cap bytes are written (no NUL). Control tokens and ids outside the
+ * vocabulary have none. For logprobs, whose tokens OpenAI gives as bytes. */
+size_t dray_engine_token_bytes(const struct dray_engine *e, int32_t id, char *out, size_t cap);
 /* The text of ids (control tokens such as BOS stand for no text), malloc'd and
  * NUL-terminated in *text, *len bytes. DRAY_EINVAL naming an id outside the
  * vocabulary. */
@@ -335,11 +340,36 @@ int dray_engine_chat_tokenize(const struct dray_engine *e, const struct dray_cha
 struct dray_sched;
 struct dray_request;
 
+/* The most alternatives a token's log-probability comes with (OpenAI's
+ * top_logprobs limit). */
+#define DRAY_MAX_TOP_LOGPROBS 20
+
+/* One token's log-probability: the natural log of its probability under the
+ * logits the sampler sees (after the penalties and logit_bias, before
+ * temperature and truncation), and the n_top most likely tokens of that
+ * distribution, most likely first. A token the penalties banned has -inf. */
+struct dray_token_logprob {
+    int32_t id;
+    float logprob;
+    uint32_t n_top;
+    struct {
+        int32_t id;
+        float logprob;
+    } top[DRAY_MAX_TOP_LOGPROBS];
+};
+
 struct dray_request_params {
     const int32_t *ids;       /* prompt tokens (copied); 1..context */
     size_t n_ids;
     struct dray_gen_params gen; /* sampling, max_tokens, stop strings (copied) */
     const char *cache_salt;   /* tenant key for the prefix cache; NULL = shared */
+    bool logprobs;            /* report each generated token's dray_token_logprob */
+    uint32_t top_logprobs;    /* with top_logprobs alternatives (0..DRAY_MAX_TOP_LOGPROBS) */
+    bool prompt_logprobs;     /* also every prompt token's but the first (from the raw logits:
+                               * no penalties apply to the prompt); its prefix is computed,
+                               * never taken from the prefix cache */
+    bool prompt_only;         /* prefill (and score) the prompt, generate nothing: it ends
+                               * with finish_reason "length" and no tokens */
     bool chat;                /* ids are a conversation rendered by dray_engine_chat_tokenize
                                * with the generation prompt: when the reply ends on the
                                * template's turn end or on max_tokens, the prefix cache
@@ -354,6 +384,11 @@ struct dray_request_output {
     size_t len;
     const int32_t *ids;       /* new token ids */
     size_t n_ids;
+    const struct dray_token_logprob *logprobs; /* [n_ids] with params.logprobs, else NULL */
+    const struct dray_token_logprob *prompt_logprobs; /* params.prompt_logprobs: the new
+                               * ones, of prompt tokens 1.. in order (they come before any
+                               * generated token's); n_prompt_logprobs of them */
+    size_t n_prompt_logprobs;
     bool done;                /* no more output will come */
     int rc;                   /* when done: 0, or the DRAY_E* that ended it */
     const char *error;        /* when rc != 0: one line naming the problem */

@@ -21,6 +21,8 @@ import urllib.request
 
 import openai
 
+from serve_logprobs import test_logprobs
+
 KEY = "test-key-7f3a"
 NAMES = ["dray-e2e", "org/alias-270m"]  # served_model_name: what clients call the model
 PROMPTS = [
@@ -452,7 +454,8 @@ def main():
                  lambda: test_stream(cli, model), lambda: test_seed(cli, model),
                  lambda: test_errors(srv, cli, model), lambda: test_models(srv, cli, model),
                  lambda: test_fields(srv, cli, model), lambda: test_sampling_fields(srv, cli, model),
-                 lambda: test_tokenize(srv, cli, model), lambda: test_concurrent(cli, model),
+                 lambda: test_tokenize(srv, cli, model), lambda: test_logprobs(srv),
+                 lambda: test_concurrent(cli, model),
                  lambda: test_disconnect(srv), lambda: test_disconnect_plain(srv), lambda: test_framing(srv), lambda: test_curl(srv),
                  lambda: test_shutdown(srv)]
         for step in steps:
