@@ -119,6 +119,9 @@ int dray_ocl_check_view(struct dray_ctx *ctx, const char *op, const char *name,
  * the views the op touches, which are then checked against their buffers. The
  * reason goes to ctx->err. */
 size_t dray_ocl_buf_size(const struct dray_buf *buf, int *live);
+/* Return from the calling function with call's code when it fails. */
+#define CHECK(call) DRAY_UTIL_TRY(call)
+
 #define DRAY_OCL_CHECK_ARGS(ctx, validator, a, nd)                                            \
     do {                                                                                      \
         int rc_ = validator((a), (nd), (ctx)->err, sizeof((ctx)->err));                      \

@@ -11,13 +11,6 @@
 
 #include "ocl.h"
 
-#define CHECK(call)             \
-    do {                        \
-        int rc_ = (call);       \
-        if (rc_ != 0)           \
-            return rc_;         \
-    } while (0)
-
 /* ---------------------------------------------------------------- embed */
 
 /* Ids are read back (n_tok ints, a small blocking read) so an id >= n_rows is an

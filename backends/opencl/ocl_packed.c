@@ -11,13 +11,6 @@
 
 #include "ocl.h"
 
-#define CHECK(call)             \
-    do {                        \
-        int rc_ = (call);       \
-        if (rc_ != 0)           \
-            return rc_;         \
-    } while (0)
-
 /* Groups per staging round when splitting 5-bit groups (1.25 MiB of host memory). */
 #define Q5_CHUNK 65536u
 

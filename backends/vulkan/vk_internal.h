@@ -194,6 +194,15 @@ int dray_vk_kv_store(struct dray_ctx *ctx, const struct dray_kv_store_args *a);
 int dray_vk_attention(struct dray_ctx *ctx, const struct dray_attention_args *a);
 /* embed's ids read back and checked against n_rows; *out is freed by the caller */
 int dray_vk_embed_ids(struct dray_ctx *ctx, const struct dray_embed_args *a, int32_t **out);
+/* Whether any of the n ids falls in the row window [r0, r0 + nw): a gather
+ * skips the windows no token reads. */
+static inline bool dray_vk_ids_in(const int32_t *ids, uint32_t n, uint32_t r0, uint32_t nw)
+{
+    for (uint32_t t = 0; t < n; t++)
+        if ((uint32_t)ids[t] >= r0 && (uint32_t)ids[t] < r0 + nw)
+            return true;
+    return false;
+}
 
 /* vk_packed.c: packed weights (version 3) */
 int dray_vk_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *desc,

@@ -219,9 +219,7 @@ int dray_vk_embed_packed(struct dray_ctx *ctx, const struct dray_embed_args *a)
         rc = dray_vk_fail(ctx, DRAY_ENOTSUP, "embed: one row is larger than a binding");
     for (uint32_t r0 = 0; !rc && r0 < a->n_rows; r0 += win) {
         uint32_t nw = a->n_rows - r0 < win ? a->n_rows - r0 : win;
-        bool used = false;
-        for (uint32_t t = 0; t < a->n_tok && !used; t++)
-            used = (uint32_t)ids[t] >= r0 && (uint32_t)ids[t] < r0 + nw;
+        bool used = dray_vk_ids_in(ids, a->n_tok, r0, nw);
         pc.row0 = r0;
         pc.n_win = nw;
         for (uint32_t t = 0; used && !rc && t < a->n_tok; t += nt) {
