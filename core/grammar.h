@@ -1,0 +1,76 @@
+/* core/grammar.h — grammar-constrained decoding: a GBNF grammar, a matcher that
+ * follows one sequence's output byte by byte, and the mask of the tokens whose
+ * bytes the grammar allows next. Vendor-neutral: the mask is applied to the
+ * logits on the host before sampling, whatever plugin computed them.
+ *
+ * The grammar language is llama.cpp's GBNF:
+ *   root   ::= "{" ws members? "}"        # rules: name ::= alternatives
+ *   name   ::= [a-zA-Z_] [a-zA-Z0-9_]*    # char classes, ranges, [^...] negation
+ *   alt    ::= "a" | "b" ( "c" | d )*     # literals with \n \t \" \\ \xHH \uHHHH
+ *   rep    ::= x? x* x+ x{3} x{2,} x{2,5} # repetition; '.' is any character
+ * Rule names are [a-zA-Z0-9_-]+; the start rule is `root`. Characters are Unicode
+ * code points matched against the UTF-8 bytes of the output, so a token may end
+ * inside a multi-byte character and the next one finish it.
+ */
+#ifndef DRAY_CORE_GRAMMAR_H
+#define DRAY_CORE_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A compiled grammar: immutable once built, shared by any number of matchers
+ * (and threads). */
+struct dray_grammar;
+
+/* Compile GBNF text[0..len). DRAY_EINVAL with "line L, column C: what" in err for
+ * a syntax error, an undefined rule, a missing root, or a rule that can recurse
+ * on itself without consuming a character (left recursion). */
+int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, char *err,
+                       size_t errlen);
+void dray_grammar_free(struct dray_grammar *g);
+
+/* The vocabulary as the grammar sees it: each token's bytes, built once per
+ * tokenizer (a byte trie, so a mask walks shared prefixes once). pieces[i] of
+ * lens[i] bytes is token i's output (after SentencePiece's "▁" -> ' ' and byte
+ * fallback, or byte-level BPE's byte mapping: what the detokenizer emits). A token
+ * of length 0 (control, unknown, unused) is never allowed, except the eog ids,
+ * which are allowed exactly when the matcher can end. */
+struct dray_grammar_vocab;
+int dray_grammar_vocab_new(uint32_t n_vocab, const char *const *pieces, const uint32_t *lens,
+                           const int32_t *eog, size_t n_eog, struct dray_grammar_vocab **out,
+                           char *err, size_t errlen);
+void dray_grammar_vocab_free(struct dray_grammar_vocab *v);
+uint32_t dray_grammar_vocab_size(const struct dray_grammar_vocab *v);
+
+/* Where one sequence's output stands in the grammar. Not thread-safe; one per
+ * sequence. */
+struct dray_grammar_matcher;
+int dray_grammar_matcher_new(const struct dray_grammar *g, struct dray_grammar_matcher **out);
+/* An independent copy at the same position (n > 1 choices of one prompt). */
+int dray_grammar_matcher_clone(const struct dray_grammar_matcher *m,
+                               struct dray_grammar_matcher **out);
+void dray_grammar_matcher_free(struct dray_grammar_matcher *m);
+
+/* Advance over bytes[0..n). 0 when the grammar allows them all (the matcher moved);
+ * DRAY_EINVAL when it does not (the matcher is unchanged). */
+int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n);
+/* Advance over token id's bytes, as accept_bytes; an eog id is accepted when the
+ * matcher can end (and leaves it there). */
+int dray_grammar_accept_token(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
+                              int32_t id);
+/* The output so far is a complete sentence of root: end of generation is allowed. */
+bool dray_grammar_can_end(const struct dray_grammar_matcher *m);
+/* Nothing can follow: the sequence must end now. */
+bool dray_grammar_must_end(const struct dray_grammar_matcher *m);
+
+/* The tokens allowed next, as a bitset of (n_vocab + 31) / 32 words: bit i of
+ * allow[i / 32] is set when token i's bytes can follow (eog ids: when the matcher
+ * can end). Returns the number allowed (0: the output cannot continue, which a
+ * well-formed grammar only reaches at its end). Masks are cached per matcher
+ * state, so a state met again (inside a JSON string, between list items) costs a
+ * lookup. DRAY_ENOMEM (negative) when scratch memory runs out. */
+long dray_grammar_allowed(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
+                          uint32_t *allow);
+
+#endif
