@@ -151,10 +151,6 @@ static int parse_response_format(json_t *root, struct dray_srv_error *e)
 static int refuse_unsupported(json_t *root, struct dray_srv_error *e)
 {
     json_t *v;
-    if ((v = dray_srv_field(root, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        return dray_srv_bad(e, "n", "'n' must be 1: dray returns one choice per request");
-    if ((v = dray_srv_field(root, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        return dray_srv_bad(e, "best_of", "'best_of' must be 1: dray returns one choice per request");
     if ((v = dray_srv_field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
         return dray_srv_bad(e, "tools", "'tools' (function calling) is not supported by this server");
     if ((v = dray_srv_field(root, "tool_choice")) &&
@@ -162,6 +158,22 @@ static int refuse_unsupported(json_t *root, struct dray_srv_error *e)
         return dray_srv_bad(e, "tool_choice", "'tool_choice' must be \"none\": function calling "
                             "('tools') is not supported by this server");
     return parse_response_format(root, e);
+}
+
+/* n choices of one prompt; best_of (text, legacy) may only repeat n: choosing
+ * the best of more than are returned needs a score dray does not define. */
+static int parse_n(struct dray_srv_request *req, struct dray_srv_error *e)
+{
+    long long n = 1, best = 0;
+    bool has_n, has_best;
+    if (dray_srv_get_int(req->root, "n", 1, DRAY_SRV_MAX_N, &has_n, &n, e) ||
+        dray_srv_get_int(req->root, "best_of", 1, DRAY_SRV_MAX_N, &has_best, &best, e))
+        return -1;
+    if (has_best && best != n)
+        return dray_srv_bad(e, "best_of", "'best_of' must equal 'n' (%lld): dray returns every "
+                            "choice it generates", n);
+    req->n = (uint32_t)n;
+    return 0;
 }
 
 static int parse_stream(struct dray_srv_request *req, struct dray_srv_error *e)
@@ -198,7 +210,7 @@ static int parse_generation(struct dray_srv_request *req, const struct dray_conf
     return rc || dray_srv_get_string(req->root, "user", &req->user, e) ||
            dray_srv_get_string(req->root, "cache_salt", &req->cache_salt, e) ||
            dray_srv_parse_sampling(req, cfg, e) || dray_srv_parse_logprobs(req, e) ||
-           parse_stream(req, e) || refuse_unsupported(req->root, e);
+           parse_n(req, e) || parse_stream(req, e) || refuse_unsupported(req->root, e);
 }
 
 /* ------------------------------------------------------------ tokenize */

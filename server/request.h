@@ -25,6 +25,7 @@ enum dray_srv_kind {
 #define DRAY_SRV_MAX_STOP 16          /* stop strings per request (OpenAI allows 4) */
 #define DRAY_SRV_MAX_STOP_IDS 64      /* stop_token_ids per request */
 #define DRAY_SRV_MAX_LOGIT_BIAS 1024  /* logit_bias entries per request */
+#define DRAY_SRV_MAX_N 16             /* choices per request ('n') */
 
 struct dray_srv_request {
     enum dray_srv_kind kind;
@@ -41,6 +42,7 @@ struct dray_srv_request {
     const char *stop[DRAY_SRV_MAX_STOP]; /* gen.stop points here */
     struct dray_logit_bias *bias;  /* gen.logit_bias points here (malloc'd) */
     int32_t *stop_ids;             /* gen.stop_ids points here (malloc'd) */
+    uint32_t n;                    /* choices of the prompt (1..DRAY_SRV_MAX_N) */
     bool stream;
     bool include_usage;            /* stream_options.include_usage */
     /* logprobs (logprobs.c) */

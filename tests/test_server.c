@@ -195,12 +195,13 @@ static void test_wrong_types_and_ranges_are_refused(void **state)
                    "stop", "has 17 strings");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"model\":3}", "model", "must be a string");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"cache_salt\":[]}", "cache_salt", "must be a string");
-    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2}", "n", "must be 1");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":17}", "n", "between 1 and 16");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":0}", "n", "between 1 and 16");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2,\"best_of\":3}", "best_of",
+                   "must equal 'n' (2)");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "between 0 and 5");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs", "legacy API");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "echo", "true or false");
-    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"stream\":true}", "echo",
-                   "not supported");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens", "with 'echo'");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[]}", "prompt", "must be a string");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[2,-1]}", "prompt", "prompt[1] must be a token id");
@@ -337,7 +338,8 @@ static void test_what_cannot_be_honoured_is_refused(void **state)
         {"\"tools\":[]", NULL, NULL},
         {"\"tools\":[{\"type\":\"function\"}]", "tools", "not supported"},
         {"\"n\":1", NULL, NULL},
-        {"\"n\":3", "n", "must be 1"},
+        {"\"n\":3", NULL, NULL},
+        {"\"n\":2.5", "n", "integer"},
         {"\"logprobs\":false", NULL, NULL},
         {"\"logprobs\":true,\"top_logprobs\":20", NULL, NULL},
         {"\"logprobs\":2", "logprobs", "true or false"},

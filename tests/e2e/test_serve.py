@@ -21,6 +21,7 @@ import urllib.request
 
 import openai
 
+from serve_choices import test_choices
 from serve_logprobs import test_logprobs
 
 KEY = "test-key-7f3a"
@@ -455,6 +456,7 @@ def main():
                  lambda: test_errors(srv, cli, model), lambda: test_models(srv, cli, model),
                  lambda: test_fields(srv, cli, model), lambda: test_sampling_fields(srv, cli, model),
                  lambda: test_tokenize(srv, cli, model), lambda: test_logprobs(srv),
+                 lambda: test_choices(srv, cli, model),
                  lambda: test_concurrent(cli, model),
                  lambda: test_disconnect(srv), lambda: test_disconnect_plain(srv), lambda: test_framing(srv), lambda: test_curl(srv),
                  lambda: test_shutdown(srv)]
