@@ -1,0 +1,1077 @@
+/* GBNF text -> struct dray_grammar: a recursive-descent parser of llama.cpp's
+ * dialect (grammar.h), then the checks (every rule defined, a root, no left
+ * recursion) and the code-point atoms the matcher's rows are indexed by.
+ *
+ * Groups and repetitions become helper rules: ( a | b ) is a rule of two
+ * alternatives; S* is R ::= S R | ""; S+ is S R; S? is R ::= S | ""; S{m,n} is
+ * S m times then n - m nested optional rules R1 ::= S R2 | "", ..., Rk ::= S | "",
+ * so the expansion stays linear and unambiguous. A newline ends a rule except
+ * after '|' or inside parentheses. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "grammar_internal.h"
+#include "utf8.h"
+
+/* A rule while parsing: its name, where it was defined or first used, and the
+ * user rule a helper belongs to (for messages). */
+struct prule {
+    uint32_t name, name_len; /* offset and length in the text; helpers: their origin's */
+    size_t def_at, ref_at;   /* text offsets; SIZE_MAX: none */
+    bool defined;
+    bool helper; /* a group's or a repetition's rule */
+    uint32_t alt0, n_alt;
+};
+
+/* Elements of one rule body being parsed: alternatives separated by GRAM_END. */
+struct seq {
+    struct gram_el *e;
+    size_t n, cap;
+};
+
+struct parser {
+    const char *s;
+    size_t n, i;
+    char *err;
+    size_t errlen;
+    struct gram_el *el; /* committed elements */
+    size_t n_el, cap_el;
+    uint32_t *alts;
+    size_t n_alts, cap_alts;
+    struct prule *rules;
+    size_t n_rules, cap_rules;
+    uint32_t *ranges; /* pairs */
+    size_t n_rng, cap_rng;
+    uint32_t *cls;
+    size_t n_cls, cap_cls;
+    uint32_t *names; /* open addressing of user rule id + 1 by name */
+    size_t names_cap;
+    uint32_t any_cls; /* class of '.', UINT32_MAX until first used */
+};
+
+/* Grow *p (of *cap elements of size sz) to hold need; 0 or DRAY_ENOMEM. */
+static int grow(void **p, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * sz);
+    if (!q)
+        return DRAY_ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Line and column (1-based; columns count code points) of text offset at. */
+static void line_col(const struct parser *p, size_t at, size_t *line, size_t *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < at && i < p->n; i++) {
+        if (p->s[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else if (((uint8_t)p->s[i] & 0xC0) != 0x80) {
+            (*col)++;
+        }
+    }
+}
+
+/* DRAY_EINVAL with "line L, column C: what" for text offset at. */
+__attribute__((format(printf, 3, 4))) static int fail_at(struct parser *p, size_t at,
+                                                         const char *fmt, ...)
+{
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    size_t line, col;
+    line_col(p, at, &line, &col);
+    return dray_fail(p->err, p->errlen, DRAY_EINVAL, "grammar: line %zu, column %zu: %s", line,
+                     col, what);
+}
+
+static int nomem(struct parser *p)
+{
+    return dray_fail(p->err, p->errlen, DRAY_ENOMEM, "grammar: out of memory");
+}
+
+/* The byte at the cursor, -1 at the end. */
+static int peek(const struct parser *p)
+{
+    return p->i < p->n ? (uint8_t)p->s[p->i] : -1;
+}
+
+/* Skip blanks and # comments; newlines too when nl_ok. */
+static void skip_space(struct parser *p, bool nl_ok)
+{
+    for (;;) {
+        int c = peek(p);
+        if (c == ' ' || c == '\t' || (nl_ok && (c == '\n' || c == '\r'))) {
+            p->i++;
+        } else if (c == '#') {
+            while (p->i < p->n && p->s[p->i] != '\n' && p->s[p->i] != '\r')
+                p->i++;
+        } else {
+            return;
+        }
+    }
+}
+
+static bool is_name_char(int c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-';
+}
+
+/* The display text of a character for messages: 'x', or "end of input". */
+static const char *what_char(const struct parser *p, char buf[16])
+{
+    int c = peek(p);
+    if (c < 0)
+        return "end of input";
+    if (c >= 0x20 && c < 0x7F)
+        snprintf(buf, 16, "'%c'", c);
+    else
+        snprintf(buf, 16, "byte 0x%02X", (unsigned)c);
+    return buf;
+}
+
+/* ------------------------------------------------------------ rule names */
+static uint64_t name_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static bool name_eq(const struct parser *p, const struct prule *r, const char *s, size_t n)
+{
+    return r->name_len == n && memcmp(p->s + r->name, s, n) == 0;
+}
+
+/* A new rule (user rule when name_len > 0, else a helper of origin's name). */
+static int new_rule(struct parser *p, uint32_t name, uint32_t name_len, uint32_t *id)
+{
+    if (grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(*p->rules)))
+        return nomem(p);
+    p->rules[p->n_rules] = (struct prule){.name = name, .name_len = name_len,
+                                          .def_at = SIZE_MAX, .ref_at = SIZE_MAX};
+    *id = (uint32_t)p->n_rules++;
+    return 0;
+}
+
+/* Double the name table and re-insert. */
+static int names_grow(struct parser *p)
+{
+    size_t cap = p->names_cap ? p->names_cap * 2 : 64;
+    uint32_t *t = calloc(cap, sizeof(*t));
+    if (!t)
+        return nomem(p);
+    for (size_t k = 0; k < p->names_cap; k++) {
+        uint32_t v = p->names[k];
+        if (!v)
+            continue;
+        const struct prule *r = &p->rules[v - 1];
+        size_t j = name_hash(p->s + r->name, r->name_len) & (cap - 1);
+        while (t[j])
+            j = (j + 1) & (cap - 1);
+        t[j] = v;
+    }
+    free(p->names);
+    p->names = t;
+    p->names_cap = cap;
+    return 0;
+}
+
+/* The id of the user rule named text[at .. at + n), created when new. */
+static int rule_id(struct parser *p, size_t at, size_t n, uint32_t *id)
+{
+    if (p->n_rules * 2 + 2 > p->names_cap && names_grow(p))
+        return DRAY_ENOMEM;
+    size_t j = name_hash(p->s + at, n) & (p->names_cap - 1);
+    for (; p->names[j]; j = (j + 1) & (p->names_cap - 1)) {
+        if (name_eq(p, &p->rules[p->names[j] - 1], p->s + at, n)) {
+            *id = p->names[j] - 1;
+            return 0;
+        }
+    }
+    int rc = new_rule(p, (uint32_t)at, (uint32_t)n, id);
+    if (rc)
+        return rc;
+    p->names[j] = *id + 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------ elements */
+static int seq_push(struct parser *p, struct seq *q, uint32_t kind, uint32_t val)
+{
+    if (q->n >= GRAM_MAX_ELEMENTS)
+        return fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+    if (grow((void **)&q->e, &q->cap, q->n + 1, sizeof(*q->e)))
+        return nomem(p);
+    q->e[q->n++] = (struct gram_el){kind, val};
+    return 0;
+}
+
+/* Append q[from .. from + len) to q (a copy of the last item). */
+static int seq_repeat(struct parser *p, struct seq *q, size_t from, size_t len)
+{
+    if (grow((void **)&q->e, &q->cap, q->n + len, sizeof(*q->e)))
+        return nomem(p);
+    memcpy(q->e + q->n, q->e + from, len * sizeof(*q->e));
+    q->n += len;
+    return 0;
+}
+
+/* Give rule id the alternatives of q (END-separated) as its definition. */
+static int commit_rule(struct parser *p, uint32_t id, const struct seq *q)
+{
+    size_t n_alt = 0;
+    for (size_t k = 0; k < q->n; k++)
+        n_alt += q->e[k].kind == GRAM_END;
+    if (p->n_el + q->n + 2 > GRAM_MAX_ELEMENTS)
+        return fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+    if (grow((void **)&p->el, &p->cap_el, p->n_el + q->n, sizeof(*p->el)) ||
+        grow((void **)&p->alts, &p->cap_alts, p->n_alts + n_alt, sizeof(*p->alts)))
+        return nomem(p);
+    p->rules[id].alt0 = (uint32_t)p->n_alts;
+    p->rules[id].n_alt = (uint32_t)n_alt;
+    p->rules[id].defined = true;
+    bool at_start = true;
+    for (size_t k = 0; k < q->n; k++) {
+        if (at_start)
+            p->alts[p->n_alts++] = (uint32_t)p->n_el;
+        p->el[p->n_el++] = q->e[k];
+        at_start = q->e[k].kind == GRAM_END;
+    }
+    return 0;
+}
+
+/* A helper rule of origin's name defined by q; its id in *id. */
+static int helper_rule(struct parser *p, uint32_t origin, const struct seq *q, uint32_t *id)
+{
+    int rc = new_rule(p, p->rules[origin].name, p->rules[origin].name_len, id);
+    if (rc)
+        return rc;
+    p->rules[*id].def_at = p->rules[origin].def_at;
+    p->rules[*id].helper = true;
+    return commit_rule(p, *id, q);
+}
+
+/* ------------------------------------------------------------ characters */
+static int hex_val(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* The code point of exactly digits hex digits at the cursor. */
+static int parse_hex(struct parser *p, size_t at, int digits, uint32_t *cp)
+{
+    uint32_t v = 0;
+    for (int k = 0; k < digits; k++) {
+        int h = hex_val(peek(p));
+        if (h < 0)
+            return fail_at(p, at, "escape needs %d hex digits", digits);
+        v = v * 16 + (uint32_t)h;
+        p->i++;
+    }
+    if (v > GRAM_MAX_CP || (v >= 0xD800 && v <= 0xDFFF))
+        return fail_at(p, at, "escape U+%X is not a Unicode scalar value", v);
+    *cp = v;
+    return 0;
+}
+
+/* One character of a literal or a class (an escape or a UTF-8 character). */
+static int parse_char(struct parser *p, uint32_t *cp)
+{
+    size_t at = p->i;
+    int c = peek(p);
+    if (c == '\\') {
+        p->i++;
+        int e = peek(p);
+        p->i++;
+        switch (e) {
+        case 'n': *cp = '\n'; return 0;
+        case 'r': *cp = '\r'; return 0;
+        case 't': *cp = '\t'; return 0;
+        case '\\': case '"': case '\'': case '[': case ']': case '-': case '^':
+            *cp = (uint32_t)e;
+            return 0;
+        case 'x': return parse_hex(p, at, 2, cp);
+        case 'u': return parse_hex(p, at, 4, cp);
+        case 'U': return parse_hex(p, at, 8, cp);
+        case -1: return fail_at(p, at, "escape at end of input");
+        default: return fail_at(p, at, "unknown escape '\\%c'", e);
+        }
+    }
+    int r = dray_utf8_next((const uint8_t *)p->s + p->i, p->n - p->i, cp);
+    if (r <= 0)
+        return fail_at(p, at, "ill-formed UTF-8");
+    p->i += (size_t)r;
+    return 0;
+}
+
+/* ------------------------------------------------------------ classes */
+static int cmp_range(const void *a, const void *b)
+{
+    const uint32_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Sort and merge pairs r[0..2n) in place; returns the new pair count. */
+static size_t merge_ranges(uint32_t *r, size_t n)
+{
+    qsort(r, n, 2 * sizeof(*r), cmp_range);
+    size_t k = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (k > 0 && r[2 * j] <= r[2 * k - 1] + 1) {
+            if (r[2 * j + 1] > r[2 * k - 1])
+                r[2 * k - 1] = r[2 * j + 1];
+        } else {
+            r[2 * k] = r[2 * j];
+            r[2 * k + 1] = r[2 * j + 1];
+            k++;
+        }
+    }
+    return k;
+}
+
+/* Replace sorted disjoint pairs r[0..2n) by their complement in [0, max cp]
+ * (r has room for n + 1 pairs); returns the new pair count. */
+static size_t negate_ranges(uint32_t *r, size_t n)
+{
+    uint32_t *t = malloc((n + 1) * 2 * sizeof(*t));
+    if (!t)
+        return SIZE_MAX;
+    size_t k = 0;
+    uint32_t next = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (r[2 * j] > next) {
+            t[2 * k] = next;
+            t[2 * k + 1] = r[2 * j] - 1;
+            k++;
+        }
+        next = r[2 * j + 1] + 1;
+    }
+    if (next <= GRAM_MAX_CP) {
+        t[2 * k] = next;
+        t[2 * k + 1] = GRAM_MAX_CP;
+        k++;
+    }
+    memcpy(r, t, k * 2 * sizeof(*t));
+    free(t);
+    return k;
+}
+
+/* Store pairs r[0..2n) as a new class; its index in *id. */
+static int add_class(struct parser *p, const uint32_t *r, size_t n, uint32_t *id)
+{
+    if (grow((void **)&p->ranges, &p->cap_rng, p->n_rng + 2 * n, sizeof(*p->ranges)) ||
+        grow((void **)&p->cls, &p->cap_cls, p->n_cls + 2, sizeof(*p->cls)))
+        return nomem(p);
+    if (p->n_cls == 0)
+        p->cls[p->n_cls++] = 0;
+    memcpy(p->ranges + p->n_rng, r, 2 * n * sizeof(*r));
+    p->n_rng += 2 * n;
+    *id = (uint32_t)p->n_cls - 1;
+    p->cls[p->n_cls++] = (uint32_t)(p->n_rng / 2);
+    return 0;
+}
+
+/* The items of [...] up to the closing bracket, as pairs in *r (*n of them). */
+static int class_items(struct parser *p, size_t at, uint32_t **r, size_t *n)
+{
+    size_t cap = 0;
+    for (;;) {
+        int c = peek(p);
+        if (c < 0)
+            return fail_at(p, at, "unterminated character class");
+        if (c == ']')
+            return 0;
+        uint32_t lo, hi;
+        size_t item = p->i;
+        int rc = parse_char(p, &lo);
+        if (rc)
+            return rc;
+        hi = lo;
+        if (peek(p) == '-' && p->i + 1 < p->n && p->s[p->i + 1] != ']') {
+            p->i++;
+            if ((rc = parse_char(p, &hi)))
+                return rc;
+            if (hi < lo)
+                return fail_at(p, item, "range U+%X-U+%X is reversed", lo, hi);
+        }
+        if (grow((void **)r, &cap, 2 * (*n + 2), sizeof(**r)))
+            return nomem(p);
+        (*r)[2 * *n] = lo;
+        (*r)[2 * *n + 1] = hi;
+        (*n)++;
+    }
+}
+
+/* [...] or [^...] at the cursor: a CHAR for one code point, else a CLASS. */
+static int parse_class(struct parser *p, struct seq *q)
+{
+    size_t at = p->i;
+    p->i++; /* [ */
+    bool neg = peek(p) == '^';
+    if (neg)
+        p->i++;
+    uint32_t *r = NULL;
+    size_t n = 0;
+    int rc = class_items(p, at, &r, &n);
+    if (!rc && n == 0)
+        rc = fail_at(p, at, "empty character class");
+    if (!rc) {
+        p->i++; /* ] */
+        n = merge_ranges(r, n);
+        if (neg && (n = negate_ranges(r, n)) == SIZE_MAX)
+            rc = nomem(p);
+        else if (n == 0)
+            rc = fail_at(p, at, "character class matches no character");
+    }
+    if (!rc) {
+        uint32_t id;
+        if (n == 1 && r[0] == r[1])
+            rc = seq_push(p, q, GRAM_CHAR, r[0]);
+        else if (!(rc = add_class(p, r, n, &id)))
+            rc = seq_push(p, q, GRAM_CLASS, id);
+    }
+    free(r);
+    return rc;
+}
+
+/* '.': the class of every code point (one shared class). */
+static int parse_any(struct parser *p, struct seq *q)
+{
+    p->i++;
+    if (p->any_cls == UINT32_MAX) {
+        const uint32_t all[2] = {0, GRAM_MAX_CP};
+        int rc = add_class(p, all, 1, &p->any_cls);
+        if (rc)
+            return rc;
+    }
+    return seq_push(p, q, GRAM_CLASS, p->any_cls);
+}
+
+/* "..." at the cursor: one CHAR per code point. */
+static int parse_literal(struct parser *p, struct seq *q)
+{
+    size_t at = p->i;
+    p->i++;
+    for (;;) {
+        int c = peek(p);
+        if (c < 0 || c == '\n' || c == '\r')
+            return fail_at(p, at, "unterminated literal");
+        if (c == '"') {
+            p->i++;
+            return 0;
+        }
+        uint32_t cp;
+        int rc = parse_char(p, &cp);
+        if (!rc)
+            rc = seq_push(p, q, GRAM_CHAR, cp);
+        if (rc)
+            return rc;
+    }
+}
+
+/* ------------------------------------------------------------ repetition */
+/* A decimal count at the cursor (<= GRAM_MAX_REPEAT). */
+static int parse_count(struct parser *p, uint32_t *v)
+{
+    size_t at = p->i;
+    int c = peek(p);
+    if (c < '0' || c > '9') {
+        char b[16];
+        return fail_at(p, at, "expected a number, not %s", what_char(p, b));
+    }
+    uint64_t x = 0;
+    while ((c = peek(p)) >= '0' && c <= '9') {
+        x = x * 10 + (uint64_t)(c - '0');
+        if (x > GRAM_MAX_REPEAT)
+            return fail_at(p, at, "repetition count over %u", GRAM_MAX_REPEAT);
+        p->i++;
+    }
+    *v = (uint32_t)x;
+    return 0;
+}
+
+/* {m}, {m,} or {m,n} after the '{' at the cursor: *max UINT32_MAX for no bound. */
+static int parse_braces(struct parser *p, bool nested, uint32_t *min, uint32_t *max)
+{
+    size_t at = p->i;
+    char b[16];
+    p->i++;
+    skip_space(p, nested);
+    int rc = parse_count(p, min);
+    if (rc)
+        return rc;
+    skip_space(p, nested);
+    *max = *min;
+    if (peek(p) == ',') {
+        p->i++;
+        skip_space(p, nested);
+        *max = UINT32_MAX;
+        if (peek(p) >= '0' && peek(p) <= '9') {
+            if ((rc = parse_count(p, max)))
+                return rc;
+            skip_space(p, nested);
+        }
+    }
+    if (peek(p) != '}')
+        return fail_at(p, p->i, "expected '}', not %s", what_char(p, b));
+    p->i++;
+    if (*max < *min)
+        return fail_at(p, at, "repetition {%u,%u} has max below min", *min, *max);
+    return 0;
+}
+
+/* The optional tail of S{m,n}: n - m nested rules R ::= S R' | "" (the last
+ * R ::= S | ""), or R ::= S R | "" when unbounded; the outermost id in *id. */
+static int repeat_tail(struct parser *p, uint32_t origin, const struct gram_el *s, size_t len,
+                       uint32_t n_opt, bool unbounded, uint32_t *id)
+{
+    struct seq q = {0};
+    int rc = 0;
+    uint32_t inner = UINT32_MAX;
+    if (unbounded && (rc = new_rule(p, p->rules[origin].name, p->rules[origin].name_len, &inner)))
+        return rc;
+    if (unbounded)
+        p->rules[inner].helper = true;
+    uint32_t self = inner;
+    for (uint32_t k = 0; k < n_opt && !rc; k++) {
+        q.n = 0;
+        if (p->n_el + (len + 3) * (uint64_t)(n_opt - k) > GRAM_MAX_ELEMENTS) {
+            rc = fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+            break;
+        }
+        if (grow((void **)&q.e, &q.cap, len + 3, sizeof(*q.e))) {
+            rc = nomem(p);
+            break;
+        }
+        memcpy(q.e, s, len * sizeof(*s));
+        q.n = len;
+        if (inner != UINT32_MAX)
+            q.e[q.n++] = (struct gram_el){GRAM_REF, inner};
+        q.e[q.n++] = (struct gram_el){GRAM_END, 0};
+        q.e[q.n++] = (struct gram_el){GRAM_END, 0};
+        if (unbounded) {
+            p->rules[self].def_at = p->rules[origin].def_at;
+            rc = commit_rule(p, self, &q);
+            *id = self;
+        } else {
+            rc = helper_rule(p, origin, &q, &inner);
+            *id = inner;
+        }
+    }
+    free(q.e);
+    return rc;
+}
+
+/* Apply {min,max} to the item q[from..): S repeated min times, then the tail. */
+static int apply_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t from,
+                        uint32_t min, uint32_t max)
+{
+    size_t len = q->n - from;
+    bool unbounded = max == UINT32_MAX;
+    uint32_t n_opt = unbounded ? 1 : max - min;
+    if (q->n + len * (uint64_t)(min ? min - 1 : 0) + 1 > GRAM_MAX_ELEMENTS ||
+        p->n_el + (len + 3) * (uint64_t)n_opt > GRAM_MAX_ELEMENTS)
+        return fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+    struct gram_el *s = malloc((len ? len : 1) * sizeof(*s));
+    if (!s)
+        return nomem(p);
+    memcpy(s, q->e + from, len * sizeof(*s));
+    q->n = from + (min ? len : 0); /* S once stays where it is */
+    int rc = 0;
+    for (uint32_t k = 1; k < min && !rc; k++)
+        rc = seq_repeat(p, q, from, len);
+    uint32_t id = 0;
+    if (!rc && n_opt > 0 && !(rc = repeat_tail(p, origin, s, len, n_opt, unbounded, &id)))
+        rc = seq_push(p, q, GRAM_REF, id);
+    free(s);
+    return rc;
+}
+
+/* ------------------------------------------------------------ rules */
+static int parse_alternates(struct parser *p, struct seq *q, uint32_t origin, bool nested);
+
+/* ( alternates ) at the cursor: a helper rule, referenced from q. */
+static int parse_group(struct parser *p, struct seq *q, uint32_t origin)
+{
+    size_t at = p->i;
+    char b[16];
+    p->i++;
+    skip_space(p, true);
+    struct seq sub = {0};
+    uint32_t id;
+    int rc = parse_alternates(p, &sub, origin, true);
+    if (!rc && peek(p) != ')')
+        rc = peek(p) < 0 ? fail_at(p, at, "unclosed '('")
+                         : fail_at(p, p->i, "expected ')', not %s", what_char(p, b));
+    if (!rc) {
+        p->i++;
+        rc = helper_rule(p, origin, &sub, &id);
+    }
+    free(sub.e);
+    return rc ? rc : seq_push(p, q, GRAM_REF, id);
+}
+
+/* A reference to a rule by name at the cursor. */
+static int parse_ref(struct parser *p, struct seq *q)
+{
+    size_t at = p->i;
+    while (is_name_char(peek(p)))
+        p->i++;
+    uint32_t id;
+    int rc = rule_id(p, at, p->i - at, &id);
+    if (rc)
+        return rc;
+    if (p->rules[id].ref_at == SIZE_MAX)
+        p->rules[id].ref_at = at;
+    return seq_push(p, q, GRAM_REF, id);
+}
+
+/* A repetition operator at the cursor applied to the item at q[last..). */
+static int parse_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t last,
+                        bool nested)
+{
+    size_t at = p->i;
+    int c = peek(p);
+    uint32_t min = 0, max = UINT32_MAX;
+    if (last == SIZE_MAX)
+        return fail_at(p, at, "'%c' has nothing to repeat", c);
+    if (c == '{') {
+        int rc = parse_braces(p, nested, &min, &max);
+        if (rc)
+            return rc;
+    } else {
+        p->i++;
+        min = c == '+';
+        max = c == '?' ? 1 : UINT32_MAX;
+    }
+    return apply_repeat(p, q, origin, last, min, max);
+}
+
+/* One item of a sequence at the cursor (its first element at q[*last]); 1 when
+ * the cursor is at something that ends the sequence. */
+static int parse_item(struct parser *p, struct seq *q, uint32_t origin, size_t *last, bool nested)
+{
+    int c = peek(p);
+    size_t from = q->n;
+    int rc;
+    if (c == '"')
+        rc = parse_literal(p, q);
+    else if (c == '[')
+        rc = parse_class(p, q);
+    else if (c == '.')
+        rc = parse_any(p, q);
+    else if (c == '(')
+        rc = parse_group(p, q, origin);
+    else if (is_name_char(c))
+        rc = parse_ref(p, q);
+    else if (c == '*' || c == '+' || c == '?' || c == '{')
+        return parse_repeat(p, q, origin, *last, nested);
+    else if (c == '<' || c == '!')
+        return fail_at(p, p->i, "token references (<...>) are not supported");
+    else
+        return 1;
+    *last = q->n > from ? from : SIZE_MAX; /* "" is nothing to repeat */
+    return rc;
+}
+
+/* A sequence of items up to '|', ')', a newline (unless nested) or the end. */
+static int parse_sequence(struct parser *p, struct seq *q, uint32_t origin, bool nested)
+{
+    size_t last = SIZE_MAX;
+    for (;;) {
+        int rc = parse_item(p, q, origin, &last, nested);
+        if (rc == 1)
+            return 0;
+        if (rc)
+            return rc;
+        skip_space(p, nested);
+    }
+}
+
+/* Alternatives separated by '|', each ended by GRAM_END in q. */
+static int parse_alternates(struct parser *p, struct seq *q, uint32_t origin, bool nested)
+{
+    for (;;) {
+        int rc = parse_sequence(p, q, origin, nested);
+        if (!rc)
+            rc = seq_push(p, q, GRAM_END, 0);
+        if (rc || peek(p) != '|')
+            return rc;
+        p->i++;
+        skip_space(p, true);
+    }
+}
+
+/* name ::= alternates, ended by a newline or the end of input. */
+static int parse_rule(struct parser *p)
+{
+    size_t at = p->i;
+    char b[16];
+    while (is_name_char(peek(p)))
+        p->i++;
+    if (p->i == at)
+        return fail_at(p, at, "expected a rule name, not %s", what_char(p, b));
+    uint32_t id;
+    int rc = rule_id(p, at, p->i - at, &id);
+    if (rc)
+        return rc;
+    if (p->rules[id].defined) {
+        size_t line, col;
+        line_col(p, p->rules[id].def_at, &line, &col);
+        return fail_at(p, at, "rule '%.*s' is already defined at line %zu", (int)(p->i - at),
+                       p->s + at, line);
+    }
+    p->rules[id].def_at = at;
+    skip_space(p, false);
+    if (p->n - p->i < 3 || memcmp(p->s + p->i, "::=", 3) != 0)
+        return fail_at(p, p->i, "expected '::=', not %s", what_char(p, b));
+    p->i += 3;
+    skip_space(p, true);
+    struct seq q = {0};
+    rc = parse_alternates(p, &q, id, false);
+    if (!rc)
+        rc = commit_rule(p, id, &q);
+    free(q.e);
+    if (rc)
+        return rc;
+    int c = peek(p);
+    if (c == ')')
+        return fail_at(p, p->i, "unbalanced ')'");
+    if (c >= 0 && c != '\n' && c != '\r')
+        return fail_at(p, p->i, "unexpected %s", what_char(p, b));
+    return 0;
+}
+
+/* ------------------------------------------------------------ checks */
+/* Every referenced rule is defined, and root is. */
+static int check_defined(struct parser *p)
+{
+    for (size_t r = 0; r < p->n_rules; r++) {
+        const struct prule *u = &p->rules[r];
+        if (!u->defined)
+            return fail_at(p, u->ref_at, "undefined rule '%.*s'", (int)u->name_len,
+                           p->s + u->name);
+    }
+    for (size_t r = 0; r < p->n_rules; r++)
+        if (!p->rules[r].helper && name_eq(p, &p->rules[r], "root", 4))
+            return 0;
+    return fail_at(p, p->n, "no rule named 'root'");
+}
+
+/* For each rule, the alternatives that refer to it (once per reference), as
+ * CSR: alt[off[r] .. off[r + 1]). */
+static int refs_index(struct parser *p, uint32_t **off, uint32_t **alt)
+{
+    size_t nr = p->n_rules;
+    *off = calloc(nr + 2, sizeof(**off));
+    *alt = malloc((p->n_el ? p->n_el : 1) * sizeof(**alt));
+    if (!*off || !*alt)
+        return nomem(p);
+    for (size_t k = 0; k < p->n_el; k++)
+        if (p->el[k].kind == GRAM_REF)
+            (*off)[p->el[k].val + 2]++;
+    for (size_t r = 0; r < nr; r++)
+        (*off)[r + 2] += (*off)[r + 1];
+    for (size_t a = 0; a < p->n_alts; a++)
+        for (const struct gram_el *e = p->el + p->alts[a]; e->kind != GRAM_END; e++)
+            if (e->kind == GRAM_REF)
+                (*alt)[(*off)[e->val + 1]++] = (uint32_t)a;
+    return 0;
+}
+
+/* nullable[r]: rule r can match the empty string. A worklist: each alternative
+ * made of references only counts the references not yet known nullable. */
+static int find_nullable(struct parser *p, bool *nullable)
+{
+    size_t n_alt = p->n_alts, nr = p->n_rules;
+    uint32_t *left = calloc(n_alt ? n_alt : 1, sizeof(*left));
+    uint32_t *owner = calloc(n_alt ? n_alt : 1, sizeof(*owner));
+    uint32_t *todo = malloc((nr ? nr : 1) * sizeof(*todo));
+    uint32_t *off = NULL, *by = NULL;
+    int rc = left && owner && todo ? refs_index(p, &off, &by) : nomem(p);
+    size_t n_todo = 0;
+    for (size_t r = 0; r < nr && !rc; r++) {
+        for (uint32_t a = p->rules[r].alt0; a < p->rules[r].alt0 + p->rules[r].n_alt; a++) {
+            owner[a] = (uint32_t)r;
+            for (const struct gram_el *e = p->el + p->alts[a]; e->kind != GRAM_END; e++)
+                left[a] = e->kind != GRAM_REF || left[a] == UINT32_MAX ? UINT32_MAX : left[a] + 1;
+            if (left[a] == 0 && !nullable[r]) {
+                nullable[r] = true;
+                todo[n_todo++] = (uint32_t)r;
+            }
+        }
+    }
+    while (n_todo > 0 && !rc) {
+        uint32_t r = todo[--n_todo];
+        for (uint32_t k = off[r]; k < off[r + 1]; k++) {
+            uint32_t a = by[k];
+            if (left[a] == UINT32_MAX || left[a] == 0 || --left[a] > 0 || nullable[owner[a]])
+                continue;
+            nullable[owner[a]] = true;
+            todo[n_todo++] = owner[a];
+        }
+    }
+    free(left), free(owner), free(todo), free(off), free(by);
+    return rc;
+}
+
+/* Edges r -> s where s can come first in r (after nullable rules only), as
+ * CSR: edges[off[r] .. off[r + 1]). */
+static int first_edges(struct parser *p, const bool *nullable, uint32_t **off, uint32_t **edges)
+{
+    size_t nr = p->n_rules, n = 0;
+    *off = calloc(nr + 1, sizeof(**off));
+    *edges = malloc((p->n_el ? p->n_el : 1) * sizeof(**edges));
+    if (!*off || !*edges)
+        return nomem(p);
+    for (size_t r = 0; r < nr; r++) {
+        (*off)[r] = (uint32_t)n;
+        for (uint32_t a = p->rules[r].alt0; a < p->rules[r].alt0 + p->rules[r].n_alt; a++) {
+            for (const struct gram_el *e = p->el + p->alts[a]; e->kind == GRAM_REF; e++) {
+                (*edges)[n++] = e->val;
+                if (!nullable[e->val])
+                    break;
+            }
+        }
+    }
+    (*off)[nr] = (uint32_t)n;
+    return 0;
+}
+
+/* A cycle in the first-edges graph (iterative DFS): left recursion. */
+static int find_cycle(struct parser *p, const uint32_t *off, const uint32_t *edges)
+{
+    size_t nr = p->n_rules;
+    uint8_t *color = calloc(nr, 1); /* 0 new, 1 on the path, 2 done */
+    uint32_t *stk = malloc(nr * sizeof(*stk)), *cur = malloc(nr * sizeof(*cur));
+    int rc = 0;
+    if (!color || !stk || !cur)
+        rc = nomem(p);
+    for (size_t r0 = 0; r0 < nr && !rc; r0++) {
+        if (color[r0])
+            continue;
+        size_t d = 0;
+        stk[d] = (uint32_t)r0, cur[d] = off[r0], color[r0] = 1, d++;
+        while (d > 0 && !rc) {
+            uint32_t r = stk[d - 1];
+            if (cur[d - 1] == off[r + 1]) {
+                color[r] = 2;
+                d--;
+                continue;
+            }
+            uint32_t s = edges[cur[d - 1]++];
+            if (color[s] == 1) {
+                const struct prule *u = &p->rules[s];
+                rc = fail_at(p, u->def_at, "rule '%.*s' can reach itself without consuming a "
+                             "character (left recursion)", (int)u->name_len, p->s + u->name);
+            } else if (color[s] == 0) {
+                stk[d] = s, cur[d] = off[s], color[s] = 1, d++;
+            }
+        }
+    }
+    free(color), free(stk), free(cur);
+    return rc;
+}
+
+static int check_left_recursion(struct parser *p)
+{
+    bool *nullable = calloc(p->n_rules, sizeof(*nullable));
+    uint32_t *off = NULL, *edges = NULL;
+    int rc = nullable ? find_nullable(p, nullable) : nomem(p);
+    if (!rc)
+        rc = first_edges(p, nullable, &off, &edges);
+    if (!rc)
+        rc = find_cycle(p, off, edges);
+    free(nullable), free(off), free(edges);
+    return rc;
+}
+
+/* ------------------------------------------------------------ atoms */
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The boundaries every terminal puts in the code point line (sorted, unique). */
+static int atom_bounds(struct parser *p, struct dray_grammar *g)
+{
+    size_t cap = 130 + 2 * p->n_el + p->n_rng, n = 0;
+    uint32_t *b = malloc(cap * sizeof(*b));
+    if (!b)
+        return nomem(p);
+    for (uint32_t c = 0; c <= 128; c++)
+        b[n++] = c;
+    b[n++] = GRAM_MAX_CP + 1;
+    for (size_t k = 0; k < p->n_el; k++) {
+        if (p->el[k].kind == GRAM_CHAR && p->el[k].val >= 128) {
+            b[n++] = p->el[k].val;
+            b[n++] = p->el[k].val + 1;
+        }
+    }
+    for (size_t k = 0; k < p->n_rng; k += 2) {
+        b[n++] = p->ranges[k];
+        b[n++] = p->ranges[k + 1] + 1;
+    }
+    qsort(b, n, sizeof(*b), cmp_u32);
+    size_t u = 0;
+    for (size_t k = 0; k < n; k++)
+        if (u == 0 || b[k] != b[u - 1])
+            b[u++] = b[k];
+    g->bounds = b;
+    g->n_atoms = (uint32_t)u - 1;
+    return 0;
+}
+
+uint32_t dray_gram_atom_search(const struct dray_grammar *g, uint32_t cp)
+{
+    uint32_t lo = 0, hi = g->n_atoms; /* bounds[lo] <= cp < bounds[hi] */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (g->bounds[mid] <= cp)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The block table: a 64-code-point block inside one atom finds it directly. */
+static int atom_blocks(struct parser *p, struct dray_grammar *g)
+{
+    size_t nb = (GRAM_MAX_CP + 1) >> 6;
+    g->blk_atom = malloc(nb * sizeof(*g->blk_atom));
+    if (!g->blk_atom)
+        return nomem(p);
+    for (size_t k = 0; k < nb; k++) {
+        uint32_t a = dray_gram_atom_search(g, (uint32_t)(k << 6));
+        g->blk_atom[k] = g->bounds[a + 1] >= ((k + 1) << 6) ? a : UINT32_MAX;
+    }
+    return 0;
+}
+
+bool dray_gram_term_hits(const struct dray_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi)
+{
+    const struct gram_el *e = &g->el[pos];
+    if (e->kind == GRAM_CHAR)
+        return e->val >= lo && e->val <= hi;
+    const uint32_t *r = g->ranges + 2 * g->cls[e->val];
+    size_t n = g->cls[e->val + 1] - g->cls[e->val];
+    size_t a = 0, b = n; /* first range whose hi >= lo */
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (r[2 * mid + 1] < lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a < n && r[2 * a] <= hi;
+}
+
+/* ------------------------------------------------------------ the result */
+static void parser_free(struct parser *p)
+{
+    free(p->el), free(p->alts), free(p->rules), free(p->ranges), free(p->cls), free(p->names);
+}
+
+void dray_grammar_free(struct dray_grammar *g)
+{
+    if (!g)
+        return;
+    free(g->el), free(g->alts), free(g->rules), free(g->ranges), free(g->cls);
+    free(g->bounds), free(g->blk_atom);
+    free(g);
+}
+
+/* The whole text as rules. */
+static int parse_rules(struct parser *p)
+{
+    skip_space(p, true);
+    while (p->i < p->n) {
+        int rc = parse_rule(p);
+        if (rc)
+            return rc;
+        skip_space(p, true);
+    }
+    return 0;
+}
+
+/* Hand the rules over to g: elements (plus the start), alternatives, classes. */
+static int finish(struct parser *p, struct dray_grammar *g)
+{
+    uint32_t root = 0;
+    while (p->rules[root].helper || !name_eq(p, &p->rules[root], "root", 4))
+        root++;
+    if (grow((void **)&p->el, &p->cap_el, p->n_el + 2, sizeof(*p->el)) ||
+        grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(*p->rules)))
+        return nomem(p);
+    g->start = (uint32_t)p->n_el;
+    p->el[p->n_el++] = (struct gram_el){GRAM_REF, root};
+    p->el[p->n_el++] = (struct gram_el){GRAM_END, 0};
+    g->rules = malloc(p->n_rules * sizeof(*g->rules));
+    if (!g->rules)
+        return nomem(p);
+    for (size_t r = 0; r < p->n_rules; r++)
+        g->rules[r] = (struct gram_rule){p->rules[r].alt0, p->rules[r].n_alt};
+    g->n_rules = (uint32_t)p->n_rules;
+    g->el = p->el, g->n_el = (uint32_t)p->n_el, p->el = NULL;
+    g->alts = p->alts, p->alts = NULL;
+    g->ranges = p->ranges, p->ranges = NULL;
+    g->cls = p->cls, g->n_cls = p->n_cls ? (uint32_t)p->n_cls - 1 : 0, p->cls = NULL;
+    return 0;
+}
+
+int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, char *err,
+                       size_t errlen)
+{
+    *out = NULL;
+    if (!text && len)
+        return dray_fail(err, errlen, DRAY_EINVAL, "grammar: no text");
+    if (len > GRAM_MAX_TEXT)
+        return dray_fail(err, errlen, DRAY_EINVAL,
+                         "grammar: text of %zu bytes is over the limit of %u", len,
+                         GRAM_MAX_TEXT);
+    struct parser p = {.s = text, .n = len, .err = err, .errlen = errlen,
+                       .any_cls = UINT32_MAX};
+    struct dray_grammar *g = calloc(1, sizeof(*g));
+    int rc = g ? parse_rules(&p) : nomem(&p);
+    if (!rc)
+        rc = check_defined(&p);
+    if (!rc)
+        rc = check_left_recursion(&p);
+    if (!rc)
+        rc = atom_bounds(&p, g);
+    if (!rc)
+        rc = finish(&p, g);
+    if (!rc)
+        rc = atom_blocks(&p, g);
+    parser_free(&p);
+    if (rc) {
+        dray_grammar_free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
