@@ -865,10 +865,11 @@ static const struct {
 };
 #define N_KEYWORDS (sizeof(keywords) / sizeof(keywords[0]))
 
-/* Keywords that do not constrain */
+/* Keywords that do not constrain (discriminator: OpenAPI's hint beside a
+ * oneOf, which pydantic writes for tagged unions; the branches do the checking) */
 static const char *const annotations[] = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment",
-    "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
+    "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "discriminator",
 };
 
 static int keyword_index(const char *k)

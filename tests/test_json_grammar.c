@@ -429,6 +429,15 @@ static const struct example combinators[] = {
      {"'abc'", "null"}, {"'abcd'", "1"}},
     {"oneOf is taken as anyOf", "{'oneOf':[{'type':'integer'},{'type':'boolean'}]}",
      {"1", "true"}, {"'1'", "null"}},
+    {"a tagged union as pydantic writes it (discriminator is a hint)",
+     "{'oneOf':[{'$ref':'#/$defs/Cat'},{'$ref':'#/$defs/Dog'}],"
+     "'discriminator':{'propertyName':'kind','mapping':{'cat':'#/$defs/Cat','dog':'#/$defs/Dog'}},"
+     "'$defs':{'Cat':{'type':'object','properties':{'kind':{'const':'cat'},"
+     "'lives':{'type':'integer','minimum':0,'maximum':9}},'required':['kind','lives']},"
+     "'Dog':{'type':'object','properties':{'kind':{'const':'dog'},'name':{'type':'string'}},"
+     "'required':['kind','name']}}}",
+     {"{'kind':'cat','lives':9}", "{'kind':'dog','name':'Rex'}"},
+     {"{'kind':'cat','name':'Rex'}", "{'kind':'dog','lives':1}", "{'kind':'cat','lives':10}"}},
     {"a list of types", "{'type':['string','null'],'minLength':1}",
      {"'a'", "null"}, {"''", "1"}},
     {"integer and number together: number", "{'type':['integer','number'],'maximum':1}",
