@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz one parser with clang's libFuzzer under ASan + UBSan (issue 14 "Fuzzing").
-#   ci/fuzz.sh TARGET SECONDS [WORK_DIR]   TARGET: gguf | config | tokenizer | request
+#   ci/fuzz.sh TARGET SECONDS [WORK_DIR]   TARGET: gguf | config | tokenizer | request | schema
 #   ci/fuzz.sh smoke [SECONDS] [WORK_DIR]  every target for SECONDS (default 5) each (CI)
 # Builds tests/fuzz/fuzz_TARGET.c with the core sources it needs into WORK_DIR
 # (default build-fuzz/), runs it on a scratch corpus seeded from
@@ -11,7 +11,7 @@
 # runtime in libclang-common-14-dev).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-target="${1:?usage: ci/fuzz.sh gguf|config|tokenizer|request|smoke SECONDS [WORK_DIR]}"
+target="${1:?usage: ci/fuzz.sh gguf|config|tokenizer|request|schema|smoke SECONDS [WORK_DIR]}"
 secs="${2:-5}"
 work="${3:-$root/build-fuzz}"
 cc="${CC_FUZZ:-clang}"
@@ -21,12 +21,13 @@ declare -A srcs=(
   [gguf]="core/gguf.c core/ggml_types.c core/dequant.c core/error.c core/log.c"
   [config]="core/config.c core/config_print.c core/error.c core/log.c"
   [tokenizer]="core/tokenizer.c core/tokenizer_bpe.c core/utf8.c core/gguf.c core/ggml_types.c tests/gguf_write.c core/dequant.c core/error.c core/log.c"
-  [request]="server/request.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
+  [request]="server/request.c server/json_grammar.c server/json_pattern.c server/json_range.c server/buf.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
+  [schema]="server/json_grammar.c server/json_pattern.c server/json_range.c server/buf.c server/apierr.c server/jfield.c core/grammar_parse.c core/grammar_match.c core/utf8.c core/error.c core/log.c"
 )
-declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm" [request]="-ljansson -lyaml -lm")
+declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm" [request]="-ljansson -lyaml -lm" [schema]="-ljansson -lxxhash -lm")
 # Longest input: headers and configs are small; the tokenizer takes MiBs so that
 # size-dependent memory blow-ups (issue 18) are reachable.
-declare -A maxlen=([gguf]=65536 [config]=65536 [tokenizer]=4194304 [request]=65536)
+declare -A maxlen=([gguf]=65536 [config]=65536 [tokenizer]=4194304 [request]=65536 [schema]=65536)
 
 have_fuzzer() {
   command -v "$cc" >/dev/null 2>&1 || return 1
@@ -73,7 +74,7 @@ if ! have_fuzzer; then
   exit 77
 fi
 case "$target" in
-  smoke) fail=0; for name in gguf config tokenizer request; do run "$name" "$secs" || fail=1; done; exit $fail ;;
-  gguf|config|tokenizer|request) run "$target" "$secs" ;;
-  *) echo "ci/fuzz.sh: unknown target '$target' (gguf, config, tokenizer, request, smoke)" >&2; exit 2 ;;
+  smoke) fail=0; for name in gguf config tokenizer request schema; do run "$name" "$secs" || fail=1; done; exit $fail ;;
+  gguf|config|tokenizer|request|schema) run "$target" "$secs" ;;
+  *) echo "ci/fuzz.sh: unknown target '$target' (gguf, config, tokenizer, request, schema, smoke)" >&2; exit 2 ;;
 esac
