@@ -2,15 +2,24 @@
  * index: a chat choice starts with a chunk naming the role, an echoed prompt
  * comes as the choice's first text (with its log-probabilities once they are
  * all in), and each choice ends with a chunk giving its finish_reason. After
- * the last: the usage chunk (include_usage), then [DONE]. */
+ * the last: the usage chunk (include_usage), then [DONE]. With tools, a reply
+ * whose first byte opens a call is held back and streamed call by call, each
+ * as one delta.tool_calls entry when its </tool_call> is in. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "generate.h"
 #include "logprobs_json.h"
+#include "tools.h"
+
+enum reply { UNDECIDED, TEXT, CALLS }; /* with tools: what the reply turned out to be */
 
 struct chan { /* one choice's side of the stream */
     bool role_pending;   /* chat: the role chunk is still to come */
+    enum reply reply;    /* without tools: TEXT from the start */
+    struct dray_srv_buf held; /* UNDECIDED or CALLS: text not streamed yet */
+    size_t n_calls;      /* CALLS: calls streamed */
     bool echo_pending;   /* echo: the prompt's text is still to come */
     bool finished;       /* its last chunk is written */
     size_t offset;       /* text: the text_offset of its next token */
@@ -47,13 +56,74 @@ static int lp_json(struct stream *st, struct chan *h, const struct dray_token_lo
     return *out ? 0 : -1;
 }
 
+static int chunk_calls(struct stream *st, uint32_t i, const char *text, size_t len,
+                       const char *finish, json_t *lp, json_t *calls)
+{
+    struct dray_srv_choice c = {.index = i, .role = st->ch[i].role_pending, .text = text, .len = len,
+                                .finish_reason = finish, .logprobs = lp, .tool_calls = calls};
+    st->ch[i].role_pending = false;
+    return dray_srv_sse_choice(&st->out, &st->g->id, &c, st->g->include_usage);
+}
+
 static int chunk(struct stream *st, uint32_t i, const char *text, size_t len, const char *finish,
                  json_t *lp)
 {
-    struct dray_srv_choice c = {.index = i, .role = st->ch[i].role_pending, .text = text, .len = len,
-                                .finish_reason = finish, .logprobs = lp};
-    st->ch[i].role_pending = false;
-    return dray_srv_sse_choice(&st->out, &st->g->id, &c, st->g->include_usage);
+    return chunk_calls(st, i, text, len, finish, lp, NULL);
+}
+
+/* The complete calls in choice i's held text, one chunk each; what follows the
+ * last stays held. */
+static int stream_calls(struct stream *st, uint32_t i)
+{
+    struct chan *h = &st->ch[i];
+    size_t end, lead = 0;
+    while (lead < h->held.len && h->held.data[lead] == '\n') /* the separator of calls */
+        lead++;
+    memmove(h->held.data, h->held.data + lead, h->held.len - lead);
+    h->held.len -= lead;
+    while ((end = dray_srv_tool_call_end(h->held.data, h->held.len, 0))) {
+        char salt[64];
+        snprintf(salt, sizeof(salt), "%s%u", strchr(st->g->id.id, '-') + 1, i);
+        json_t *calls = dray_srv_tool_calls_json(h->held.data, end, salt), *c;
+        if (!calls)
+            return -1;
+        c = json_array_get(calls, 0);
+        char id[80];
+        snprintf(id, sizeof(id), "call_%s_%zu", salt, h->n_calls);
+        json_object_set_new(c, "id", json_string(id));
+        json_object_set_new(c, "index", json_integer((json_int_t)h->n_calls++));
+        size_t skip = end;
+        while (skip < h->held.len && h->held.data[skip] == '\n')
+            skip++;
+        memmove(h->held.data, h->held.data + skip, h->held.len - skip);
+        h->held.len -= skip;
+        if (chunk_calls(st, i, NULL, 0, NULL, NULL, calls))
+            return -1;
+    }
+    return 0;
+}
+
+/* Choice i's new text: streamed, or held while it may be (or is) a call. */
+static int add_text(struct stream *st, uint32_t i, const char *text, size_t len, json_t *lp)
+{
+    struct chan *h = &st->ch[i];
+    if (h->reply == TEXT)
+        return (len || lp) ? chunk(st, i, text, len, NULL, lp) : 0;
+    if (dray_srv_buf_add(&h->held, text, len)) {
+        json_decref(lp);
+        return -1;
+    }
+    if (h->reply == UNDECIDED && h->held.len)
+        h->reply = h->held.data[0] == '<' ? CALLS : TEXT;
+    if (h->reply == TEXT) { /* a text reply: what was held goes out now */
+        int rc = chunk(st, i, h->held.data, h->held.len, NULL, lp);
+        h->held.len = 0;
+        return rc;
+    }
+    /* a call's tokens' logprobs come in chunks of their own */
+    if (lp && chunk_calls(st, i, NULL, 0, NULL, lp, NULL))
+        return -1;
+    return h->reply == CALLS ? stream_calls(st, i) : 0;
 }
 
 /* The echoed prompt of choice i: its text, with every prompt token's logprob. */
@@ -83,7 +153,14 @@ static int finish(struct stream *st, uint32_t i, const struct dray_request_outpu
         st->failed = true;
         return dray_srv_sse_error(&st->out, &e);
     }
-    return chunk(st, i, NULL, 0, o->finish_reason, NULL);
+    struct chan *h = &st->ch[i];
+    /* a call cut short (max_tokens) comes out as the text it is */
+    if (h->reply == CALLS && stream_calls(st, i))
+        return -1;
+    if (h->held.len && chunk(st, i, h->held.data, h->held.len, NULL, NULL))
+        return -1;
+    bool calls = h->reply == CALLS && h->n_calls && !h->held.len && !strcmp(o->finish_reason, "stop");
+    return chunk(st, i, NULL, 0, calls ? "tool_calls" : o->finish_reason, NULL);
 }
 
 /* What choice i's output o adds to the stream. */
@@ -105,7 +182,7 @@ static int add_output(struct stream *st, uint32_t i, const struct dray_request_o
     if (lp_json(st, h, o->logprobs, o->logprobs ? o->n_ids : 0, &lp))
         return -1;
     /* a token may come with no text yet; with logprobs it still has its chunk */
-    if ((o->len || lp) && chunk(st, i, o->text, o->len, NULL, lp))
+    if (add_text(st, i, o->text, o->len, lp))
         return -1;
     return o->done ? finish(st, i, o) : 0;
 }
@@ -171,6 +248,7 @@ static void stream_free(void *cls)
     for (uint32_t i = 0; i < g->n; i++) {
         completion += st->ch[i].last.n_generated;
         free(st->ch[i].plp.v);
+        dray_srv_buf_free(&st->ch[i].held);
     }
     int status = st->ended ? 200 : 499;
     dray_srv_log(st->method, st->path, status, g->n_prompt, cached, completion,
@@ -200,6 +278,7 @@ enum MHD_Result dray_srv_gen_stream(struct dray_srv_call *c, struct dray_srv_gen
     st->t0 = c->t0;
     for (uint32_t i = 0; i < g->n; i++)
         st->ch[i] = (struct chan){.role_pending = g->id.kind == DRAY_SRV_CHAT,
+                                  .reply = g->tools ? UNDECIDED : TEXT,
                                   .echo_pending = g->echo != NULL,
                                   .last = {.n_prompt = g->n_prompt}};
     memcpy(st->method, c->method, sizeof(st->method));

@@ -1,11 +1,13 @@
 /* A generation answered with one body: the n choices' outputs are collected
  * side by side (they run in the same scheduler steps), then written as one
  * completion with n choices. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "generate.h"
 #include "logprobs_json.h"
+#include "tools.h"
 
 /* What one choice has produced so far. */
 struct collected {
@@ -77,6 +79,12 @@ static bool build_choice(struct dray_srv_gen *g, uint32_t i, struct collected *k
     k->text = text;
     *ch = (struct dray_srv_choice){.index = i, .text = text.data ? text.data : "", .len = text.len,
                                    .finish_reason = k->last.finish_reason};
+    char salt[64];
+    snprintf(salt, sizeof(salt), "%s%u", strchr(g->id.id, '-') + 1, i); /* call ids differ per choice */
+    if (ok && g->tools && (ch->tool_calls = dray_srv_tool_calls_json(ch->text, ch->len, salt))) {
+        ch->text = NULL; /* "content": null */
+        ch->finish_reason = "tool_calls";
+    }
     if (ok && g->logprobs) {
         ch->logprobs = g->id.kind == DRAY_SRV_CHAT
                            ? dray_srv_chat_logprobs_json(lps.v, lps.n, dray_srv_gen_piece, g->engine)
@@ -111,6 +119,7 @@ enum MHD_Result dray_srv_gen_whole(struct dray_srv_call *c, struct dray_srv_gen 
         body = dray_srv_choices_json(&g->id, ch, g->n, &u);
     for (uint32_t i = 0; i < g->n; i++) {
         json_decref(ch[i].logprobs); /* left when a later choice failed */
+        json_decref(ch[i].tool_calls);
         dray_srv_buf_free(&k[i].text);
         free(k[i].lps.v);
     }

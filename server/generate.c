@@ -14,6 +14,7 @@
 #include "generate.h"
 #include "policy.h"
 #include "route.h"
+#include "tools.h"
 
 int dray_srv_lps_add(struct dray_srv_lps *l, const struct dray_token_logprob *v, size_t n)
 {
@@ -277,6 +278,7 @@ enum MHD_Result dray_srv_generate(struct dray_srv_call *c, int kind)
     else if (!dray_srv_check_model(&s->models, q.model, &e)) {
         *g = (struct dray_srv_gen){.srv = s, .replica = c->replica, .engine = s->rep[c->replica].engine,
                                    .n = q.n, .logprobs = q.logprobs, .include_usage = q.include_usage,
+                                   .tools = q.tool_choice != DRAY_SRV_TOOLS_OFF,
                                    .score_prompt = q.echo && q.logprobs};
         ident_init(s, kind, &g->id);
         if (!dray_srv_request_check_vocab(&q, dray_engine_get_info(g->engine)->n_vocab, &e))

@@ -32,6 +32,8 @@ struct dray_srv_gen {
     struct dray_srv_flight flight[DRAY_SRV_MAX_N];
     bool logprobs;                   /* each token's log-probability is reported */
     bool include_usage;              /* stream_options.include_usage */
+    bool tools;                      /* functions may be called: a reply that starts with
+                                      * <tool_call> is calls (tools.h) */
     char *echo;                      /* echo: the prompt's text (malloc'd), else NULL */
     size_t echo_len;
     /* echo with logprobs: the prompt's tokens, the first with none (NaN); with
