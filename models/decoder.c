@@ -22,7 +22,7 @@ int dec_get_u32(struct dray_model *m, struct dray_gguf *g, const char *key, uint
     return dray_hparam_u32(g, m->fam->arch, key, lo, hi, dflt, v, err, errlen);
 }
 
-/* The keys every family has, each range-checked (core/hparams.c): they size
+/* The keys every family has, each range-checked (core/gguf/hparams.c): they size
  * buffers and loops. The family's hook adds the rest. */
 static int common_hparams(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen)
 {
