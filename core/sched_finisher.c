@@ -46,10 +46,8 @@ void sched_cache_insert(struct dray_sched *s, uint64_t salt, const int32_t *ids,
 static bool window_moves(const struct dray_sched *s, size_t a, size_t b)
 {
     struct dray_kv *kv = s->e->kv;
-    uint32_t bs = dray_kv_block_size(kv);
     for (uint32_t g = 0; g < dray_kv_get_plan(kv)->n_group; g++)
-        if (dray_kv_live_from(kv, g, (uint32_t)(a / bs * bs)) !=
-            dray_kv_live_from(kv, g, (uint32_t)(b / bs * bs)))
+        if (dray_kv_kept_from(kv, g, (uint32_t)a) != dray_kv_kept_from(kv, g, (uint32_t)b))
             return true;
     return false;
 }
@@ -145,21 +143,4 @@ void sched_checkpoint_if_due(struct dray_sched *s, struct dray_request *r)
         return;
     sched_cache_insert(s, r->salt, r->toks, at, r->sess);
     r->ckpt_at = at;
-}
-
-/* Most tokens between two checkpoints that still serve everything between them;
- * 0 when there is no window group. Consecutive checkpoints at c1 < c2 serve every
- * point between them when the blocks c2's holds start at or before c1's block:
- * c2 - c1 <= window + bs - 2 (kv.h: a query at L keeps the blocks with positions
- * > L - window). */
-uint32_t sched_ckpt_gap(const struct dray_kv *kv)
-{
-    uint32_t ckpt_gap = 0;
-    const struct dray_kv_plan *plan = dray_kv_get_plan(kv);
-    for (uint32_t g = 0; g < plan->n_group; g++) {
-        uint32_t w = plan->group[g].window, gap = w + dray_kv_block_size(kv) - 2;
-        if (w && (!ckpt_gap || gap < ckpt_gap))
-            ckpt_gap = gap;
-    }
-    return ckpt_gap;
 }

@@ -14,8 +14,6 @@
 #include "dray/dray.h"
 #include "emitter.h"
 
-struct dray_kv;
-
 enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE };
 
 #define PROMPT_ROWS 32 /* rows of prompt logits per step, for prompt_logprobs */
@@ -146,7 +144,5 @@ void sched_finishers_fed(struct dray_sched *s, uint32_t n);
 void sched_end_finishers(struct dray_sched *s, uint32_t n, bool keep);
 /* After a step: checkpoint r when it is due. */
 void sched_checkpoint_if_due(struct dray_sched *s, struct dray_request *r);
-/* The most tokens between two checkpoints of a sequence (s->ckpt_gap). */
-uint32_t sched_ckpt_gap(const struct dray_kv *kv);
 
 #endif

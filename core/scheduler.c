@@ -565,7 +565,7 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
     s->st.max_waiting = s->max_waiting;
     const char *end = dray_chat_turn_end(&e->chat);
     s->turn_end = end ? dray_tokenizer_find(e->tok, end, strlen(end)) : -1;
-    s->ckpt_gap = sched_ckpt_gap(e->kv);
+    s->ckpt_gap = dray_kv_ckpt_gap(e->kv);
     char why[256];
     if (s->turn_end >= 0 &&
         dray_chat_next_user_head(e->tok, &e->chat, &s->head, &s->n_head, why, sizeof(why)))

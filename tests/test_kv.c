@@ -705,6 +705,32 @@ static void test_kv_truncate_frees_tail_and_guards_window(void **state)
     dray_kv_free(kv);
 }
 
+/* The window arithmetic of checkpoints: what a sequence keeps after a step is
+ * exactly dray_kv_kept_from, and the checkpoint gap is window + block - 2. */
+static void test_kv_kept_from_and_ckpt_gap(void **state)
+{
+    (void)state;
+    struct dray_kv_desc d = small_desc(32, 16, 1, 1024, 100);
+    struct dray_kv *kv = make(&d);
+    uint32_t s;
+    assert_int_equal(dray_kv_seq_new(kv, &s), 0);
+    assert_int_equal(step1(kv, s, 100), 0);
+    dray_kv_step_end(kv);
+    /* from 96, the last block boundary: a query there sees 65..96, blocks 4.. */
+    assert_int_equal(dray_kv_kept_from(kv, 1, 100), 4);
+    assert_int_equal(dray_kv_kept_from(kv, 1, 100), dray_kv_live_from(kv, 1, 96));
+    assert_int_equal(dray_kv_seq_block(kv, s, 1, 3), -1);
+    assert_true(dray_kv_seq_block(kv, s, 1, 4) >= 0);
+    assert_int_equal(dray_kv_kept_from(kv, 0, 100), 0); /* the global group keeps all */
+    assert_int_equal(dray_kv_kept_from(kv, 7, 100), 0); /* no such group */
+    assert_int_equal(dray_kv_ckpt_gap(kv), 32 + 16 - 2);
+    dray_kv_free(kv);
+    d = small_desc(0, 16, 1, 1024, 100);
+    kv = make(&d);
+    assert_int_equal(dray_kv_ckpt_gap(kv), 0); /* no window group */
+    dray_kv_free(kv);
+}
+
 static void test_kv_create_survives_every_device_alloc_failure(void **state)
 {
     (void)state;
@@ -841,6 +867,7 @@ static const struct CMUnitTest tests[] = {
     T(test_kv_shared_layers_return_owner_pool_without_storage),
     T(test_kv_thousands_of_sequences_leave_no_leak),
     T(test_kv_truncate_frees_tail_and_guards_window),
+    T(test_kv_kept_from_and_ckpt_gap),
     T(test_kv_create_survives_every_device_alloc_failure),
     T(test_kv_pools_start_zeroed),
     T(test_kv_shared_partial_block_is_copied_before_write),

@@ -329,14 +329,14 @@ int dray_kv_seq_attach(struct dray_kv *kv, uint32_t seq_id, uint32_t len,
         kv_in_step(kv, seq_id))
         return DRAY_EINVAL;
     for (uint32_t g = 0; g < kv->plan.n_group; g++) {
-        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len / bs * bs, w, bs) : 0;
+        uint32_t first = kept_from(kv, g, len);
         for (uint32_t e = first; e < n_ent; e++)
             if (blocks[g][e] < 0 || (uint32_t)blocks[g][e] >= kv->plan.group[g].n_blocks)
                 return DRAY_EINVAL;
     }
     for (uint32_t g = 0; g < kv->plan.n_group; g++) {
         struct kv_group *gr = &kv->group[g];
-        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len / bs * bs, w, bs) : 0;
+        uint32_t first = kept_from(kv, g, len);
         int32_t *t = table_of(kv, g, seq_id);
         for (uint32_t e = first; e < n_ent; e++) {
             t[e] = blocks[g][e];
@@ -353,6 +353,22 @@ uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len)
 {
     uint32_t w = g < kv->plan.n_group ? kv->plan.group[g].window : 0;
     return w ? dead_blocks(len, w, kv->d.block_size) : 0;
+}
+
+uint32_t dray_kv_kept_from(const struct dray_kv *kv, uint32_t g, uint32_t len)
+{
+    return g < kv->plan.n_group ? kept_from(kv, g, len) : 0;
+}
+
+uint32_t dray_kv_ckpt_gap(const struct dray_kv *kv)
+{
+    uint32_t ckpt_gap = 0;
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        uint32_t w = kv->plan.group[g].window, gap = w + kv->d.block_size - 2;
+        if (w && (!ckpt_gap || gap < ckpt_gap))
+            ckpt_gap = gap;
+    }
+    return ckpt_gap;
 }
 
 uint32_t dray_kv_make_free(struct dray_kv *kv, uint32_t g, uint32_t want)

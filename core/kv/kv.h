@@ -188,8 +188,20 @@ void dray_kv_cow_stats(const struct dray_kv *kv, uint64_t *copies, double *secon
 /* First table entry a sequence of length len still needs in group g (0 for
  * global groups; window groups drop entries no future query can see). */
 uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len);
+/* The window arithmetic of checkpoints, in one place. A sequence of len tokens
+ * keeps in group g the table entries from dray_kv_kept_from(g, len) on, which is
+ * dray_kv_live_from(g, len / bs * bs): what a query at len's last block boundary
+ * sees, since step_end recycles from there (0 for global groups). A checkpoint
+ * of len tokens holds these blocks. */
+uint32_t dray_kv_kept_from(const struct dray_kv *kv, uint32_t g, uint32_t len);
+/* The most tokens two consecutive checkpoints of a sequence may lie apart and
+ * still serve every length between them: the blocks the later one holds start
+ * at or before the earlier one's block when c2 - c1 <= window + bs - 2 (a query
+ * at L keeps the positions > L - window), for the narrowest window group; 0
+ * without window groups. */
+uint32_t dray_kv_ckpt_gap(const struct dray_kv *kv);
 /* Give an empty sequence the first len tokens from shared blocks: blocks[g][e]
- * for entries dray_kv_live_from(g, len / bs * bs) .. ceil(len / bs) - 1 of every
+ * for entries dray_kv_kept_from(g, len) .. ceil(len / bs) - 1 of every
  * group (each gains a reference). When len is not block-aligned the last block
  * is partial: its positions >= len % bs are overwritten by the sequence, after
  * the copy on write of step_begin. DRAY_EINVAL if the sequence is not empty or a

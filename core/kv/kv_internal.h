@@ -111,6 +111,14 @@ static inline uint32_t dead_blocks(uint32_t len, uint32_t w, uint32_t bs)
     return len + 1 > w ? (len + 1 - w) / bs : 0;
 }
 
+/* dray_kv_kept_from for a valid g: dead blocks measured from len's last block
+ * boundary. */
+static inline uint32_t kept_from(const struct dray_kv *kv, uint32_t g, uint32_t len)
+{
+    uint32_t w = kv->plan.group[g].window, bs = kv->d.block_size;
+    return w ? dead_blocks(len / bs * bs, w, bs) : 0;
+}
+
 /* kv.c */
 /* Is seq in the step begun and not yet ended (or aborted)? */
 bool kv_in_step(const struct dray_kv *kv, uint32_t seq);

@@ -256,12 +256,10 @@ void dray_kv_step_end(struct dray_kv *kv)
         uint32_t s = kv->step_ids[i];
         kv->seq_len[s] += kv->step_new[i];
         for (uint32_t g = 0; g < kv->plan.n_group; g++) {
-            uint32_t w = kv->plan.group[g].window;
             uint32_t *fl = &kv->group[g].first_live[s];
             /* measured from the last block boundary, so the blocks a query at that
              * boundary sees stay alive: the prefix cache checkpoints there */
-            uint32_t bs = kv->d.block_size;
-            uint32_t dead = w ? dead_blocks(kv->seq_len[s] / bs * bs, w, bs) : 0;
+            uint32_t dead = kept_from(kv, g, kv->seq_len[s]);
             if (dead > *fl) {
                 kv_release_entries(kv, g, s, *fl, dead);
                 *fl = dead;

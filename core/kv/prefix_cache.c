@@ -22,7 +22,7 @@ struct pc_entry {
     uint32_t n_children;
     int32_t gblock[DRAY_KV_MAX_GROUPS]; /* this block in each global group, -1 in window groups */
     int32_t *ckpt;            /* window checkpoint: per window group, the blocks of entries
-                               * live_from(n_tok/bs*bs) .. ceil(n_tok/bs) - 1, concatenated
+                               * kept_from(n_tok) .. ceil(n_tok/bs) - 1, concatenated
                                * (the last one partial for a tail); NULL if none */
     uint32_t n_ckpt;
     /* host tier: the same blocks in kv.h's vendor-neutral layout, once spilled */
@@ -141,7 +141,7 @@ static void touch_path(struct dray_pcache *pc, struct pc_entry *leaf)
 /* Blocks of e's checkpoint, walked group by group: calls fn(g, index in ckpt). */
 #define FOR_CKPT(pc, e, g, k, i)                                                              \
     for (uint32_t g = 0, i = 0; g < (pc)->n_group; g++)                                        \
-        for (uint32_t k = dray_kv_live_from((pc)->kv, g, (e)->n_tok / (pc)->bs * (pc)->bs);    \
+        for (uint32_t k = dray_kv_kept_from((pc)->kv, g, (e)->n_tok);                          \
              (pc)->window[g] && k < ((e)->n_tok + (pc)->bs - 1) / (pc)->bs; k++, i++)
 
 static uint64_t ckpt_host_bytes(const struct dray_pcache *pc, const struct pc_entry *e)
@@ -652,8 +652,7 @@ static bool ckpt_serves(struct dray_pcache *pc, const struct pc_entry *e, uint32
     if (!has_ckpt(e) || len > e->n_tok || (len + bs - 1) / bs > (e->n_tok + bs - 1) / bs)
         return false;
     for (uint32_t g = 0; g < pc->n_group; g++)
-        if (pc->window[g] && dray_kv_live_from(pc->kv, g, len / pc->bs * pc->bs) <
-                                 dray_kv_live_from(pc->kv, g, e->n_tok / pc->bs * pc->bs))
+        if (pc->window[g] && dray_kv_kept_from(pc->kv, g, len) < dray_kv_kept_from(pc->kv, g, e->n_tok))
             return false;
     return true;
 }
@@ -718,7 +717,7 @@ static struct pc_hit longest_hit(struct dray_pcache *pc, uint64_t salt, const in
  * A query that diverges at M inside a cached prefix where no checkpoint ends in
  * M's block (an earlier message edited, a reply continued some other way) needs,
  * besides the global blocks up to M, the window blocks of entries
- * live_from(M / bs * bs) .. ceil(M / bs) - 1. Recomputing them is no cheap way
+ * kept_from(M) .. ceil(M / bs) - 1. Recomputing them is no cheap way
  * out: a window layer's KV at position q comes from the hidden state at q, which
  * every window layer below took from the window before q, so exact window KV at
  * M - window .. M needs (window layers) x window positions recomputed. But the
@@ -809,7 +808,7 @@ static bool assemble_window(struct dray_pcache *pc, uint64_t salt, const int32_t
     for (uint32_t g = 0; ok && g < pc->n_group; g++) {
         if (!pc->window[g])
             continue;
-        wt->first[g] = dray_kv_live_from(pc->kv, g, M / bs * bs);
+        wt->first[g] = dray_kv_kept_from(pc->kv, g, M);
         wt->n[g] = (M + bs - 1) / bs - wt->first[g];
         wt->block[g] = malloc((wt->n[g] ? wt->n[g] : 1) * sizeof(int32_t));
         ok = wt->block[g] != NULL;
