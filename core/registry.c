@@ -691,8 +691,8 @@ int dray_device_open_config(struct dray_registry *reg, const struct dray_config 
     };
     char why[512];
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    /* more workers than cores take turns at every barrier of every op: 1024 threads on
-     * 2 cores made decode 50x slower without a word */
+    /* more workers than cores take turns at every barrier of every op, which slows
+     * decode by orders of magnitude (docs/performance.md) */
     if (cfg->threads && cores > 0 && cfg->threads > (unsigned long)cores)
         dray_warn("threads %u is more than the %ld cores here, which makes every op wait on "
                   "descheduled threads; set threads to 0 (one per core) or at most %ld",

@@ -124,8 +124,8 @@ static void log_outliers(uint32_t il, int which, const int32_t *pick, uint32_t n
 }
 
 /* The head gets half as many outlier channels as a layer matmul: its f32
- * columns are read for all n_vocab outputs on every step (32 channels would add
- * 12% to a decode step). A separate output matrix is re-prepared with them; a
+ * columns are read for all n_vocab outputs on every step (docs/performance.md).
+ * A separate output matrix is re-prepared with them; a
  * tied one keeps the embedding table and gets f32 columns beside it. */
 int dec_calib_head(struct dray_model *m, uint32_t n_outlier, char *err, size_t errlen)
 {

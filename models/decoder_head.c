@@ -9,10 +9,8 @@
 
 /* Two-pass activations in the output head too (model opts two_pass), unless the
  * head holds more weight bytes than all layers together: then it is most of a
- * decode step's reads, and its second pass is not free (Gemma 3 270M, a 189 MB
- * Q8G32 head against about 100 MB of layers: +12-19% CPU per decode step at 1
- * thread), while a smaller head pays for itself (SmolLM2-135M, 32 MB against
- * 80 MB: mean KL on GPL-3 0.0015 with two passes there, 0.0024 with one). */
+ * decode step's reads and its second pass is not free, while a smaller head pays
+ * for itself (docs/performance.md, "Two-pass activations"). */
 bool dec_head_two_pass(const struct dray_model *m)
 {
     uint64_t layers = 0;
@@ -35,11 +33,10 @@ static bool dev_runs(const struct dray_model *m, int op, uint32_t dtype)
  * (head_rescore.c). w4a8 takes the 4-bit head, rescored where it can be (a
  * separate output.weight wider than 4 bits is rounded: lossy). auto takes it
  * where it costs no accuracy that matters: rescored, and with one-pass
- * activations, whose own error the rescored head's tail noise hardly adds to
- * (Gemma 3 270M, mean KL against f32 on GPL-3: 0.00298 rescored vs 0.00302 with
- * the 8-bit head); with two-pass activations the 8-bit head, since there the
- * tail noise adds 23-39% to a much smaller KL (issue 11 allows 10%). Sets
- * *rescore to the most candidates per row (0 = none). */
+ * activations, whose own error the rescored head's tail noise hardly adds to;
+ * with two-pass activations the 8-bit head, whose much smaller error the tail
+ * noise would add to markedly (docs/performance.md, "The output head's
+ * precision"). Sets *rescore to the most candidates per row (0 = none). */
 static enum dray_wrole head_role(const struct dray_model *m, uint32_t dtype, bool tied, bool table8,
                                   const struct dray_model_opts *o, uint32_t *rescore)
 {
@@ -84,8 +81,7 @@ int dec_load_embeddings(struct dray_model *m, uint32_t dtype, const struct dray_
                   dray_gguf_name(g), m->fam->arch);
         out = NULL;
     }
-    /* a 4-bit head: the head is the bulk of a decode step's weight bytes (Gemma 3
-     * 270M: 189 of 296 MB in 8-bit groups, 126 MB in 4-bit ones) */
+    /* a 4-bit head: the head is the bulk of a decode step's weight bytes */
     /* the EMBED op gathers 8- and 4-bit grouped tables, not 5-bit ones: a 5-bit
      * table (Q5_0, Q5_1) becomes 8-bit groups */
     uint32_t tdtype = dtype == DRAY_Q4G32 && dray_ggml_is_5bit(te->type) ? DRAY_Q8G32 : dtype;

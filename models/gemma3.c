@@ -86,9 +86,8 @@ const struct dray_arch dray_arch_gemma3 = {
     .info = dec_info,
     .calibrate = dec_calibrate,
     .calib_scores = dec_calib_scores,
-    /* One pass: Gemma 3 normalizes every block's output as well as its input, and
-     * one int8 pass per group of 32 already puts w4a8 at mean KL 0.0030 from f32 on
-     * GPL-3 (llama.cpp's Q4_K_M: 0.0049). A second pass halves that (0.0016) for 37%
-     * of the prefill speed and 13% of decode's (README, "Two-pass activations"). */
+    /* One pass: Gemma 3 normalizes every block's output as well as its input, so
+     * one int8 pass per group of 32 is close enough, and a second costs more speed
+     * than its accuracy is worth (docs/performance.md, "Two-pass activations"). */
     .activations = DRAY_ACTIVATIONS_INT8,
 };

@@ -1,21 +1,17 @@
 /* The rescored output head (see decoder.h, struct dec_rescore): a 4-bit head
  * (DRAY_Q4G32, 6 bits a weight with its scale and min, against the 8-bit
- * table's 9: Gemma 3 270M's head reads 126 instead of 189 MB) computes
- * every logit of a row, then its most likely tokens are computed again from the
- * 8-bit table the embedding gather keeps anyway, and replace the 4-bit values.
+ * table's 9) computes every logit of a row, then its most likely tokens are
+ * computed again from the 8-bit table the embedding gather keeps anyway, and
+ * replace the 4-bit values.
  *
- * How many: the 4-bit logits carry noise of about 0.33 (Gemma 3 270M, rms over
- * the vocabulary), and a token left with noise e costs about p e^2 / 2 of KL
- * divergence, so what the 4-bit logits cost is the probability left to them
- * times ~0.055. A fixed top 64 leaves 5-15% of the probability on a flat row
- * (2-3x the 8-bit head's whole KL with one-pass activations). So the candidates
- * are the 4-bit head's most likely tokens until what is left holds at most
- * `tail` of its probability (at least DEC_RESCORE_MIN, at most `max`): a peaked
- * row takes a few dozen, a flat one thousands (Gemma, GPL-3: 950 a row on
- * average at tail 0.005, 1560 at 0.002). The 8-bit table is stored as group
- * rows (DRAY_WROLE_GROUP_ROWS), so a candidate reads its own 720 bytes (Gemma 3: 640
- * codes, 20 scales) and writes and reads back its f32 row, about 5.9 KB in all
- * (rescore_bytes in decoder.c), against the 63 MB the 4-bit head saves a step.
+ * How many: a token left with 4-bit noise e costs about p e^2 / 2 of KL
+ * divergence, so what the 4-bit logits cost is the probability left to them. So
+ * the candidates are the 4-bit head's most likely tokens until what is left holds
+ * at most `tail` of its probability (at least DEC_RESCORE_MIN, at most `max`): a
+ * peaked row takes a few dozen, a flat one thousands. The 8-bit table is stored
+ * as group rows (DRAY_WROLE_GROUP_ROWS), so a candidate reads only its own row
+ * (rescore_bytes in decoder.c). The numbers: docs/performance.md, "The output
+ * head's precision".
  *
  * The device work is ops of the operator table, so every plugin that runs the
  * 4-bit head runs this too: EMBED gathers the candidates' rows of the 8-bit table
@@ -85,8 +81,7 @@ void dec_rescore_free(struct dray_model *m)
  * middle: within e^(1/8) of the truth), widened to at least DEC_RESCORE_MIN
  * tokens and narrowed to at most max. NaN logits are never candidates. Returns
  * the count written to idx. Each token's bucket is computed once into bk (one
- * byte each, N_BUCKETS meaning none): the passes over the row then vectorize,
- * and a row takes ~0.35 ms here instead of ~0.9 (Gemma 3, 262144 logits, one core). */
+ * byte each, N_BUCKETS meaning none): the passes over the row then vectorize. */
 static uint32_t candidates(const float *x, uint32_t n, float tail, uint32_t max, uint8_t *bk,
                            int32_t *idx)
 {

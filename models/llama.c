@@ -101,7 +101,7 @@ const struct dray_arch dray_arch_llama = {
     .calibrate = dec_calibrate,
     .calib_scores = dec_calib_scores,
     /* Two passes: Llama-family activations carry loud channels into every matmul,
-     * and one int8 pass per group of 32 leaves SmolLM2 at 96.3% top-1 against the
-     * f32 reference (mean KL 0.0053); two give 98.7% (0.0010; tests/reference). */
+     * which one int8 pass per group of 32 rounds too coarsely (docs/performance.md,
+     * "Two-pass activations"; tests/reference). */
     .activations = DRAY_ACTIVATIONS_INT8X2,
 };

@@ -26,11 +26,8 @@
  * sequence: entries of recycled window blocks are present and hold -1. This keeps
  * backend.h's promise "block_table[bt_start + p/block_size] addresses position p;
  * entries the mask never reaches may be -1" for every p < kv_len, so a kernel may
- * read the entry before it applies the mask. (An offset scheme that starts the
- * table at the first live block would need bt_start < the sequence's first entry,
- * i.e. reads before the array for masked positions; we rejected it. The cost of
- * the -1 padding is 4 bytes per block_size tokens per sequence, the same as the
- * global group's table.)
+ * read the entry before it applies the mask (the padding costs 4 bytes per
+ * block_size tokens per sequence; docs/design.md, "Designs tried and left").
  *
  * Steps. A forward pass is bracketed by dray_kv_step_begin (reserve slots for the
  * new tokens of each sequence in every group, build slots/seqs/block_table and

@@ -493,8 +493,8 @@ static int push_id(void *o, int32_t id)
  * candidate's occurrences left to right; an occurrence is taken when its whole span
  * is still raw text.
  *
- * Done without a list of all occurrences, which cost ~500 bytes per input byte on
- * runs of "\n" (Gemma has tokens for 1..31 of them; issue 18). Each raw position
+ * Done without a list of all occurrences, which grows with the input times the
+ * specials that overlap (docs/performance.md). Each raw position
  * waits in the bucket of its longest remaining match, buckets are visited in rank
  * order and positions in a bucket in ascending order, which is exactly the (rank,
  * position) order. A match blocked by a span taken to its right sends the position

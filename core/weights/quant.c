@@ -89,9 +89,8 @@ static float as_f16(float v)
  * half: then d and m are rounded to f16 and the codes picked again against the
  * rounded pair, keeping those or the fit's own codes, whichever has the smaller
  * squared error with the rounded pair, so what is stored (Q4G32H) is exactly
- * what was chosen, and never worse than rounding the f32 fit's d and m alone.
- * (Fitting with rounded candidates throughout did no better: on Q8_0-like rows
- * the rounding moves the error by about 1e-4 of itself either way.) */
+ * what was chosen, and never worse than rounding the f32 fit's d and m alone
+ * (docs/design.md, "Designs tried and left"). */
 static void q4_group(const float *x, uint8_t *packed, float *dm, bool half)
 {
     float lo = x[0], hi = x[0];
@@ -154,10 +153,10 @@ static void *q4_run(void *arg)
     return NULL;
 }
 
-/* The least-squares fit costs ~1 us a group: rounding a 262144 x 640 head is
- * 5.2M groups, seconds of a model's load on one core. Groups are independent,
- * so large calls split them over the online cores (at most 8); each group's
- * result is the same whichever thread computes it. */
+/* The least-squares fit is slow enough that a large head takes seconds of a load
+ * on one core (docs/performance.md). Groups are independent, so large calls split
+ * them over the online cores (at most 8); each group's result is the same
+ * whichever thread computes it. */
 static void q4_rows(const float *w, uint64_t rows, uint64_t cols, uint8_t *q, float *dm, bool half)
 {
     enum { MAX_THREADS = 8, MIN_SHARE = 4096 };

@@ -1,14 +1,13 @@
 /* Rounded-weights cache: the 4-bit codes and scales the least-squares rounding
  * (quant.c) picks for a tensor that is wider than 4 bits in the file, stored once
- * per model file so later starts read them instead of rounding again. Gemma 3
- * 270M's rescored head is a 4-bit copy of its Q8_0 token_embd: 5.2M groups,
- * whose rounding was 71% of a start's CPU time.
+ * per model file so later starts read them instead of rounding again: for a
+ * rescored head that copies an 8-bit token_embd, the rounding was most of a
+ * start's CPU time (docs/performance.md).
  *
  * The rows are stored as quant.c returns them (codes packed two per byte, i low
  * and i+16 high, then d and m per group in f32), before any device layout, so
  * every plugin reads the same file. Key: the XXH3-128 of the tensor's bytes in
- * the file (so the same tensor in another file shares it; 20-40 ms for Gemma's
- * 178 MB table), its shape and type, the format (q4g: f32 d and m; q4gh: fitted
+ * the file (so the same tensor in another file shares it), its shape and type, the format (q4g: f32 d and m; q4gh: fitted
  * to f16 d and m) and DRAY_ROUND_VERSION. File:
  *     <cache dir>/round-<hash>-<tensor name>-<q4g|q4gh>-v<version>.bin
  * little-endian: "DRAYRND1", u32 version, u32 dtype, u8 tensor_hash[16],

@@ -107,8 +107,8 @@ static int32_t quant_group(const float *x, int8_t *q, float *sx_out)
 }
 
 /* The grouped quantize step (cpu_kernels.h), results identical to
- * dray_cpu_ref_gquantize: it was a scalar loop with a division and a libm call
- * per input, 12-15% of a prefill (twice that with two passes). */
+ * dray_cpu_ref_gquantize, without the reference's division and libm call per
+ * input (docs/performance.md: they were a noticeable share of a prefill). */
 void dray_cpu_avx2_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1)
 {
     const uint32_t G = a->k / 32;
@@ -139,9 +139,8 @@ void dray_cpu_avx2_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint3
 /* Groups ahead whose weights and scales the first token's pass prefetches: the
  * (b, g) blocks follow each other in memory, so this is a plain stream, which
  * the hardware prefetcher alone left short of one core's bandwidth (as in
- * avx512vnni_gmatmul.c); a prefetch past the end never faults. DRAY_CPU_ISA=avx2
- * dray bench ops --threads 1, 640->2048 decode, load 3: Q5G32 0.133-0.149 ->
- * 0.094-0.101 ms, Q8G32 0.160-0.164 -> 0.136-0.147 ms. */
+ * avx512vnni_gmatmul.c; docs/performance.md); a prefetch past the end never
+ * faults. */
 #define PF_AHEAD 16
 
 static inline void prefetch_group(const struct dray_cpu_matmul *a, size_t bg, size_t wb, size_t sb)

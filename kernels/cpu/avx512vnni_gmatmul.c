@@ -29,13 +29,9 @@
 #define TB 4 /* q rows per pass (tokens, or halves of two-pass tokens) */
 /* Groups ahead that each pass prefetches its weights and scales (a (b, g) is
  * contiguous after the one before, across blocks too, so this is a plain
- * stream; a prefetch past the end is a hint and never faults). The hardware
- * prefetcher alone left a decode-shaped Q5G32 matmul at 65-80% of one core's
- * bandwidth; 16 groups (5-8 KiB) ahead brought 640->2048 on 2 threads from
- * 0.066-0.073 to 0.050-0.054 ms (dray bench ops, load 1.5), and Gemma 3 270M
- * Q4_K_M decode (2 threads, dray bench model, 3 runs each, load 1.6) from
- * 65.7/68.5/61.5 tok/s with it in the Q5G32 pass only to 71.4/75.1/68.2 with
- * it in all three (the Q8G32 head is most of a step's bytes). */
+ * stream; a prefetch past the end is a hint and never faults): the hardware
+ * prefetcher alone left decode-shaped matmuls short of one core's bandwidth, in
+ * every pass (docs/performance.md, "CPU grouped kernels"). */
 #define PF_AHEAD 16
 
 /* 4 activation bytes of token row q at input c, in every lane. */
