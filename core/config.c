@@ -32,7 +32,7 @@
 #define CONFIG_MAX_BYTES (1u << 20) /* a config file is a page of text, not a data set */
 /* Sections are one level below the root; values are scalars. 32 leaves room for any
  * honest file while stopping libyaml's document loader, whose time grows with the
- * square of the depth (100k nested `[` ran for minutes). */
+ * square of the depth (docs/performance.md). */
 #define CONFIG_MAX_DEPTH 32u
 
 static const struct enum_name precision_names[] = {
@@ -54,147 +54,118 @@ static const struct enum_name log_level_names[] = {{"error", DRAY_LOG_ERROR},
 #define F(field) offsetof(struct dray_config, field), sizeof(((struct dray_config *)0)->field)
 const struct key dray_config_keys[] = {
     {"log_level", NULL, NULL, T_ENUM, F(log_level), 0, 0, log_level_names, 0,
-     "least severe message printed to stderr"},
+     "least severe message printed to stderr", KEY_USER},
     {"model", "model", "path", T_STR, F(model), 0, 0, NULL, 0,
-     "GGUF model file; a relative path is read from the config file's folder; `\"\"` = the "
-     "model the README's set-up installs"},
+     "GGUF model file, relative to the config file's folder; `\"\"` = the model the README's "
+     "set-up installs", KEY_USER},
     {"context", "model", "context", T_U32, F(context), 0, 1 << 24, NULL, 0,
-     "most tokens per sequence (prompt + output); 0 = the model's training context"},
+     "most tokens per sequence (prompt + output); 0 = the model's training context", KEY_USER},
     {"chat_template", "model", "chat_template", T_STR, F(chat_template), 0, 0, NULL, 0,
-     "chat format for `dray chat` and the server: `gemma` or `chatml`; `\"\"` = recognised "
-     "from the model's `tokenizer.chat_template` (Gemma files without one get `gemma`; a "
-     "template dray does not implement is an error at the first chat, naming this key). "
-     "Message text is always tokenized as text, never as control tokens"},
+     "chat format for `dray chat` and the server, `gemma` or `chatml`; `\"\"` = recognised "
+     "from the model file ([Chat templates](#chat-templates))", KEY_USER},
     {"backend", "backend", "plugin", T_STR, F(backend), 0, 0, NULL, 1,
      "plugin to run on: a name (`cpu`, `opencl`, `vulkan`, `cuda`, `hip`) or a path to a "
-     "`libdray-<name>.so`"},
+     "`libdray-<name>.so`", KEY_USER},
     {"fallback", "backend", "fallback", T_STR, F(fallback), 0, 0, NULL, 0,
-     "plugin used when `backend` cannot be loaded or opened, or does not run the configured "
-     "`precision` or `kv_dtype` (a warning says why); `\"\"` = no fallback, fail with the "
-     "reason"},
+     "plugin used, with a warning, when `backend` cannot be loaded or opened or does not run "
+     "the configured `precision` or `kv_dtype`; `\"\"` = fail with the reason", KEY_USER},
     {"device", "backend", "device", T_STR, F(device), 0, 0, NULL, 0,
-     "device of the plugin: an index (`\"1\"`) or a case-insensitive part of its name "
-     "(`h200`); `\"\"` = the first device. With `replicas` > 1, `dray serve` takes a "
-     "comma-separated list, one device per replica (`\"0,1\"`)"},
+     "device of the plugin, an index (`\"1\"`) or a case-insensitive part of its name "
+     "(`h200`), or a comma-separated list of one per replica (`\"0,1\"`); `\"\"` = the first "
+     "device", KEY_USER},
     {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0,
      "extra `:`-separated folders searched for plugins before `$DRAY_PLUGIN_PATH` and the "
-     "built-in folders"},
+     "built-in folders", KEY_USER},
     {"threads", "backend", "threads", T_U32, F(threads), 0, 1024, NULL, 0,
-     "host threads for the CPU plugin; 0 = all cores"},
+     "host threads for the CPU plugin; 0 = all cores (split between `replicas`)", KEY_USER},
     {"reference_kernels", "backend", "reference_kernels", T_BOOL, F(reference_kernels), 0, 0, NULL, 0,
-     "use the plugin's portable scalar kernels (for checking, slow)"},
+     "use the plugin's portable scalar kernels (for checking, slow)", KEY_EXPERT},
     {"precision", "precision", "weights", T_ENUM, F(precision), 0, 0, precision_names, 0,
-     "weights and matmuls: int8 (W8A8, per-channel scales), int8g (int8 with a scale per group "
-     "of 32 inputs, for weights and activations), w4a8 (4- or 5-bit weights where the file's "
-     "are 4- or 5-bit: Q4_0, Q4_1, Q4_K as 4-bit groups, Q5_0, Q5_1 as 5-bit groups, both "
-     "exact; int8g elsewhere, and for 5-bit tensors on a device without 5-bit groups, with a "
-     "warning) or f32 (checking path); int8g and w4a8 fall back to int8 on a device without them"},
+     "weights and matmuls: `int8` (per-channel scales), `int8g` (a scale per group of 32 "
+     "inputs), `w4a8` (the file's 4- and 5-bit weights exact, `int8g` elsewhere) or `f32` (the "
+     "checking path) ([Precision](#precision))", KEY_USER},
     {"head_precision", "precision", "head_precision", T_ENUM, F(head_precision), 0, 0, head_precision_names, 0,
-     "output head under `precision` int8g or w4a8: int8g (int8 groups where the file's head is "
-     "wider than 4 bits, as Gemma's Q8_0 head), w4a8 (4-bit groups, rounding a wider head; a "
-     "head tied to the embedding gets its own 4-bit copy and is rescored, see "
-     "`head_rescore`; a separate head is not: lossy) or auto (the rescored 4-bit head where the "
-     "head is tied to an 8-bit table and the activations are one-pass, e.g. Gemma 3: no worse "
-     "than the 8-bit head there, and 63 MB fewer bytes a decode step; int8g otherwise: under "
-     "two-pass activations the rescored head's tail adds 23-39% to the KL); a device without "
-     "the 4-bit matmul keeps int8g; ignored by int8 and f32"},
+     "output head under `int8g` or `w4a8`: `int8g`, `w4a8` (4-bit) or `auto` (the rescored "
+     "4-bit head where it costs no accuracy) ([Precision](#precision))", KEY_EXPERT},
     {"head_rescore", "precision", "head_rescore", T_U32, F(head_rescore), 0, 1 << 20, NULL, 0,
-     "rescored 4-bit head: the 4-bit head computes every logit, then its most likely tokens "
-     "(until `head_rescore_tail` of its probability is left; at least 16, at most this many "
-     "per row) get their logits again from the 8-bit embedding table with f32 activations, so "
-     "greedy picks and the likely tokens are the 8-bit head's while a step reads the head in "
-     "4 bits; 0 = the 4-bit logits as they are (lossy)"},
+     "most tokens per row whose logits the rescored 4-bit head computes again from the 8-bit "
+     "embedding table; 0 = the 4-bit logits as they are, lossy ([Precision](#precision))", KEY_EXPERT},
     {"head_rescore_tail", "precision", "head_rescore_tail", T_FLOAT, F(head_rescore_tail), 0, 1, NULL, 0,
-     "probability of the 4-bit head a row may leave unrescored (see `head_rescore`): the "
-     "4-bit logits' noise costs about this times 0.055 of KL divergence on Gemma 3 (0.005: "
-     "+0.0003-0.0005, about 1000 candidates a row)"},
+     "probability of the 4-bit head a row may leave unrescored ([Precision](#precision))", KEY_EXPERT},
     {"kv_dtype", "precision", "kv_dtype", T_ENUM, F(kv_dtype), 0, 0, kv_dtype_names, 0,
-     "KV cache element type (int8 with a scale per token and head)"},
+     "KV cache element type (int8 with a scale per token and head)", KEY_USER},
     {"outlier_channels", "precision", "outlier_channels", T_U32, F(outlier_channels), 0, 65536, NULL, 0,
-     "input channels per matmul kept in f32 inside the int8 matmul (mixed precision; half as "
-     "many for the output head); found at load by a short f32 calibration pass; 0 = off"},
+     "input channels per int8 matmul kept in f32, found at load by a short calibration pass "
+     "(half as many for the output head); 0 = off", KEY_EXPERT},
     {"activations", "precision", "activations", T_ENUM, F(activations), 0, 0, activations_names, 0,
-     "activations of the layer matmuls under `precision` int8g or w4a8: auto (the model family's "
-     "choice: int8x2 for llama, whose activations need it, int8 for gemma3, where one pass is "
-     "already close to f32 and the second costs a third of the prefill speed), int8x2 (two int8 passes "
-     "per group of 32 inputs, the second over the first's rounding error: about 15 bits, the "
-     "weights read once for both, so decoding costs about the same and prefill matmuls about "
-     "twice the int8 work) or int8 (one pass). The output head gets two passes too unless it "
-     "holds more weight bytes than all layers (then it is most of a decode step's reads and "
-     "keeps one). int8x2 falls back to int8 on a device without it"},
+     "activations of the layer matmuls under `int8g` or `w4a8`: `int8` (one pass), `int8x2` (a "
+     "second pass over the first's rounding error) or `auto` (the model family's choice) "
+     "([Precision](#precision))", KEY_EXPERT},
     {"kv_budget", "memory", "kv_budget", T_SIZE, F(kv_budget), 0, 0, NULL, 0,
      "device memory for the KV cache; 0 = enough for `max_seqs` sequences of the full "
-     "`context`"},
+     "`context`", KEY_USER},
     {"host_cache", "memory", "host_cache", T_SIZE, F(host_cache), 0, 0, NULL, 0,
-     "host memory for the prefix cache's host tier (KV blocks spilled from the device)"},
+     "host memory for the prefix cache's host tier (KV blocks spilled from the device)", KEY_USER},
     {"kv_block", "memory", "kv_block", T_U32, F(kv_block), 1, 1024, NULL, 0,
-     "tokens per KV block"},
+     "tokens per KV block", KEY_EXPERT},
     {"prefix_cache", "memory", "prefix_cache", T_BOOL, F(prefix_cache), 0, 0, NULL, 0,
-     "reuse the KV of shared prompt prefixes across requests and chat turns (the scheduler's "
-     "prefix cache)"},
+     "reuse the KV of shared prompt prefixes across requests and chat turns", KEY_USER},
     {"max_seqs", "scheduler", "max_seqs", T_U32, F(max_seqs), 1, 4096, NULL, 0,
-     "sequences decoded together in one batch (`dray run` and `dray perplexity`, which run one, "
-     "size the KV for 1 unless this is set)"},
+     "sequences decoded together in one batch (`dray run` and `dray perplexity` size the KV "
+     "for 1 unless this is set)", KEY_USER},
     {"chunk", "scheduler", "chunk", T_U32, F(chunk), 1, 1 << 20, NULL, 0,
-     "prefill tokens per step (long prompts are split so decoding keeps going)"},
+     "prefill tokens per step (long prompts are split so decoding keeps going)", KEY_USER},
     {"temperature", "sampling", "temperature", T_FLOAT, F(temperature), 0, 100, NULL, 0,
-     "sampling temperature; 0 = greedy (always the most likely token)"},
+     "sampling temperature; 0 = greedy (always the most likely token)", KEY_USER},
     {"top_k", "sampling", "top_k", T_U32, F(top_k), 0, 1 << 20, NULL, 0,
-     "keep the k most likely tokens; 0 = off"},
+     "keep the k most likely tokens; 0 = off", KEY_USER},
     {"top_p", "sampling", "top_p", T_FLOAT, F(top_p), 0, 1, NULL, 0,
-     "keep the smallest set of tokens whose probability sums to p; 1 = off, 0 = the most likely "
-     "token only"},
+     "keep the smallest set of tokens whose probability sums to p; 1 = off, 0 = the most "
+     "likely token only", KEY_USER},
     {"min_p", "sampling", "min_p", T_FLOAT, F(min_p), 0, 1, NULL, 0,
-     "drop tokens less likely than min_p × the most likely one; 0 = off"},
+     "drop tokens less likely than min_p × the most likely one; 0 = off", KEY_USER},
     {"repeat_penalty", "sampling", "repeat_penalty", T_FLOAT, F(repeat_penalty), 0.01, 100, NULL, 0,
-     "divide the logits of tokens already in the context by this; 1 = off"},
+     "divide the logits of tokens already in the context by this; 1 = off", KEY_USER},
     {"seed", "sampling", "seed", T_U64, F(seed), 0, 0, NULL, 0,
-     "random seed; 0 = a new seed from the clock on each run"},
+     "random seed; 0 = a new seed from the clock on each run", KEY_USER},
     {"max_tokens", "sampling", "max_tokens", T_U32, F(max_tokens), 1, 1 << 24, NULL, 0,
-     "most new tokens per request"},
+     "most new tokens per request", KEY_USER},
     {"host", "server", "host", T_STR, F(host), 0, 0, NULL, 1,
-     "address `dray serve` listens on; `0.0.0.0` or `::` opens it to other machines"},
+     "address `dray serve` listens on; `0.0.0.0` or `::` opens it to other machines", KEY_USER},
     {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0,
-     "TCP port of `dray serve`"},
+     "TCP port of `dray serve`", KEY_USER},
     {"replicas", "server", "replicas", T_U32, F(replicas), 1, 256, NULL, 0,
-     "engines `dray serve` runs in one process, each with its own scheduler and KV cache; a "
-     "request goes to the replica its conversation hashes to (`X-Session-Id`, else `user`, else "
-     "the client address). `device` may list one device per replica (`0,1`); one device is "
-     "shared. `threads: 0` splits the cores between replicas; a set `threads` is per replica"},
+     "engines `dray serve` runs in one process, each with its own scheduler and KV cache "
+     "([Serving](#serving))", KEY_USER},
     {"api_key", "server", "api_key", T_STR, F(api_key), 0, 0, NULL, 0,
      "when set, every request except `GET /health` needs `Authorization: Bearer <key>` (else "
-     "401); `dray config` does not print it"},
+     "401); `dray config` does not print it", KEY_USER},
     {"served_model_name", "server", "served_model_name", T_STR, F(served_model_name), 0, 0, NULL, 0,
-     "comma-separated names of the model for `dray serve` (like vLLM's `--served-model-name`): "
-     "the first is the `model` of every response and of `GET /v1/models`; requests may name any "
-     "of them or the GGUF file's name (without `.gguf`), any other gets 404. \"\" = the file's "
-     "name only"},
+     "comma-separated names of the model for `dray serve`, the first one in every response "
+     "([Serving](#serving)); `\"\"` = the file's name", KEY_USER},
     {"max_body", "server", "max_body", T_SIZE, F(max_body), 1024, 0, NULL, 0,
-     "largest request body; larger → 413"},
+     "largest request body; larger → 413", KEY_USER},
     {"max_queue", "server", "max_queue", T_U32, F(max_queue), 1, 65536, NULL, 0,
-     "requests waiting for a free sequence slot; with the `max_seqs` running, the most the "
-     "server admits at once (one more → 429 with `Retry-After`)"},
+     "requests waiting for a sequence slot beyond the `max_seqs` running; one more → 429 with "
+     "`Retry-After`", KEY_USER},
     {"max_messages", "server", "max_messages", T_U32, F(max_messages), 1, 1 << 20, NULL, 0,
-     "most messages in one chat request; more → 400"},
+     "most messages in one chat request; more → 400", KEY_USER},
     {"max_prompt_tokens", "server", "max_prompt_tokens", T_U32, F(max_prompt_tokens), 0, 1 << 24, NULL, 0,
      "most tokens of a rendered prompt; more → 400 (`context_length_exceeded`); 0 = the "
-     "context"},
+     "context", KEY_USER},
     {"max_completion_tokens", "server", "max_completion_tokens", T_U32, F(max_completion_tokens), 1, 1 << 24, NULL, 0,
-     "largest `max_tokens` a request may ask for; more → 400"},
+     "largest `max_tokens` a request may ask for; more → 400", KEY_USER},
     {"shutdown_grace", "server", "shutdown_grace", T_U32, F(shutdown_grace), 0, 3600, NULL, 0,
      "seconds that in-flight requests may run on after SIGINT/SIGTERM before they are "
-     "cancelled"},
+     "cancelled", KEY_USER},
     {"max_connections", "server", "max_connections", T_U32, F(max_connections), 8, 65536, NULL, 0,
-     "open HTTP connections `dray serve` keeps, one thread each (more are closed as they are "
-     "accepted); also bounded by the process's open-file limit (`ulimit -n`)"},
+     "open HTTP connections `dray serve` keeps, one thread each, within the open-file limit "
+     "(`ulimit -n`); more are closed as they are accepted", KEY_USER},
     {"max_connections_per_ip", "server", "max_connections_per_ip", T_U32, F(max_connections_per_ip), 0, 65536, NULL, 0,
-     "open connections from one client address (more are closed as they are accepted), so one "
-     "client cannot take every slot; 0 = no cap. Behind a proxy every connection comes from the "
-     "proxy's address: raise it to the proxy's connection pool or set 0"},
+     "open connections from one client address, so one client cannot take every slot; 0 = no "
+     "cap ([Serving](#serving): behind a proxy)", KEY_USER},
     {"header_timeout", "server", "header_timeout", T_U32, F(header_timeout), 1, 3600, NULL, 0,
-     "seconds a connection may sit idle while it is not being answered: before its request "
-     "line and headers are complete, between reads of its body, and between keep-alive "
-     "requests; then it is closed. While dray answers, the limit is 120 s without a byte sent"},
+     "seconds a connection may sit idle while it is not being answered ([Serving](#serving))", KEY_USER},
 };
 #undef F
 #define N_KEYS (sizeof(dray_config_keys) / sizeof(dray_config_keys[0]))

@@ -7,6 +7,10 @@
 
 enum key_type { T_STR, T_U32, T_U64, T_SIZE, T_BOOL, T_FLOAT, T_ENUM };
 
+/* Who sets a key: anyone, or someone tuning accuracy against speed (docs/config.md
+ * lists these apart, as tuning knobs). */
+enum key_level { KEY_USER, KEY_EXPERT };
+
 struct enum_name {
     const char *name;
     int value;
@@ -21,7 +25,8 @@ struct key {
     double lo, hi;       /* range of numbers */
     const struct enum_name *names;
     int nonempty;        /* strings: "" is not allowed */
-    const char *help;    /* the meaning column of docs/config.md (Markdown) */
+    const char *help;    /* the meaning column of docs/config.md (Markdown): one sentence */
+    enum key_level level;
 };
 
 extern const struct key dray_config_keys[];

@@ -187,23 +187,36 @@ static void md_section(FILE *f, const struct key *k)
         fprintf(f, "`%s: %s`", k->section, k->inner);
 }
 
-void dray_config_print_markdown(void *file)
+/* The table of the keys of one level, in table order. */
+static void md_table(FILE *f, const struct dray_config *def, enum key_level level)
 {
-    FILE *f = file ? file : stdout;
-    struct dray_config def;
-    dray_config_defaults(&def);
     fputs("| key (flat) | in section | type | default | meaning |\n"
           "| --- | --- | --- | --- | --- |\n", f);
     for (size_t i = 0; i < dray_config_n_keys; i++) {
         const struct key *k = &dray_config_keys[i];
+        if (k->level != level)
+            continue;
         fprintf(f, "| `%s` | ", k->name);
         md_section(f, k);
         fputs(" | ", f);
         md_type(f, k);
         fputs(" | `", f);
-        md_default(f, &def, k);
+        md_default(f, def, k);
         fputs("` | ", f);
         md_text(f, k->help);
         fputs(" |\n", f);
     }
+}
+
+void dray_config_print_markdown(void *file)
+{
+    FILE *f = file ? file : stdout;
+    struct dray_config def;
+    dray_config_defaults(&def);
+    md_table(f, &def, KEY_USER);
+    fputs("\n### Tuning knobs\n\n"
+          "Their defaults suit the models dray knows; they trade accuracy against speed or\n"
+          "memory, or check the plugin ([Precision](#precision); the measurements:\n"
+          "[performance.md](performance.md#measurements-behind-the-code)).\n\n", f);
+    md_table(f, &def, KEY_EXPERT);
 }
