@@ -186,6 +186,7 @@ int dray_cmd_chat(int argc, char **argv)
             continue;
         }
         printf("\n");
+        fflush(stdout); /* the reply's newline before what goes to stderr */
         if (!strcmp(st.stop_reason, "caller")) {
             g_armed = 1; /* the next Ctrl-C at the prompt exits */
             fprintf(stderr, "[reply stopped by Ctrl-C; it stays in the conversation. "

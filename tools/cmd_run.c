@@ -217,6 +217,10 @@ int dray_cmd_run(int argc, char **argv)
             printf("%s%d", i ? " " : "", o.ids[i]);
         printf("\n");
     }
+    /* the text and its newline reach the terminal or log before the stats on
+     * stderr, so the stats stand on a line of their own (stdout is buffered when
+     * it is not a terminal, stderr never is) */
+    fflush(stdout);
     if (!quiet)
         fprintf(stderr, "dray: prefill %u tokens in %.3f s (%.1f tok/s); decode %u tokens in %.3f s "
                 "(%.1f tok/s); stopped: %s\n",
