@@ -590,7 +590,8 @@ void dray_grammar_matcher_free(struct dray_grammar_matcher *m)
     free(m);
 }
 
-int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n)
+/* Step over bytes; commit: move there, else stay (a peek). */
+static int feed(struct dray_grammar_matcher *m, const char *bytes, size_t n, bool commit)
 {
     uint32_t keep[2] = {m->pos.s, m->pos.s}; /* where it started, where it is */
     struct gram_pos p = m->pos;
@@ -608,8 +609,19 @@ int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes,
             m->pos.s = keep[0];
         }
     }
-    m->pos = p;
+    if (commit)
+        m->pos = p;
     return 0;
+}
+
+int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n)
+{
+    return feed(m, bytes, n, true);
+}
+
+int dray_grammar_peek_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n)
+{
+    return feed(m, bytes, n, false);
 }
 
 bool dray_grammar_can_end(const struct dray_grammar_matcher *m)

@@ -29,20 +29,15 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
     double t0 = dray_now_s();
     st->stop_reason = "max tokens";
     for (uint32_t i = 0; i < p->max_tokens; i++) {
-        const uint32_t *allow = NULL;
-        long n_allowed = 1;
-        if (con && !(allow = dray_constraint_mask(con, &n_allowed, &rc))) {
-            rc = dray_fail(err, errlen, rc, "the grammar's mask: %s", dray_strerror(rc));
-            break;
-        }
-        int32_t id = n_allowed ? dray_sampler_sample_allowed(smp, e->logits, e->info.n_vocab, s->hist,
-                                                             s->n_hist, allow)
-                               : 0;
+        bool dead = false;
+        int32_t id = con ? dray_constraint_sample(con, smp, e->logits, e->info.n_vocab, s->hist,
+                                                  s->n_hist, false, &dead)
+                         : dray_sampler_sample(smp, e->logits, e->info.n_vocab, s->hist, s->n_hist);
         if (id < 0) {
             rc = dray_fail(err, errlen, id, "sampling failed: %s", dray_strerror(id));
             break;
         }
-        if (con && (!n_allowed || !dray_constraint_allowed(con, id))) {
+        if (dead) {
             st->stop_reason = "grammar";
             if (!dray_constraint_can_end(con))
                 rc = dray_fail(err, errlen, DRAY_EINVAL, "the grammar allows no token the sampler "

@@ -435,6 +435,11 @@ struct dray_sched_stats {
     uint32_t finishing;        /* finished requests whose tokens are still to be fed */
     uint64_t cache_assembled;  /* hits that diverged inside a cached prefix and took the
                                 * window layers' blocks from the checkpoints around it */
+    uint64_t sampled_tokens;   /* tokens sampled */
+    uint64_t sample_us;        /* loop-thread time drawing them, microseconds */
+    uint64_t grammar_tokens;   /* of them, sampled under a grammar */
+    uint64_t grammar_us;       /* loop-thread time drawing those (the grammar's tests and
+                                * masks included) and advancing their grammars */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says
