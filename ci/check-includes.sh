@@ -31,6 +31,7 @@ rules='
 ^include/dray/                            dray/backend.h dray/dray.h
 ^(core|models)/                           dray/* core
 ^bench/bench_ops\.[ch]$                   dray/backend.h conf_loader.h flags.h
+^bench/grammar_mask\.c$                   dray/* core
 ^bench/                                   dray/dray.h flags.h
 ^tools/flags/                             -
 ^tools/cmd_devices\.c$                    dray/dray.h dray/plugins.h

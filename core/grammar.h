@@ -10,7 +10,14 @@
  *   rep    ::= x? x* x+ x{3} x{2,} x{2,5} # repetition; '.' is any character
  * Rule names are [a-zA-Z0-9_-]+; the start rule is `root`. Characters are Unicode
  * code points matched against the UTF-8 bytes of the output, so a token may end
- * inside a multi-byte character and the next one finish it.
+ * inside a multi-byte character and the next one finish it. Also: \r, \xHH,
+ * \UHHHHHHHH, and \' \[ \] \- \^ as themselves; # comments to the end of the
+ * line; a newline ends a rule except after '|' or inside parentheses.
+ * Not supported: llama.cpp's token references <...> / !<...>.
+ * Ill-formed UTF-8 in the output never matches (not even '.').
+ *
+ * Implementation: core/grammar_parse.c, grammar_match.c, grammar_mask.c; the
+ * design in core/grammar_internal.h.
  */
 #ifndef DRAY_CORE_GRAMMAR_H
 #define DRAY_CORE_GRAMMAR_H
@@ -25,7 +32,11 @@ struct dray_grammar;
 
 /* Compile GBNF text[0..len). DRAY_EINVAL with "line L, column C: what" in err for
  * a syntax error, an undefined rule, a missing root, or a rule that can recurse
- * on itself without consuming a character (left recursion). */
+ * on itself without consuming a character (left recursion); also for a rule
+ * defined twice and a grammar over the limits (1 MiB of text, 65536 elements
+ * once repetitions are expanded, counts of x{m,n} up to 65535). Columns count
+ * code points; a missing root is reported at the end of the text. DRAY_ENOMEM
+ * when memory runs out. */
 int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, char *err,
                        size_t errlen);
 void dray_grammar_free(struct dray_grammar *g);
@@ -44,24 +55,32 @@ void dray_grammar_vocab_free(struct dray_grammar_vocab *v);
 uint32_t dray_grammar_vocab_size(const struct dray_grammar_vocab *v);
 
 /* Where one sequence's output stands in the grammar. Not thread-safe; one per
- * sequence. */
+ * sequence. It owns the automaton it builds as it goes (up to about 8 MiB, then
+ * rebuilt from the states in use) and its mask cache (the last 8 masks, 4 bytes
+ * per 32 tokens each), so nothing is shared between matchers and no lock is
+ * taken. */
 struct dray_grammar_matcher;
 int dray_grammar_matcher_new(const struct dray_grammar *g, struct dray_grammar_matcher **out);
-/* An independent copy at the same position (n > 1 choices of one prompt). */
+/* An independent copy at the same position (n > 1 choices of one prompt); it
+ * copies the automaton and the cached masks too. */
 int dray_grammar_matcher_clone(const struct dray_grammar_matcher *m,
                                struct dray_grammar_matcher **out);
 void dray_grammar_matcher_free(struct dray_grammar_matcher *m);
 
 /* Advance over bytes[0..n). 0 when the grammar allows them all (the matcher moved);
- * DRAY_EINVAL when it does not (the matcher is unchanged). */
+ * DRAY_EINVAL when it does not (the matcher is unchanged); DRAY_ENOMEM (also
+ * unchanged). Bytes ending inside a character are allowed when some completion
+ * of it could be. */
 int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n);
 /* Advance over token id's bytes, as accept_bytes; an eog id is accepted when the
- * matcher can end (and leaves it there). */
+ * matcher can end (and leaves it there). DRAY_EINVAL for an id out of range and
+ * for a token of no bytes that is not eog. */
 int dray_grammar_accept_token(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
                               int32_t id);
 /* The output so far is a complete sentence of root: end of generation is allowed. */
 bool dray_grammar_can_end(const struct dray_grammar_matcher *m);
-/* Nothing can follow: the sequence must end now. */
+/* Nothing can follow: the sequence must end now (can_end, and no character can
+ * come next). */
 bool dray_grammar_must_end(const struct dray_grammar_matcher *m);
 
 /* The tokens allowed next, as a bitset of (n_vocab + 31) / 32 words: bit i of
@@ -69,7 +88,9 @@ bool dray_grammar_must_end(const struct dray_grammar_matcher *m);
  * can end). Returns the number allowed (0: the output cannot continue, which a
  * well-formed grammar only reaches at its end). Masks are cached per matcher
  * state, so a state met again (inside a JSON string, between list items) costs a
- * lookup. DRAY_ENOMEM (negative) when scratch memory runs out. */
+ * lookup. DRAY_ENOMEM (negative) when scratch memory runs out (allow is then all
+ * zero). The cache is keyed by the position and v's content, so one matcher may
+ * be asked with several vocabularies. */
 long dray_grammar_allowed(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
                           uint32_t *allow);
 

@@ -57,8 +57,26 @@ struct dray_grammar {
     uint32_t *blk_atom; /* atom of each 64-code-point block, UINT32_MAX if split */
 };
 
+/* Atom of code point cp by binary search (dray_gram_atom is the fast way). */
+uint32_t dray_gram_atom_search(const struct dray_grammar *g, uint32_t cp);
+
 /* Atom of code point cp (<= GRAM_MAX_CP). */
-uint32_t dray_gram_atom(const struct dray_grammar *g, uint32_t cp);
+static inline uint32_t dray_gram_atom(const struct dray_grammar *g, uint32_t cp)
+{
+    if (cp < 128)
+        return cp;
+    uint32_t a = g->blk_atom[cp >> 6];
+    return a != UINT32_MAX ? a : dray_gram_atom_search(g, cp);
+}
+
+/* The atom holding every code point whose top bits are acc followed by k
+ * continuation bytes (k >= 1), or UINT32_MAX when they span several. */
+static inline uint32_t dray_gram_atom_span(const struct dray_grammar *g, uint32_t acc, unsigned k)
+{
+    uint32_t lo = acc << (6 * k), hi = lo | ((1u << (6 * k)) - 1);
+    uint32_t a = g->blk_atom[lo >> 6];
+    return a == g->blk_atom[hi >> 6] ? a : UINT32_MAX;
+}
 /* Whether terminal el[pos] (CHAR or CLASS) matches some code point in [lo, hi]. */
 bool dray_gram_term_hits(const struct dray_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi);
 
@@ -69,13 +87,24 @@ bool dray_gram_term_hits(const struct dray_grammar *g, uint32_t pos, uint32_t lo
 #define GRAM_REJECT 1u
 #define GRAM_OK 2u
 
-/* Where a sequence stands: a DFA state and the UTF-8 character in flight. */
+/* Where a sequence stands: a DFA state and the UTF-8 character in flight.
+ * Canonical, since it keys the mask cache: acc, lo and hi are 0 when rem is. */
 struct gram_pos {
     uint32_t s;   /* state id */
     uint32_t acc; /* payload bits of the partial character so far */
     uint8_t rem;  /* continuation bytes still due (0: none in flight) */
     uint8_t lo, hi; /* range of the next continuation byte */
 };
+
+/* Start the character of lead byte b (0xC2..0xF4) in *p: its payload, the
+ * continuation bytes due and the range of the first (Unicode Table 3-7). */
+static inline void dray_gram_lead(struct gram_pos *p, uint8_t b)
+{
+    p->rem = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1;
+    p->acc = b & (p->rem == 3 ? 0x07u : p->rem == 2 ? 0x0Fu : 0x1Fu);
+    p->lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
+    p->hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
+}
 
 struct gram_state {
     uint32_t off, len;     /* stacks in pool: [depth, pos...] each, sorted */
@@ -133,27 +162,54 @@ struct dray_grammar_matcher {
     struct gram_mask lru[GRAM_MASK_LRU];
     uint32_t lru_words; /* words of each lru[i].bits */
     uint64_t tick;
-    struct gram_pos *walk; /* the mask walk's position per trie depth */
+    uint64_t *walk; /* the mask walk's position per trie depth (packed) */
     size_t walk_cap;
+    uint32_t *bits; /* the walk's mask, one word past the vocabulary's */
+    size_t bits_cap;
 };
 
 /* The whole step over byte b, computing what is not memoised yet: 1 moved (*p
  * updated), 0 rejected, DRAY_ENOMEM. */
 int dray_gram_step_slow(struct dray_grammar_matcher *m, struct gram_pos *p, uint8_t b);
 
-/* The step over byte b: the memoised cases inline, the rest in step_slow. */
+/* The step over byte b: the memoised cases inline, the rest in step_slow. A
+ * continuation byte that leaves the character's possible code points inside one
+ * atom is answered by that atom's transition (some stack takes them or none). */
 static inline int dray_gram_step(struct dray_grammar_matcher *m, struct gram_pos *p, uint8_t b)
 {
+    const uint32_t *row = m->d.trans + (size_t)p->s * m->d.row_len;
     if (p->rem == 0) {
-        uint32_t v = m->d.trans[(size_t)p->s * m->d.row_len + b];
-        if (v >= GRAM_OK && b < 0x80) {
-            p->s = v - GRAM_OK;
+        uint32_t x = row[b];
+        if (x == GRAM_REJECT)
+            return 0;
+        if (x >= GRAM_OK && b < 0x80) {
+            p->s = x - GRAM_OK;
             return 1;
         }
-        if (v == GRAM_REJECT)
-            return 0;
+        if (x >= GRAM_OK) {
+            dray_gram_lead(p, b);
+            return 1;
+        }
+        return dray_gram_step_slow(m, p, b);
     }
-    return dray_gram_step_slow(m, p, b);
+    if (b < p->lo || b > p->hi)
+        return 0;
+    uint32_t acc = p->acc << 6 | (b & 0x3Fu);
+    uint32_t a = p->rem == 1 ? dray_gram_atom(m->g, acc) : dray_gram_atom_span(m->g, acc, p->rem - 1u);
+    uint32_t x = a != UINT32_MAX ? row[128 + a] : 0;
+    if (x == GRAM_REJECT)
+        return 0;
+    if (x < GRAM_OK)
+        return dray_gram_step_slow(m, p, b);
+    if (p->rem == 1) {
+        *p = (struct gram_pos){x - GRAM_OK, 0, 0, 0, 0};
+    } else {
+        p->acc = acc;
+        p->rem--;
+        p->lo = 0x80;
+        p->hi = 0xBF;
+    }
+    return 1;
 }
 
 /* Whether the DFA outgrew its budget: then rebuild it (dray_gram_rebuild). */

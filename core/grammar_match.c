@@ -367,16 +367,6 @@ static bool state_hits(const struct dray_grammar_matcher *m, uint32_t s, uint32_
     return false;
 }
 
-/* Start the character of lead byte b in *p (b in 0xC2..0xF4): the payload, the
- * continuation bytes due and the range of the first (Unicode Table 3-7). */
-static void lead_start(struct gram_pos *p, uint8_t b)
-{
-    p->rem = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1;
-    p->acc = b & (p->rem == 3 ? 0x07 : p->rem == 2 ? 0x0F : 0x1F);
-    p->lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
-    p->hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
-}
-
 /* The code points a character in flight at *p can still become. */
 static void pending_range(const struct gram_pos *p, uint32_t *lo, uint32_t *hi)
 {
@@ -400,7 +390,7 @@ static int step_first(struct dray_grammar_matcher *m, struct gram_pos *p, uint8_
         bool ok = b >= 0xC2 && b <= 0xF4;
         uint32_t lo, hi;
         if (ok) {
-            lead_start(&q, b);
+            dray_gram_lead(&q, b);
             pending_range(&q, &lo, &hi);
             ok = state_hits(m, p->s, lo, hi);
         }
@@ -411,8 +401,23 @@ static int step_first(struct dray_grammar_matcher *m, struct gram_pos *p, uint8_
     if (b < 0x80)
         p->s = v - GRAM_OK;
     else
-        lead_start(p, b);
+        dray_gram_lead(p, b);
     return 1;
+}
+
+/* The entry of non-ASCII atom a in state s's row (cp one of its code points),
+ * computed when unknown. */
+static int atom_entry(struct dray_grammar_matcher *m, uint32_t s, uint32_t a, uint32_t cp,
+                      uint32_t *x)
+{
+    *x = m->d.trans[(size_t)s * m->d.row_len + 128 + a];
+    if (*x)
+        return 0;
+    long r = advance(m, s, cp);
+    if (r < 0)
+        return (int)r;
+    m->d.trans[(size_t)s * m->d.row_len + 128 + a] = *x = (uint32_t)r;
+    return 0;
 }
 
 /* A continuation byte of the character in flight at *p. */
@@ -420,32 +425,29 @@ static int step_cont(struct dray_grammar_matcher *m, struct gram_pos *p, uint8_t
 {
     if (b < p->lo || b > p->hi)
         return 0;
-    struct gram_pos q = *p;
-    q.acc = q.acc << 6 | (b & 0x3Fu);
-    q.rem--;
-    q.lo = 0x80;
-    q.hi = 0xBF;
-    if (q.rem > 0) {
-        uint32_t lo, hi;
-        pending_range(&q, &lo, &hi);
-        if (!state_hits(m, q.s, lo, hi))
+    struct gram_pos q = {p->s, p->acc << 6 | (b & 0x3Fu), (uint8_t)(p->rem - 1), 0x80, 0xBF};
+    uint32_t x;
+    int rc;
+    if (q.rem == 0) {
+        if ((rc = atom_entry(m, q.s, dray_gram_atom(m->g, q.acc), q.acc, &x)))
+            return rc;
+        if (x == GRAM_REJECT)
             return 0;
-        *p = q;
+        *p = (struct gram_pos){x - GRAM_OK, 0, 0, 0, 0};
         return 1;
     }
-    size_t at = (size_t)q.s * m->d.row_len + 128 + dray_gram_atom(m->g, q.acc);
-    uint32_t v = m->d.trans[at];
-    if (v == 0) {
-        long r = advance(m, q.s, q.acc);
-        if (r < 0)
-            return (int)r;
-        at = (size_t)q.s * m->d.row_len + 128 + dray_gram_atom(m->g, q.acc);
-        m->d.trans[at] = v = (uint32_t)r;
+    uint32_t lo, hi, a = dray_gram_atom_span(m->g, q.acc, q.rem);
+    pending_range(&q, &lo, &hi);
+    bool ok;
+    if (a != UINT32_MAX) { /* one atom: its transition says */
+        if ((rc = atom_entry(m, q.s, a, lo, &x)))
+            return rc;
+        ok = x != GRAM_REJECT;
+    } else {
+        ok = state_hits(m, q.s, lo, hi);
     }
-    if (v == GRAM_REJECT)
+    if (!ok)
         return 0;
-    q.s = v - GRAM_OK;
-    q.acc = 0;
     *p = q;
     return 1;
 }
@@ -470,6 +472,8 @@ static void dfa_clear(struct gram_dfa *d)
         memset(d->tab, 0, d->tab_cap * sizeof(*d->tab));
 }
 
+/* All or nothing: the one allocation comes first; re-interning the kept states
+ * then fits in the arrays they already filled, so it cannot fail. */
 int dray_gram_rebuild(struct dray_grammar_matcher *m, uint32_t *ids, size_t n)
 {
     struct gram_dfa *d = &m->d;
@@ -582,6 +586,7 @@ void dray_grammar_matcher_free(struct dray_grammar_matcher *m)
     for (int k = 0; k < GRAM_MASK_LRU; k++)
         free(m->lru[k].bits);
     free(m->walk);
+    free(m->bits);
     free(m);
 }
 
@@ -598,8 +603,9 @@ int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes,
         if (dray_gram_over_budget(m)) {
             keep[1] = p.s;
             if (dray_gram_rebuild(m, keep, 2))
-                return DRAY_ENOMEM; /* the DFA is gone; nothing to restore into */
+                return DRAY_ENOMEM; /* nothing changed: m->pos is still valid */
             p.s = keep[1];
+            m->pos.s = keep[0];
         }
     }
     m->pos = p;

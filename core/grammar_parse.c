@@ -945,8 +945,7 @@ static int atom_bounds(struct parser *p, struct dray_grammar *g)
     return 0;
 }
 
-/* Atom of cp by binary search over the bounds. */
-static uint32_t atom_search(const struct dray_grammar *g, uint32_t cp)
+uint32_t dray_gram_atom_search(const struct dray_grammar *g, uint32_t cp)
 {
     uint32_t lo = 0, hi = g->n_atoms; /* bounds[lo] <= cp < bounds[hi] */
     while (hi - lo > 1) {
@@ -967,18 +966,10 @@ static int atom_blocks(struct parser *p, struct dray_grammar *g)
     if (!g->blk_atom)
         return nomem(p);
     for (size_t k = 0; k < nb; k++) {
-        uint32_t a = atom_search(g, (uint32_t)(k << 6));
+        uint32_t a = dray_gram_atom_search(g, (uint32_t)(k << 6));
         g->blk_atom[k] = g->bounds[a + 1] >= ((k + 1) << 6) ? a : UINT32_MAX;
     }
     return 0;
-}
-
-uint32_t dray_gram_atom(const struct dray_grammar *g, uint32_t cp)
-{
-    if (cp < 128)
-        return cp;
-    uint32_t a = g->blk_atom[cp >> 6];
-    return a != UINT32_MAX ? a : atom_search(g, cp);
 }
 
 bool dray_gram_term_hits(const struct dray_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi)

@@ -1,6 +1,7 @@
 /* Grammar-constrained decoding (core/grammar.h), read as a specification: the
  * GBNF dialect and its errors, what a matcher accepts byte by byte (UTF-8 split
- * across tokens, atomic failure, clones, the end). */
+ * across tokens, atomic failure, clones, the end), and the allowed-token mask,
+ * which must equal the brute force "a clone accepts the token's bytes". */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,12 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include "dray/backend.h"
+#include "dray/gguf.h"
 #include "grammar.h"
 #include "testutil.h"
+#include "tokenizer.h"
 
 static char err[256];
 
@@ -415,6 +419,357 @@ static void test_grammar_can_end_and_must_end(void **state)
     dray_grammar_free(g);
 }
 
+/* ---------------------------------------------------------------- the mask */
+
+/* Bit id of a mask. */
+static bool bit(const uint32_t *mask, uint32_t id)
+{
+    return mask[id >> 5] >> (id & 31) & 1;
+}
+
+/* Every token's bit equals the brute force: eog ids when the matcher can end, an
+ * empty piece never, any other when a clone accepts its bytes. */
+static void mask_is_brute_force(struct dray_grammar_matcher *m,
+                                const struct dray_grammar_vocab *v, char **pieces,
+                                const uint32_t *lens, const int32_t *eog, size_t n_eog)
+{
+    uint32_t nv = dray_grammar_vocab_size(v);
+    uint32_t *mask = calloc((nv + 31) / 32, sizeof(*mask));
+    assert_non_null(mask);
+    long count = dray_grammar_allowed(m, v, mask), want_count = 0;
+    assert_true(count >= 0);
+    for (uint32_t id = 0; id < nv; id++) {
+        bool want = false, is_eog = false;
+        for (size_t k = 0; k < n_eog; k++)
+            is_eog |= eog[k] == (int32_t)id;
+        if (is_eog) {
+            want = dray_grammar_can_end(m);
+        } else if (lens[id] > 0) {
+            struct dray_grammar_matcher *c = NULL;
+            assert_int_equal(dray_grammar_matcher_clone(m, &c), 0);
+            want = dray_grammar_accept_bytes(c, pieces[id], lens[id]) == 0;
+            dray_grammar_matcher_free(c);
+        }
+        if (bit(mask, id) != want)
+            print_message("token %u (%u bytes): mask %d, brute force %d\n", id, lens[id],
+                          bit(mask, id), want);
+        assert_int_equal(bit(mask, id), want);
+        want_count += want;
+    }
+    assert_int_equal(count, want_count);
+    for (uint32_t id = nv; id < (nv + 31) / 32 * 32; id++)
+        assert_false(bit(mask, id));
+    free(mask);
+}
+
+/* A random vocabulary over the bytes JSON cares about, whole and split UTF-8
+ * characters, stray bytes, empty (control) tokens and duplicates. */
+static uint32_t random_vocab(uint32_t n, char ***pieces, uint32_t **lens)
+{
+    static const char *atoms[] = {
+        "{", "}", "[", "]", "\"", ":", ",", " ", "\n", "\t", "\\", "u", "0", "1", "9", "-", "+",
+        ".", "e", "E", "a", "k", "n", "x", "true", "false", "null", "tr", "ue", "ul", "\\n",
+        "\\u00", "e9", "\xC3\xA9", "\xE6\x97\xA5", "\xF0\x9F\x98\x80", "\xC3", "\xA9", "\xE6",
+        "\xE6\x97", "\x97\xA5", "\xF0\x9F", "\x98\x80", "\x80", "\xFF", "\xC0", "\xED\xA0",
+        "\x01", "\": ", "\", \"", "}, {",
+    };
+    size_t n_atoms = sizeof(atoms) / sizeof(atoms[0]);
+    *pieces = calloc(n, sizeof(**pieces));
+    *lens = calloc(n, sizeof(**lens));
+    assert_non_null(*pieces);
+    assert_non_null(*lens);
+    for (uint32_t id = 0; id < n; id++) {
+        char buf[64];
+        size_t len = 0;
+        uint32_t r = dray_test_rand() % 100;
+        uint32_t parts = r < 3 ? 0 : 1 + dray_test_rand() % 4; /* 3%: empty (control) */
+        if (id > 10 && r >= 97) { /* 3%: a duplicate of an earlier token */
+            uint32_t o = dray_test_rand() % id;
+            memcpy(buf, (*pieces)[o], (*lens)[o]);
+            len = (*lens)[o];
+            parts = 0;
+        }
+        for (uint32_t k = 0; k < parts; k++) {
+            const char *a = atoms[dray_test_rand() % n_atoms];
+            memcpy(buf + len, a, strlen(a));
+            len += strlen(a);
+        }
+        (*pieces)[id] = malloc(len ? len : 1);
+        memcpy((*pieces)[id], buf, len);
+        (*lens)[id] = (uint32_t)len;
+    }
+    return n;
+}
+
+static void free_vocab_pieces(char **pieces, uint32_t n, uint32_t *lens)
+{
+    for (uint32_t id = 0; id < n; id++)
+        free(pieces[id]);
+    free(pieces);
+    free(lens);
+}
+
+static void test_grammar_mask_equals_brute_force(void **state)
+{
+    (void)state;
+    dray_test_seed(42);
+    char **pieces;
+    uint32_t *lens;
+    uint32_t n = random_vocab(1500, &pieces, &lens);
+    lens[3] = 0; /* eog ids: one empty, one with bytes that the mask must not use */
+    const int32_t eog[] = {3, 7};
+    struct dray_grammar_vocab *v = NULL;
+    assert_int_equal(dray_grammar_vocab_new(n, (const char *const *)pieces, lens, eog, 2, &v, err,
+                                            sizeof(err)),
+                     0);
+    assert_int_equal(dray_grammar_vocab_size(v), n);
+    struct dray_grammar *g = parse(json_gbnf);
+    struct dray_grammar_matcher *m = matcher(g);
+    /* a document fed byte by byte: states inside strings, escapes, numbers,
+     * between members, and in the middle of multi-byte characters */
+    const char doc[] = "{\"k\": [1, -2.5e3, \"h\\u00e9 \\\"\xE6\x97\xA5\xF0\x9F\x98\x80\", true], "
+                       "\"n\": {}}";
+    for (size_t i = 0; i <= strlen(doc); i++) {
+        mask_is_brute_force(m, v, pieces, lens, eog, 2);
+        if (i < strlen(doc))
+            assert_int_equal(dray_grammar_accept_bytes(m, doc + i, 1), 0);
+    }
+    assert_true(dray_grammar_can_end(m));
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
+    /* a grammar of non-ASCII classes and '.' */
+    g = parse("root ::= ( [\xC3\xA0-\xC3\xBF] | [^a-z\\x00-\\x7F\xE6\x97\xA5] | \"k\" . )+");
+    m = matcher(g);
+    const char doc2[] = "\xC3\xA9k\xE6\x97\xA5\xF0\x9F\x98\x80k\xC3\xA9";
+    for (size_t i = 0; i <= strlen(doc2); i++) {
+        mask_is_brute_force(m, v, pieces, lens, eog, 2);
+        if (i < strlen(doc2))
+            assert_int_equal(dray_grammar_accept_bytes(m, doc2 + i, 1), 0);
+    }
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
+    dray_grammar_vocab_free(v);
+    free_vocab_pieces(pieces, n, lens);
+}
+
+static void test_grammar_mask_deep_in_nesting_equals_brute_force(void **state)
+{
+    (void)state;
+    /* 3000 levels deep the DFA is near its budget, and tokens of many '[' make
+     * new, deeper states during the walk: it is rebuilt mid-walk */
+    dray_test_seed(3);
+    static const char *atoms[] = {"[", "[[[[", "]", "]]", "1", ", ", " ", "[1", "\"", "x"};
+    uint32_t n = 200;
+    char **pieces = calloc(n, sizeof(*pieces));
+    uint32_t *lens = calloc(n, sizeof(*lens));
+    for (uint32_t id = 0; id < n; id++) {
+        char buf[64];
+        size_t len = 0;
+        for (uint32_t k = 0, parts = 1 + dray_test_rand() % 6; k < parts; k++) {
+            const char *a = atoms[dray_test_rand() % 10];
+            memcpy(buf + len, a, strlen(a));
+            len += strlen(a);
+        }
+        pieces[id] = malloc(len);
+        memcpy(pieces[id], buf, len);
+        lens[id] = (uint32_t)len;
+    }
+    const int32_t eog[] = {0};
+    struct dray_grammar_vocab *v = NULL;
+    assert_int_equal(dray_grammar_vocab_new(n, (const char *const *)pieces, lens, eog, 1, &v, err,
+                                            sizeof(err)),
+                     0);
+    struct dray_grammar *g = parse(json_gbnf);
+    struct dray_grammar_matcher *m = matcher(g);
+    char *deep = malloc(3000);
+    memset(deep, '[', 3000);
+    assert_int_equal(dray_grammar_accept_bytes(m, deep, 3000), 0);
+    for (int k = 0; k < 3; k++) {
+        mask_is_brute_force(m, v, pieces, lens, eog, 1);
+        assert_int_equal(dray_grammar_accept_bytes(m, "[[", 2), 0);
+    }
+    free(deep);
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
+    dray_grammar_vocab_free(v);
+    free_vocab_pieces(pieces, n, lens);
+}
+
+static void test_grammar_cached_mask_equals_fresh(void **state)
+{
+    (void)state;
+    dray_test_seed(7);
+    char **pieces;
+    uint32_t *lens;
+    uint32_t n = random_vocab(2000, &pieces, &lens);
+    const int32_t eog[] = {0};
+    struct dray_grammar_vocab *v = NULL;
+    assert_int_equal(dray_grammar_vocab_new(n, (const char *const *)pieces, lens, eog, 1, &v, err,
+                                            sizeof(err)),
+                     0);
+    struct dray_grammar *g = parse(json_gbnf);
+    struct dray_grammar_matcher *m = matcher(g), *fresh = NULL;
+    size_t words = (n + 31) / 32;
+    uint32_t *a = calloc(words, 4), *b = calloc(words, 4);
+    /* inside a string, the state after each letter is the same: masks 2.. are hits */
+    assert_int_equal(dray_grammar_accept_bytes(m, "[\"", 2), 0);
+    long first = dray_grammar_allowed(m, v, a);
+    for (int k = 0; k < 20; k++) {
+        assert_int_equal(dray_grammar_accept_bytes(m, "x", 1), 0);
+        assert_int_equal(dray_grammar_allowed(m, v, b), first);
+        assert_memory_equal(a, b, words * 4);
+    }
+    /* and a cached mask equals a fresh matcher's cold one at the same point */
+    assert_int_equal(dray_grammar_matcher_new(g, &fresh), 0);
+    assert_int_equal(dray_grammar_accept_bytes(fresh, "[\"xxxxx", 7), 0);
+    memset(a, 0xA5, words * 4); /* the mask overwrites what was there */
+    assert_int_equal(dray_grammar_allowed(fresh, v, a), first);
+    assert_memory_equal(a, b, words * 4);
+    /* a clone carries the cache and answers the same */
+    struct dray_grammar_matcher *c = NULL;
+    assert_int_equal(dray_grammar_matcher_clone(m, &c), 0);
+    assert_int_equal(dray_grammar_allowed(c, v, a), first);
+    assert_memory_equal(a, b, words * 4);
+    dray_grammar_matcher_free(c);
+    dray_grammar_matcher_free(fresh);
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
+    dray_grammar_vocab_free(v);
+    free_vocab_pieces(pieces, n, lens);
+    free(a);
+    free(b);
+}
+
+static void test_grammar_accept_token(void **state)
+{
+    (void)state;
+    const char *pieces[] = {"", "{", "}", "\"a\"", "\xC3", "\xA9", "", "x"};
+    const uint32_t lens[] = {0, 1, 1, 3, 1, 1, 0, 1};
+    const int32_t eog[] = {0};
+    struct dray_grammar_vocab *v = NULL;
+    assert_int_equal(dray_grammar_vocab_new(8, pieces, lens, eog, 1, &v, err, sizeof(err)), 0);
+    struct dray_grammar *g = parse("root ::= \"{\" ( \"\\\"a\\\"\" | \"é\" )* \"}\"");
+    struct dray_grammar_matcher *m = matcher(g);
+    uint32_t mask[1];
+    assert_int_equal(dray_grammar_allowed(m, v, mask), 1);
+    assert_int_equal(mask[0], 1u << 1);
+    assert_int_equal(dray_grammar_accept_token(m, v, 0), DRAY_EINVAL); /* can't end yet */
+    assert_int_equal(dray_grammar_accept_token(m, v, 1), 0);
+    assert_int_equal(dray_grammar_accept_token(m, v, 6), DRAY_EINVAL); /* empty: never */
+    assert_int_equal(dray_grammar_accept_token(m, v, 7), DRAY_EINVAL);
+    assert_int_equal(dray_grammar_accept_token(m, v, 8), DRAY_EINVAL); /* out of range */
+    assert_int_equal(dray_grammar_accept_token(m, v, -1), DRAY_EINVAL);
+    assert_int_equal(dray_grammar_accept_token(m, v, 4), 0); /* half of é */
+    assert_int_equal(dray_grammar_allowed(m, v, mask), 1);
+    assert_int_equal(mask[0], 1u << 5);
+    assert_int_equal(dray_grammar_accept_token(m, v, 5), 0);
+    assert_int_equal(dray_grammar_accept_token(m, v, 3), 0);
+    assert_int_equal(dray_grammar_accept_token(m, v, 2), 0);
+    assert_int_equal(dray_grammar_allowed(m, v, mask), 1);
+    assert_int_equal(mask[0], 1u << 0); /* only eog */
+    assert_int_equal(dray_grammar_accept_token(m, v, 0), 0);
+    assert_true(dray_grammar_must_end(m));
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
+    dray_grammar_vocab_free(v);
+    /* a vocabulary's arguments are checked */
+    const int32_t bad_eog[] = {8};
+    assert_int_equal(dray_grammar_vocab_new(8, pieces, lens, bad_eog, 1, &v, err, sizeof(err)),
+                     DRAY_EINVAL);
+    assert_null(v);
+}
+
+/* ---------------------------------------------------------------- a real vocabulary */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *real_model(void)
+{
+    static char path[1024];
+    const char *p = getenv("DRAY_TEST_MODEL"), *root = getenv("DRAY_SOURCE_ROOT");
+    if (!p) {
+        snprintf(path, sizeof(path), "%s/.models/gemma-3-270m-q4_k_m.gguf", root ? root : ".");
+        p = path;
+    }
+    FILE *f = fopen(p, "rb");
+    if (!f) {
+        print_message("SKIP: no model at %s (ci/setup.sh installs it)\n", p);
+        return NULL;
+    }
+    fclose(f);
+    return p;
+}
+
+static void test_grammar_gemma_vocab_mask(void **state)
+{
+    (void)state;
+    const char *path = real_model();
+    if (!path)
+        skip();
+    struct dray_gguf *gg;
+    struct dray_tokenizer *t;
+    assert_int_equal(dray_gguf_open(path, &gg, err, sizeof(err)), 0);
+    assert_int_equal(dray_tokenizer_load(gg, &t, err, sizeof(err)), 0);
+    dray_gguf_close(gg);
+    uint32_t n = dray_tokenizer_n_vocab(t);
+    char **pieces = calloc(n, sizeof(*pieces));
+    uint32_t *lens = calloc(n, sizeof(*lens));
+    for (uint32_t id = 0; id < n; id++) {
+        lens[id] = (uint32_t)dray_tokenizer_token_bytes(t, (int32_t)id, NULL, 0);
+        pieces[id] = malloc(lens[id] + 1);
+        dray_tokenizer_token_bytes(t, (int32_t)id, pieces[id], lens[id]);
+    }
+    int32_t eog[3];
+    size_t n_eog = dray_tokenizer_eog_ids(t, eog);
+    double t0 = now_s();
+    struct dray_grammar_vocab *v = NULL;
+    assert_int_equal(dray_grammar_vocab_new(n, (const char *const *)pieces, lens, eog, n_eog, &v,
+                                            err, sizeof(err)),
+                     0);
+    double t_vocab = now_s() - t0;
+    struct dray_grammar *g = parse(json_gbnf);
+    struct dray_grammar_matcher *m = matcher(g);
+    uint32_t *mask = calloc((n + 31) / 32, 4);
+    assert_int_equal(dray_grammar_accept_bytes(m, "{\"name\": \"", 10), 0);
+    t0 = now_s();
+    long count = dray_grammar_allowed(m, v, mask);
+    double cold = now_s() - t0;
+    t0 = now_s();
+    assert_int_equal(dray_grammar_allowed(m, v, mask), count);
+    double warm = now_s() - t0;
+    print_message("gemma: vocab %.1f ms, string mask %ld tokens, cold %.2f ms, warm %.3f ms\n",
+                  t_vocab * 1e3, count, cold * 1e3, warm * 1e3);
+    assert_true(count > 200000); /* inside a string almost anything goes */
+    /* a sample of tokens against the brute force */
+    for (uint32_t id = 0; id < n; id += 97) {
+        bool want = false;
+        if (lens[id] && !dray_tokenizer_is_eog(t, (int32_t)id)) {
+            struct dray_grammar_matcher *c = NULL;
+            assert_int_equal(dray_grammar_matcher_clone(m, &c), 0);
+            want = dray_grammar_accept_bytes(c, pieces[id], lens[id]) == 0;
+            dray_grammar_matcher_free(c);
+        }
+        assert_int_equal(bit(mask, id), want);
+    }
+    /* after the string, the tokens that close it or go on */
+    assert_int_equal(dray_grammar_accept_bytes(m, "Ann\"", 4), 0);
+    count = dray_grammar_allowed(m, v, mask);
+    assert_true(count > 0 && count < 1000);
+    int32_t id = dray_tokenizer_find(t, "}", 1);
+    assert_true(id >= 0 && bit(mask, (uint32_t)id));
+    free(mask);
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
+    dray_grammar_vocab_free(v);
+    free_vocab_pieces(pieces, n, lens);
+    dray_tokenizer_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +786,11 @@ int main(void)
         cmocka_unit_test(test_grammar_accept_bytes_is_atomic),
         cmocka_unit_test(test_grammar_clone_is_independent),
         cmocka_unit_test(test_grammar_can_end_and_must_end),
+        cmocka_unit_test(test_grammar_mask_equals_brute_force),
+        cmocka_unit_test(test_grammar_mask_deep_in_nesting_equals_brute_force),
+        cmocka_unit_test(test_grammar_cached_mask_equals_fresh),
+        cmocka_unit_test(test_grammar_accept_token),
+        cmocka_unit_test(test_grammar_gemma_vocab_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
