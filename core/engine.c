@@ -16,6 +16,7 @@
 #include "chat.h"
 #include "dray/dray.h"
 #include "dray/plugins.h"
+#include "constraint.h"
 #include "engine_internal.h"
 #include "error.h"
 #include "gguf.h"
@@ -281,6 +282,7 @@ void dray_engine_close(struct dray_engine *e)
     if (!e)
         return;
     free(e->logits);
+    dray_engine_grammar_vocab_free(e);
     if (e->kv)
         dray_kv_free(e->kv);
     if (e->model)

@@ -423,14 +423,36 @@ static int32_t draw_full(struct dray_sampler *s, uint32_t n, float m)
     return (int32_t)last;
 }
 
+/* Step 3b: the ids a constraint does not allow get -inf (whole words at a time:
+ * most of a mask is all ones or all zeros). */
+static void apply_allow(float *w, uint32_t n_vocab, const uint32_t *allow)
+{
+    for (uint32_t i = 0; i < (n_vocab + 31) / 32; i++) {
+        uint32_t a = allow[i], base = i * 32, end = base + 32 < n_vocab ? base + 32 : n_vocab;
+        if (a == UINT32_MAX)
+            continue;
+        for (uint32_t j = base; j < end; j++)
+            if (!(a >> (j - base) & 1))
+                w[j] = -INFINITY;
+    }
+}
+
 int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
                             const int32_t *history, size_t n_history)
+{
+    return dray_sampler_sample_allowed(s, logits, n_vocab, history, n_history, NULL);
+}
+
+int32_t dray_sampler_sample_allowed(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
+                                    const int32_t *history, size_t n_history, const uint32_t *allow)
 {
     if (!logits || n_vocab == 0 || n_vocab > INT32_MAX)
         return DRAY_EINVAL;
     if (reserve(s, n_vocab))
         return DRAY_ENOMEM;
     penalize(s, logits, n_vocab, history, n_history);
+    if (allow)
+        apply_allow(s->work, n_vocab, allow);
     uint32_t best = argmax(s->work, n_vocab);
     float m = s->work[best];
     /* greedy (top_p 0 keeps only the most likely token, as OpenAI reads it); or

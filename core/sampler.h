@@ -9,7 +9,8 @@
  *      history after the first n_prompt tokens) loses c * frequency_penalty +
  *      (c > 0) * presence_penalty;
  *   3. logit bias: added to its id's logit (-inf bans the id); then the hold ids
- *      are set to -inf while fewer than min_tokens tokens were generated;
+ *      are set to -inf while fewer than min_tokens tokens were generated; then
+ *      the ids a grammar does not allow (dray_sampler_sample_allowed);
  *   4. temperature 0: exact argmax (lowest id on ties), nothing else applies;
  *   5. top-k: keep the k largest logits (ties: lower id first);
  *   6. softmax of logit / temperature over what is left;
@@ -62,6 +63,13 @@ void dray_sampler_reseed(struct dray_sampler *s, uint64_t seed);
  * ids outside [0, n_vocab), in it or in bias and hold, are ignored. */
 int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
                             const int32_t *history, size_t n_history);
+
+/* The same under a constraint: allow is a bitset of (n_vocab + 31) / 32 words
+ * (bit i of allow[i / 32]: id i may be drawn; core/grammar.h), applied after
+ * step 3. When nothing allowed has a finite logit the result is the lowest id,
+ * which the caller checks against the mask. */
+int32_t dray_sampler_sample_allowed(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
+                                    const int32_t *history, size_t n_history, const uint32_t *allow);
 
 /* The row the last dray_sampler_sample drew from: its logits after steps 1-3
  * (penalties, logit_bias, min_tokens' holds), before temperature; n_vocab of

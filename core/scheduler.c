@@ -69,6 +69,7 @@
 
 #include "dray/dray.h"
 #include "chat_tokenize.h"
+#include "constraint.h"
 #include "emitter.h"
 #include "engine_internal.h"
 #include "error.h"
@@ -109,6 +110,7 @@ struct dray_request {
     size_t n_stop_ids;
     struct dray_session *sess;       /* NULL while waiting */
     struct dray_sampler *smp;
+    struct dray_constraint *con;     /* the grammar its text follows; NULL = free */
     struct dray_emitter em;
     uint64_t admit_seq;              /* admission order: the newest is preempted first */
     uint64_t salt;                   /* prefix-cache tenant */
@@ -260,6 +262,7 @@ static void request_destroy(struct dray_request *r)
 {
     dray_emitter_free(&r->em);
     dray_sampler_free(r->smp);
+    dray_constraint_free(r->con);
     free(r->stop_ids);
     outbuf_free(&r->pend);
     outbuf_free(&r->given);
@@ -604,6 +607,28 @@ static void score_prompt(struct dray_sched *s, struct dray_request *r, size_t q,
     pthread_cond_broadcast(&r->cv);
 }
 
+/* A constrained r that cannot go on: a complete text stops, else it fails. */
+static void end_constrained(struct dray_sched *s, struct dray_request *r, const char *why)
+{
+    if (dray_constraint_can_end(r->con))
+        finish(s, r, "stop", 0, NULL);
+    else
+        finish(s, r, "error", DRAY_EINVAL, why);
+}
+
+/* The mask of r's grammar for its next token; NULL when r ended here. */
+static const uint32_t *constrain(struct dray_sched *s, struct dray_request *r)
+{
+    long n;
+    int rc;
+    const uint32_t *allow = dray_constraint_mask(r->con, &n, &rc);
+    if (!allow)
+        finish(s, r, "error", rc, "out of memory for the grammar's mask");
+    else if (n == 0)
+        end_constrained(s, r, "the grammar allows no token of this vocabulary next");
+    return allow && n ? allow : NULL;
+}
+
 /* Sample r's next token from its logits row (mu held). */
 static void advance(struct dray_sched *s, struct dray_request *r, const float *row)
 {
@@ -614,9 +639,17 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
         finish(s, r, "length", 0, NULL);
         return;
     }
-    int32_t id = dray_sampler_sample(r->smp, row, e->info.n_vocab, r->toks, r->n_toks);
+    const uint32_t *allow = NULL;
+    if (r->con && !(allow = constrain(s, r)))
+        return;
+    int32_t id = dray_sampler_sample_allowed(r->smp, row, e->info.n_vocab, r->toks, r->n_toks, allow);
     if (id < 0) {
         finish(s, r, "error", id, "sampling failed");
+        return;
+    }
+    if (r->con && !dray_constraint_allowed(r->con, id)) { /* the sampler banned all it allows */
+        end_constrained(s, r, "every token the grammar allows next is banned (logit_bias, "
+                        "ignore_eos or min_tokens)");
         return;
     }
     if (r->lp) /* from the row the sampler drew from: penalized, before temperature */
@@ -628,6 +661,10 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     }
     r->n_generated++;
     bool stopped = false;
+    if (r->con && dray_constraint_accept(r->con, id)) {
+        finish(s, r, "error", DRAY_EINVAL, "the grammar refused a token its mask allowed");
+        return;
+    }
     if (dray_emitter_token(&r->em, id, &stopped)) {
         finish(s, r, "error", DRAY_ENOMEM, "out of memory for the output");
         return;
@@ -635,6 +672,10 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     pthread_cond_broadcast(&r->cv);
     if (stopped)
         finish(s, r, "stop", 0, NULL);
+    else if (r->con && dray_constraint_must_end(r->con)) {
+        r->feed = id; /* complete: nothing may follow; the next turn's prompt holds it */
+        finish(s, r, "stop", 0, NULL);
+    }
     else if ((r->max_tokens && r->n_generated >= r->max_tokens) || r->n_toks + 1 > e->info.context) {
         r->feed = id; /* the reply's text holds it: the next turn's prompt does too */
         finish(s, r, "length", 0, NULL);
@@ -882,6 +923,8 @@ static int request_new(struct dray_sched *s, const struct dray_request_params *p
         goto fail;
     }
     rc = dray_gen_sampler(g, s->e->tok, p->n_ids, &r->smp, err, errlen);
+    if (!rc)
+        rc = dray_constraint_new(s->e, g, &r->con, err, errlen);
     if (rc)
         goto fail;
     if (g->n_stop_ids) {

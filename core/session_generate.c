@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dray/dray.h"
+#include "constraint.h"
 #include "emitter.h"
 #include "engine_internal.h"
 #include "error.h"
@@ -17,15 +18,35 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
 {
     struct dray_engine *e = s->e;
     struct dray_sampler *smp = NULL;
+    struct dray_constraint *con = NULL;
     int rc = dray_gen_sampler(p, e->tok, s->n_hist, &smp, err, errlen);
-    if (rc)
+    if (!rc)
+        rc = dray_constraint_new(e, p, &con, err, errlen);
+    if (rc) {
+        dray_sampler_free(smp);
         return rc;
+    }
     double t0 = dray_now_s();
     st->stop_reason = "max tokens";
     for (uint32_t i = 0; i < p->max_tokens; i++) {
-        int32_t id = dray_sampler_sample(smp, e->logits, e->info.n_vocab, s->hist, s->n_hist);
+        const uint32_t *allow = NULL;
+        long n_allowed = 1;
+        if (con && !(allow = dray_constraint_mask(con, &n_allowed, &rc))) {
+            rc = dray_fail(err, errlen, rc, "the grammar's mask: %s", dray_strerror(rc));
+            break;
+        }
+        int32_t id = n_allowed ? dray_sampler_sample_allowed(smp, e->logits, e->info.n_vocab, s->hist,
+                                                             s->n_hist, allow)
+                               : 0;
         if (id < 0) {
             rc = dray_fail(err, errlen, id, "sampling failed: %s", dray_strerror(id));
+            break;
+        }
+        if (con && (!n_allowed || !dray_constraint_allowed(con, id))) {
+            st->stop_reason = "grammar";
+            if (!dray_constraint_can_end(con))
+                rc = dray_fail(err, errlen, DRAY_EINVAL, "the grammar allows no token the sampler "
+                               "may draw next (logit_bias, ignore_eos or min_tokens ban them all)");
             break;
         }
         if (dray_tokenizer_is_eog(e->tok, id)) {
@@ -38,13 +59,17 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
         }
         st->n_generated++;
         bool stopped;
+        if (con && dray_constraint_accept(con, id)) {
+            rc = dray_fail(err, errlen, DRAY_EINVAL, "the grammar refused a token its mask allowed");
+            break;
+        }
         if (dray_emitter_token(em, id, &stopped)) {
             st->stop_reason = "caller";
             rc = dray_session_step(s, &id, 1, NULL, 0, NULL, err, errlen);
             break;
         }
-        if (stopped) {
-            st->stop_reason = "stop string";
+        if (stopped || (con && dray_constraint_must_end(con))) {
+            st->stop_reason = stopped ? "stop string" : "grammar";
             rc = dray_session_step(s, &id, 1, NULL, 0, NULL, err, errlen);
             break;
         }
@@ -61,6 +86,7 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
     }
     st->decode_s = dray_now_s() - t0;
     dray_sampler_free(smp);
+    dray_constraint_free(con);
     if (!rc)
         dray_emitter_flush(em);
     return rc;

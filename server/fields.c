@@ -12,7 +12,7 @@
 #define DETOK (1u << DRAY_SRV_DETOKENIZE)
 #define GEN (CHAT | TEXT)
 
-#define NO_TOOLS "function calling ('tools') is not supported by this server"
+#define LEGACY_FUNCTIONS "OpenAI's deprecated functions API is not served: use 'tools' and 'tool_choice'"
 
 static const struct field {
     const char *name;
@@ -46,7 +46,7 @@ static const struct field {
     {"stop_token_ids", GEN, NULL},
     {"ignore_eos", GEN, NULL},
     {"min_tokens", GEN, NULL},
-    /* read; only the values that ask for what dray does anyway pass (request.c) */
+    /* choices, logprobs, structured output and tools (request.c, logprobs.c, tools.c) */
     {"n", GEN, NULL},
     {"best_of", TEXT, NULL},
     {"logprobs", GEN, NULL},
@@ -54,11 +54,12 @@ static const struct field {
     {"echo", TEXT, NULL},
     {"tools", CHAT, NULL},
     {"tool_choice", CHAT, NULL},
-    {"response_format", CHAT, NULL},
+    {"response_format", GEN, NULL},
+    {"parallel_tool_calls", CHAT, NULL},
+    {"grammar", GEN, NULL},
     /* known, never honoured */
-    {"parallel_tool_calls", CHAT, NO_TOOLS},
-    {"functions", CHAT, NO_TOOLS},
-    {"function_call", CHAT, NO_TOOLS},
+    {"functions", CHAT, LEGACY_FUNCTIONS},
+    {"function_call", CHAT, LEGACY_FUNCTIONS},
     {"prediction", CHAT, "predicted outputs ('prediction') are not supported by this server"},
     {"audio", CHAT, "audio output is not supported by this server"},
     {"suffix", TEXT, "insertion before a 'suffix' is not supported by this server"},

@@ -42,9 +42,6 @@ int dray_srv_parse_logprobs(struct dray_srv_request *req, struct dray_srv_error 
 {
     if ((req->kind == DRAY_SRV_CHAT ? parse_chat(req, e) : parse_text(req, e)))
         return -1;
-    if (req->echo && json_is_true(dray_srv_field(req->root, "stream")))
-        return dray_srv_bad(e, "echo", "'echo' with 'stream' is not supported by this server: ask "
-                            "for the whole body");
     if (req->zero_tokens && !req->echo)
         return dray_srv_bad(e, req->zero_tokens, "'%s' must be at least 1 (0, the prompt alone, "
                             "is allowed with 'echo': true on /v1/completions)", req->zero_tokens);

@@ -162,6 +162,11 @@ static const struct {
     {"dray_preemptions_total", "counter", "Sequences preempted (blocks freed, recomputed later).",
      STAT(preemptions)},
     {"dray_scheduler_steps_total", "counter", "Batches the scheduler ran.", STAT(steps)},
+    {"dray_scheduler_prompt_tokens_total", "counter",
+     "Prompt tokens of the sequences the scheduler admitted (a request of n choices has n, plus "
+     "its prompt pass).", STAT(prompt_tokens)},
+    {"dray_scheduler_prompt_tokens_cached_total", "counter",
+     "Of them, taken from the prefix cache rather than computed.", STAT(prompt_tokens_cached)},
     {"dray_prefix_cache_lookup_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
      STAT(cache_lookup_tokens)},
     {"dray_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",

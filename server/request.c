@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "fields.h"
+#include "json_grammar.h"
 #include "jfield.h"
 #include "logprobs.h"
 #include "sampling.h"
+#include "tools.h"
 
 /* ------------------------------------------------------------ messages */
 
@@ -44,6 +46,40 @@ static int join_text_parts(json_t *parts, size_t mi, char **out, struct dray_srv
     return 0;
 }
 
+/* The keys a message may have, by role; null values count as absent. */
+static int check_message_keys(json_t *m, const char *role, size_t i, struct dray_srv_error *e)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(m, key, v) {
+        bool ok = !strcmp(key, "role") || !strcmp(key, "content") || !strcmp(key, "name") ||
+                  json_is_null(v) || (!strcmp(role, "assistant") && !strcmp(key, "tool_calls")) ||
+                  (!strcmp(role, "tool") && !strcmp(key, "tool_call_id"));
+        if (!ok) {
+            char param[96];
+            snprintf(param, sizeof(param), "messages[%zu].%.60s", i, key);
+            return dray_srv_bad(e, param, "Unrecognized request argument supplied: %s", param);
+        }
+    }
+    return 0;
+}
+
+/* An assistant message's tool_calls: an array, kept for tools.c to render. */
+static int parse_tool_calls(struct dray_srv_request *req, json_t *m, size_t i, struct dray_srv_error *e)
+{
+    json_t *calls = dray_srv_field(m, "tool_calls");
+    if (!calls)
+        return 0;
+    char param[96];
+    snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
+    if (!json_is_array(calls))
+        return dray_srv_bad(e, param, "%s must be an array, got %s", param, dray_srv_kind_of(calls));
+    if (!req->msg_calls && !(req->msg_calls = calloc(req->n_msgs, sizeof(*req->msg_calls))))
+        return dray_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    req->msg_calls[i] = json_array_size(calls) ? calls : NULL;
+    return 0;
+}
+
 static int parse_message(struct dray_srv_request *req, json_t *m, size_t i, struct dray_srv_error *e)
 {
     char param[96];
@@ -51,7 +87,7 @@ static int parse_message(struct dray_srv_request *req, json_t *m, size_t i, stru
     if (!json_is_object(m))
         return dray_srv_bad(e, param, "%s must be an object with 'role' and 'content', got %s",
                             param, dray_srv_kind_of(m));
-    json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+    json_t *role = json_object_get(m, "role"), *content = dray_srv_field(m, "content");
     snprintf(param, sizeof(param), "messages[%zu].role", i);
     if (!json_is_string(role))
         return dray_srv_bad(e, param, "%s must be a string, got %s", param,
@@ -60,11 +96,15 @@ static int parse_message(struct dray_srv_request *req, json_t *m, size_t i, stru
     /* "developer" is OpenAI's newer name for the system role */
     if (!strcmp(r, "developer"))
         r = "system";
-    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-        return dray_srv_bad(e, param, "%s must be \"system\", \"user\", \"assistant\" or "
-                            "\"developer\", got \"%.40s\"", param, r);
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+        return dray_srv_bad(e, param, "%s must be \"system\", \"user\", \"assistant\", \"tool\" "
+                            "or \"developer\", got \"%.40s\"", param, r);
     req->msgs[i].role = r;
+    if (check_message_keys(m, r, i, e) || parse_tool_calls(req, m, i, e))
+        return -1;
     snprintf(param, sizeof(param), "messages[%zu].content", i);
+    if (!content && req->msg_calls && req->msg_calls[i])
+        return 0; /* an assistant turn of tool calls only */
     if (json_is_string(content)) {
         req->msgs[i].content = json_string_value(content);
         return 0;
@@ -97,7 +137,7 @@ static int parse_messages(struct dray_srv_request *req, const struct dray_config
     req->joined = calloc(n, sizeof(*req->joined));
     if (!req->msgs || !req->joined)
         return dray_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    req->n_msgs = n;
+    req->n_msgs = req->n_joined = n;
     for (size_t i = 0; i < n; i++)
         if (parse_message(req, json_array_get(msgs, i), i, e))
             return -1;
@@ -126,42 +166,48 @@ static int parse_prompt(struct dray_srv_request *req, struct dray_srv_error *e)
 
 /* ------------------------------------------------------------ generation */
 
-/* response_format: {"type": "text"} is what dray does anyway; JSON modes are not. */
-static int parse_response_format(json_t *root, struct dray_srv_error *e)
+/* What the reply must follow: response_format (json_grammar.h), tools (tools.h)
+ * or a GBNF 'grammar' of the client's own (llama-server's field); one of them. */
+static int parse_structured(struct dray_srv_request *req, struct dray_srv_error *e)
 {
-    json_t *v = dray_srv_field(root, "response_format");
-    if (!v)
-        return 0;
-    json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
-    if (!json_is_string(type))
-        return dray_srv_bad(e, "response_format", "'response_format' must be an object with a "
-                            "'type' string, got %s", dray_srv_kind_of(v));
-    const char *t = json_string_value(type);
-    if (!strcmp(t, "text"))
-        return 0;
-    if (!strcmp(t, "json_object") || !strcmp(t, "json_schema"))
-        return dray_srv_bad(e, "response_format", "'response_format' of type \"%s\" (structured "
-                            "output) is not supported by this server; only \"text\" is", t);
-    return dray_srv_bad(e, "response_format", "'response_format.type' must be \"text\", "
-                        "\"json_object\" or \"json_schema\", got \"%.40s\"", t);
+    json_t *rf = dray_srv_field(req->root, "response_format"), *gr = dray_srv_field(req->root, "grammar");
+    char *g = NULL, why[400];
+    if (dray_srv_parse_tools(req, e) || (rf && dray_srv_response_format_grammar(rf, &g, e)))
+        return -1;
+    if (g && req->grammar) {
+        free(g);
+        return dray_srv_bad(e, "response_format", "'response_format' %s with 'tools' that may be "
+                            "called: ask for one or the other (or 'tool_choice': \"none\")",
+                            json_string_value(json_object_get(rf, "type")));
+    }
+    if (g)
+        req->grammar = g;
+    if (gr && !json_is_string(gr))
+        return dray_srv_bad(e, "grammar", "'grammar' must be a string of GBNF, got %s", dray_srv_kind_of(gr));
+    if (gr && req->grammar)
+        return dray_srv_bad(e, "grammar", "'grammar' with %s: ask for one", rf ? "'response_format'" : "'tools'");
+    if (gr && dray_grammar_check(json_string_value(gr), json_string_length(gr), why, sizeof(why)))
+        return dray_srv_bad(e, "grammar", "'grammar' is not valid GBNF: %s", why);
+    if (gr && !(req->grammar = strdup(json_string_value(gr))))
+        return dray_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    req->gen.grammar = req->grammar;
+    return req->kind == DRAY_SRV_CHAT ? dray_srv_render_tools(req, e) : 0;
 }
 
-/* Fields dray cannot honour are refused rather than silently ignored; the
- * values that ask for what dray does anyway pass. */
-static int refuse_unsupported(json_t *root, struct dray_srv_error *e)
+/* n choices of one prompt; best_of (text, legacy) may only repeat n: choosing
+ * the best of more than are returned needs a score dray does not define. */
+static int parse_n(struct dray_srv_request *req, struct dray_srv_error *e)
 {
-    json_t *v;
-    if ((v = dray_srv_field(root, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        return dray_srv_bad(e, "n", "'n' must be 1: dray returns one choice per request");
-    if ((v = dray_srv_field(root, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        return dray_srv_bad(e, "best_of", "'best_of' must be 1: dray returns one choice per request");
-    if ((v = dray_srv_field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return dray_srv_bad(e, "tools", "'tools' (function calling) is not supported by this server");
-    if ((v = dray_srv_field(root, "tool_choice")) &&
-        !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-        return dray_srv_bad(e, "tool_choice", "'tool_choice' must be \"none\": function calling "
-                            "('tools') is not supported by this server");
-    return parse_response_format(root, e);
+    long long n = 1, best = 0;
+    bool has_n, has_best;
+    if (dray_srv_get_int(req->root, "n", 1, DRAY_SRV_MAX_N, &has_n, &n, e) ||
+        dray_srv_get_int(req->root, "best_of", 1, DRAY_SRV_MAX_N, &has_best, &best, e))
+        return -1;
+    if (has_best && best != n)
+        return dray_srv_bad(e, "best_of", "'best_of' must equal 'n' (%lld): dray returns every "
+                            "choice it generates", n);
+    req->n = (uint32_t)n;
+    return 0;
 }
 
 static int parse_stream(struct dray_srv_request *req, struct dray_srv_error *e)
@@ -198,7 +244,7 @@ static int parse_generation(struct dray_srv_request *req, const struct dray_conf
     return rc || dray_srv_get_string(req->root, "user", &req->user, e) ||
            dray_srv_get_string(req->root, "cache_salt", &req->cache_salt, e) ||
            dray_srv_parse_sampling(req, cfg, e) || dray_srv_parse_logprobs(req, e) ||
-           parse_stream(req, e) || refuse_unsupported(req->root, e);
+           parse_n(req, e) || parse_stream(req, e) || parse_structured(req, e);
 }
 
 /* ------------------------------------------------------------ tokenize */
@@ -231,7 +277,7 @@ static int parse_tokenize(struct dray_srv_request *req, const struct dray_config
     if (special)
         return dray_srv_bad(e, "add_special_tokens", "'add_special_tokens' must be false with "
                             "'messages': the chat template places the special tokens");
-    return 0;
+    return dray_srv_render_tools(req, e); /* tool messages and calls, as a chat renders them */
 }
 
 /* vLLM's /detokenize: {"tokens": [id, ...]}; the ids are checked against the
@@ -346,9 +392,14 @@ int dray_srv_request_check_vocab(const struct dray_srv_request *req, uint32_t n_
 
 void dray_srv_request_free(struct dray_srv_request *req)
 {
-    for (size_t i = 0; req->joined && i < req->n_msgs; i++)
+    for (size_t i = 0; req->joined && i < req->n_joined; i++)
         free(req->joined[i]);
     free(req->joined);
+    for (size_t i = 0; i < req->n_owned; i++)
+        free(req->owned[i]);
+    free(req->owned);
+    free(req->msg_calls);
+    free(req->grammar);
     free(req->msgs);
     free(req->bias);
     free(req->stop_ids);

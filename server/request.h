@@ -25,13 +25,17 @@ enum dray_srv_kind {
 #define DRAY_SRV_MAX_STOP 16          /* stop strings per request (OpenAI allows 4) */
 #define DRAY_SRV_MAX_STOP_IDS 64      /* stop_token_ids per request */
 #define DRAY_SRV_MAX_LOGIT_BIAS 1024  /* logit_bias entries per request */
+#define DRAY_SRV_MAX_N 16             /* choices per request ('n') */
 
 struct dray_srv_request {
     enum dray_srv_kind kind;
     json_t *root;                  /* the parsed body; owns the strings below */
     struct dray_chat_message *msgs; /* chat: n_msgs of them */
-    char **joined;                 /* chat: [n_msgs] content joined from text parts, or NULL */
-    size_t n_msgs;
+    char **joined;                 /* chat: [n_joined] content joined from text parts, or NULL */
+    size_t n_msgs, n_joined;
+    json_t **msg_calls;            /* chat: [n_msgs] each assistant message's tool_calls, or NULL */
+    char **owned;                  /* [n_owned] contents tools.c rendered (malloc'd) */
+    size_t n_owned;
     const char *prompt;            /* completion; tokenize (NULL when it has messages) */
     const char *model;             /* NULL = not given (the served model) */
     const char *user;              /* NULL = not given; accepted, not used */
@@ -41,6 +45,14 @@ struct dray_srv_request {
     const char *stop[DRAY_SRV_MAX_STOP]; /* gen.stop points here */
     struct dray_logit_bias *bias;  /* gen.logit_bias points here (malloc'd) */
     int32_t *stop_ids;             /* gen.stop_ids points here (malloc'd) */
+    uint32_t n;                    /* choices of the prompt (1..DRAY_SRV_MAX_N) */
+    /* structured output and tools (json_grammar.h, tools.h) */
+    char *grammar;                 /* GBNF the reply follows (malloc'd; gen.grammar points
+                                    * here), from response_format, grammar or tools; else NULL */
+    json_t *tools;                 /* the tools array (of root), NULL when none */
+    int tool_choice;               /* enum dray_srv_tool_choice */
+    const char *tool_named;        /* tool_choice names this function */
+    bool parallel_tool_calls;      /* several calls in one reply (default true) */
     bool stream;
     bool include_usage;            /* stream_options.include_usage */
     /* logprobs (logprobs.c) */

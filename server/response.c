@@ -25,46 +25,68 @@ static json_t *envelope(const struct dray_srv_ident *id, bool chunk)
 }
 
 /* One choice: chat carries its text in "message" (whole) or "delta" (stream),
- * a text completion in "text". text == NULL: a delta with no content key.
- * logprobs (taken; NULL = null) is the choice's "logprobs". */
-static json_t *choice_json(enum dray_srv_kind kind, bool chunk, bool role, const char *text,
-                           size_t len, const char *finish_reason, json_t *logprobs)
+ * a text completion in "text". Takes c's json. */
+static json_t *choice_json(enum dray_srv_kind kind, bool chunk, struct dray_srv_choice *c)
 {
-    json_t *content = text ? json_stringn(text, len) : NULL;
-    if (text && !content) {
-        json_decref(logprobs);
-        return NULL; /* not UTF-8 */
-    }
-    json_t *c = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", logprobs ? logprobs : json_null(),
-                          "finish_reason", finish_reason ? json_string(finish_reason) : json_null());
-    if (!c)
-        goto fail;
-    if (kind == DRAY_SRV_COMPLETION) {
-        if (json_object_set_new(c, "text", content ? content : json_string("")))
-            goto fail_c;
-        return c;
-    }
-    json_t *msg = json_object();
-    if (!msg || (role && json_object_set_new(msg, "role", json_string("assistant"))) ||
-        (content && json_object_set_new(msg, "content", content)) ||
-        json_object_set_new(c, chunk ? "delta" : "message", msg)) {
-        json_decref(c);
+    json_t *content = c->text ? json_stringn(c->text, c->len) : NULL;
+    json_t *lp = c->logprobs ? c->logprobs : json_null(), *calls = c->tool_calls;
+    c->logprobs = c->tool_calls = NULL;
+    if (c->text && !content) { /* not UTF-8 */
+        json_decref(lp);
+        json_decref(calls);
         return NULL;
     }
-    return c;
-fail_c:
-    json_decref(c);
-    return NULL;
-fail:
-    json_decref(content);
-    return NULL;
+    /* json_pack takes lp's reference, failing or not */
+    json_t *j = json_pack("{s:I, s:o, s:o}", "index", (json_int_t)c->index, "logprobs", lp,
+                          "finish_reason", c->finish_reason ? json_string(c->finish_reason)
+                                                            : json_null());
+    if (!j) {
+        json_decref(content);
+        json_decref(calls);
+        return NULL;
+    }
+    if (kind == DRAY_SRV_COMPLETION) {
+        json_decref(calls);
+        if (json_object_set_new(j, "text", content ? content : json_string(""))) {
+            json_decref(j);
+            return NULL;
+        }
+        return j;
+    }
+    json_t *msg = json_object();
+    /* a whole message always has "content": null when it has none (a tool call) */
+    if (!content && !chunk)
+        content = json_null();
+    if (!msg || (c->role && json_object_set_new(msg, "role", json_string("assistant"))) ||
+        (content && json_object_set_new(msg, "content", content)) ||
+        (calls && json_object_set_new(msg, "tool_calls", calls)) ||
+        json_object_set_new(j, chunk ? "delta" : "message", msg)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
 }
 
-static int add_choice(json_t *root, json_t *choice)
+char *dray_srv_choices_json(const struct dray_srv_ident *id, struct dray_srv_choice *c, size_t n,
+                            const struct dray_srv_usage *u)
 {
-    if (!choice)
-        return -1;
-    return json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_t *root = envelope(id, false), *choices = json_array();
+    char *out = NULL;
+    bool ok = root && choices;
+    for (size_t i = 0; i < n; i++) {
+        c[i].role = true;
+        json_t *j = choice_json(id->kind, false, &c[i]);
+        ok = ok && j && !json_array_append_new(choices, j);
+        if (!ok)
+            json_decref(j);
+    }
+    if (ok && !json_object_set_new(root, "choices", choices) &&
+        !json_object_set_new(root, "usage", usage_json(u)))
+        out = json_dumps(root, JSON_COMPACT);
+    else if (!ok)
+        json_decref(choices);
+    json_decref(root);
+    return out;
 }
 
 char *dray_srv_completion_json(const struct dray_srv_ident *id, const char *text, size_t len,
@@ -77,19 +99,9 @@ char *dray_srv_completion_json_lp(const struct dray_srv_ident *id, const char *t
                                   const char *finish_reason, const struct dray_srv_usage *u,
                                   json_t *logprobs)
 {
-    json_t *root = envelope(id, false);
-    char *out = NULL;
-    if (!root) {
-        json_decref(logprobs);
-        goto out;
-    }
-    if (add_choice(root, choice_json(id->kind, false, true, text, len, finish_reason, logprobs)) ||
-        json_object_set_new(root, "usage", usage_json(u)))
-        goto out;
-    out = json_dumps(root, JSON_COMPACT);
-out:
-    json_decref(root);
-    return out;
+    struct dray_srv_choice c = {.text = text, .len = len, .finish_reason = finish_reason,
+                                .logprobs = logprobs};
+    return dray_srv_choices_json(id, &c, 1, u);
 }
 
 /* "data: <compact json>\n\n"; takes the reference to root. */
@@ -104,6 +116,30 @@ static int sse_event(struct dray_srv_buf *out, json_t *root)
     return rc;
 }
 
+int dray_srv_sse_choice(struct dray_srv_buf *out, const struct dray_srv_ident *id,
+                        struct dray_srv_choice *c, bool with_usage_null)
+{
+    json_t *root = envelope(id, true), *choices = json_array();
+    /* the role chunk carries "content": "" like OpenAI's; the finishing chunk an
+     * empty delta; a text completion's chunk always has text */
+    if (c->role && !c->tool_calls) {
+        c->text = "";
+        c->len = 0;
+    } else if (!c->len && c->finish_reason) {
+        c->text = NULL;
+    }
+    if (!c->text && id->kind == DRAY_SRV_COMPLETION)
+        c->text = "";
+    json_t *j = choice_json(id->kind, true, c);
+    if (!root || !choices || !j || json_array_append_new(choices, j) ||
+        json_object_set_new(root, "choices", choices) ||
+        (with_usage_null && json_object_set_new(root, "usage", json_null()))) {
+        json_decref(root);
+        return DRAY_EINVAL;
+    }
+    return sse_event(out, root);
+}
+
 int dray_srv_sse_chunk(struct dray_srv_buf *out, const struct dray_srv_ident *id, bool role,
                        const char *text, size_t len, const char *finish_reason, bool with_usage_null)
 {
@@ -114,21 +150,9 @@ int dray_srv_sse_chunk_lp(struct dray_srv_buf *out, const struct dray_srv_ident 
                           const char *text, size_t len, const char *finish_reason,
                           bool with_usage_null, json_t *logprobs)
 {
-    json_t *root = envelope(id, true);
-    if (!root) {
-        json_decref(logprobs);
-        return DRAY_ENOMEM;
-    }
-    /* the role chunk carries "content": "" like OpenAI's; the finishing chunk an empty delta */
-    const char *content = role ? "" : (len || !finish_reason ? text : NULL);
-    if (!content && id->kind == DRAY_SRV_COMPLETION)
-        content = "";
-    if (add_choice(root, choice_json(id->kind, true, role, content, len, finish_reason, logprobs)) ||
-        (with_usage_null && json_object_set_new(root, "usage", json_null()))) {
-        json_decref(root);
-        return DRAY_EINVAL;
-    }
-    return sse_event(out, root);
+    struct dray_srv_choice c = {.role = role, .text = text, .len = len,
+                                .finish_reason = finish_reason, .logprobs = logprobs};
+    return dray_srv_sse_choice(out, id, &c, with_usage_null);
 }
 
 int dray_srv_sse_usage(struct dray_srv_buf *out, const struct dray_srv_ident *id,

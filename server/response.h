@@ -26,8 +26,28 @@ struct dray_srv_usage {
     uint32_t prompt, completion, cached; /* tokens; cached = prompt tokens not recomputed */
 };
 
-/* A non-streamed completion. Returns malloc'd JSON, or NULL (out of memory, or
- * text that is not UTF-8). */
+/* One choice of a body or of a stream's chunk. */
+struct dray_srv_choice {
+    uint32_t index;            /* among the request's n */
+    bool role;                 /* chat chunk: the delta names the assistant role */
+    const char *text;          /* content (need not be NUL-terminated); NULL = none: a
+                                * delta without content, or a message's null content */
+    size_t len;
+    const char *finish_reason; /* NULL until the choice's last chunk */
+    json_t *logprobs;          /* taken; NULL = null */
+    json_t *tool_calls;        /* chat, taken: message.tool_calls or delta.tool_calls; NULL = none */
+};
+
+/* A non-streamed body of n choices (each one's json taken). Returns malloc'd
+ * JSON, or NULL (out of memory, or text that is not UTF-8). */
+char *dray_srv_choices_json(const struct dray_srv_ident *id, struct dray_srv_choice *c, size_t n,
+                            const struct dray_srv_usage *u);
+/* One SSE chunk of one choice (its json taken). */
+int dray_srv_sse_choice(struct dray_srv_buf *out, const struct dray_srv_ident *id,
+                        struct dray_srv_choice *c, bool with_usage_null);
+
+/* A non-streamed completion of one choice with text. Returns malloc'd JSON, or
+ * NULL (out of memory, or text that is not UTF-8). */
 char *dray_srv_completion_json(const struct dray_srv_ident *id, const char *text, size_t len,
                                const char *finish_reason, const struct dray_srv_usage *u);
 

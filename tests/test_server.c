@@ -195,12 +195,13 @@ static void test_wrong_types_and_ranges_are_refused(void **state)
                    "stop", "has 17 strings");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"model\":3}", "model", "must be a string");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"cache_salt\":[]}", "cache_salt", "must be a string");
-    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2}", "n", "must be 1");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":17}", "n", "between 1 and 16");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":0}", "n", "between 1 and 16");
+    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2,\"best_of\":3}", "best_of",
+                   "must equal 'n' (2)");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "between 0 and 5");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs", "legacy API");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "echo", "true or false");
-    assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"stream\":true}", "echo",
-                   "not supported");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens", "with 'echo'");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[]}", "prompt", "must be a string");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":[2,-1]}", "prompt", "prompt[1] must be a token id");
@@ -243,8 +244,8 @@ static void test_unknown_fields_are_refused_by_name(void **state)
                    "\"continuous_usage_stats\":true}}", "stream_options.continuous_usage_stats",
                    "Unrecognized request argument supplied");
     /* fields dray knows and never honours say why */
-    snprintf(body, sizeof(body), "%s\"parallel_tool_calls\":false}", chat);
-    assert_refused(DRAY_SRV_CHAT, body, "parallel_tool_calls", "function calling");
+    snprintf(body, sizeof(body), "%s\"functions\":[]}", chat);
+    assert_refused(DRAY_SRV_CHAT, body, "functions", "use 'tools'");
     snprintf(body, sizeof(body), "%s\"prediction\":{\"type\":\"content\",\"content\":\"x\"}}", chat);
     assert_refused(DRAY_SRV_CHAT, body, "prediction", "predicted outputs");
     assert_refused(DRAY_SRV_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix", "not supported");
@@ -328,16 +329,27 @@ static void test_what_cannot_be_honoured_is_refused(void **state)
         const char *fields, *param, *msg; /* param NULL: accepted */
     } cases[] = {
         {"\"response_format\":{\"type\":\"text\"}", NULL, NULL},
-        {"\"response_format\":{\"type\":\"json_object\"}", "response_format", "structured output"},
-        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "response_format", "not supported"},
-        {"\"response_format\":{\"type\":\"xml\"}", "response_format", "got \"xml\""},
+        {"\"response_format\":{\"type\":\"json_object\"}", NULL, NULL},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "response_format.json_schema.name",
+         "name"},
+        {"\"response_format\":{\"type\":\"xml\"}", "response_format.type", "got \"xml\""},
         {"\"response_format\":\"text\"", "response_format", "must be an object"},
         {"\"tool_choice\":\"none\"", NULL, NULL},
-        {"\"tool_choice\":\"auto\"", "tool_choice", "function calling"},
+        {"\"tool_choice\":\"auto\"", "tool_choice", "'tools' lists no function"},
         {"\"tools\":[]", NULL, NULL},
-        {"\"tools\":[{\"type\":\"function\"}]", "tools", "not supported"},
+        {"\"tools\":[{\"type\":\"function\"}]", "tools[0].function", "must be an object"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"parallel_tool_calls\":false",
+         NULL, NULL},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+         "{\"type\":\"object\",\"not\":{}}}}]", "tools[0].function.parameters.not", "not"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":"
+         "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}", "tool_choice", "does not list"},
+        {"\"grammar\":\"root ::= \\\"a\\\"\"", NULL, NULL},
+        {"\"grammar\":\"root ::= (\"", "grammar", "not valid GBNF"},
+        {"\"grammar\":3", "grammar", "must be a string"},
         {"\"n\":1", NULL, NULL},
-        {"\"n\":3", "n", "must be 1"},
+        {"\"n\":3", NULL, NULL},
+        {"\"n\":2.5", "n", "integer"},
         {"\"logprobs\":false", NULL, NULL},
         {"\"logprobs\":true,\"top_logprobs\":20", NULL, NULL},
         {"\"logprobs\":2", "logprobs", "true or false"},
@@ -347,7 +359,7 @@ static void test_what_cannot_be_honoured_is_refused(void **state)
         {"\"max_completion_tokens\":0", "max_completion_tokens", "at least 1"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char body[256];
+        char body[512];
         snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}",
                  cases[i].fields);
         if (cases[i].param)
@@ -355,6 +367,16 @@ static void test_what_cannot_be_honoured_is_refused(void **state)
         else
             assert_accepted(DRAY_SRV_CHAT, body);
     }
+    /* a tool loop's history: assistant tool_calls, then the tool's result */
+    assert_accepted(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":"
+                    "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                    "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+                    "\"tool_call_id\":\"c1\",\"content\":\"18C\"}]}");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"r\",\"tool_call_id\":"
+                   "\"c\"}]}", "messages[0].tool_call_id", "Unrecognized");
+    assert_refused(DRAY_SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":"
+                   "\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{\"}}]}]}",
+                   "messages[1].tool_calls[0]", "not JSON");
 }
 
 /* logprobs, top_logprobs, echo and token-id prompts are read into the request */

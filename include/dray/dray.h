@@ -233,7 +233,16 @@ struct dray_gen_params {
                                * to max_tokens (or a stop string / stop id) */
     uint32_t min_tokens;      /* end-of-generation and stop_ids are not sampled before this many
                                * tokens were generated */
+    const char *grammar;      /* GBNF (llama.cpp's dialect, start rule `root`) the generated
+                               * text must follow, or NULL: each step samples only tokens whose
+                               * bytes the grammar allows next, end-of-generation only where
+                               * the text is complete, and generation ends where nothing can
+                               * follow (finish "stop"). Compiled (copied) at submit */
 };
+
+/* Whether text[0..len) is a GBNF grammar dray can follow: 0, or DRAY_EINVAL with
+ * "line L, column C: what" in err. */
+int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen);
 void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_params *p);
 
 /* Streamed output: called with complete UTF-8 text as it is generated, and with
@@ -248,7 +257,7 @@ struct dray_gen_stats {
     uint32_t n_generated;
     double prefill_s, decode_s;
     const char *stop_reason;  /* "eog", "stop id", "stop string", "max tokens", "context full",
-                               * "caller" */
+                               * "caller", "grammar" (the text is complete: nothing may follow) */
 };
 
 /* A session is one sequence whose KV lives across calls: a chat keeps one

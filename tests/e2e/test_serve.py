@@ -21,6 +21,7 @@ import urllib.request
 
 import openai
 
+from serve_choices import test_choices
 from serve_logprobs import test_logprobs
 
 KEY = "test-key-7f3a"
@@ -40,13 +41,13 @@ def free_port():
 
 
 class Server:
-    def __init__(self, dray, model):
+    def __init__(self, dray, model, extra=()):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [dray, "serve", "--model", model, "--port", str(self.port),
                "-t", "2", "-c", "1024", "--set", "max_seqs=16", "--set", "max_prompt_tokens=200",
                "--set", "max_completion_tokens=64", "--set", "shutdown_grace=5",
-               "--served-model-name", ",".join(NAMES)]
+               "--served-model-name", ",".join(NAMES)] + list(extra)
         self.file_id = os.path.basename(model)[:-len(".gguf")]
         print("starting:", " ".join(cmd))
         # the key comes from the environment (--api-key would show it in ps)
@@ -210,8 +211,8 @@ def test_models(srv, cli, model):
 def test_fields(srv, cli, model):
     msgs = [{"role": "user", "content": "hi"}]
     for body, param in [({"messages": msgs, "frequncy_penalty": 1}, "frequncy_penalty"),
-                        ({"messages": msgs, "parallel_tool_calls": False}, "parallel_tool_calls"),
-                        ({"messages": msgs, "response_format": {"type": "json_object"}}, "response_format"),
+                        ({"messages": msgs, "function_call": "auto"}, "function_call"),
+                        ({"messages": msgs, "response_format": {"type": "yaml"}}, "response_format.type"),
                         ({"messages": msgs, "tool_choice": "auto"}, "tool_choice"),
                         ({"messages": msgs, "logit_bias": {"99999999": -100}}, "logit_bias"),
                         ({"messages": msgs, "stop_token_ids": [99999999]}, "stop_token_ids"),
@@ -455,6 +456,7 @@ def main():
                  lambda: test_errors(srv, cli, model), lambda: test_models(srv, cli, model),
                  lambda: test_fields(srv, cli, model), lambda: test_sampling_fields(srv, cli, model),
                  lambda: test_tokenize(srv, cli, model), lambda: test_logprobs(srv),
+                 lambda: test_choices(srv, cli, model),
                  lambda: test_concurrent(cli, model),
                  lambda: test_disconnect(srv), lambda: test_disconnect_plain(srv), lambda: test_framing(srv), lambda: test_curl(srv),
                  lambda: test_shutdown(srv)]

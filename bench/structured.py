@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""What grammar-constrained decoding costs in `dray serve` (issue 25): the mean
+time per generated token (the gap between streamed tokens) of free requests
+against requests constrained by a JSON Schema, with 1 and with 8 in flight.
+Both kinds generate the same number of tokens: the free ones run to max_tokens
+(ignore_eos), the constrained ones fill a long string the schema requires. Not a
+CI test:
+
+    python3 bench/structured.py --dray build/tools/dray --model .models/smollm2-135m-instruct-q4_1.gguf
+
+Prints one line per (in flight, kind) and the overhead; standard library only.
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import http.client
+
+TOKENS = 96
+SCHEMA = {"type": "object", "properties": {"story": {"type": "string", "minLength": 600, "maxLength": 800}},
+          "required": ["story"]}
+PROMPTS = ["Tell a story about a fox.", "Tell a story about the sea.", "Tell a story about a robot.",
+           "Tell a story about a city.", "Tell a story about rain.", "Tell a story about a dragon.",
+           "Tell a story about a train.", "Tell a story about a garden."]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gaps(port, body):
+    """Seconds between consecutive token chunks of one streamed request."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    times = []
+    for line in r:
+        if line.startswith(b"data: {") and b'"content"' in line and b'"role"' not in line:
+            times.append(time.perf_counter())
+    c.close()
+    return [b - a for a, b in zip(times[2:], times[3:])]  # past the first tokens
+
+
+def run(port, inflight, constrained, rounds):
+    def one(i):
+        body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "stream": True,
+                "max_tokens": TOKENS, "temperature": 0.8, "seed": i + 1}
+        if constrained:
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}
+        else:
+            body["ignore_eos"] = True
+        return gaps(port, body)
+    out = []
+    with cf.ThreadPoolExecutor(inflight) as ex:
+        for r in range(rounds):
+            for g in ex.map(one, range(r * inflight, (r + 1) * inflight)):
+                out += g
+    return statistics.mean(out), len(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dray", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    port = free_port()
+    cmd = [a.dray, "serve", "--model", a.model, "--port", str(port), "-t", str(a.threads),
+           "--set", "max_seqs=8", "--set", "prefix_cache=false"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    ready = threading.Event()
+
+    def read_log():
+        for line in proc.stderr:
+            if "listening on" in line:
+                ready.set()
+    threading.Thread(target=read_log, daemon=True).start()
+    if not ready.wait(300):
+        proc.kill()
+        sys.exit("server did not start")
+    try:
+        run(port, 1, True, 1)  # warm up (the vocabulary's trie is built on the first one)
+        for inflight in (1, 8):
+            free, nf = run(port, inflight, False, a.rounds)
+            cons, nc = run(port, inflight, True, a.rounds)
+            print(f"{inflight} in flight: free {free * 1e3:.2f} ms/token ({nf} gaps), "
+                  f"constrained {cons * 1e3:.2f} ms/token ({nc} gaps): {100 * (cons / free - 1):+.1f}%")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

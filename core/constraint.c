@@ -1,0 +1,136 @@
+/* A generation's grammar in the decode loop. See constraint.h. */
+#include "constraint.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "error.h"
+#include "grammar.h"
+#include "tokenizer.h"
+
+struct dray_constraint {
+    struct dray_grammar *g;
+    struct dray_grammar_matcher *m;
+    const struct dray_grammar_vocab *v;
+    uint32_t *allow; /* the last mask: (n_vocab + 31) / 32 words */
+};
+
+static pthread_mutex_t vocab_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Every token's bytes as the detokenizer emits them; control tokens have none. */
+static struct dray_grammar_vocab *build_vocab(const struct dray_tokenizer *t)
+{
+    uint32_t n = dray_tokenizer_n_vocab(t);
+    const char **pieces = calloc(n, sizeof(*pieces));
+    uint32_t *lens = calloc(n, sizeof(*lens));
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += dray_tokenizer_token_bytes(t, (int32_t)i, NULL, 0);
+    char *bytes = malloc(total + 1), *p = bytes;
+    struct dray_grammar_vocab *v = NULL;
+    if (pieces && lens && bytes) {
+        for (uint32_t i = 0; i < n; i++) {
+            lens[i] = (uint32_t)dray_tokenizer_token_bytes(t, (int32_t)i, p, total + 1 - (size_t)(p - bytes));
+            pieces[i] = p;
+            p += lens[i];
+        }
+        int32_t eog[3];
+        size_t n_eog = dray_tokenizer_eog_ids(t, eog);
+        char err[256];
+        if (dray_grammar_vocab_new(n, pieces, lens, eog, n_eog, &v, err, sizeof(err)))
+            v = NULL;
+    }
+    free(pieces);
+    free(lens);
+    free(bytes);
+    return v;
+}
+
+const struct dray_grammar_vocab *dray_engine_grammar_vocab(struct dray_engine *e)
+{
+    pthread_mutex_lock(&vocab_mu);
+    if (!e->gvocab)
+        e->gvocab = build_vocab(e->tok);
+    pthread_mutex_unlock(&vocab_mu);
+    return e->gvocab;
+}
+
+void dray_engine_grammar_vocab_free(struct dray_engine *e)
+{
+    dray_grammar_vocab_free(e->gvocab);
+    e->gvocab = NULL;
+}
+
+int dray_constraint_new(struct dray_engine *e, const struct dray_gen_params *g,
+                        struct dray_constraint **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!g->grammar)
+        return 0;
+    struct dray_constraint *c = calloc(1, sizeof(*c));
+    if (!c)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for the grammar");
+    char why[400];
+    int rc = dray_grammar_parse(g->grammar, strlen(g->grammar), &c->g, why, sizeof(why));
+    if (rc) {
+        dray_constraint_free(c);
+        return dray_fail(err, errlen, rc, "grammar: %s", why);
+    }
+    c->v = dray_engine_grammar_vocab(e);
+    c->allow = malloc((e->info.n_vocab + 31) / 32 * sizeof(*c->allow));
+    if (!c->v || !c->allow || dray_grammar_matcher_new(c->g, &c->m)) {
+        dray_constraint_free(c);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for the grammar");
+    }
+    *out = c;
+    return 0;
+}
+
+void dray_constraint_free(struct dray_constraint *c)
+{
+    if (!c)
+        return;
+    dray_grammar_matcher_free(c->m);
+    dray_grammar_free(c->g);
+    free(c->allow);
+    free(c);
+}
+
+const uint32_t *dray_constraint_mask(struct dray_constraint *c, long *n, int *rc)
+{
+    *n = dray_grammar_allowed(c->m, c->v, c->allow);
+    *rc = *n < 0 ? (int)*n : 0;
+    return *n < 0 ? NULL : c->allow;
+}
+
+bool dray_constraint_allowed(const struct dray_constraint *c, int32_t id)
+{
+    return id >= 0 && (uint32_t)id < dray_grammar_vocab_size(c->v) &&
+           (c->allow[id / 32] >> (id % 32) & 1);
+}
+
+int dray_constraint_accept(struct dray_constraint *c, int32_t id)
+{
+    return dray_grammar_accept_token(c->m, c->v, id);
+}
+
+bool dray_constraint_must_end(const struct dray_constraint *c)
+{
+    return dray_grammar_must_end(c->m);
+}
+
+bool dray_constraint_can_end(const struct dray_constraint *c)
+{
+    return dray_grammar_can_end(c->m);
+}
+
+int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen)
+{
+    struct dray_grammar *g;
+    int rc = dray_grammar_parse(text, len, &g, err, errlen);
+    if (!rc)
+        dray_grammar_free(g);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* core/constraint.h — what a generation's grammar (dray_gen_params.grammar)
+ * asks of the decode loop, in one place for dray_session_generate and the
+ * scheduler: before each sample the mask of the tokens the grammar allows,
+ * after it the advance, and whether the output must end there. The vocabulary
+ * the masks walk is built once per engine, on the first constrained request. */
+#ifndef DRAY_CORE_CONSTRAINT_H
+#define DRAY_CORE_CONSTRAINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dray/dray.h"
+
+struct dray_constraint;
+
+/* A constraint for g on engine e, or *out = NULL when g has no grammar.
+ * DRAY_EINVAL naming the line and column of a grammar that does not compile. */
+int dray_constraint_new(struct dray_engine *e, const struct dray_gen_params *g,
+                        struct dray_constraint **out, char *err, size_t errlen);
+void dray_constraint_free(struct dray_constraint *c);
+
+/* The allowed-token bitset for the next sample (dray_sampler_sample_allowed), or
+ * NULL with a negative DRAY_E* in *rc (out of memory). *n gets how many are
+ * allowed: 0 means the output cannot go on. */
+const uint32_t *dray_constraint_mask(struct dray_constraint *c, long *n, int *rc);
+/* Whether id was allowed by the last mask. */
+bool dray_constraint_allowed(const struct dray_constraint *c, int32_t id);
+/* Advance over the sampled id (which the mask allowed). */
+int dray_constraint_accept(struct dray_constraint *c, int32_t id);
+/* The output so far is complete and nothing can follow: end it now. */
+bool dray_constraint_must_end(const struct dray_constraint *c);
+/* The output so far is a complete sentence of the grammar. */
+bool dray_constraint_can_end(const struct dray_constraint *c);
+
+/* The grammar vocabulary of e, built on first use (thread-safe); NULL when out
+ * of memory. */
+const struct dray_grammar_vocab *dray_engine_grammar_vocab(struct dray_engine *e);
+void dray_engine_grammar_vocab_free(struct dray_engine *e);
+
+#endif
