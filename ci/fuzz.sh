@@ -21,7 +21,7 @@ declare -A srcs=(
   [gguf]="core/gguf.c core/ggml_types.c core/dequant.c core/error.c core/log.c"
   [config]="core/config.c core/config_print.c core/error.c core/log.c"
   [tokenizer]="core/tokenizer.c core/tokenizer_bpe.c core/utf8.c core/gguf.c core/ggml_types.c tests/gguf_write.c core/dequant.c core/error.c core/log.c"
-  [request]="server/request.c server/json_grammar.c server/json_pattern.c server/json_range.c server/buf.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
+  [request]="server/request.c server/tools.c server/json_grammar.c server/json_pattern.c server/json_range.c core/grammar_parse.c core/utf8.c server/buf.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
   [schema]="server/json_grammar.c server/json_pattern.c server/json_range.c server/buf.c server/apierr.c server/jfield.c core/grammar_parse.c core/grammar_match.c core/utf8.c core/error.c core/log.c"
 )
 declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm" [request]="-ljansson -lyaml -lm" [schema]="-ljansson -lxxhash -lm")

@@ -134,15 +134,6 @@ bool dray_constraint_can_end(const struct dray_constraint *c)
     return dray_grammar_can_end(c->m);
 }
 
-int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen)
-{
-    struct dray_grammar *g;
-    int rc = dray_grammar_parse(text, len, &g, err, errlen);
-    if (!rc)
-        dray_grammar_free(g);
-    return rc;
-}
-
 /* Draw under the whole mask. */
 static int32_t draw_masked(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
                            uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool *dead)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dray/dray.h"
 #include "error.h"
 #include "grammar_internal.h"
 #include "utf8.h"
@@ -1074,4 +1075,13 @@ int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, 
     }
     *out = g;
     return 0;
+}
+
+int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen)
+{
+    struct dray_grammar *g;
+    int rc = dray_grammar_parse(text, len, &g, err, errlen);
+    if (!rc)
+        dray_grammar_free(g);
+    return rc;
 }
