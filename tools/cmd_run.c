@@ -239,6 +239,9 @@ int dray_cmd_run(int argc, char **argv)
                 st.n_prefilled, st.prefill_s, st.n_prefilled / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
                 st.n_generated, st.decode_s, st.n_generated / (st.decode_s > 0 ? st.decode_s : 1e-9),
                 st.stop_reason);
+    if (!quiet && st.n_drafted)
+        fprintf(stderr, "dray: lookup drafts: %u of %u drafted tokens kept\n", st.n_draft_kept,
+                st.n_drafted);
     rc = 0;
 out:
     free(o.ids);
