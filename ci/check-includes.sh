@@ -25,10 +25,16 @@ printf '%s\n' "$files" > "$listfile"
 
 # One row per room: the file pattern (awk regex on the path; first match wins)
 # and what it may include besides its neighbours. "core" = any header of core/
-# or models/ (the engine's private headers); "kernels" = any header of kernels/.
+# (its rooms too) or models/ (the engine's private headers); "core/ROOM" = any
+# header of that subfolder of core/; "kernels" = any header of kernels/. Core's
+# rooms each take the base headers at core/'s root and the rooms below them.
 rules='
 ^tests/                                   *
 ^include/dray/                            dray/backend.h dray/dray.h
+^core/gguf/                               dray/* error.h log.h
+^core/text/                               dray/* error.h log.h core/gguf
+^core/kv/                                 dray/* error.h log.h
+^core/weights/                            dray/* error.h log.h caps.h core/gguf core/text core/kv
 ^(core|models)/                           dray/* core
 ^bench/bench_ops\.[ch]$                   dray/backend.h conf_loader.h flags.h
 ^bench/grammar_mask\.c$                   dray/* core
@@ -48,7 +54,10 @@ printf '%s\n' "$files" | xargs awk -v listfile="$listfile" -v rules="$rules" '
 BEGIN {
     while ((getline p < listfile) > 0) {
         have[p] = 1
-        if (p ~ /^(core|models)\/[^\/]+\.h$/) { sub(/^[^\/]+\//, "", p); core[p] = 1 }
+        if (p ~ /^(core\/([^\/]+\/)?|models\/)[^\/]+\.h$/) {
+            d = p; sub(/\/[^\/]*$/, "", d); sub(/^.*\//, "", p)
+            core[p] = 1; hdir[p] = d
+        }
     }
     nr = 0
     n = split(rules, line, "\n")
@@ -71,6 +80,7 @@ function allowed(f, h,    r, k, a, i) {
             if (a[i] == "*" || a[i] == h) return 1
             if (a[i] == "dray/*" && h ~ /^dray\//) return 1
             if (a[i] == "core" && (h in core)) return 1
+            if (a[i] ~ /^core\// && (h in hdir) && hdir[h] == a[i]) return 1
             if (a[i] == "kernels" && kernel_header(h)) return 1
         }
         why = "room " pat[r] " allows " allow[r]

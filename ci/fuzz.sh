@@ -18,11 +18,11 @@ cc="${CC_FUZZ:-clang}"
 
 # Core files each target links (the parser and what it calls; no engine, no plugins).
 declare -A srcs=(
-  [gguf]="core/gguf.c core/ggml_types.c core/dequant.c core/error.c core/log.c"
+  [gguf]="core/gguf/gguf.c core/gguf/ggml_types.c core/gguf/dequant.c core/error.c core/log.c"
   [config]="core/config.c core/config_print.c core/error.c core/log.c"
-  [tokenizer]="core/tokenizer.c core/tokenizer_bpe.c core/utf8.c core/gguf.c core/ggml_types.c tests/gguf_write.c core/dequant.c core/error.c core/log.c"
-  [request]="server/request.c server/tools.c server/json_grammar.c server/json_pattern.c server/json_range.c core/grammar_parse.c core/utf8.c server/buf.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
-  [schema]="server/json_grammar.c server/json_pattern.c server/json_range.c server/buf.c server/apierr.c server/jfield.c core/grammar_parse.c core/grammar_match.c core/utf8.c core/error.c core/log.c"
+  [tokenizer]="core/text/tokenizer.c core/text/tokenizer_bpe.c core/text/utf8.c core/gguf/gguf.c core/gguf/ggml_types.c tests/gguf_write.c core/gguf/dequant.c core/error.c core/log.c"
+  [request]="server/request.c server/tools.c server/json_grammar.c server/json_pattern.c server/json_range.c core/text/grammar_parse.c core/text/utf8.c server/buf.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
+  [schema]="server/json_grammar.c server/json_pattern.c server/json_range.c server/buf.c server/apierr.c server/jfield.c core/text/grammar_parse.c core/text/grammar_match.c core/text/utf8.c core/error.c core/log.c"
 )
 declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm" [request]="-ljansson -lyaml -lm" [schema]="-ljansson -lxxhash -lm")
 # Longest input: headers and configs are small; the tokenizer takes MiBs so that
@@ -41,7 +41,7 @@ build() { # TARGET -> $work/fuzz_TARGET
   for f in ${srcs[$t]}; do src+=("$root/$f"); done
   "$cc" -g -O1 -fno-omit-frame-pointer -std=gnu11 -D_GNU_SOURCE \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/include" -I"$root/core" -I"$root/server" -I"$root/tests" "$root/tests/fuzz/fuzz_$t.c" "${src[@]}" \
+    -I"$root/include" -I"$root/core" -I"$root/core/gguf" -I"$root/core/text" -I"$root/core/kv" -I"$root/core/weights" -I"$root/server" -I"$root/tests" "$root/tests/fuzz/fuzz_$t.c" "${src[@]}" \
     ${libs[$t]} -o "$work/fuzz_$t"
 }
 

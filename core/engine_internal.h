@@ -1,7 +1,8 @@
 /* The engine's private state, shared by the files that make up the engine
  * (engine.c: wiring, open and close; session.c: sessions, forward steps, prefill;
  * session_generate.c: the decode loop; session_eval.c: logits of every position;
- * engine_chat.c: chat turns; scheduler.c: many requests over one engine).
+ * engine_chat.c: chat turns; scheduler.c and sched_finisher.c: many requests
+ * over one engine).
  * Core only: nothing outside core/ includes this. */
 #ifndef DRAY_CORE_ENGINE_INTERNAL_H
 #define DRAY_CORE_ENGINE_INTERNAL_H

@@ -65,7 +65,7 @@ int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_
                             const int32_t *history, size_t n_history);
 
 /* The same under a constraint: allow is a bitset of (n_vocab + 31) / 32 words
- * (bit i of allow[i / 32]: id i may be drawn; core/grammar.h), applied after
+ * (bit i of allow[i / 32]: id i may be drawn; core/text/grammar.h), applied after
  * step 3. When nothing allowed has a finite logit the result is the lowest id,
  * which the caller checks against the mask. */
 int32_t dray_sampler_sample_allowed(struct dray_sampler *s, const float *logits, uint32_t n_vocab,

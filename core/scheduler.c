@@ -14,35 +14,14 @@
  *   5. samples the next token of every sequence whose pending tokens were all
  *      fed, and streams its text.
  *
- * A request that ends on max_tokens, or on the stop token that the chat template
- * renders as the end of an assistant turn (Gemma's <end_of_turn>), has sampled a
- * token the next turn's prompt contains but never fed it. Its response is sent at
- * once; its sequence becomes a *finisher* that feeds that one token (no logits)
- * in the next step, beside the others' decoding, and then goes into the prefix
- * cache. A chat request (dray_request_params.chat) feeds in the same step what
- * the next turn's prompt has after the reply up to the new user message's text:
- * the turn end (when max_tokens cut the reply), the template's "\n" and the next
- * user turn's header (dray_chat_next_user_head). It goes into the cache once
- * before that step (the reply without its last token) and once after; a request
- * that continues the reply some other way still reuses it up to the divergence,
- * the window layers' blocks coming from those two checkpoints (prefix_cache.h).
- * Admission waits for the finishers (one step at most), so the next turn's
- * lookup sees the whole previous turn. A cancelled request, a stop string (the
- * template does not render it), or a preemption feeds nothing.
- *
  * A request's tokens: toks[0..n_toks) = prompt + tokens generated so far. Those
  * that are in the KV are its session's history; the rest (the whole prompt after
  * admission or preemption, or just the last sampled token) are pending. Because a
  * preempted request recomputes exactly toks, its later tokens are the ones it
  * would have produced without the preemption.
  *
- * A long sequence also leaves checkpoints while it runs: window layers recycle
- * their old blocks, and a later request that diverges inside the sequence can
- * reuse it up to the divergence only if checkpoints lie less than a window
- * apart around that point (prefix_cache.h). So after a step, a sequence that
- * the next step could carry more than `ckpt_gap` tokens past its last
- * checkpoint (or the prefix it was given) goes into the cache at its last
- * block boundary. Chat turns shorter than the window never need one.
+ * What a request leaves in the prefix cache when it finishes (its sequence
+ * becomes a *finisher*) and while it runs (checkpoints): sched_finisher.c.
  *
  * Log-probabilities (dray_request_params.logprobs): a generated token's come
  * from the row its sampler drew from (dray_sampler_row), computed before the
@@ -78,112 +57,9 @@
 #include "log.h"
 #include "logprobs.h"
 #include "prefix_cache.h"
+#include "sched_internal.h"
 #include "sampler.h"
 #include "tokenizer.h"
-
-enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE };
-
-#define PROMPT_ROWS 32 /* rows of prompt logits per step, for prompt_logprobs */
-
-/* Output produced by the loop and not yet handed to the client. */
-struct outbuf {
-    char *text;
-    size_t len, cap;
-    int32_t *ids;
-    size_t n_ids, cap_ids;
-    struct dray_token_logprob *lps;  /* [n_ids] when the request wants logprobs */
-    size_t cap_lps;
-    struct dray_token_logprob *plps; /* [n_plps] prompt tokens' */
-    size_t n_plps, cap_plps;
-};
-
-struct dray_request {
-    struct dray_sched *s;
-    struct dray_request *prev, *next; /* in s->waiting or s->running */
-    enum req_state state;
-
-    /* loop thread only */
-    int32_t *toks;
-    size_t n_toks, cap_toks, n_prompt;
-    uint32_t max_tokens;             /* 0 = until the context is full */
-    int32_t *stop_ids;               /* [n_stop_ids] end generation like end-of-generation */
-    size_t n_stop_ids;
-    struct dray_session *sess;       /* NULL while waiting */
-    struct dray_sampler *smp;
-    struct dray_constraint *con;     /* the grammar its text follows; NULL = free */
-    struct dray_emitter em;
-    uint64_t admit_seq;              /* admission order: the newest is preempted first */
-    uint64_t salt;                   /* prefix-cache tenant */
-    int32_t feed;                    /* sampled when it finished, to feed after; -1: none */
-    bool chat;                       /* a rendered conversation (dray_request_params.chat) */
-    size_t ckpt_at;                  /* length at its last checkpoint or cache hit */
-    bool lp, plp, prompt_only;       /* dray_request_params.logprobs, prompt_logprobs, prompt_only */
-    uint32_t lp_top;                 /* top_logprobs */
-    struct dray_token_logprob cur_lp; /* the token being emitted's, for on_emit */
-    size_t n_scored;                 /* plp: prompt rows 0..n_scored scored (tokens 1..n_scored) */
-    bool lp_oom;                     /* no memory for a prompt score: ended at the next reap */
-
-    /* shared, under s->mu */
-    pthread_cond_t cv;
-    struct outbuf pend, given;
-    bool done, cancel, client_gone;
-    int rc;
-    char error[256];
-    const char *finish;
-    uint32_t n_generated, n_cached, n_preempted;
-    double t_submit, t_admit, t_first, t_done;
-};
-
-/* A finished request's sequence feeding what it sampled last and, for a chat,
- * the next user turn's head (loop thread only; the request itself may be freed by
- * its client meanwhile). toks[0..n) is what the KV holds once all is fed. */
-struct finisher {
-    struct finisher *next;
-    struct dray_session *sess;
-    int32_t *toks;
-    size_t n;
-    uint64_t salt;
-};
-
-struct req_list {
-    struct dray_request *head, *tail;
-    uint32_t n;
-};
-
-struct dray_sched {
-    struct dray_engine *e;
-    struct dray_pcache *pc;          /* NULL when prefix_cache is off */
-    double cache_s;                  /* seconds spent in pc's lookup and insert */
-    double sample_s;                 /* seconds spent drawing tokens */
-    double grammar_s;                /* of them under a grammar, with the grammar's advances */
-    pthread_mutex_t mu;
-    pthread_cond_t work;             /* the loop sleeps here when idle */
-    pthread_t thread;
-    struct req_list waiting, running;
-    struct finisher *finishing;      /* fed in the next step, then inserted in pc */
-    uint32_t n_finishing;
-    int32_t turn_end;                /* the chat template's end-of-turn token, or -1 */
-    int32_t *head;                   /* [n_head] the next user turn's head after turn_end */
-    size_t n_head;                   /* 0: a chat feeds only what it sampled */
-    uint32_t ckpt_gap;               /* most tokens between two checkpoints that still
-                                      * serve everything between them; 0: no window */
-    bool stopping, draining, destroyed;
-    uint32_t n_live;                 /* requests not yet freed by their clients */
-    uint32_t max_waiting, max_seqs, chunk;
-    uint64_t admit_counter;
-    struct dray_sched_stats st;
-
-    /* one step's batch (loop thread only) */
-    struct dray_session **b_sess;    /* [max_seqs]: requests first, then finishers */
-    struct dray_request **b_req;     /* [max_seqs] */
-    uint32_t *b_n;                   /* [max_seqs] tokens each */
-    int32_t *b_ids;                  /* [chunk] */
-    uint32_t *b_rows, *b_row_req;    /* [max_seqs + PROMPT_ROWS] logit rows and whose they are */
-    int64_t *b_row_pos;              /* [max_seqs + PROMPT_ROWS] the prompt position a row scores
-                                      * the next token of; -1: the row to sample from */
-    float *logits;                   /* [max_seqs][n_vocab], + PROMPT_ROWS rows when wide */
-    bool wide;                       /* logits has the PROMPT_ROWS rows (a plp request came) */
-};
 
 /* ------------------------------------------------------------ lists */
 
@@ -215,21 +91,6 @@ static void list_remove(struct req_list *l, struct dray_request *r)
 }
 
 /* ------------------------------------------------------------ output */
-
-static bool grow(void **p, size_t *cap, size_t need, size_t elt)
-{
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *n = realloc(*p, c * elt);
-    if (!n)
-        return false;
-    *p = n;
-    *cap = c;
-    return true;
-}
 
 /* dray_emit_fn of every request: runs on the loop thread with s->mu held. */
 static int on_emit(void *user, const char *text, size_t len, int32_t id)
@@ -292,116 +153,15 @@ static void sched_free(struct dray_sched *s)
 
 /* ------------------------------------------------------------ the loop */
 
-/* Put the first len tokens of sess (ids) into the prefix cache, timed. */
-static void cache_insert(struct dray_sched *s, uint64_t salt, const int32_t *ids, size_t len,
-                              struct dray_session *sess)
-{
-    double t0 = dray_now_s();
-    dray_pcache_insert(s->pc, salt, ids, len, sess->seq);
-    s->cache_s += dray_now_s() - t0;
-}
-
 /* Give r's KV back; what it computed stays in the prefix cache when keep. */
 static void release_kv(struct dray_sched *s, struct dray_request *r, bool keep)
 {
     if (!r->sess)
         return;
     if (s->pc && keep)
-        cache_insert(s, r->salt, r->toks, dray_session_len(r->sess), r->sess);
+        sched_cache_insert(s, r->salt, r->toks, dray_session_len(r->sess), r->sess);
     dray_session_free(r->sess);
     r->sess = NULL;
-}
-
-/* Does a window group drop a block between a sequence of length a and one of b? */
-static bool window_moves(const struct dray_sched *s, size_t a, size_t b)
-{
-    struct dray_kv *kv = s->e->kv;
-    uint32_t bs = dray_kv_block_size(kv);
-    for (uint32_t g = 0; g < dray_kv_get_plan(kv)->n_group; g++)
-        if (dray_kv_live_from(kv, g, (uint32_t)(a / bs * bs)) !=
-            dray_kv_live_from(kv, g, (uint32_t)(b / bs * bs)))
-            return true;
-    return false;
-}
-
-/* Hand r's sequence to a finisher that feeds r->feed (and a chat's next user
- * head when the context has room for it); false (nothing changed) when there is
- * nothing to feed or no memory for it. */
-static bool start_finisher(struct dray_sched *s, struct dray_request *r)
-{
-    size_t mid = r->n_toks + 1, n = mid;
-    if (r->chat && s->n_head)
-        n += (r->feed != s->turn_end) + s->n_head;
-    if (n > s->e->info.context || !grow((void **)&r->toks, &r->cap_toks, n, sizeof(int32_t)))
-        n = mid;
-    if (!s->pc || !r->sess || r->feed < 0 || mid > s->e->info.context ||
-        !grow((void **)&r->toks, &r->cap_toks, n, sizeof(int32_t)))
-        return false;
-    struct finisher *f = malloc(sizeof(*f));
-    if (!f)
-        return false;
-    r->toks[r->n_toks] = r->feed;
-    if (n > mid) {
-        size_t at = mid;
-        if (r->feed != s->turn_end)
-            r->toks[at++] = s->turn_end; /* max_tokens cut the reply: the next prompt closes it */
-        memcpy(r->toks + at, s->head, s->n_head * sizeof(int32_t));
-        /* the checkpoint after the feed also serves a request that continues the
-         * reply otherwise, unless the feed moves a window past a block it needs:
-         * then the reply as it is now goes in too (the two serve it together) */
-        if (window_moves(s, r->n_toks, n))
-            cache_insert(s, r->salt, r->toks, r->n_toks, r->sess);
-    }
-    *f = (struct finisher){.next = s->finishing, .sess = r->sess, .toks = r->toks,
-                           .n = n, .salt = r->salt};
-    s->finishing = f;
-    s->n_finishing++;
-    r->sess = NULL;
-    r->toks = NULL;
-    r->n_toks = r->cap_toks = 0;
-    return true;
-}
-
-/* Insert what f's KV holds into the cache. */
-static void finisher_insert(struct dray_sched *s, const struct finisher *f)
-{
-    cache_insert(s, f->salt, f->toks, dray_session_len(f->sess), f->sess);
-}
-
-/* After a step that fed the first n finishers: those that fed all they have go
- * into the cache and are freed; the others (a step shorter than their tokens)
- * stay at the head of the list, in the same order, for the next step. */
-static void finishers_fed(struct dray_sched *s, uint32_t n)
-{
-    for (struct finisher **pf = &s->finishing, *f; n && (f = *pf); n--) {
-        size_t len = dray_session_len(f->sess);
-        if (len < f->n) {
-            pf = &f->next;
-            continue;
-        }
-        finisher_insert(s, f);
-        *pf = f->next;
-        dray_session_free(f->sess);
-        free(f->toks);
-        free(f);
-        s->n_finishing--;
-    }
-}
-
-/* Free the first n finishers; what each holds goes into the cache when keep (fed
- * or not: the cache takes the tokens that are in its KV). */
-static void end_finishers(struct dray_sched *s, uint32_t n, bool keep)
-{
-    for (; n && s->finishing; n--) {
-        struct finisher *f = s->finishing;
-        s->finishing = f->next;
-        if (keep)
-            finisher_insert(s, f);
-        dray_session_free(f->sess);
-        free(f->toks);
-        free(f);
-        s->n_finishing--;
-    }
 }
 
 /* End r (mu held): free its KV, record why, wake its client. A request whose
@@ -414,7 +174,7 @@ static void finish(struct dray_sched *s, struct dray_request *r, const char *why
     list_remove(r->state == REQ_WAITING ? &s->waiting : &s->running, r);
     if (rc == 0)
         dray_emitter_flush(&r->em);
-    if (rc != 0 || !start_finisher(s, r))
+    if (rc != 0 || !sched_start_finisher(s, r))
         release_kv(s, r, rc == 0 || rc == DRAY_ECANCELED);
     r->state = REQ_DONE;
     r->done = true;
@@ -722,19 +482,6 @@ static void note_kv_usage(struct dray_sched *s)
     s->st.sample_us = (uint64_t)(s->sample_s * 1e6);
 }
 
-/* After a step: checkpoint r at its last block boundary when the next step could
- * take it more than ckpt_gap tokens past the block of its last one. */
-static void checkpoint_if_due(struct dray_sched *s, struct dray_request *r)
-{
-    size_t len = dray_session_len(r->sess), pending = r->n_toks - len;
-    size_t bs = dray_kv_block_size(s->e->kv), base = r->ckpt_at / bs * bs, at = len / bs * bs;
-    size_t next = pending ? (pending < s->chunk ? pending : s->chunk) : 1;
-    if (at <= base || len + next - base <= s->ckpt_gap)
-        return;
-    cache_insert(s, r->salt, r->toks, at, r->sess);
-    r->ckpt_at = at;
-}
-
 /* One step (mu held on entry and exit, dropped around the forward pass). */
 static void step(struct dray_sched *s)
 {
@@ -752,21 +499,21 @@ static void step(struct dray_sched *s)
             fed_tokens += s->b_n[i];
         }
     if (rc == DRAY_ENOMEM && s->n_finishing) {
-        end_finishers(s, s->n_finishing, true); /* the pool is short: they give way, unfed */
+        sched_end_finishers(s, s->n_finishing, true); /* the pool is short: they give way, unfed */
     } else if (rc == DRAY_ENOMEM && s->running.n > 1) {
         preempt_newest(s);
     } else if (rc) {
         dray_error("scheduler: step of %u tokens failed: %s", T, err);
-        end_finishers(s, s->n_finishing, false);
+        sched_end_finishers(s, s->n_finishing, false);
         for (uint32_t i = 0; i < nb; i++)
             if (s->b_req[i])
                 finish(s, s->b_req[i], "error", rc, err);
     } else {
         for (uint32_t i = 0; s->pc && s->ckpt_gap && i < nb; i++)
             if (s->b_req[i])
-                checkpoint_if_due(s, s->b_req[i]);
+                sched_checkpoint_if_due(s, s->b_req[i]);
         s->st.cache_fed_tokens += fed_tokens;
-        finishers_fed(s, n_fed); /* those in this batch: the list's head */
+        sched_finishers_fed(s, n_fed); /* those in this batch: the list's head */
         /* a request's prompt rows come before its row to sample (which may end it) */
         for (uint32_t i = 0; i < n_rows; i++) {
             const float *row = s->logits + (size_t)i * s->e->info.n_vocab;
@@ -796,7 +543,7 @@ static void *loop(void *arg)
         }
         step(s);
     }
-    end_finishers(s, s->n_finishing, false);
+    sched_end_finishers(s, s->n_finishing, false);
     note_kv_usage(s);
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -819,15 +566,7 @@ int dray_sched_create(struct dray_engine *e, uint32_t max_waiting, struct dray_s
     s->st.max_waiting = s->max_waiting;
     const char *end = dray_chat_turn_end(&e->chat);
     s->turn_end = end ? dray_tokenizer_find(e->tok, end, strlen(end)) : -1;
-    /* consecutive checkpoints at c1 < c2 serve every point between them when the
-     * blocks c2's holds start at or before c1's block: c2 - c1 <= window + bs - 2
-     * (kv.h: a query at L keeps the blocks with positions > L - window) */
-    const struct dray_kv_plan *plan = dray_kv_get_plan(e->kv);
-    for (uint32_t g = 0; g < plan->n_group; g++) {
-        uint32_t w = plan->group[g].window, gap = w + dray_kv_block_size(e->kv) - 2;
-        if (w && (!s->ckpt_gap || gap < s->ckpt_gap))
-            s->ckpt_gap = gap;
-    }
+    s->ckpt_gap = sched_ckpt_gap(e->kv);
     char why[256];
     if (s->turn_end >= 0 &&
         dray_chat_next_user_head(e->tok, &e->chat, &s->head, &s->n_head, why, sizeof(why)))

@@ -88,7 +88,7 @@ struct dray_model {
     bool biases_allowed;       /* attn_{q,k,v,output}.bias are read when present */
     bool output_allowed;       /* output.weight is the head when present (else tied) */
     bool two_pass;             /* grouped layer matmuls with two-pass activations (model opts) */
-    bool head_two_pass;        /* ... and the head's too (not the bulk of a step: decoder.c) */
+    bool head_two_pass;        /* ... and the head's too (not the bulk of a step: decoder_head.c) */
     bool head_copy;            /* output is a 4-bit copy of the tied embd (model opts head_precision) */
     bool rope_unpermute;       /* Q/K rows are stored for adjacent-pair RoPE (see llama.c) */
     struct dray_weight embd;   /* [n_vocab][n_embd]: embedding table (and tied output head) */

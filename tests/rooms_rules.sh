@@ -42,6 +42,18 @@ mk server/buf.c '#include "dray/dray.h"'
 mk backends/cpu/cpu.c '#include "kv.h"'
 expect 1 "backends/cpu/cpu.c:1:"
 mk backends/cpu/cpu.c '#include "cpu_kernels.h"'
+mk core/engine_internal.h '#include "kv.h"'
+mk core/gguf/gguf.h '#include "error.h"'
+mk core/text/tokenizer.c '#include "gguf.h"'
+mk core/kv/prefix_cache.c '#include "error.h"'
+expect 0 "keep to their rooms"
+mk core/kv/prefix_cache.c '#include "engine_internal.h"'
+expect 1 "room ^core/kv/"
+mk core/kv/prefix_cache.c '#include "error.h"'
+mk core/gguf/gguf.c '#include "tokenizer.h"'
+mk core/text/tokenizer.h '#include "error.h"'
+expect 1 "core/gguf/gguf.c:1: #include \"tokenizer.h\""
+rm "$t/core/gguf/gguf.c"
 mk newroom/x.c '#include "dray/dray.h"'
 expect 1 "no room row matches"
 rm -r "$t/newroom"

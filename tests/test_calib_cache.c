@@ -1,4 +1,4 @@
-/* The calibration cache (core/calib_cache.h): the first int8 start of a model
+/* The calibration cache (core/weights/calib_cache.h): the first int8 start of a model
  * calibrates and stores the scores; later starts prepare the weights from them
  * and compute exactly the same logits; a stale or corrupt file is detected and
  * replaced; another model file gets its own. W4A8 weights with an int8 KV

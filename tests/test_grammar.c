@@ -1,4 +1,4 @@
-/* Grammar-constrained decoding (core/grammar.h), read as a specification: the
+/* Grammar-constrained decoding (core/text/grammar.h), read as a specification: the
  * GBNF dialect and its errors, what a matcher accepts byte by byte (UTF-8 split
  * across tokens, atomic failure, clones, the end), and the allowed-token mask,
  * which must equal the brute force "a clone accepts the token's bytes". */

@@ -1,5 +1,5 @@
 /* JSON Schema to GBNF (server/json_grammar.c), specified by examples: each
- * schema's grammar is compiled by the grammar engine (core/grammar.h) and fed
+ * schema's grammar is compiled by the grammar engine (core/text/grammar.h) and fed
  * documents it must accept and documents it must refuse; each keyword the
  * converter cannot honour exactly is a 400 naming it.
  *

@@ -1,4 +1,4 @@
-/* The rounded-weights cache (core/round_cache.h): the first start of a model
+/* The rounded-weights cache (core/weights/round_cache.h): the first start of a model
  * whose rescored head is a 4-bit rounding of its 8-bit table writes the rounded
  * rows once; later starts read them (the file is not written again) and give
  * bit-identical logits; a corrupt file is detected, replaced and gives the same

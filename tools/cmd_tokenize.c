@@ -1,5 +1,5 @@
 /* dray tokenize -m GGUF [--ids] [--no-bos] [--special] [-0] [--detok] [--time] < text
- * Tokenizes stdin with the model's tokenizer (core/tokenizer.h) and prints the
+ * Tokenizes stdin with the model's tokenizer (core/text/tokenizer.h) and prints the
  * tokens: by default one per line ("id<TAB>text" with the raw token text, C
  * escapes for control bytes); --ids prints the ids space-separated on one line.
  * -0 treats stdin as NUL-separated records and prints one result line per record

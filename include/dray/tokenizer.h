@@ -2,7 +2,7 @@
  * dray/tokenizer.h — a model's tokenizer without an engine: load it from a GGUF
  * file's metadata, tokenize, read token texts, detokenize. Public so that tools
  * (dray tokenize, reference checks) need neither a device nor the weights.
- * The algorithm and its facts are described in core/tokenizer.h.
+ * The algorithm and its facts are described in core/text/tokenizer.h.
  */
 #ifndef DRAY_TOKENIZER_H
 #define DRAY_TOKENIZER_H

@@ -1,4 +1,4 @@
-/* libFuzzer target: the GGUF reader (core/gguf.c) on arbitrary bytes, then every
+/* libFuzzer target: the GGUF reader (core/gguf/gguf.c) on arbitrary bytes, then every
  * accessor on what it accepted. Invariants checked beyond "no crash, no leak":
  *  - each tensor of a known type records nbytes = elements / block * block bytes,
  *    recomputed here in 128 bits, so a wrapped 64-bit size (issue 18) is a finding;

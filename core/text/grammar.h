@@ -1,4 +1,4 @@
-/* core/grammar.h — grammar-constrained decoding: a GBNF grammar, a matcher that
+/* core/text/grammar.h — grammar-constrained decoding: a GBNF grammar, a matcher that
  * follows one sequence's output byte by byte, and the mask of the tokens whose
  * bytes the grammar allows next. Vendor-neutral: the mask is applied to the
  * logits on the host before sampling, whatever plugin computed them.
@@ -16,8 +16,8 @@
  * Not supported: llama.cpp's token references <...> / !<...>.
  * Ill-formed UTF-8 in the output never matches (not even '.').
  *
- * Implementation: core/grammar_parse.c, grammar_match.c, grammar_mask.c; the
- * design in core/grammar_internal.h.
+ * Implementation: core/text/grammar_parse.c, grammar_match.c, grammar_mask.c; the
+ * design in core/text/grammar_internal.h.
  */
 #ifndef DRAY_CORE_GRAMMAR_H
 #define DRAY_CORE_GRAMMAR_H

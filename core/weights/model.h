@@ -63,7 +63,7 @@ struct dray_model_opts {
     float head_rescore_tail;   /* 4-bit probability a row may leave unrescored */
     /* Grouped precisions: matmuls with two-pass activations (DRAY_Q8G32_X2 /
      * DRAY_Q4G32_X2: config activations int8x2, on a device that declares them);
-     * the output head keeps one pass when it outweighs the layers (decoder.c). */
+     * the output head keeps one pass when it outweighs the layers (decoder_head.c). */
     bool two_pass;
 };
 

@@ -1,4 +1,4 @@
-/* core/grammar_internal.h — what the grammar's three files share: the compiled
+/* core/text/grammar_internal.h — what the grammar's three files share: the compiled
  * grammar (grammar_parse.c), the matcher and the automaton it builds lazily
  * (grammar_match.c), and the one-byte step that accept_bytes and the mask walk
  * (grammar_mask.c) both take, so that a token's bit in the mask and accepting

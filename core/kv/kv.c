@@ -1,0 +1,364 @@
+/* KV manager: layer groups, block allocation and reference counts, sequences,
+ * shared blocks. See kv.h; the state is in kv_internal.h. */
+#include "kv_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+/* -------------------------------------------------------------- create/free */
+
+static void group_release(struct dray_kv *kv, struct kv_group *gr)
+{
+    if (gr->buf)
+        kv->ops->free(kv->ctx, gr->buf);
+    free(gr->pools);
+    free(gr->free_list);
+    free(gr->ref);
+    free(gr->tables);
+    free(gr->first_live);
+    free(gr->held);
+}
+
+void dray_kv_free(struct dray_kv *kv)
+{
+    if (!kv)
+        return;
+    if (kv->ops->synchronize)
+        kv->ops->synchronize(kv->ctx); /* no queued op may still use our buffers */
+    for (uint32_t g = 0; g < kv->plan.n_group; g++)
+        group_release(kv, &kv->group[g]);
+    if (kv->meta_buf)
+        kv->ops->free(kv->ctx, kv->meta_buf);
+    free(kv->layer_group);
+    free(kv->layer_index);
+    free(kv->layer_store);
+    free(kv->seq_len);
+    free(kv->seq_used);
+    free(kv->free_ids);
+    free(kv->step_ids);
+    free(kv->step_new);
+    free(kv->mark);
+    free(kv->lsteps);
+    free(kv->meta_host);
+    free(kv);
+}
+
+/* Device buffer and host tables of group g. */
+static int group_init(struct dray_kv *kv, uint32_t g, char *err, size_t errlen)
+{
+    const struct dray_kv_desc *d = &kv->d;
+    const struct dray_kv_group_plan *gp = &kv->plan.group[g];
+    struct kv_group *gr = &kv->group[g];
+    size_t n_tab = (size_t)d->max_seqs * kv->max_bps;
+    gr->pools = calloc(gp->n_layers, sizeof(*gr->pools));
+    gr->free_list = malloc(sizeof(*gr->free_list) * gp->n_blocks);
+    gr->ref = calloc(gp->n_blocks ? gp->n_blocks : 1, sizeof(*gr->ref));
+    gr->tables = malloc(sizeof(*gr->tables) * n_tab);
+    gr->first_live = calloc(d->max_seqs, sizeof(*gr->first_live));
+    gr->held = calloc(d->max_seqs, sizeof(*gr->held));
+    if (!gr->pools || !gr->free_list || !gr->ref || !gr->tables || !gr->first_live || !gr->held)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "kv: out of host memory for group tables");
+    for (size_t i = 0; i < n_tab; i++)
+        gr->tables[i] = -1;
+    for (uint32_t b = 0; b < gp->n_blocks; b++) /* pops hand out 0, 1, 2, ... */
+        gr->free_list[b] = gp->n_blocks - 1 - b;
+    gr->n_free = gp->n_blocks;
+
+    uint64_t total = gp->layer_bytes * gp->n_layers;
+    if (kv->ops->alloc(kv->ctx, (size_t)total, &gr->buf) || !gr->buf) {
+        gr->buf = NULL;
+        return dray_fail(err, errlen, DRAY_ENOMEM,
+                         "kv: device allocation of %llu bytes for %u layers (window %u) on %s failed: %s",
+                         (unsigned long long)total, gp->n_layers, gp->window, kv->ops->name, why(kv));
+    }
+    /* Zeroed so that a kernel reading a never-written slot sees 0, not NaN. */
+    if (kv->ops->fill && kv->ops->fill(kv->ctx, view_at(gr->buf, 0), 0, (size_t)total))
+        return dray_fail(err, errlen, DRAY_EBACKEND, "kv: clearing the window-%u pool on %s failed: %s",
+                         gp->window, kv->ops->name, why(kv));
+
+    uint64_t n_slots = (uint64_t)gp->n_blocks * d->block_size;
+    uint64_t kbytes = align_up(n_slots * d->n_kv_head * d->head_dim * el_size(d->dtype), KV_ALIGN);
+    uint64_t sbytes = align_up(n_slots * d->n_kv_head * sizeof(float), KV_ALIGN);
+    for (uint32_t li = 0; li < gp->n_layers; li++) {
+        struct dray_kv_pool *pool = &gr->pools[li];
+        uint64_t base = li * gp->layer_bytes;
+        pool->k = view_at(gr->buf, base);
+        pool->v = view_at(gr->buf, base + kbytes);
+        if (d->dtype == DRAY_I8) {
+            pool->k_scale = view_at(gr->buf, base + 2 * kbytes);
+            pool->v_scale = view_at(gr->buf, base + 2 * kbytes + sbytes);
+        }
+        pool->dtype = d->dtype;
+        pool->n_kv_head = d->n_kv_head;
+        pool->head_dim = d->head_dim;
+        pool->block_size = d->block_size;
+        pool->n_slots = (uint32_t)n_slots;
+    }
+    return 0;
+}
+
+/* Per-layer maps: group, index inside the group, store flag. */
+static void map_layers(struct dray_kv *kv, const struct dray_kv_desc *d)
+{
+    uint32_t count[DRAY_KV_MAX_GROUPS] = {0};
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        if (!owns_kv(d, il)) {
+            uint32_t j = (uint32_t)d->share_with[il];
+            kv->layer_group[il] = kv->layer_group[j];
+            kv->layer_index[il] = kv->layer_index[j];
+            continue;
+        }
+        uint32_t g = 0;
+        while (kv->plan.group[g].window != d->window[il])
+            g++;
+        kv->layer_group[il] = g;
+        kv->layer_index[il] = count[g]++;
+        kv->layer_store[il] = 1;
+    }
+}
+
+static int kv_alloc_host(struct dray_kv *kv)
+{
+    uint32_t n = kv->d.n_layer, s = kv->d.max_seqs;
+    kv->layer_group = calloc(n, sizeof(uint32_t));
+    kv->layer_index = calloc(n, sizeof(uint32_t));
+    kv->layer_store = calloc(n, 1);
+    kv->lsteps = calloc(n, sizeof(*kv->lsteps));
+    kv->seq_len = calloc(s, sizeof(uint32_t));
+    kv->seq_used = calloc(s, 1);
+    kv->free_ids = calloc(s, sizeof(uint32_t));
+    kv->step_ids = calloc(s, sizeof(uint32_t));
+    kv->step_new = calloc(s, sizeof(uint32_t));
+    kv->mark = calloc(s, 1);
+    if (!kv->layer_group || !kv->layer_index || !kv->layer_store || !kv->lsteps || !kv->seq_len ||
+        !kv->seq_used || !kv->free_ids || !kv->step_ids || !kv->step_new || !kv->mark)
+        return DRAY_ENOMEM;
+    for (uint32_t i = 0; i < s; i++) /* pops hand out 0, 1, 2, ... */
+        kv->free_ids[i] = s - 1 - i;
+    kv->n_free_ids = s;
+    return 0;
+}
+
+int dray_kv_create(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_kv_desc *d,
+                   struct dray_kv **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!ops || !ops->alloc || !ops->free || !ops->upload)
+        return dray_fail(err, errlen, DRAY_EINVAL, "kv: op table lacks alloc/free/upload");
+    struct dray_kv *kv = calloc(1, sizeof(*kv));
+    if (!kv)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "kv: out of host memory");
+    kv->ops = ops;
+    kv->ctx = ctx;
+    int rc = dray_kv_plan(d, &kv->plan, err, errlen);
+    if (rc) {
+        free(kv);
+        return rc;
+    }
+    kv->d = *d;
+    kv->d.window = NULL;
+    kv->d.share_with = NULL;
+    kv->max_bps = div_up(d->max_ctx, d->block_size);
+    if (kv_alloc_host(kv)) {
+        rc = dray_fail(err, errlen, DRAY_ENOMEM, "kv: out of host memory for %u sequences",
+                       d->max_seqs);
+        goto out_free;
+    }
+    map_layers(kv, d);
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        rc = group_init(kv, g, err, errlen);
+        if (rc)
+            goto out_free;
+    }
+    *out = kv;
+    return 0;
+out_free:
+    dray_kv_free(kv);
+    return rc;
+}
+
+const struct dray_kv_plan *dray_kv_get_plan(const struct dray_kv *kv) { return &kv->plan; }
+
+uint32_t dray_kv_capacity(const struct dray_kv *kv, uint32_t seq_len)
+{
+    return dray_kv_plan_capacity(&kv->plan, &kv->d, seq_len);
+}
+
+uint32_t dray_kv_block_size(const struct dray_kv *kv) { return kv->d.block_size; }
+
+uint32_t dray_kv_group_free_blocks(const struct dray_kv *kv, uint32_t g)
+{
+    return g < kv->plan.n_group ? kv->group[g].n_free : 0;
+}
+
+uint32_t dray_kv_seq_blocks(const struct dray_kv *kv, uint32_t seq_id, uint32_t g)
+{
+    return g < kv->plan.n_group && seq_ok(kv, seq_id) ? kv->group[g].held[seq_id] : 0;
+}
+
+uint32_t dray_kv_layer_group(const struct dray_kv *kv, uint32_t il)
+{
+    return il < kv->d.n_layer ? kv->layer_group[il] : 0;
+}
+
+/* ------------------------------------------------------------- sequences */
+
+/* Give back table entries [from, to) of seq in group g that still hold a block. */
+void kv_release_entries(struct dray_kv *kv, uint32_t g, uint32_t seq, uint32_t from,
+                        uint32_t to)
+{
+    struct kv_group *gr = &kv->group[g];
+    int32_t *t = table_of(kv, g, seq);
+    for (uint32_t e = to; e-- > from;) {
+        if (t[e] < 0)
+            continue;
+        unref(gr, (uint32_t)t[e]);
+        t[e] = -1;
+        gr->held[seq]--;
+    }
+}
+
+int dray_kv_seq_new(struct dray_kv *kv, uint32_t *seq_id)
+{
+    if (!kv->n_free_ids)
+        return DRAY_ENOMEM;
+    uint32_t id = kv->free_ids[--kv->n_free_ids];
+    kv->seq_used[id] = 1;
+    kv->seq_len[id] = 0;
+    *seq_id = id;
+    return 0;
+}
+
+bool kv_in_step(const struct dray_kv *kv, uint32_t seq)
+{
+    for (uint32_t i = 0; kv->in_step && i < kv->step_n_seq; i++)
+        if (kv->step_ids[i] == seq)
+            return true;
+    return false;
+}
+
+void dray_kv_seq_free(struct dray_kv *kv, uint32_t seq_id)
+{
+    if (!seq_ok(kv, seq_id) || kv_in_step(kv, seq_id))
+        return;
+    uint32_t n_ent = div_up(kv->seq_len[seq_id], kv->d.block_size);
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        kv_release_entries(kv, g, seq_id, 0, n_ent);
+        kv->group[g].first_live[seq_id] = 0;
+    }
+    kv->seq_used[seq_id] = 0;
+    kv->seq_len[seq_id] = 0;
+    kv->free_ids[kv->n_free_ids++] = seq_id;
+}
+
+uint32_t dray_kv_seq_len(const struct dray_kv *kv, uint32_t seq_id)
+{
+    return seq_ok(kv, seq_id) ? kv->seq_len[seq_id] : 0;
+}
+
+int dray_kv_seq_truncate(struct dray_kv *kv, uint32_t seq_id, uint32_t new_len)
+{
+    if (!seq_ok(kv, seq_id) || kv_in_step(kv, seq_id))
+        return DRAY_EINVAL;
+    uint32_t len = kv->seq_len[seq_id], bs = kv->d.block_size;
+    if (new_len > len)
+        return DRAY_ERANGE;
+    for (uint32_t g = 0; new_len && g < kv->plan.n_group; g++) {
+        uint32_t w = kv->plan.group[g].window;
+        if (w && dead_blocks(new_len, w, bs) < kv->group[g].first_live[seq_id])
+            return DRAY_ERANGE; /* the window at new_len reaches a recycled block */
+    }
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        kv_release_entries(kv, g, seq_id, div_up(new_len, bs), div_up(len, bs));
+        if (!new_len)
+            kv->group[g].first_live[seq_id] = 0;
+    }
+    kv->seq_len[seq_id] = new_len;
+    return 0;
+}
+
+/* ------------------------------------------------------- shared blocks */
+
+void dray_kv_set_reclaim(struct dray_kv *kv, dray_kv_reclaim_fn fn, void *user)
+{
+    kv->reclaim = fn;
+    kv->reclaim_user = user;
+}
+
+int32_t dray_kv_seq_block(const struct dray_kv *kv, uint32_t seq_id, uint32_t g, uint32_t entry)
+{
+    if (!seq_ok(kv, seq_id) || g >= kv->plan.n_group || entry >= kv->max_bps)
+        return -1;
+    return table_of(kv, g, seq_id)[entry];
+}
+
+void dray_kv_block_ref(struct dray_kv *kv, uint32_t g, uint32_t block)
+{
+    kv->group[g].ref[block]++;
+}
+
+void dray_kv_block_unref(struct dray_kv *kv, uint32_t g, uint32_t block)
+{
+    unref(&kv->group[g], block);
+}
+
+uint32_t dray_kv_block_refs(const struct dray_kv *kv, uint32_t g, uint32_t block)
+{
+    return g < kv->plan.n_group && block < kv->plan.group[g].n_blocks ? kv->group[g].ref[block] : 0;
+}
+
+int dray_kv_block_alloc(struct dray_kv *kv, uint32_t g, uint32_t *block)
+{
+    struct kv_group *gr = &kv->group[g];
+    if (!gr->n_free && kv->reclaim)
+        kv->reclaim(kv->reclaim_user, g, 1);
+    if (!gr->n_free)
+        return DRAY_ENOMEM;
+    *block = gr->free_list[--gr->n_free];
+    gr->ref[*block] = 1;
+    return 0;
+}
+
+int dray_kv_seq_attach(struct dray_kv *kv, uint32_t seq_id, uint32_t len,
+                       const int32_t *const *blocks)
+{
+    uint32_t bs = kv->d.block_size, n_ent = div_up(len, bs);
+    if (!seq_ok(kv, seq_id) || kv->seq_len[seq_id] || len > kv->d.max_ctx ||
+        kv_in_step(kv, seq_id))
+        return DRAY_EINVAL;
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len / bs * bs, w, bs) : 0;
+        for (uint32_t e = first; e < n_ent; e++)
+            if (blocks[g][e] < 0 || (uint32_t)blocks[g][e] >= kv->plan.group[g].n_blocks)
+                return DRAY_EINVAL;
+    }
+    for (uint32_t g = 0; g < kv->plan.n_group; g++) {
+        struct kv_group *gr = &kv->group[g];
+        uint32_t w = kv->plan.group[g].window, first = w ? dead_blocks(len / bs * bs, w, bs) : 0;
+        int32_t *t = table_of(kv, g, seq_id);
+        for (uint32_t e = first; e < n_ent; e++) {
+            t[e] = blocks[g][e];
+            gr->ref[t[e]]++;
+            gr->held[seq_id]++;
+        }
+        gr->first_live[seq_id] = first;
+    }
+    kv->seq_len[seq_id] = len;
+    return 0;
+}
+
+uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len)
+{
+    uint32_t w = g < kv->plan.n_group ? kv->plan.group[g].window : 0;
+    return w ? dead_blocks(len, w, kv->d.block_size) : 0;
+}
+
+uint32_t dray_kv_make_free(struct dray_kv *kv, uint32_t g, uint32_t want)
+{
+    struct kv_group *gr = &kv->group[g];
+    if (gr->n_free < want && kv->reclaim)
+        kv->reclaim(kv->reclaim_user, g, want - gr->n_free);
+    return gr->n_free;
+}

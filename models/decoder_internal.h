@@ -1,0 +1,73 @@
+/* What the decoder's files share beyond decoder.h (the families' interface):
+ * decoder.c: hyper-parameters, load, free, activations, accounting;
+ * decoder_weights.c: tensors into device weights; decoder_head.c: the embedding
+ * table and the head's precision; decoder_blocks.c: a layer's building blocks;
+ * decoder_forward.c: embedding, layers, logits; decoder_calib.c: calibration
+ * scores, outlier picks and the calibration pass. The decoder's files only. */
+#ifndef DRAY_MODELS_DECODER_INTERNAL_H
+#define DRAY_MODELS_DECODER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "decoder.h"
+
+/* decoder.c */
+/* Activations for steps of up to m->max_batch tokens (any held before are freed). */
+int dec_alloc_acts(struct dray_model *m, char *err, size_t errlen);
+/* Parameter count and device bytes of the prepared weights. */
+void dec_account(struct dray_model *m);
+
+/* decoder_weights.c */
+/* Tensor "<what>.<suffix>" (il < 0) or "blk.<il>.<what>.<suffix>"; NULL (and, when
+ * required, the error) if the file has none. */
+const struct dray_gguf_tensor *dec_find_tensor(struct dray_gguf *g, int il, const char *what,
+                                               const char *suffix, bool required, char *err,
+                                               size_t errlen);
+int dec_check_shape(struct dray_gguf *g, const struct dray_gguf_tensor *t, uint64_t ne0,
+                    uint64_t ne1, char *err, size_t errlen);
+int dec_load_vector(struct dray_model *m, int il, const char *what, uint32_t n,
+                    struct dray_buf **out, char *err, size_t errlen);
+/* The precision whose weights dtype stands for. */
+enum dray_precision dec_precision_of(uint32_t dtype);
+/* Layer matmul `which` (MM_*) of L. */
+struct dray_weight *dec_layer_matrix(struct dec_layer *L, int which);
+/* Layer matmul `which` of layer il, with its outlier channels when there are
+ * scores to pick them from. */
+int dec_load_layer_matrix_picked(struct dray_model *m, uint32_t il, int which, uint32_t dtype,
+                                 char *err, size_t errlen);
+/* Every tensor of layer il. */
+int dec_load_layer(struct dray_model *m, uint32_t il, uint32_t dtype, char *err, size_t errlen);
+/* Device bytes of a prepared weight. */
+uint64_t dec_weight_bytes(const struct dray_weight *w);
+
+/* decoder_head.c */
+/* Two-pass activations in the output head too (see its definition). */
+bool dec_head_two_pass(const struct dray_model *m);
+/* token_embd, and output.weight when the family uses a separate head. */
+int dec_load_embeddings(struct dray_model *m, uint32_t dtype, const struct dray_model_opts *o,
+                        char *err, size_t errlen);
+
+/* decoder_blocks.c: one op each, also used by the forward pass's head */
+int dec_matmul(struct dray_model *m, struct dray_view x, uint32_t stride_x,
+               const struct dray_weight *w, struct dray_view out, uint32_t stride_out, uint32_t n_tok);
+/* While calibrating, the largest |x| of every input channel of a matmul. */
+int dec_observe(struct dray_model *m, uint32_t il, int which, struct dray_buf *x, uint32_t stride,
+                uint32_t k, uint32_t T);
+int dec_rmsnorm(struct dray_model *m, struct dray_view x, uint32_t stride_x, struct dray_buf *w,
+                struct dray_view out, uint32_t stride_out, uint32_t n_tok, uint32_t n_head, uint32_t n);
+
+/* decoder_calib.c */
+/* Input width of each layer matmul. */
+uint32_t dec_mm_k(const struct dray_model *m, int which);
+/* The loudest n input channels of score row `slot` (k wide) into m->pick. */
+int dec_pick_outliers(struct dray_model *m, size_t slot, uint32_t k, uint32_t n, char *err,
+                      size_t errlen);
+/* Scores from the calibration cache (dray_model_opts.calib_scores). */
+int dec_adopt_scores(struct dray_model *m, const struct dray_model_opts *o, char *err,
+                     size_t errlen);
+/* The head's outlier channels, from the scores. */
+int dec_calib_head(struct dray_model *m, uint32_t n_outlier, char *err, size_t errlen);
+
+#endif
