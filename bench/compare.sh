@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# dray next to llama.cpp on the same GGUF with the same threads: prefill of 512
-# tokens (pp512) and 128 decode steps (tg128, logits and a greedy pick every step
-# in dray, as llama-bench's tg does), plus dray's batch-8 decode. Medians of REPS
-# runs. llama.cpp is only run when its build folder is given (never built here).
-#   bench/compare.sh [-m MODEL] [-t THREADS] [-r REPS] [-s KEY=VALUE]... [LLAMA_BUILD_DIR]
+# dray next to llama.cpp and ik_llama.cpp on the same GGUF with the same threads:
+# prefill of 512 tokens (pp512) and 128 decode steps (tg128, logits and a greedy
+# pick every step in dray, as llama-bench's tg does), plus dray's batch-8 decode.
+# Medians of REPS runs. A peer runs only when its build folder is given (never
+# built here), at its best settings: llama.cpp over -fa 0,1, ik_llama.cpp over
+# -fa 0,1 and -rtr 0,1; each test reports the peer's best.
+#   bench/compare.sh [-m MODEL] [-t THREADS] [-r REPS] [-s KEY=VALUE]... [LLAMA_BUILD_DIR [IK_LLAMA_BUILD_DIR]]
 # -s passes a config setting to every dray command (e.g. -s activations=int8).
-# LLAMA_BUILD_DIR holds llama-bench (or bin/llama-bench). Env: DRAY (the binary).
+# A build folder holds llama-bench (or bin/llama-bench); "-" skips llama.cpp.
+# Env: DRAY (the binary).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dray="${DRAY:-$root/build/tools/dray}"
@@ -18,14 +21,17 @@ while getopts "m:t:r:s:" o; do
     *) exit 2 ;; esac
 done
 shift $((OPTIND - 1))
-llama_dir="${1:-}"
-llama_bench=""
-if [ -n "$llama_dir" ]; then
-  for c in "$llama_dir/llama-bench" "$llama_dir/bin/llama-bench"; do
-    [ -x "$c" ] && llama_bench="$c" && break
+find_bench() { # DIR: its llama-bench
+  for c in "$1/llama-bench" "$1/bin/llama-bench"; do
+    [ -x "$c" ] && { echo "$c"; return 0; }
   done
-  [ -n "$llama_bench" ] || { echo "compare.sh: no llama-bench in $llama_dir or $llama_dir/bin" >&2; exit 2; }
-fi
+  echo "compare.sh: no llama-bench in $1 or $1/bin" >&2
+  return 1
+}
+llama_bench=""
+ik_bench=""
+if [ -n "${1:-}" ] && [ "$1" != "-" ]; then llama_bench="$(find_bench "$1")" || exit 2; fi
+if [ -n "${2:-}" ]; then ik_bench="$(find_bench "$2")" || exit 2; fi
 [ -s "$model" ] || { echo "compare.sh: no model at $model (run ci/setup.sh or pass -m)" >&2; exit 2; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -44,7 +50,10 @@ for _ in $(seq "$reps"); do
     --json "$tmp/dray8.jsonl" >/dev/null
 done
 if [ -n "$llama_bench" ]; then
-  "$llama_bench" -m "$model" -t "$threads" -p 512 -n 128 -r "$reps" -o json >"$tmp/llama.json"
+  "$llama_bench" -m "$model" -t "$threads" -p 512 -n 128 -r "$reps" -fa 0,1 -o json >"$tmp/llama.json"
+fi
+if [ -n "$ik_bench" ]; then
+  "$ik_bench" -m "$model" -t "$threads" -p 512 -n 128 -r "$reps" -fa 0,1 -rtr 0,1 -o json >"$tmp/ik.json"
 fi
 
 python3 - "$tmp" "$threads" "$reps" "$model" "${sets[*]:-}" <<'PY'
@@ -55,13 +64,17 @@ def lines(name):
         return [json.loads(l) for l in f if l.strip()]
 d1, d8 = lines("dray.jsonl"), lines("dray8.jsonl")
 med = lambda rows, key: statistics.median(r[key] for r in rows)
-llama = {}
-path = os.path.join(tmp, "llama.json")
-if os.path.exists(path):
-    with open(path) as f:
-        for r in json.load(f):
-            test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
-            llama[test] = r["avg_ts"]
+def peer(name):
+    """A peer's best tok/s per test over the settings it ran with."""
+    best = {}
+    path = os.path.join(tmp, name)
+    if os.path.exists(path):
+        with open(path) as f:
+            for r in json.load(f):
+                test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+                best[test] = max(best.get(test, 0), r["avg_ts"])
+    return best
+llama, ik = peer("llama.json"), peer("ik.json")
 import re
 runs = [tuple(map(float, m)) for m in re.findall(
     r"prefill \d+ tokens in [0-9.]+ s \(([0-9.]+) tok/s\); decode \d+ tokens in [0-9.]+ s \(([0-9.]+) tok/s\)",
@@ -75,9 +88,14 @@ print(f"{os.path.basename(model)}, {threads} threads, medians of {reps} runs "
       f"(dray {d1[0]['precision']} weights, {d1[0].get('activations', '?')} activations, {d1[0].get('head', '?')} head, {d1[0]['kv']} KV, "
       f"plugin {d1[0]['plugin']}"
       f"{', ' + sets if sets else ''})")
-print("| test | dray tok/s | llama.cpp tok/s | dray / llama.cpp |")
-print("| --- | --- | --- | --- |")
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+print(f"CPU: {cpu}")
+print("| test | dray tok/s | llama.cpp tok/s | dray / llama.cpp | ik_llama.cpp tok/s | dray / ik_llama.cpp |")
+print("| --- | --- | --- | --- | --- | --- |")
+fmt = lambda x: f"{x:.1f}" if x else "-"
+ratio = lambda v, x: f"{v / x:.2f}x" if x else "-"
 for test, v in rows:
-    l = llama.get(test.split(",")[0]) if test in ("pp512", "tg128") else None
-    print(f"| {test} | {v:.1f} | {f'{l:.1f}' if l else '-'} | {f'{v / l:.2f}x' if l else '-'} |")
+    key = test if test in ("pp512", "tg128") else None
+    l, k = llama.get(key), ik.get(key)
+    print(f"| {test} | {v:.1f} | {fmt(l)} | {ratio(v, l)} | {fmt(k)} | {ratio(v, k)} |")
 PY

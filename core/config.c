@@ -130,6 +130,9 @@ const struct key dray_config_keys[] = {
      "random seed; 0 = a new seed from the clock on each run", KEY_USER},
     {"max_tokens", "sampling", "max_tokens", T_U32, F(max_tokens), 1, 1 << 24, NULL, 0,
      "most new tokens per request", KEY_USER},
+    {"lookup_draft", "sampling", "lookup_draft", T_U32, F(lookup_draft), 0, 32, NULL, 0,
+     "speculative decoding by prompt lookup in `dray run`: up to this many tokens copied from the "
+     "context are verified in one step (the output is unchanged); 0 = off", KEY_EXPERT},
     {"host", "server", "host", T_STR, F(host), 0, 0, NULL, 1,
      "address `dray serve` listens on; `0.0.0.0` or `::` opens it to other machines", KEY_USER},
     {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0,
@@ -763,4 +766,5 @@ void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_
     p->repeat_last_n = 64;
     p->seed = cfg->seed;
     p->max_tokens = cfg->max_tokens;
+    p->lookup_draft = cfg->lookup_draft;
 }

@@ -8,14 +8,20 @@
 #include "engine_internal.h"
 #include "error.h"
 #include "grammar.h"
+#include "sampler.h"
 #include "tokenizer.h"
 
 struct dray_constraint {
     struct dray_grammar *g;
     struct dray_grammar_matcher *m;
     const struct dray_grammar_vocab *v;
-    uint32_t *allow; /* the last mask: (n_vocab + 31) / 32 words */
+    uint32_t *allow;  /* the last mask: (n_vocab + 31) / 32 words */
+    int32_t *best;    /* [BEST_MAX] the sampler's best candidates */
+    uint64_t full;    /* draws that needed the whole mask */
 };
+
+/* The most candidates tested one by one before the whole mask is cheaper. */
+#define BEST_MAX 512
 
 static pthread_mutex_t vocab_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -80,7 +86,8 @@ int dray_constraint_new(struct dray_engine *e, const struct dray_gen_params *g,
     }
     c->v = dray_engine_grammar_vocab(e);
     c->allow = malloc((e->info.n_vocab + 31) / 32 * sizeof(*c->allow));
-    if (!c->v || !c->allow || dray_grammar_matcher_new(c->g, &c->m)) {
+    c->best = malloc(BEST_MAX * sizeof(*c->best));
+    if (!c->v || !c->allow || !c->best || dray_grammar_matcher_new(c->g, &c->m)) {
         dray_constraint_free(c);
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for the grammar");
     }
@@ -95,6 +102,7 @@ void dray_constraint_free(struct dray_constraint *c)
     dray_grammar_matcher_free(c->m);
     dray_grammar_free(c->g);
     free(c->allow);
+    free(c->best);
     free(c);
 }
 
@@ -126,11 +134,62 @@ bool dray_constraint_can_end(const struct dray_constraint *c)
     return dray_grammar_can_end(c->m);
 }
 
-int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen)
+/* Draw under the whole mask. */
+static int32_t draw_masked(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
+                           uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool *dead)
 {
-    struct dray_grammar *g;
-    int rc = dray_grammar_parse(text, len, &g, err, errlen);
-    if (!rc)
-        dray_grammar_free(g);
-    return rc;
+    long n;
+    int rc;
+    c->full++;
+    if (!dray_constraint_mask(c, &n, &rc))
+        return rc;
+    if (n == 0) {
+        *dead = true;
+        return 0;
+    }
+    int32_t id = dray_sampler_sample_allowed(smp, logits, n_vocab, hist, n_hist, c->allow);
+    if (id >= 0 && !dray_constraint_allowed(c, id))
+        *dead = true; /* every allowed id is banned (logit_bias, ignore_eos, min_tokens) */
+    return id;
+}
+
+/* The k best allowed among the sampler's best, best first, into c->best; how
+ * many, or 0 when the best BEST_MAX hold fewer than k allowed and more ids were
+ * finite (only the whole mask can tell then). */
+static uint32_t best_allowed(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
+                             uint32_t n_vocab, const int32_t *hist, size_t n_hist, uint32_t k)
+{
+    uint32_t m = k * 4 < 64 ? 64 : k * 4;
+    m = m > BEST_MAX ? BEST_MAX : m;
+    long n = dray_sampler_best(smp, logits, n_vocab, hist, n_hist, c->best, m);
+    uint32_t found = 0;
+    for (long i = 0; i < n && found < k; i++)
+        if (!dray_grammar_peek_token(c->m, c->v, c->best[i]))
+            c->best[found++] = c->best[i];
+    return found == k || (found > 0 && n < (long)m) ? found : 0;
+}
+
+int32_t dray_constraint_sample(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
+                               uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool whole,
+                               bool *dead)
+{
+    uint32_t k;
+    *dead = false;
+    enum dray_sampler_shape shape = whole ? DRAY_SAMPLER_WHOLE : dray_sampler_shape(smp, &k);
+    if (shape == DRAY_SAMPLER_PLAIN) { /* keep a free draw the grammar allows: exact */
+        int32_t id = dray_sampler_sample(smp, logits, n_vocab, hist, n_hist);
+        bool kept = id >= 0 && dray_grammar_peek_token(c->m, c->v, id) == 0;
+        if (id < 0 || kept)
+            return id;
+    } else if (shape == DRAY_SAMPLER_TOP_K && k <= BEST_MAX) {
+        uint32_t n = best_allowed(c, smp, logits, n_vocab, hist, n_hist, k);
+        if (n)
+            return dray_sampler_draw_among(smp, c->best, n);
+    }
+    return draw_masked(c, smp, logits, n_vocab, hist, n_hist, dead);
+}
+
+uint64_t dray_constraint_full_masks(const struct dray_constraint *c)
+{
+    return c->full;
 }

@@ -20,6 +20,21 @@ int dray_constraint_new(struct dray_engine *e, const struct dray_gen_params *g,
                         struct dray_constraint **out, char *err, size_t errlen);
 void dray_constraint_free(struct dray_constraint *c);
 
+/* The next token drawn from smp's distribution restricted to what the grammar
+ * allows, exactly as if every other id had -inf: the sampler's few best
+ * candidates are tested one by one when its distribution depends only on them
+ * (greedy, top_k), a free draw is kept when allowed (temperature alone), and the
+ * whole mask is computed only when that cannot settle it, or when whole (the
+ * caller needs the constrained row for logprobs: dray_sampler_row). The matcher
+ * does not move (dray_constraint_accept does). *dead: nothing allowed can be
+ * drawn (the returned id means nothing). A negative DRAY_E* on failure. */
+struct dray_sampler;
+int32_t dray_constraint_sample(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
+                               uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool whole,
+                               bool *dead);
+/* Draws of c that needed the whole mask (for tests and benchmarks). */
+uint64_t dray_constraint_full_masks(const struct dray_constraint *c);
+
 /* The allowed-token bitset for the next sample (dray_sampler_sample_allowed), or
  * NULL with a negative DRAY_E* in *rc (out of memory). *n gets how many are
  * allowed: 0 means the output cannot go on. */

@@ -60,6 +60,10 @@ int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint3
                      const int32_t *ids, const uint32_t *logit_rows, uint32_t n_logits,
                      float *logits, char *err, size_t errlen);
 
+/* Drop the session's tokens from len on (KV and history): DRAY_ERANGE when len
+ * is past its end or a sliding window already let go of a block len needs. */
+int dray_session_truncate(struct dray_session *s, size_t len);
+
 /* One session's forward step: dray_engine_step over just s. */
 int dray_session_step(struct dray_session *s, const int32_t *ids, uint32_t n, const uint32_t *logit_rows,
                       uint32_t n_logits, float *logits, char *err, size_t errlen);

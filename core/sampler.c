@@ -473,3 +473,44 @@ const float *dray_sampler_row(const struct dray_sampler *s)
 {
     return s->work;
 }
+
+enum dray_sampler_shape dray_sampler_shape(const struct dray_sampler *s, uint32_t *k)
+{
+    *k = 1;
+    if (s->p.temperature == 0 || s->p.top_p == 0)
+        return DRAY_SAMPLER_TOP_K; /* the best one */
+    if (s->p.top_k) {
+        *k = s->p.top_k;
+        return DRAY_SAMPLER_TOP_K;
+    }
+    return s->p.top_p < 1 || s->p.min_p > 0 ? DRAY_SAMPLER_WHOLE : DRAY_SAMPLER_PLAIN;
+}
+
+long dray_sampler_best(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
+                       const int32_t *history, size_t n_history, int32_t *ids, uint32_t m)
+{
+    if (!logits || n_vocab == 0 || n_vocab > INT32_MAX)
+        return DRAY_EINVAL;
+    if (reserve(s, n_vocab))
+        return DRAY_ENOMEM;
+    penalize(s, logits, n_vocab, history, n_history);
+    if (m > n_vocab)
+        m = n_vocab;
+    uint32_t k = select_top_k(s, n_vocab, m);
+    qsort(s->cand, k, sizeof(*s->cand), cmp_cand);
+    long n = 0;
+    for (uint32_t i = 0; i < k && s->cand[i].l > -INFINITY; i++)
+        ids[n++] = s->cand[i].id;
+    return n;
+}
+
+int32_t dray_sampler_draw_among(struct dray_sampler *s, const int32_t *ids, uint32_t n)
+{
+    if (n == 0)
+        return DRAY_EINVAL;
+    if (s->p.temperature == 0 || s->p.top_p == 0)
+        return ids[0];
+    for (uint32_t i = 0; i < n; i++)
+        s->cand[i] = (struct cand){s->work[ids[i]], ids[i]};
+    return draw_sorted(s, n);
+}

@@ -71,6 +71,25 @@ int32_t dray_sampler_sample(struct dray_sampler *s, const float *logits, uint32_
 int32_t dray_sampler_sample_allowed(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
                                     const int32_t *history, size_t n_history, const uint32_t *allow);
 
+/* What a draw depends on, for a constraint that wants to test few tokens:
+ * TOP_K: only the *k best ids (greedy: k = 1; top_k: k, top_p and min_p then
+ * apply among them); PLAIN: temperature alone, so a draw from the whole row
+ * kept only when allowed, else redrawn under the mask, is exact; WHOLE: top_p
+ * or min_p over the whole row, which needs every id's mask. */
+enum dray_sampler_shape { DRAY_SAMPLER_TOP_K, DRAY_SAMPLER_PLAIN, DRAY_SAMPLER_WHOLE };
+enum dray_sampler_shape dray_sampler_shape(const struct dray_sampler *s, uint32_t *k);
+
+/* The m best ids after steps 1-3 (penalties, logit_bias, holds), best first
+ * (ties: lower id), those at -inf left out, into ids; returns how many, or a
+ * negative DRAY_E*. */
+long dray_sampler_best(struct dray_sampler *s, const float *logits, uint32_t n_vocab,
+                       const int32_t *history, size_t n_history, int32_t *ids, uint32_t m);
+
+/* Steps 4-9 over ids[0..n) alone, best first as dray_sampler_best gave them (n
+ * at most its m, and at most top_k): the draw dray_sampler_sample_allowed would
+ * make were these the only ids allowed, without a second pass over the row. */
+int32_t dray_sampler_draw_among(struct dray_sampler *s, const int32_t *ids, uint32_t n);
+
 /* The row the last dray_sampler_sample drew from: its logits after steps 1-3
  * (penalties, logit_bias, min_tokens' holds), before temperature; n_vocab of
  * them, valid until the next call. What logprobs are computed from. */

@@ -87,6 +87,8 @@ struct dray_sched {
     struct dray_engine *e;
     struct dray_pcache *pc;          /* NULL when prefix_cache is off */
     double cache_s;                  /* seconds spent in pc's lookup and insert */
+    double sample_s;                 /* seconds spent drawing tokens */
+    double grammar_s;                /* of them under a grammar, with the grammar's advances */
     pthread_mutex_t mu;
     pthread_cond_t work;             /* the loop sleeps here when idle */
     pthread_t thread;

@@ -378,19 +378,6 @@ static void end_constrained(struct dray_sched *s, struct dray_request *r, const 
         finish(s, r, "error", DRAY_EINVAL, why);
 }
 
-/* The mask of r's grammar for its next token; NULL when r ended here. */
-static const uint32_t *constrain(struct dray_sched *s, struct dray_request *r)
-{
-    long n;
-    int rc;
-    const uint32_t *allow = dray_constraint_mask(r->con, &n, &rc);
-    if (!allow)
-        finish(s, r, "error", rc, "out of memory for the grammar's mask");
-    else if (n == 0)
-        end_constrained(s, r, "the grammar allows no token of this vocabulary next");
-    return allow && n ? allow : NULL;
-}
-
 /* Sample r's next token from its logits row (mu held). */
 static void advance(struct dray_sched *s, struct dray_request *r, const float *row)
 {
@@ -401,17 +388,25 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
         finish(s, r, "length", 0, NULL);
         return;
     }
-    const uint32_t *allow = NULL;
-    if (r->con && !(allow = constrain(s, r)))
-        return;
-    int32_t id = dray_sampler_sample_allowed(r->smp, row, e->info.n_vocab, r->toks, r->n_toks, allow);
+    bool dead = false;
+    double t0 = dray_now_s();
+    int32_t id = r->con ? dray_constraint_sample(r->con, r->smp, row, e->info.n_vocab, r->toks,
+                                                 r->n_toks, r->lp, &dead)
+                        : dray_sampler_sample(r->smp, row, e->info.n_vocab, r->toks, r->n_toks);
+    double dt = dray_now_s() - t0;
+    s->sample_s += dt;
+    s->st.sampled_tokens++;
+    if (r->con) {
+        s->grammar_s += dt;
+        s->st.grammar_tokens++;
+    }
     if (id < 0) {
-        finish(s, r, "error", id, "sampling failed");
+        finish(s, r, "error", id, id == DRAY_ENOMEM ? "out of memory for sampling" : "sampling failed");
         return;
     }
-    if (r->con && !dray_constraint_allowed(r->con, id)) { /* the sampler banned all it allows */
-        end_constrained(s, r, "every token the grammar allows next is banned (logit_bias, "
-                        "ignore_eos or min_tokens)");
+    if (dead) { /* the sampler banned all the grammar allows, or it allows nothing */
+        end_constrained(s, r, "the grammar allows no token the sampler may draw next (logit_bias, "
+                        "ignore_eos or min_tokens ban them all)");
         return;
     }
     if (r->lp) /* from the row the sampler drew from: penalized, before temperature */
@@ -423,7 +418,11 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     }
     r->n_generated++;
     bool stopped = false;
-    if (r->con && dray_constraint_accept(r->con, id)) {
+    t0 = r->con ? dray_now_s() : 0;
+    int refused = r->con ? dray_constraint_accept(r->con, id) : 0;
+    if (r->con)
+        s->grammar_s += dray_now_s() - t0;
+    if (refused) {
         finish(s, r, "error", DRAY_EINVAL, "the grammar refused a token its mask allowed");
         return;
     }
@@ -479,6 +478,8 @@ static void note_kv_usage(struct dray_sched *s)
         s->st.cache_cow_copies = copies;
     }
     s->st.finishing = s->n_finishing;
+    s->st.grammar_us = (uint64_t)(s->grammar_s * 1e6);
+    s->st.sample_us = (uint64_t)(s->sample_s * 1e6);
 }
 
 /* One step (mu held on entry and exit, dropped around the forward pass). */

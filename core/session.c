@@ -64,6 +64,14 @@ int dray_session_adopt(struct dray_session *s, const int32_t *ids, size_t n)
     return hist_push(s, ids, n);
 }
 
+int dray_session_truncate(struct dray_session *s, size_t len)
+{
+    int rc = len <= s->n_hist ? dray_kv_seq_truncate(s->e->kv, s->seq, (uint32_t)len) : DRAY_ERANGE;
+    if (!rc)
+        s->n_hist = len;
+    return rc;
+}
+
 /* One forward step over several sessions: session i appends n[i] tokens (ids are
  * concatenated in session order). The logits of the listed batch rows go to logits. */
 int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint32_t *n,

@@ -2,6 +2,7 @@
  * token per step and streams its text through the emitter (stop strings), until
  * end of generation, a stop string, max tokens, a full context or the caller. */
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dray/dray.h"
@@ -10,8 +11,106 @@
 #include "engine_internal.h"
 #include "error.h"
 #include "gen_sampler.h"
+#include "kv.h"
+#include "lookup.h"
 #include "sampler.h"
 #include "tokenizer.h"
+
+/* One generated token through the checks every token passes: end of
+ * generation, stop ids, the grammar, the emitter and its stop strings. Returns
+ * 1 when generation ends at it (st->stop_reason says why; in_kv: whether the
+ * token still has to go into the KV so the session can go on), 0 to go on, or
+ * a negative DRAY_E*. */
+static int take(struct dray_session *s, const struct dray_gen_params *p, struct dray_emitter *em,
+                struct dray_constraint *con, int32_t id, bool *in_kv, struct dray_gen_stats *st,
+                char *err, size_t errlen)
+{
+    struct dray_engine *e = s->e;
+    bool stopped;
+    *in_kv = false;
+    if (dray_tokenizer_is_eog(e->tok, id)) {
+        st->stop_reason = "eog";
+        return 1;
+    }
+    if (dray_gen_is_stop_id(p->stop_ids, p->n_stop_ids, id)) {
+        st->stop_reason = "stop id";
+        return 1;
+    }
+    st->n_generated++;
+    if (con && dray_constraint_accept(con, id))
+        return dray_fail(err, errlen, DRAY_EINVAL, "the grammar refused a token its mask allowed");
+    *in_kv = true;
+    if (dray_emitter_token(em, id, &stopped)) {
+        st->stop_reason = "caller";
+        return 1;
+    }
+    if (stopped || (con && dray_constraint_must_end(con))) {
+        st->stop_reason = stopped ? "stop string" : "grammar";
+        return 1;
+    }
+    return 0;
+}
+
+/* Does a sliding window let go of a block between lengths a and b? A draft
+ * that crosses such a point could not be taken back. */
+static bool window_moves(const struct dray_kv *kv, size_t a, size_t b)
+{
+    uint32_t bs = dray_kv_block_size(kv);
+    for (uint32_t g = 0; g < dray_kv_get_plan(kv)->n_group; g++)
+        if (dray_kv_live_from(kv, g, (uint32_t)(a / bs * bs)) != dray_kv_live_from(kv, g, (uint32_t)(b / bs * bs)))
+            return true;
+    return false;
+}
+
+/* The draft to verify with id (core/lookup.h): at most room tokens, none that
+ * ends generation, none past a point a window moves. */
+static size_t draft_after(struct dray_session *s, int32_t id, int32_t *draft, size_t room)
+{
+    struct dray_engine *e = s->e;
+    size_t k = dray_lookup_draft(s->hist, s->n_hist, id, draft, room);
+    for (size_t j = 0; j < k; j++)
+        if (dray_tokenizer_is_eog(e->tok, draft[j]))
+            k = j;
+    while (k && window_moves(e->kv, s->n_hist + 1, s->n_hist + 1 + k))
+        k--;
+    return k;
+}
+
+struct drafting { /* speculative decoding by prompt lookup (lookup_draft > 0) */
+    uint32_t max;          /* tokens per draft */
+    int32_t *feed;         /* [1 + max]: the sampled token, then the draft */
+    uint32_t *rows;        /* [1 + max]: 0, 1, ... */
+    float *logits;         /* [1 + max][n_vocab] */
+    struct dray_lookup_policy policy;
+};
+
+static int drafting_init(struct drafting *d, const struct dray_engine *e, uint32_t max)
+{
+    *d = (struct drafting){.max = max};
+    if (!max)
+        return 0;
+    d->feed = malloc((max + 1) * sizeof(*d->feed));
+    d->rows = malloc((max + 1) * sizeof(*d->rows));
+    d->logits = malloc((size_t)(max + 1) * e->info.n_vocab * sizeof(*d->logits));
+    for (uint32_t i = 0; d->rows && i <= max; i++)
+        d->rows[i] = i;
+    return d->feed && d->rows && d->logits ? 0 : DRAY_ENOMEM;
+}
+
+static void drafting_free(struct drafting *d)
+{
+    free(d->feed);
+    free(d->rows);
+    free(d->logits);
+}
+
+static int32_t draw(struct dray_sampler *smp, struct dray_constraint *con, const float *row,
+                    uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool *dead)
+{
+    *dead = false;
+    return con ? dray_constraint_sample(con, smp, row, n_vocab, hist, n_hist, false, dead)
+               : dray_sampler_sample(smp, row, n_vocab, hist, n_hist);
+}
 
 static int decode(struct dray_session *s, const struct dray_gen_params *p, struct dray_emitter *em,
                   struct dray_gen_stats *st, char *err, size_t errlen)
@@ -19,74 +118,99 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
     struct dray_engine *e = s->e;
     struct dray_sampler *smp = NULL;
     struct dray_constraint *con = NULL;
+    struct drafting d;
+    uint32_t V = e->info.n_vocab;
     int rc = dray_gen_sampler(p, e->tok, s->n_hist, &smp, err, errlen);
     if (!rc)
         rc = dray_constraint_new(e, p, &con, err, errlen);
+    if (!rc && drafting_init(&d, e, p->lookup_draft))
+        rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for lookup drafts");
     if (rc) {
         dray_sampler_free(smp);
+        dray_constraint_free(con);
         return rc;
     }
     double t0 = dray_now_s();
     st->stop_reason = "max tokens";
-    for (uint32_t i = 0; i < p->max_tokens; i++) {
-        const uint32_t *allow = NULL;
-        long n_allowed = 1;
-        if (con && !(allow = dray_constraint_mask(con, &n_allowed, &rc))) {
-            rc = dray_fail(err, errlen, rc, "the grammar's mask: %s", dray_strerror(rc));
-            break;
-        }
-        int32_t id = n_allowed ? dray_sampler_sample_allowed(smp, e->logits, e->info.n_vocab, s->hist,
-                                                             s->n_hist, allow)
-                               : 0;
+    const float *row = e->logits; /* the logits of the next position */
+    int32_t next = -1;            /* a token drawn while verifying a draft, not yet taken */
+    for (uint32_t i = 0; rc == 0 && i < p->max_tokens;) {
+        bool dead = false, in_kv;
+        int32_t id = next >= 0 ? next : draw(smp, con, row, V, s->hist, s->n_hist, &dead);
+        next = -1;
         if (id < 0) {
             rc = dray_fail(err, errlen, id, "sampling failed: %s", dray_strerror(id));
             break;
         }
-        if (con && (!n_allowed || !dray_constraint_allowed(con, id))) {
+        if (dead) {
             st->stop_reason = "grammar";
             if (!dray_constraint_can_end(con))
                 rc = dray_fail(err, errlen, DRAY_EINVAL, "the grammar allows no token the sampler "
                                "may draw next (logit_bias, ignore_eos or min_tokens ban them all)");
             break;
         }
-        if (dray_tokenizer_is_eog(e->tok, id)) {
-            st->stop_reason = "eog";
-            break;
-        }
-        if (dray_gen_is_stop_id(p->stop_ids, p->n_stop_ids, id)) {
-            st->stop_reason = "stop id";
-            break;
-        }
-        st->n_generated++;
-        bool stopped;
-        if (con && dray_constraint_accept(con, id)) {
-            rc = dray_fail(err, errlen, DRAY_EINVAL, "the grammar refused a token its mask allowed");
-            break;
-        }
-        if (dray_emitter_token(em, id, &stopped)) {
-            st->stop_reason = "caller";
-            rc = dray_session_step(s, &id, 1, NULL, 0, NULL, err, errlen);
-            break;
-        }
-        if (stopped || (con && dray_constraint_must_end(con))) {
-            st->stop_reason = stopped ? "stop string" : "grammar";
-            rc = dray_session_step(s, &id, 1, NULL, 0, NULL, err, errlen);
+        int end = take(s, p, em, con, id, &in_kv, st, err, errlen);
+        i++;
+        if (end) {
+            if (end > 0 && in_kv) /* so the session can go on */
+                rc = dray_session_step(s, &id, 1, NULL, 0, NULL, err, errlen);
+            else if (end < 0)
+                rc = end;
             break;
         }
         if (s->n_hist + 1 > e->info.context) {
             st->stop_reason = "context full";
             break;
         }
-        uint32_t row = 0;
         /* the last token of max_tokens still goes into the KV so the session can go on */
-        bool want = i + 1 < p->max_tokens;
-        rc = dray_session_step(s, &id, 1, &row, want ? 1 : 0, e->logits, err, errlen);
-        if (rc)
-            break;
+        bool want = i < p->max_tokens;
+        size_t room = p->max_tokens - i, n0 = s->n_hist, k = 0;
+        if (room > d.max)
+            room = d.max;
+        if (room > e->info.context - n0 - 1)
+            room = e->info.context - n0 - 1;
+        if (want && d.max && dray_lookup_try(&d.policy))
+            k = draft_after(s, id, d.feed + 1, room);
+        if (!k) {
+            uint32_t r0 = 0;
+            rc = dray_session_step(s, &id, 1, &r0, want ? 1 : 0, e->logits, err, errlen);
+            row = e->logits;
+            continue;
+        }
+        /* verify: one step over id and the draft, every row's logits; keep the
+         * drafted tokens the sampler draws too, and the first it does not */
+        d.feed[0] = id;
+        rc = dray_session_step(s, d.feed, (uint32_t)(1 + k), d.rows, (uint32_t)(1 + k), d.logits, err,
+                               errlen);
+        st->n_drafted += (uint32_t)k;
+        size_t kept = 0;
+        for (; rc == 0 && kept < k; kept++) {
+            int32_t x = draw(smp, con, d.logits + kept * V, V, s->hist, n0 + 1 + kept, &dead);
+            if (x < 0 || dead || x != d.feed[1 + kept]) {
+                next = x >= 0 && !dead ? x : -1;
+                row = d.logits + kept * V; /* dead or failed: drawn again, the same way */
+                break;
+            }
+            end = take(s, p, em, con, x, &in_kv, st, err, errlen);
+            i++;
+            if (end) {
+                rc = end < 0 ? end : 0;
+                kept += end > 0 && in_kv; /* it stays in the KV */
+                i = p->max_tokens; /* ends the loop */
+                break;
+            }
+        }
+        st->n_draft_kept += (uint32_t)(kept < k ? kept : k);
+        dray_lookup_kept(&d.policy, kept);
+        if (kept == k && i < p->max_tokens)
+            row = d.logits + k * V; /* all kept: the next position is the last row */
+        if (rc == 0 && s->n_hist > n0 + 1 + kept)
+            rc = dray_session_truncate(s, n0 + 1 + kept);
     }
     st->decode_s = dray_now_s() - t0;
     dray_sampler_free(smp);
     dray_constraint_free(con);
+    drafting_free(&d);
     if (!rc)
         dray_emitter_flush(em);
     return rc;

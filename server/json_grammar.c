@@ -1,7 +1,7 @@
 /* server/json_grammar.c — JSON Schema to GBNF (json_grammar.h): the walk over
- * the schema, objects, arrays, strings, enums, $ref, and the API. Patterns and
- * character sets are json_pattern.c's, numeric bounds json_range.c's; the three
- * share json_grammar_gen.h.
+ * the schema, enums, $ref, and the API. Strings, objects and arrays are
+ * json_values.c's, patterns and character sets json_pattern.c's, numeric bounds
+ * json_range.c's; the four share json_grammar_gen.h.
  *
  * One pass over the schema: each subschema becomes an expression (a shared
  * rule's name, or a rule of its own), written into rules named
@@ -104,7 +104,7 @@ __attribute__((format(printf, 3, 4))) int jg_bad(struct gen *g, const char *kw,
     return dray_srv_bad(g->e, shortp, "%s: %s", param, msg);
 }
 
-static void path_pop(struct gen *g, size_t old)
+void jg_path_pop(struct gen *g, size_t old)
 {
     g->plen = old;
     g->path[old] = '\0';
@@ -150,7 +150,7 @@ void jg_prim(struct gen *g, struct dray_srv_buf *b, int p)
 }
 
 /* A fresh rule name: prefix + hint + "-" + n */
-static void new_name(struct gen *g, const char *hint, char *name, size_t n)
+void jg_new_name(struct gen *g, const char *hint, char *name, size_t n)
 {
     snprintf(name, n, "%s%s-%u", g->prefix, hint, g->n_rules++);
 }
@@ -175,7 +175,7 @@ size_t jg_tokens(const char *s, size_t n)
 }
 
 /* name ::= body, at the end of the rules; 400 once they pass the size limit */
-static int emit_rule(struct gen *g, const char *name, const struct dray_srv_buf *body)
+int jg_emit_rule(struct gen *g, const char *name, const struct dray_srv_buf *body)
 {
     jg_put(g, &g->rules, name);
     jg_put(g, &g->rules, " ::= ");
@@ -197,8 +197,8 @@ int jg_rule_of(struct gen *g, const char *hint, struct dray_srv_buf *body,
                    struct dray_srv_buf *out)
 {
     char name[96];
-    new_name(g, hint, name, sizeof(name));
-    if (emit_rule(g, name, body))
+    jg_new_name(g, hint, name, sizeof(name));
+    if (jg_emit_rule(g, name, body))
         return -1;
     jg_put(g, out, name);
     return 0;
@@ -223,7 +223,7 @@ void jg_lit(struct gen *g, struct dray_srv_buf *b, const char *s, size_t n)
 }
 
 /* the JSON spelling of string s[0..n), quotes included, as an encoder writes it */
-static void json_spell(struct gen *g, struct dray_srv_buf *b, const char *s, size_t n)
+void jg_json_spell(struct gen *g, struct dray_srv_buf *b, const char *s, size_t n)
 {
     jg_put(g, b, "\"");
     for (size_t i = 0; i < n; i++) {
@@ -270,7 +270,7 @@ static void value_lit(struct gen *g, struct dray_srv_buf *b, json_t *v)
         jg_lit(g, b, tmp, strlen(tmp));
         break;
     case JSON_STRING:
-        json_spell(g, &t, json_string_value(v), json_string_length(v));
+        jg_json_spell(g, &t, json_string_value(v), json_string_length(v));
         jg_lit(g, b, t.data, t.len);
         break;
     case JSON_ARRAY:
@@ -298,7 +298,7 @@ static void value_lit(struct gen *g, struct dray_srv_buf *b, json_t *v)
                 jg_prim(g, b, P_WS);
             }
             jg_put(g, b, " ");
-            json_spell(g, &t, key, strlen(key));
+            jg_json_spell(g, &t, key, strlen(key));
             jg_lit(g, b, t.data, t.len);
             dray_srv_buf_reset(&t);
             jg_put(g, b, " ");
@@ -316,95 +316,8 @@ static void value_lit(struct gen *g, struct dray_srv_buf *b, json_t *v)
     dray_srv_buf_free(&t);
 }
 
-/* ------------------------------------------------------------ strings */
-
-/* a non-negative integer keyword (absent: def) up to DRAY_SRV_SCHEMA_MAX_REPEAT */
-static int read_count(struct gen *g, json_t *s, const char *kw, long def, long *out)
-{
-    json_t *v = json_object_get(s, kw);
-    *out = def;
-    if (!v)
-        return 0;
-    double x = json_is_integer(v) ? (double)json_integer_value(v)
-             : json_is_real(v)    ? json_real_value(v)
-                                  : -1;
-    if (!json_is_number(v) || x < 0 || x != floor(x))
-        return jg_bad(g, kw, "must be a non-negative integer");
-    if (x > DRAY_SRV_SCHEMA_MAX_REPEAT)
-        return jg_bad(g, kw, "%.0f is more than this server supports (%d)", x,
-                   DRAY_SRV_SCHEMA_MAX_REPEAT);
-    *out = (long)x;
-    return 0;
-}
-
-static int gen_string(struct gen *g, json_t *s, struct dray_srv_buf *out)
-{
-    json_t *pattern = json_object_get(s, "pattern"), *format = json_object_get(s, "format");
-    bool lens = json_object_get(s, "minLength") || json_object_get(s, "maxLength");
-    long min, max;
-    if (read_count(g, s, "minLength", 0, &min) || read_count(g, s, "maxLength", -1, &max))
-        return -1;
-    if (max >= 0 && min > max)
-        return jg_bad(g, "minLength", "is more than maxLength: no string satisfies both");
-    if (pattern && !json_is_string(pattern))
-        return jg_bad(g, "pattern", "must be a string, got %s", dray_srv_kind_of(pattern));
-    if (format && !json_is_string(format))
-        return jg_bad(g, "format", "must be a string, got %s", dray_srv_kind_of(format));
-    if (pattern && (lens || format))
-        return jg_bad(g, "pattern", "together with %s is not supported: express the "
-                   "constraint in the pattern alone", format ? "format" : "minLength/maxLength");
-    if (format && lens)
-        return jg_bad(g, "format", "together with minLength/maxLength is not supported");
-    if (pattern)
-        return jg_pattern(g, json_string_value(pattern), json_string_length(pattern), out);
-    struct dray_srv_buf body = {0};
-    int rc;
-    if (format) {
-        static const struct {
-            const char *name;
-            int prim;
-        } formats[] = {{"date", P_DATE}, {"time", P_TIME}, {"date-time", P_DATETIME},
-                       {"uuid", P_UUID}};
-        const char *f = json_string_value(format);
-        size_t i = 0;
-        while (i < 4 && strcmp(f, formats[i].name))
-            i++;
-        if (i == 4)
-            return jg_bad(g, "format", "\"%.40s\" is not supported (only \"date\", \"time\", "
-                       "\"date-time\" and \"uuid\" are)", f);
-        jg_put(g, &body, "\"\\\"\" ");
-        jg_prim(g, &body, formats[i].prim);
-        jg_put(g, &body, " \"\\\"\"");
-        rc = jg_rule_of(g, "fmt", &body, out);
-    } else if (!lens || (min == 0 && max < 0)) {
-        jg_prim(g, out, P_STRING);
-        rc = 0;
-    } else if (max == 0) {
-        jg_put(g, out, "\"\\\"\\\"\"");
-        rc = 0;
-    } else {
-        jg_put(g, &body, "\"\\\"\" ");
-        jg_prim(g, &body, P_CHAR);
-        jg_charge(g, min, max, 1);
-        if (max < 0)
-            jg_putf(g, &body, "{%ld,}", min);
-        else if (min == max)
-            jg_putf(g, &body, "{%ld}", min);
-        else
-            jg_putf(g, &body, "{%ld,%ld}", min, max);
-        jg_put(g, &body, " \"\\\"\"");
-        rc = jg_rule_of(g, "str", &body, out);
-    }
-    dray_srv_buf_free(&body);
-    return rc;
-}
-
-/* ------------------------------------------------------------ schemas */
-
-static int gen_schema(struct gen *g, json_t *s, struct dray_srv_buf *out);
-
 /* s's expression, with path += fmt while at it */
-__attribute__((format(printf, 4, 5))) static int gen_at(struct gen *g, json_t *s,
+__attribute__((format(printf, 4, 5))) int jg_at(struct gen *g, json_t *s,
                                                         struct dray_srv_buf *out,
                                                         const char *fmt, ...)
 {
@@ -416,424 +329,8 @@ __attribute__((format(printf, 4, 5))) static int gen_at(struct gen *g, json_t *s
     if (n > 0)
         g->plen += (size_t)n < sizeof(g->path) - g->plen ? (size_t)n
                                                          : sizeof(g->path) - 1 - g->plen;
-    int rc = gen_schema(g, s, out);
-    path_pop(g, old);
-    return rc;
-}
-
-/* Keys as code point strings, for the trie of declared property names */
-struct key {
-    uint32_t *cp;
-    size_t n;
-};
-
-static int key_cmp(const void *a, const void *b)
-{
-    const struct key *x = a, *y = b;
-    for (size_t i = 0; i < x->n && i < y->n; i++)
-        if (x->cp[i] != y->cp[i])
-            return x->cp[i] < y->cp[i] ? -1 : 1;
-    return x->n < y->n ? -1 : x->n > y->n;
-}
-
-/* The characters of a key that is none of keys[0..n) (sorted, sharing their
- * first depth code points): a rule per trie node. */
-static int gen_not_keys(struct gen *g, const struct key *keys, size_t n, size_t depth,
-                        struct dray_srv_buf *out)
-{
-    struct dray_srv_buf body = {0}, t = {0};
-    struct cset kids = {0};
-    bool terminal = false;
-    int rc = -1, alts = 0;
-    size_t i = 0;
-    if (keys[0].n == depth) { /* sorted: the key ending here comes first */
-        terminal = true;
-        i = 1;
-    }
-    while (i < n) {
-        uint32_t c = keys[i].cp[depth];
-        size_t j = i;
-        while (j < n && keys[j].cp[depth] == c)
-            j++;
-        if (!jg_cs_add(&kids, c, c)) {
-            rc = jg_oom(g);
-            goto done;
-        }
-        struct cset one = {0};
-        if (!jg_cs_add(&one, c, c)) {
-            rc = jg_oom(g);
-            goto done;
-        }
-        int k = jg_emit_set(g, &t, &one);
-        free(one.r);
-        if (k) { /* a character a key can hold (always, for a key jansson parsed) */
-            jg_put(g, &t, " ");
-            if (gen_not_keys(g, keys + i, j - i, depth + 1, &t))
-                goto done;
-            if (alts++)
-                jg_put(g, &body, " | ");
-            jg_put_buf(g, &body, &t);
-        }
-        i = j;
-    }
-    /* a character no declared key has here, then anything */
-    jg_cs_norm(&kids);
-    if (!jg_cs_invert(&kids)) {
-        rc = jg_oom(g);
-        goto done;
-    }
-    if (jg_emit_set(g, &t, &kids)) {
-        jg_put(g, &t, " ");
-        jg_prim(g, &t, P_CHAR);
-        jg_put(g, &t, "*");
-        if (alts++)
-            jg_put(g, &body, " | ");
-        jg_put_buf(g, &body, &t);
-    }
-    if (!terminal) { /* the key may end here */
-        struct dray_srv_buf w = {0};
-        jg_put(g, &w, "( ");
-        jg_putn(g, &w, body.data, body.len);
-        jg_put(g, &w, " )?");
-        rc = jg_rule_of(g, "key", &w, out);
-        dray_srv_buf_free(&w);
-    } else {
-        rc = jg_rule_of(g, "key", &body, out);
-    }
-done:
-    free(kids.r);
-    dray_srv_buf_free(&body);
-    dray_srv_buf_free(&t);
-    return rc;
-}
-
-/* UTF-8 s into code points */
-static bool key_of(const char *s, struct key *k)
-{
-    size_t n = strlen(s);
-    k->cp = malloc((n + 1) * sizeof(*k->cp));
-    k->n = 0;
-    if (!k->cp)
-        return false;
-    size_t i = 0;
-    while (i < n)
-        k->cp[k->n++] = jg_utf8_next(s, n, &i);
-    return true;
-}
-
-/* the key of an additional property: a string that is none of props' keys */
-static int gen_extra_key(struct gen *g, json_t *props, struct dray_srv_buf *out)
-{
-    size_t n = props ? json_object_size(props) : 0, i = 0;
-    if (!n) {
-        jg_prim(g, out, P_STRING);
-        return 0;
-    }
-    struct key *keys = calloc(n, sizeof(*keys));
-    const char *name;
-    json_t *v;
-    int rc = -1;
-    if (!keys)
-        return jg_oom(g);
-    json_object_foreach(props, name, v) {
-        if (!key_of(name, &keys[i++])) {
-            rc = jg_oom(g);
-            goto done;
-        }
-    }
-    qsort(keys, n, sizeof(*keys), key_cmp);
-    jg_put(g, out, "\"\\\"\" ");
-    rc = gen_not_keys(g, keys, n, 0, out);
-    jg_put(g, out, " \"\\\"\"");
-done:
-    for (size_t k = 0; k < n; k++)
-        free(keys[k].cp);
-    free(keys);
-    return rc;
-}
-
-static bool in_array(json_t *arr, const char *s)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(arr, i, v)
-        if (json_is_string(v) && !strcmp(json_string_value(v), s))
-            return true;
-    return false;
-}
-
-static int gen_object(struct gen *g, json_t *s, struct dray_srv_buf *out)
-{
-    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
-    json_t *ap = json_object_get(s, "additionalProperties"), *v;
-    const char *key;
-    size_t i;
-    if (props && !json_is_object(props))
-        return jg_bad(g, "properties", "must be an object, got %s", dray_srv_kind_of(props));
-    if (req && !json_is_array(req))
-        return jg_bad(g, "required", "must be an array of property names, got %s",
-                   dray_srv_kind_of(req));
-    json_array_foreach(req, i, v) {
-        char kw[40];
-        snprintf(kw, sizeof(kw), "required[%zu]", i);
-        if (!json_is_string(v))
-            return jg_bad(g, kw, "must be a string, got %s", dray_srv_kind_of(v));
-        json_t *ps = props ? json_object_get(props, json_string_value(v)) : NULL;
-        if (!ps)
-            return jg_bad(g, kw, "\"%.60s\" is not in 'properties' (a required property must be "
-                       "declared there)", json_string_value(v));
-        if (json_is_false(ps))
-            return jg_bad(g, kw, "\"%.60s\" is required but its schema is false: no object "
-                       "satisfies the schema", json_string_value(v));
-    }
-    if (ap && !json_is_boolean(ap) && !json_is_object(ap))
-        return jg_bad(g, "additionalProperties", "must be a boolean or a schema, got %s",
-                   dray_srv_kind_of(ap));
-    /* absent: none when 'properties' lists them (as OpenAI's strict mode requires),
-     * else any */
-    bool extra = ap ? !json_is_false(ap) : !props;
-    bool extra_any = extra && (!ap || json_is_true(ap) || json_object_size(ap) == 0);
-
-    size_t np = 0;
-    json_object_foreach(props, key, v)
-        if (!json_is_false(v))
-            np++;
-    if (!json_object_size(props) && extra_any) { /* no declared name to keep out */
-        jg_prim(g, out, P_OBJECT);
-        return 0;
-    }
-    g->level++;
-    struct dray_srv_buf body = {0}, t = {0}, extra_kv = {0};
-    int rc = -1;
-    char (*kv)[96] = np ? calloc(np, sizeof(*kv)) : NULL;
-    bool *required = np ? calloc(np, sizeof(*required)) : NULL;
-    if (np && (!kv || !required)) {
-        rc = jg_oom(g);
-        goto done;
-    }
-    /* key ws ":" ws value, a rule per declared property */
-    size_t k = 0;
-    json_object_foreach(props, key, v) {
-        if (json_is_false(v)) /* may not appear: it is left out (and not an extra key) */
-            continue;
-        required[k] = req && in_array(req, key);
-        struct dray_srv_buf keylit = {0};
-        json_spell(g, &keylit, key, strlen(key));
-        jg_lit(g, &t, keylit.data, keylit.len);
-        dray_srv_buf_free(&keylit);
-        jg_put(g, &t, " ");
-        jg_prim(g, &t, P_WS);
-        jg_put(g, &t, " \":\" ");
-        jg_prim(g, &t, P_WS);
-        jg_put(g, &t, " ");
-        if (gen_at(g, v, &t, ".properties.%s", key))
-            goto done;
-        new_name(g, "kv", kv[k], sizeof(kv[k]));
-        if (emit_rule(g, kv[k], &t))
-            goto done;
-        dray_srv_buf_reset(&t);
-        k++;
-    }
-    if (extra) {
-        if (gen_extra_key(g, props, &extra_kv))
-            goto done;
-        jg_put(g, &extra_kv, " ");
-        jg_prim(g, &extra_kv, P_WS);
-        jg_put(g, &extra_kv, " \":\" ");
-        jg_prim(g, &extra_kv, P_WS);
-        jg_put(g, &extra_kv, " ");
-        if (extra_any)
-            jg_prim(g, &extra_kv, P_VALUE);
-        else if (gen_at(g, ap, &extra_kv, ".additionalProperties"))
-            goto done;
-        char name[96];
-        new_name(g, "extra", name, sizeof(name));
-        if (emit_rule(g, name, &extra_kv))
-            goto done;
-        dray_srv_buf_reset(&extra_kv);
-        jg_put(g, &extra_kv, name);
-    }
-    /* tails: tail[j] is what may follow property j (0-based: properties j+1..),
-     * each required one present, each optional one maybe, in order */
-    char (*tail)[96] = np ? calloc(np, sizeof(*tail)) : NULL;
-    if (np && !tail) {
-        rc = jg_oom(g);
-        goto done;
-    }
-    for (size_t j = np; j-- > 1;) {
-        /* tail[j-1] = ("," kv[j])? tail[j] */
-        jg_put(g, &t, required[j] ? "" : "( ");
-        jg_prim(g, &t, P_WS);
-        jg_put(g, &t, " \",\" ");
-        jg_prim(g, &t, P_WS);
-        jg_put(g, &t, " ");
-        jg_put(g, &t, kv[j]);
-        jg_put(g, &t, required[j] ? "" : " )?");
-        if (tail[j][0]) {
-            jg_put(g, &t, " ");
-            jg_put(g, &t, tail[j]);
-        }
-        new_name(g, "tail", tail[j - 1], sizeof(tail[j - 1]));
-        if (emit_rule(g, tail[j - 1], &t)) {
-            free(tail);
-            goto done;
-        }
-        dray_srv_buf_reset(&t);
-    }
-    /* the members: the first one present is property j (up to the first required
-     * one), or an extra key when none is required */
-    size_t first_req = np;
-    for (size_t j = 0; j < np; j++)
-        if (required[j]) {
-            first_req = j;
-            break;
-        }
-    int alts = 0;
-    for (size_t j = 0; j < np && j <= first_req; j++) {
-        if (alts++)
-            jg_put(g, &t, " | ");
-        jg_put(g, &t, kv[j]);
-        if (tail[j][0]) {
-            jg_put(g, &t, " ");
-            jg_put(g, &t, tail[j]);
-        }
-    }
-    free(tail);
-    if (extra && first_req == np) {
-        if (alts++)
-            jg_put(g, &t, " | ");
-        jg_put(g, &t, extra_kv.data);
-    }
-    bool nullable = first_req == np;
-    jg_put(g, &body, "\"{\" ");
-    jg_prim(g, &body, P_WS);
-    jg_put(g, &body, " ");
-    if (alts) {
-        jg_put(g, &body, "( ");
-        if (alts > 1)
-            jg_put(g, &body, "( ");
-        jg_put_buf(g, &body, &t);
-        if (alts > 1)
-            jg_put(g, &body, " )");
-        if (extra) {
-            jg_put(g, &body, " ( ");
-            jg_prim(g, &body, P_WS);
-            jg_put(g, &body, " \",\" ");
-            jg_prim(g, &body, P_WS);
-            jg_put(g, &body, " ");
-            jg_put(g, &body, extra_kv.data);
-            jg_put(g, &body, " )*");
-        }
-        jg_put(g, &body, " ");
-        jg_prim(g, &body, P_WS);
-        jg_put(g, &body, nullable ? " )? " : " ) ");
-    }
-    jg_put(g, &body, "\"}\"");
-    rc = jg_rule_of(g, "obj", &body, out);
-done:
-    g->level--;
-    free(kv);
-    free(required);
-    dray_srv_buf_free(&body);
-    dray_srv_buf_free(&t);
-    dray_srv_buf_free(&extra_kv);
-    return rc;
-}
-
-static int gen_array(struct gen *g, json_t *s, struct dray_srv_buf *out)
-{
-    json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
-    long min, max;
-    if (read_count(g, s, "minItems", 0, &min) || read_count(g, s, "maxItems", -1, &max))
-        return -1;
-    if (json_is_array(items))
-        return jg_bad(g, "items", "an array of schemas (the tuple form before 2020-12) is not "
-                   "supported: use prefixItems");
-    if (items && !json_is_boolean(items) && !json_is_object(items))
-        return jg_bad(g, "items", "must be a schema, got %s", dray_srv_kind_of(items));
-    if (prefix && !json_is_array(prefix))
-        return jg_bad(g, "prefixItems", "must be an array of schemas, got %s",
-                   dray_srv_kind_of(prefix));
-    size_t k = prefix ? json_array_size(prefix) : 0;
-    bool rest = !json_is_false(items);
-    if (!rest && (max < 0 || (size_t)max > k))
-        max = (long)k;
-    if (max >= 0 && min > max)
-        return jg_bad(g, "minItems", "is more than the array may hold (maxItems, or items false "
-                   "after prefixItems): no array satisfies the schema");
-    if (!k && (!items || json_is_true(items) || json_object_size(items) == 0) && !min &&
-        max < 0) {
-        jg_prim(g, out, P_ARRAY);
-        return 0;
-    }
-    g->level++;
-    struct dray_srv_buf tail = {0}, t = {0}, body = {0}, sep = {0};
-    int rc = -1;
-    jg_prim(g, &sep, P_WS);
-    jg_put(g, &sep, " \",\" ");
-    jg_prim(g, &sep, P_WS);
-    jg_put(g, &sep, " ");
-    /* the elements after the prefix, when at least one is there */
-    if (rest && (max < 0 || (size_t)max > k)) {
-        struct dray_srv_buf r = {0};
-        int e = items && !json_is_true(items) ? gen_at(g, items, &r, ".items")
-                                              : (jg_prim(g, &r, P_VALUE), 0);
-        if (e) {
-            dray_srv_buf_free(&r);
-            goto done;
-        }
-        long a = min - (long)k - 1 > 0 ? min - (long)k - 1 : 0;
-        long b = max < 0 ? -1 : max - (long)k - 1;
-        jg_putn(g, &tail, r.data, r.len);
-        if (b != 0) {
-            jg_charge(g, a, b, jg_tokens(r.data, r.len) + 3);
-            jg_put(g, &tail, " ( ");
-            jg_putn(g, &tail, sep.data, sep.len);
-            jg_putn(g, &tail, r.data, r.len);
-            jg_put(g, &tail, " )");
-            if (b < 0 && a == 0)
-                jg_put(g, &tail, "*");
-            else if (b < 0 && a == 1)
-                jg_put(g, &tail, "+");
-            else if (b < 0)
-                jg_putf(g, &tail, "{%ld,}", a);
-            else if (a == b)
-                jg_putf(g, &tail, "{%ld}", a);
-            else
-                jg_putf(g, &tail, "{%ld,%ld}", a, b);
-        }
-        dray_srv_buf_free(&r);
-    }
-    /* the prefix, from its end: element j, then optionally (from j >= min) the rest */
-    for (size_t j = k; j-- > 0;) {
-        if (gen_at(g, json_array_get(prefix, j), &t, ".prefixItems[%zu]", j))
-            goto done;
-        if (tail.len && (max < 0 || (long)j + 1 < max)) {
-            jg_put(g, &t, " ( ");
-            jg_putn(g, &t, sep.data, sep.len);
-            jg_put_buf(g, &t, &tail);
-            jg_put(g, &t, (long)j + 1 >= min ? " )?" : " )");
-        }
-        dray_srv_buf_reset(&tail);
-        jg_put_buf(g, &tail, &t);
-    }
-    jg_put(g, &body, "\"[\" ");
-    jg_prim(g, &body, P_WS);
-    if (tail.len) {
-        jg_put(g, &body, " ( ");
-        jg_put_buf(g, &body, &tail);
-        jg_put(g, &body, " ");
-        jg_prim(g, &body, P_WS);
-        jg_put(g, &body, min == 0 ? " )?" : " )");
-    }
-    jg_put(g, &body, " \"]\"");
-    rc = jg_rule_of(g, "arr", &body, out);
-done:
-    g->level--;
-    dray_srv_buf_free(&tail);
-    dray_srv_buf_free(&t);
-    dray_srv_buf_free(&body);
-    dray_srv_buf_free(&sep);
+    int rc = jg_schema(g, s, out);
+    jg_path_pop(g, old);
     return rc;
 }
 
@@ -1039,7 +536,7 @@ static int gen_ref(struct gen *g, json_t *s, struct dray_srv_buf *out)
         if ((*nm >= 'a' && *nm <= 'z') || (*nm >= 'A' && *nm <= 'Z') || (*nm >= '0' && *nm <= '9'))
             hint[h++] = *nm;
     hint[h] = '\0';
-    new_name(g, hint, d->name, sizeof(d->name));
+    jg_new_name(g, hint, d->name, sizeof(d->name));
     /* errors inside the definition name it where it is written */
     char saved[sizeof(g->path)];
     size_t saved_len = g->plen;
@@ -1047,11 +544,11 @@ static int gen_ref(struct gen *g, json_t *s, struct dray_srv_buf *out)
     struct dray_srv_buf body = {0};
     snprintf(g->path, sizeof(g->path), "%s%s", g->base, where);
     g->plen = strlen(g->path);
-    int rc = gen_schema(g, target, &body);
+    int rc = jg_schema(g, target, &body);
     memcpy(g->path, saved, saved_len + 1);
     g->plen = saved_len;
     if (!rc)
-        rc = emit_rule(g, g->defs[di].name, &body);
+        rc = jg_emit_rule(g, g->defs[di].name, &body);
     dray_srv_buf_free(&body);
     if (rc)
         return -1;
@@ -1070,13 +567,13 @@ static int gen_any_of(struct gen *g, json_t *s, const char *kw, struct dray_srv_
         if (json_array_size(arr) > 1)
             return jg_bad(g, kw, "with more than one schema is not supported (merge them into "
                        "one)");
-        return gen_at(g, json_array_get(arr, 0), out, ".allOf[0]");
+        return jg_at(g, json_array_get(arr, 0), out, ".allOf[0]");
     }
     struct dray_srv_buf body = {0};
     json_array_foreach(arr, i, v) {
         if (i)
             jg_put(g, &body, " | ");
-        if (gen_at(g, v, &body, ".%s[%zu]", kw, i)) {
+        if (jg_at(g, v, &body, ".%s[%zu]", kw, i)) {
             dray_srv_buf_free(&body);
             return -1;
         }
@@ -1086,7 +583,7 @@ static int gen_any_of(struct gen *g, json_t *s, const char *kw, struct dray_srv_
     return rc;
 }
 
-static int gen_schema(struct gen *g, json_t *s, struct dray_srv_buf *out)
+int jg_schema(struct gen *g, json_t *s, struct dray_srv_buf *out)
 {
     if (json_is_true(s)) {
         jg_prim(g, out, P_VALUE);
@@ -1185,11 +682,11 @@ static int gen_schema(struct gen *g, json_t *s, struct dray_srv_buf *out)
         switch (bit) {
         case T_NULL: jg_prim(g, &body, P_NULL); break;
         case T_BOOLEAN: jg_prim(g, &body, P_BOOLEAN); break;
-        case T_OBJECT: rc = gen_object(g, s, &body); break;
-        case T_ARRAY: rc = gen_array(g, s, &body); break;
+        case T_OBJECT: rc = jg_object(g, s, &body); break;
+        case T_ARRAY: rc = jg_array(g, s, &body); break;
         case T_NUMBER: rc = jg_number(g, s, &body); break;
         case T_INTEGER: rc = jg_integer(g, s, &body); break;
-        default: rc = gen_string(g, s, &body); break;
+        default: rc = jg_string(g, s, &body); break;
         }
     }
     if (!rc) {
@@ -1232,7 +729,7 @@ static int generate(json_t *schema, const char *prefix, const char *param,
     g.n_defs = 1;
     g.defs[0] = (struct gdef){.target = schema, .done = false, .level = 0};
     snprintf(g.defs[0].name, sizeof(g.defs[0].name), "%s", g.entry);
-    if (gen_schema(&g, schema, &body) || emit_rule(&g, g.entry, &body))
+    if (jg_schema(&g, schema, &body) || jg_emit_rule(&g, g.entry, &body))
         goto done;
     /* the primitives used, and those they use */
     unsigned used = g.used, prev;

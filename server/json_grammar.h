@@ -38,8 +38,10 @@ int dray_srv_schema_grammar(json_t *schema, const char *param, char **gbnf,
 /* The same rules appended to out, for a grammar that holds several schemas (one
  * per tool): every rule is named prefix or "prefix-...", and the one named
  * prefix matches the schema's documents (the caller refers to it from its own
- * rules). prefix: [a-zA-Z0-9_]+ and distinct per schema. On failure out is as
- * it was. */
+ * rules). prefix: [a-zA-Z0-9_]+, distinct per schema and from the caller's rule
+ * names (else 500). The limits hold per schema: the caller's whole grammar still
+ * goes through dray_grammar_parse, which has its own. On failure out is as it
+ * was. */
 int dray_srv_schema_rules(json_t *schema, const char *prefix, const char *param,
                           struct dray_srv_buf *out, struct dray_srv_error *e);
 

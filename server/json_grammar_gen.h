@@ -72,6 +72,23 @@ size_t jg_tokens(const char *s, size_t n);
 int jg_hexval(char c);
 uint32_t jg_utf8_next(const char *s, size_t n, size_t *i);
 
+/* json_grammar.c, for the others: the expression of schema s (the walk), a
+ * string literal spelled as JSON, a fresh rule name, a rule written, the path
+ * cut back to old */
+int jg_schema(struct gen *g, json_t *s, struct dray_srv_buf *out);
+void jg_json_spell(struct gen *g, struct dray_srv_buf *b, const char *s, size_t n);
+void jg_new_name(struct gen *g, const char *hint, char *name, size_t n);
+int jg_emit_rule(struct gen *g, const char *name, const struct dray_srv_buf *body);
+void jg_path_pop(struct gen *g, size_t old);
+/* jg_schema with path += fmt while at it */
+int jg_at(struct gen *g, json_t *s, struct dray_srv_buf *out, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- json_values.c: strings, objects, arrays */
+int jg_string(struct gen *g, json_t *s, struct dray_srv_buf *out);
+int jg_object(struct gen *g, json_t *s, struct dray_srv_buf *out);
+int jg_array(struct gen *g, json_t *s, struct dray_srv_buf *out);
+
 /* ---- json_pattern.c: sets of code points, spelled inside a JSON string */
 struct range {
     uint32_t lo, hi;

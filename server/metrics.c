@@ -162,6 +162,13 @@ static const struct {
     {"dray_preemptions_total", "counter", "Sequences preempted (blocks freed, recomputed later).",
      STAT(preemptions)},
     {"dray_scheduler_steps_total", "counter", "Batches the scheduler ran.", STAT(steps)},
+    {"dray_sampled_tokens_total", "counter", "Tokens the scheduler sampled.", STAT(sampled_tokens)},
+    {"dray_sample_microseconds_total", "counter", "Scheduler time drawing them.", STAT(sample_us)},
+    {"dray_grammar_tokens_total", "counter", "Of them, tokens sampled under a grammar (structured "
+     "output, tools).", STAT(grammar_tokens)},
+    {"dray_grammar_microseconds_total", "counter",
+     "Scheduler time drawing those (the grammar's tests and masks included) and advancing their "
+     "grammars.", STAT(grammar_us)},
     {"dray_scheduler_prompt_tokens_total", "counter",
      "Prompt tokens of the sequences the scheduler admitted (a request of n choices has n, plus "
      "its prompt pass).", STAT(prompt_tokens)},

@@ -376,6 +376,29 @@ static void test_grammar_accept_bytes_is_atomic(void **state)
     dray_grammar_free(g);
 }
 
+/* A peek answers as accept would and never moves the matcher. */
+static void test_grammar_peek_answers_like_accept_and_stays(void **state)
+{
+    (void)state;
+    struct dray_grammar *g = parse("root ::= \"ab\" [0-9]+ \"é\"");
+    struct dray_grammar_matcher *m = matcher(g);
+    const char *tries[] = {"a", "ab", "ab1", "abx", "ab12\xC3", "ab12\xC3\xA9", "b"};
+    for (size_t i = 0; i < 7; i++) {
+        struct dray_grammar_matcher *c;
+        assert_int_equal(dray_grammar_matcher_clone(m, &c), 0);
+        assert_int_equal(dray_grammar_peek_bytes(m, tries[i], strlen(tries[i])),
+                         dray_grammar_accept_bytes(c, tries[i], strlen(tries[i])));
+        dray_grammar_matcher_free(c);
+    }
+    assert_int_equal(dray_grammar_accept_bytes(m, "ab1", 3), 0); /* m is still at the start */
+    assert_int_equal(dray_grammar_peek_bytes(m, "2\xC3", 2), 0);
+    assert_int_equal(dray_grammar_peek_bytes(m, "\xA9", 1), DRAY_EINVAL); /* not inside é */
+    assert_int_equal(dray_grammar_accept_bytes(m, "\xC3\xA9", 2), 0);
+    assert_true(dray_grammar_must_end(m));
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
+}
+
 static void test_grammar_clone_is_independent(void **state)
 {
     (void)state;
@@ -784,6 +807,7 @@ int main(void)
         cmocka_unit_test(test_grammar_deep_nesting_stays_correct),
         cmocka_unit_test(test_grammar_utf8_split_across_tokens),
         cmocka_unit_test(test_grammar_accept_bytes_is_atomic),
+        cmocka_unit_test(test_grammar_peek_answers_like_accept_and_stays),
         cmocka_unit_test(test_grammar_clone_is_independent),
         cmocka_unit_test(test_grammar_can_end_and_must_end),
         cmocka_unit_test(test_grammar_mask_equals_brute_force),

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,6 +467,129 @@ static void test_combinators(void **state)
     run_examples(combinators, sizeof(combinators) / sizeof(combinators[0]));
 }
 
+/* ------------------------------------------------------------ generating through the mask */
+
+/* A toy vocabulary: every byte alone (so UTF-8 characters arrive split), the
+ * end of generation, and a few longer pieces as a BPE vocabulary has them. */
+static const char *const pieces_long[] = {
+    "{\"", "\":", "\": ", "\", \"", "true", "false", "null", "  ", "\n  ", "12", "-3", "0.5", "e+",
+    "\\u00e9", "\\n", "\xc3\xa9", "\xf0\x9f\x98\x80", "name", "\"}", "]}", "[{",
+};
+#define N_LONG (sizeof(pieces_long) / sizeof(pieces_long[0]))
+#define EOG 256
+#define N_VOCAB (257 + N_LONG)
+
+static struct dray_grammar_vocab *toy_vocab(void)
+{
+    static char bytes[256];
+    const char *pieces[N_VOCAB];
+    uint32_t lens[N_VOCAB];
+    for (int i = 0; i < 256; i++) {
+        bytes[i] = (char)i;
+        pieces[i] = &bytes[i];
+        lens[i] = 1;
+    }
+    pieces[EOG] = "";
+    lens[EOG] = 0;
+    for (size_t i = 0; i < N_LONG; i++) {
+        pieces[257 + i] = pieces_long[i];
+        lens[257 + i] = (uint32_t)strlen(pieces_long[i]);
+    }
+    int32_t eog = EOG;
+    struct dray_grammar_vocab *v = NULL;
+    char err[128];
+    if (dray_grammar_vocab_new(N_VOCAB, pieces, lens, &eog, 1, &v, err, sizeof(err)))
+        fail_msg("toy vocabulary: %s", err);
+    return v;
+}
+
+/* Random walks: at each step a token the mask allows (closing ones favoured, so
+ * walks end). The mask never leaves a walk stuck short of a document, and each
+ * finished walk is JSON that a fresh matcher accepts whole. */
+static int walk(const char *schema, const struct dray_grammar_vocab *v, int walks)
+{
+    char *gbnf = grammar_of(schema);
+    struct dray_grammar *g = compile(gbnf);
+    static const int closers[] = {'"', '}', ']', EOG, '0', '1', 't', 'n', '[', '{'};
+    uint32_t allow[(N_VOCAB + 31) / 32];
+    char out[4096];
+    int finished = 0;
+    for (int w = 0; w < walks; w++) {
+        struct dray_grammar_matcher *m;
+        assert_int_equal(dray_grammar_matcher_new(g, &m), 0);
+        size_t n = 0;
+        bool ended = false;
+        for (int step = 0; step < 600 && !ended; step++) {
+            long k = dray_grammar_allowed(m, v, allow);
+            assert_true(k >= 0);
+            if (k == 0)
+                fail_msg("%s: a dead end after %.*s\n%s", schema, (int)n, out, gbnf);
+#define ALLOWED(id) ((allow[(id) / 32] >> ((id) % 32)) & 1u)
+            int pick = -1;
+            if (rand() % 3) { /* favour a token that closes something */
+                int c = closers[rand() % (sizeof(closers) / sizeof(closers[0]))];
+                if (ALLOWED(c))
+                    pick = c;
+            }
+            while (pick < 0) {
+                int id = rand() % N_VOCAB;
+                if (ALLOWED(id))
+                    pick = id;
+            }
+#undef ALLOWED
+            if (pick == EOG) {
+                assert_true(dray_grammar_can_end(m));
+                ended = true;
+                break;
+            }
+            size_t len = pick < 256 ? 1 : strlen(pieces_long[pick - 257]);
+            const char *bytes = pick < 256 ? (const char[]){(char)pick} : pieces_long[pick - 257];
+            if (n + len >= sizeof(out))
+                break;
+            assert_int_equal(dray_grammar_accept_token(m, v, pick), 0);
+            memcpy(out + n, bytes, len);
+            n += len;
+            if (dray_grammar_must_end(m))
+                ended = true;
+        }
+        dray_grammar_matcher_free(m);
+        if (!ended)
+            continue;
+        finished++;
+        out[n] = '\0';
+        json_error_t je;
+        json_t *doc = json_loads(out, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+        /* JSON puts no bound on exponents; jansson refuses what overflows a double */
+        if (!doc && !strstr(je.text, "overflow"))
+            fail_msg("%s: the mask let through %s, not JSON (%s)\n%s", schema, out, je.text, gbnf);
+        json_decref(doc);
+        if (!accepts(g, out))
+            fail_msg("%s: generated %s, which the matcher then refuses", schema, out);
+    }
+    dray_grammar_free(g);
+    free(gbnf);
+    return finished;
+}
+
+static void test_generate_through_the_mask(void **state)
+{
+    (void)state;
+    srand(3);
+    struct dray_grammar_vocab *v = toy_vocab();
+#define N(t) (sizeof(t) / sizeof((t)[0]))
+    const struct example *tables[] = {objects, arrays, numbers, strings, combinators};
+    const size_t sizes[] = {N(objects), N(arrays), N(numbers), N(strings), N(combinators)};
+#undef N
+    int walks = 0, finished = 0;
+    for (size_t t = 0; t < 5; t++)
+        for (size_t i = 0; i < sizes[t]; i++, walks += 24)
+            finished += walk(tables[t][i].schema, v, 24);
+    /* most end (a pattern's literal part is rarely spelled at random) */
+    if (finished < walks * 3 / 4)
+        fail_msg("only %d of %d walks reached the end of a document", finished, walks);
+    dray_grammar_vocab_free(v);
+}
+
 /* ------------------------------------------------------------ whitespace */
 
 static void test_whitespace_is_bounded(void **state)
@@ -814,6 +938,7 @@ int main(void)
         cmocka_unit_test(test_number_ranges_sweep),
         cmocka_unit_test(test_strings),
         cmocka_unit_test(test_combinators),
+        cmocka_unit_test(test_generate_through_the_mask),
         cmocka_unit_test(test_whitespace_is_bounded),
         cmocka_unit_test(test_json_object_grammar),
         cmocka_unit_test(test_response_format),

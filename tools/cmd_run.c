@@ -16,6 +16,7 @@ static void usage(void)
            "  -f, --file FILE       read the prompt from FILE\n"
            "  --prompt-ids LIST     comma-separated token ids, used as given\n"
            "  --stop STRING         stop when the output contains STRING (repeatable)\n"
+           "  --grammar FILE        the output follows the GBNF grammar in FILE (start rule root)\n"
            "  --print-token-ids     print the generated ids on the last line of stdout\n"
            "  --dump-logits FILE    write f32 logits [n_prompt][n_vocab] of the prompt and exit\n"
            "  -q, --quiet           no model or speed report on stderr\n");
@@ -81,10 +82,10 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n)
 
 #define PROMPT_FILE_MAX ((size_t)512 << 20) /* the tokenizer's limit */
 
-/* Reads the whole prompt file. Refused, with the reason: a folder (fread fails and
+/* Reads the whole file (what: "prompt", "grammar"). Refused, with the reason: a folder (fread fails and
  * the prompt was silently empty), a read error, more than PROMPT_FILE_MAX bytes, and
  * a NUL byte (the prompt is a C string: everything after it was silently dropped). */
-static char *read_file(const char *path)
+static char *read_file(const char *path, const char *what)
 {
     FILE *f = fopen(path, "rb");
     struct stat st;
@@ -92,7 +93,7 @@ static char *read_file(const char *path)
     char *buf = NULL, why[160] = "";
     const char *nul;
     if (!f) {
-        fprintf(stderr, "dray: cannot read prompt file %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "dray: cannot read %s file %s: %s\n", what, path, strerror(errno));
         return NULL;
     }
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -125,7 +126,7 @@ out:
     fclose(f);
     if (!why[0])
         return buf;
-    fprintf(stderr, "dray: prompt file %s: %s\n", path, why);
+    fprintf(stderr, "dray: %s file %s: %s\n", what, path, why);
     free(buf);
     return NULL;
 }
@@ -138,7 +139,7 @@ int dray_cmd_run(int argc, char **argv)
     if (dray_cli_parse_seqs(argc, argv, &cfg, rest, &n_rest, 1))
         return 2;
     const char *prompt = NULL, *prompt_ids = NULL, *dump = NULL, *stops[16];
-    char *file_text = NULL;
+    char *file_text = NULL, *grammar = NULL;
     bool print_ids = false, quiet = false;
     uint32_t n_stop = 0;
     for (int i = 1; i < n_rest; i++) {
@@ -146,23 +147,37 @@ int dray_cmd_run(int argc, char **argv)
         bool has = i + 1 < n_rest;
         if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && has) prompt = rest[++i];
         else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has) {
-            if (!(file_text = read_file(rest[++i])))
+            if (!(file_text = read_file(rest[++i], "prompt")))
                 return 1;
             prompt = file_text;
         } else if (!strcmp(a, "--prompt-ids") && has) prompt_ids = rest[++i];
         else if (!strcmp(a, "--dump-logits") && has) dump = rest[++i];
         else if (!strcmp(a, "--stop") && has && n_stop < 16) stops[n_stop++] = rest[++i];
+        else if (!strcmp(a, "--grammar") && has) {
+            free(grammar);
+            if (!(grammar = read_file(rest[++i], "grammar")) ||
+                dray_grammar_check(grammar, strlen(grammar), err, sizeof(err))) {
+                if (grammar)
+                    fprintf(stderr, "dray: grammar file %s: %s\n", rest[i], err);
+                free(grammar);
+                free(file_text);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--print-token-ids")) print_ids = true;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else {
             fprintf(stderr, "dray run: unknown or incomplete option '%s' (dray run -h lists them)\n", a);
+            free(file_text);
+            free(grammar);
             return 2;
         }
     }
     if (!prompt == !prompt_ids) {
         fprintf(stderr, "dray run: give exactly one of -p TEXT, -f FILE or --prompt-ids LIST\n");
         free(file_text);
+        free(grammar);
         return 2;
     }
     struct dray_engine *e = dray_cli_open_engine(&cfg, quiet);
@@ -205,6 +220,7 @@ int dray_cmd_run(int argc, char **argv)
     dray_gen_params_from_config(&cfg, &p);
     p.stop = stops;
     p.n_stop = n_stop;
+    p.grammar = grammar;
     o.echo = prompt_ids ? NULL : prompt;
     if (dray_session_generate(s, ids, n, &p, on_token, &o, &st, err, sizeof(err))) {
         fprintf(stderr, "dray: %s\n", err);
@@ -227,11 +243,15 @@ int dray_cmd_run(int argc, char **argv)
                 st.n_prefilled, st.prefill_s, st.n_prefilled / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
                 st.n_generated, st.decode_s, st.n_generated / (st.decode_s > 0 ? st.decode_s : 1e-9),
                 st.stop_reason);
+    if (!quiet && st.n_drafted)
+        fprintf(stderr, "dray: lookup drafts: %u of %u drafted tokens kept\n", st.n_draft_kept,
+                st.n_drafted);
     rc = 0;
 out:
     free(o.ids);
     free(ids);
     free(file_text);
+    free(grammar);
     dray_session_free(s);
     dray_engine_close(e);
     return rc;

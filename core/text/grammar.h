@@ -77,6 +77,12 @@ int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes,
  * for a token of no bytes that is not eog. */
 int dray_grammar_accept_token(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
                               int32_t id);
+/* Whether bytes (or token id) could be accepted now, without moving: 0 or
+ * DRAY_EINVAL, as accept would answer. Cheaper than a mask when only a few
+ * tokens are in question (the sampler's best candidates). */
+int dray_grammar_peek_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n);
+int dray_grammar_peek_token(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
+                            int32_t id);
 /* The output so far is a complete sentence of root: end of generation is allowed. */
 bool dray_grammar_can_end(const struct dray_grammar_matcher *m);
 /* Nothing can follow: the sequence must end now (can_end, and no character can

@@ -220,4 +220,7 @@ int dray_gram_rebuild(struct dray_grammar_matcher *m, uint32_t *ids, size_t n);
 /* Drop every cached mask. */
 void dray_gram_lru_clear(struct dray_grammar_matcher *m);
 
+/* Grow *p (of *cap elements of size sz) to hold need; 0 or DRAY_ENOMEM. */
+int dray_gram_grow(void **p, size_t *cap, size_t need, size_t sz);
+
 #endif

@@ -209,8 +209,8 @@ uint32_t dray_grammar_vocab_size(const struct dray_grammar_vocab *v)
     return v->n_vocab;
 }
 
-int dray_grammar_accept_token(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
-                              int32_t id)
+static int token(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v, int32_t id,
+                 bool commit)
 {
     if (id < 0 || (uint32_t)id >= v->n_vocab)
         return DRAY_EINVAL;
@@ -219,7 +219,20 @@ int dray_grammar_accept_token(struct dray_grammar_matcher *m, const struct dray_
     size_t n = v->off[id + 1] - v->off[id];
     if (n == 0)
         return DRAY_EINVAL; /* never allowed: control, unknown, unused */
-    return dray_grammar_accept_bytes(m, v->bytes + v->off[id], n);
+    return commit ? dray_grammar_accept_bytes(m, v->bytes + v->off[id], n)
+                  : dray_grammar_peek_bytes(m, v->bytes + v->off[id], n);
+}
+
+int dray_grammar_accept_token(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
+                              int32_t id)
+{
+    return token(m, v, id, true);
+}
+
+int dray_grammar_peek_token(struct dray_grammar_matcher *m, const struct dray_grammar_vocab *v,
+                            int32_t id)
+{
+    return token(m, v, id, false);
 }
 
 /* ------------------------------------------------------------ the mask cache */

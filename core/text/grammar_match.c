@@ -16,27 +16,12 @@
 
 #define GRAM_DFA_BUDGET (8u << 20) /* bytes of DFA per matcher before a rebuild */
 
-/* Grow *p (of *cap elements of size sz) to hold need; 0 or DRAY_ENOMEM. */
-static int grow(void **p, size_t *cap, size_t need, size_t sz)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * sz);
-    if (!q)
-        return DRAY_ENOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
 
 /* The same for uint32_t capacities. */
 static int grow32(void **p, uint32_t *cap, size_t need, size_t sz)
 {
     size_t c = *cap;
-    int rc = grow(p, &c, need, sz);
+    int rc = dray_gram_grow(p, &c, need, sz);
     if (!rc)
         *cap = (uint32_t)c;
     return rc;
@@ -121,7 +106,7 @@ static int scratch_push(struct gram_scratch *x, const uint32_t *ext, size_t w_of
                         uint32_t a, uint32_t b)
 {
     size_t off = x->n_w;
-    if (grow((void **)&x->w, &x->cap_w, off + n + 2, sizeof(*x->w)))
+    if (dray_gram_grow((void **)&x->w, &x->cap_w, off + n + 2, sizeof(*x->w)))
         return DRAY_ENOMEM;
     if (n)
         memcpy(x->w + off, ext ? ext : x->w + w_off, n * sizeof(*x->w));
@@ -243,7 +228,7 @@ static int state_tops(const struct dray_grammar *g, struct gram_dfa *d, struct g
             dup = d->pool[s->tops + t] == top;
         if (dup)
             continue;
-        if (grow((void **)&d->pool, &d->cap_pool, d->n_pool + 1, sizeof(*d->pool)))
+        if (dray_gram_grow((void **)&d->pool, &d->cap_pool, d->n_pool + 1, sizeof(*d->pool)))
             return DRAY_ENOMEM;
         d->pool[d->n_pool++] = top;
         s->n_tops++;
@@ -267,7 +252,7 @@ static int intern(const struct dray_grammar *g, struct gram_dfa *d, const uint32
         }
     }
     if (grow32((void **)&d->st, &d->cap_st, d->n_st + 1, sizeof(*d->st)) ||
-        grow((void **)&d->pool, &d->cap_pool, d->n_pool + len, sizeof(*d->pool)))
+        dray_gram_grow((void **)&d->pool, &d->cap_pool, d->n_pool + len, sizeof(*d->pool)))
         return DRAY_ENOMEM;
     if (d->n_st + 1 > d->cap_rows) {
         uint32_t rows = d->cap_rows ? d->cap_rows * 2 : 16;
@@ -590,7 +575,8 @@ void dray_grammar_matcher_free(struct dray_grammar_matcher *m)
     free(m);
 }
 
-int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n)
+/* Step over bytes; commit: move there, else stay (a peek). */
+static int feed(struct dray_grammar_matcher *m, const char *bytes, size_t n, bool commit)
 {
     uint32_t keep[2] = {m->pos.s, m->pos.s}; /* where it started, where it is */
     struct gram_pos p = m->pos;
@@ -608,8 +594,19 @@ int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes,
             m->pos.s = keep[0];
         }
     }
-    m->pos = p;
+    if (commit)
+        m->pos = p;
     return 0;
+}
+
+int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n)
+{
+    return feed(m, bytes, n, true);
+}
+
+int dray_grammar_peek_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n)
+{
+    return feed(m, bytes, n, false);
 }
 
 bool dray_grammar_can_end(const struct dray_grammar_matcher *m)

@@ -12,48 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dray/dray.h"
 #include "error.h"
 #include "grammar_internal.h"
+#include "grammar_parser.h"
 #include "utf8.h"
 
-/* A rule while parsing: its name, where it was defined or first used, and the
- * user rule a helper belongs to (for messages). */
-struct prule {
-    uint32_t name, name_len; /* offset and length in the text; helpers: their origin's */
-    size_t def_at, ref_at;   /* text offsets; SIZE_MAX: none */
-    bool defined;
-    bool helper; /* a group's or a repetition's rule */
-    uint32_t alt0, n_alt;
-};
-
-/* Elements of one rule body being parsed: alternatives separated by GRAM_END. */
-struct seq {
-    struct gram_el *e;
-    size_t n, cap;
-};
-
-struct parser {
-    const char *s;
-    size_t n, i;
-    char *err;
-    size_t errlen;
-    struct gram_el *el; /* committed elements */
-    size_t n_el, cap_el;
-    uint32_t *alts;
-    size_t n_alts, cap_alts;
-    struct prule *rules;
-    size_t n_rules, cap_rules;
-    uint32_t *ranges; /* pairs */
-    size_t n_rng, cap_rng;
-    uint32_t *cls;
-    size_t n_cls, cap_cls;
-    uint32_t *names; /* open addressing of user rule id + 1 by name */
-    size_t names_cap;
-    uint32_t any_cls; /* class of '.', UINT32_MAX until first used */
-};
-
-/* Grow *p (of *cap elements of size sz) to hold need; 0 or DRAY_ENOMEM. */
-static int grow(void **p, size_t *cap, size_t need, size_t sz)
+int dray_gram_grow(void **p, size_t *cap, size_t need, size_t sz)
 {
     if (need <= *cap)
         return 0;
@@ -84,7 +49,7 @@ static void line_col(const struct parser *p, size_t at, size_t *line, size_t *co
 }
 
 /* DRAY_EINVAL with "line L, column C: what" for text offset at. */
-__attribute__((format(printf, 3, 4))) static int fail_at(struct parser *p, size_t at,
+__attribute__((format(printf, 3, 4))) int dray_gram_fail_at(struct parser *p, size_t at,
                                                          const char *fmt, ...)
 {
     char what[200];
@@ -98,7 +63,7 @@ __attribute__((format(printf, 3, 4))) static int fail_at(struct parser *p, size_
                      col, what);
 }
 
-static int nomem(struct parser *p)
+int dray_gram_nomem(struct parser *p)
 {
     return dray_fail(p->err, p->errlen, DRAY_ENOMEM, "grammar: out of memory");
 }
@@ -153,7 +118,7 @@ static uint64_t name_hash(const char *s, size_t n)
     return h;
 }
 
-static bool name_eq(const struct parser *p, const struct prule *r, const char *s, size_t n)
+bool dray_gram_name_eq(const struct parser *p, const struct prule *r, const char *s, size_t n)
 {
     return r->name_len == n && memcmp(p->s + r->name, s, n) == 0;
 }
@@ -161,8 +126,9 @@ static bool name_eq(const struct parser *p, const struct prule *r, const char *s
 /* A new rule (user rule when name_len > 0, else a helper of origin's name). */
 static int new_rule(struct parser *p, uint32_t name, uint32_t name_len, uint32_t *id)
 {
-    if (grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(*p->rules)))
-        return nomem(p);
+    *id = UINT32_MAX;
+    if (dray_gram_grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(*p->rules)))
+        return dray_gram_nomem(p);
     p->rules[p->n_rules] = (struct prule){.name = name, .name_len = name_len,
                                           .def_at = SIZE_MAX, .ref_at = SIZE_MAX};
     *id = (uint32_t)p->n_rules++;
@@ -175,7 +141,7 @@ static int names_grow(struct parser *p)
     size_t cap = p->names_cap ? p->names_cap * 2 : 64;
     uint32_t *t = calloc(cap, sizeof(*t));
     if (!t)
-        return nomem(p);
+        return dray_gram_nomem(p);
     for (size_t k = 0; k < p->names_cap; k++) {
         uint32_t v = p->names[k];
         if (!v)
@@ -199,7 +165,7 @@ static int rule_id(struct parser *p, size_t at, size_t n, uint32_t *id)
         return DRAY_ENOMEM;
     size_t j = name_hash(p->s + at, n) & (p->names_cap - 1);
     for (; p->names[j]; j = (j + 1) & (p->names_cap - 1)) {
-        if (name_eq(p, &p->rules[p->names[j] - 1], p->s + at, n)) {
+        if (dray_gram_name_eq(p, &p->rules[p->names[j] - 1], p->s + at, n)) {
             *id = p->names[j] - 1;
             return 0;
         }
@@ -215,9 +181,9 @@ static int rule_id(struct parser *p, size_t at, size_t n, uint32_t *id)
 static int seq_push(struct parser *p, struct seq *q, uint32_t kind, uint32_t val)
 {
     if (q->n >= GRAM_MAX_ELEMENTS)
-        return fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
-    if (grow((void **)&q->e, &q->cap, q->n + 1, sizeof(*q->e)))
-        return nomem(p);
+        return dray_gram_fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+    if (dray_gram_grow((void **)&q->e, &q->cap, q->n + 1, sizeof(*q->e)))
+        return dray_gram_nomem(p);
     q->e[q->n++] = (struct gram_el){kind, val};
     return 0;
 }
@@ -225,8 +191,8 @@ static int seq_push(struct parser *p, struct seq *q, uint32_t kind, uint32_t val
 /* Append q[from .. from + len) to q (a copy of the last item). */
 static int seq_repeat(struct parser *p, struct seq *q, size_t from, size_t len)
 {
-    if (grow((void **)&q->e, &q->cap, q->n + len, sizeof(*q->e)))
-        return nomem(p);
+    if (dray_gram_grow((void **)&q->e, &q->cap, q->n + len, sizeof(*q->e)))
+        return dray_gram_nomem(p);
     memcpy(q->e + q->n, q->e + from, len * sizeof(*q->e));
     q->n += len;
     return 0;
@@ -239,10 +205,10 @@ static int commit_rule(struct parser *p, uint32_t id, const struct seq *q)
     for (size_t k = 0; k < q->n; k++)
         n_alt += q->e[k].kind == GRAM_END;
     if (p->n_el + q->n + 2 > GRAM_MAX_ELEMENTS)
-        return fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
-    if (grow((void **)&p->el, &p->cap_el, p->n_el + q->n, sizeof(*p->el)) ||
-        grow((void **)&p->alts, &p->cap_alts, p->n_alts + n_alt, sizeof(*p->alts)))
-        return nomem(p);
+        return dray_gram_fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+    if (dray_gram_grow((void **)&p->el, &p->cap_el, p->n_el + q->n, sizeof(*p->el)) ||
+        dray_gram_grow((void **)&p->alts, &p->cap_alts, p->n_alts + n_alt, sizeof(*p->alts)))
+        return dray_gram_nomem(p);
     p->rules[id].alt0 = (uint32_t)p->n_alts;
     p->rules[id].n_alt = (uint32_t)n_alt;
     p->rules[id].defined = true;
@@ -286,12 +252,12 @@ static int parse_hex(struct parser *p, size_t at, int digits, uint32_t *cp)
     for (int k = 0; k < digits; k++) {
         int h = hex_val(peek(p));
         if (h < 0)
-            return fail_at(p, at, "escape needs %d hex digits", digits);
+            return dray_gram_fail_at(p, at, "escape needs %d hex digits", digits);
         v = v * 16 + (uint32_t)h;
         p->i++;
     }
     if (v > GRAM_MAX_CP || (v >= 0xD800 && v <= 0xDFFF))
-        return fail_at(p, at, "escape U+%X is not a Unicode scalar value", v);
+        return dray_gram_fail_at(p, at, "escape U+%X is not a Unicode scalar value", v);
     *cp = v;
     return 0;
 }
@@ -315,13 +281,13 @@ static int parse_char(struct parser *p, uint32_t *cp)
         case 'x': return parse_hex(p, at, 2, cp);
         case 'u': return parse_hex(p, at, 4, cp);
         case 'U': return parse_hex(p, at, 8, cp);
-        case -1: return fail_at(p, at, "escape at end of input");
-        default: return fail_at(p, at, "unknown escape '\\%c'", e);
+        case -1: return dray_gram_fail_at(p, at, "escape at end of input");
+        default: return dray_gram_fail_at(p, at, "unknown escape '\\%c'", e);
         }
     }
     int r = dray_utf8_next((const uint8_t *)p->s + p->i, p->n - p->i, cp);
     if (r <= 0)
-        return fail_at(p, at, "ill-formed UTF-8");
+        return dray_gram_fail_at(p, at, "ill-formed UTF-8");
     p->i += (size_t)r;
     return 0;
 }
@@ -381,9 +347,9 @@ static size_t negate_ranges(uint32_t *r, size_t n)
 /* Store pairs r[0..2n) as a new class; its index in *id. */
 static int add_class(struct parser *p, const uint32_t *r, size_t n, uint32_t *id)
 {
-    if (grow((void **)&p->ranges, &p->cap_rng, p->n_rng + 2 * n, sizeof(*p->ranges)) ||
-        grow((void **)&p->cls, &p->cap_cls, p->n_cls + 2, sizeof(*p->cls)))
-        return nomem(p);
+    if (dray_gram_grow((void **)&p->ranges, &p->cap_rng, p->n_rng + 2 * n, sizeof(*p->ranges)) ||
+        dray_gram_grow((void **)&p->cls, &p->cap_cls, p->n_cls + 2, sizeof(*p->cls)))
+        return dray_gram_nomem(p);
     if (p->n_cls == 0)
         p->cls[p->n_cls++] = 0;
     memcpy(p->ranges + p->n_rng, r, 2 * n * sizeof(*r));
@@ -400,7 +366,7 @@ static int class_items(struct parser *p, size_t at, uint32_t **r, size_t *n)
     for (;;) {
         int c = peek(p);
         if (c < 0)
-            return fail_at(p, at, "unterminated character class");
+            return dray_gram_fail_at(p, at, "unterminated character class");
         if (c == ']')
             return 0;
         uint32_t lo, hi;
@@ -414,10 +380,10 @@ static int class_items(struct parser *p, size_t at, uint32_t **r, size_t *n)
             if ((rc = parse_char(p, &hi)))
                 return rc;
             if (hi < lo)
-                return fail_at(p, item, "range U+%X-U+%X is reversed", lo, hi);
+                return dray_gram_fail_at(p, item, "range U+%X-U+%X is reversed", lo, hi);
         }
-        if (grow((void **)r, &cap, 2 * (*n + 2), sizeof(**r)))
-            return nomem(p);
+        if (dray_gram_grow((void **)r, &cap, 2 * (*n + 2), sizeof(**r)))
+            return dray_gram_nomem(p);
         (*r)[2 * *n] = lo;
         (*r)[2 * *n + 1] = hi;
         (*n)++;
@@ -436,14 +402,14 @@ static int parse_class(struct parser *p, struct seq *q)
     size_t n = 0;
     int rc = class_items(p, at, &r, &n);
     if (!rc && n == 0)
-        rc = fail_at(p, at, "empty character class");
+        rc = dray_gram_fail_at(p, at, "empty character class");
     if (!rc) {
         p->i++; /* ] */
         n = merge_ranges(r, n);
         if (neg && (n = negate_ranges(r, n)) == SIZE_MAX)
-            rc = nomem(p);
+            rc = dray_gram_nomem(p);
         else if (n == 0)
-            rc = fail_at(p, at, "character class matches no character");
+            rc = dray_gram_fail_at(p, at, "character class matches no character");
     }
     if (!rc) {
         uint32_t id;
@@ -477,7 +443,7 @@ static int parse_literal(struct parser *p, struct seq *q)
     for (;;) {
         int c = peek(p);
         if (c < 0 || c == '\n' || c == '\r')
-            return fail_at(p, at, "unterminated literal");
+            return dray_gram_fail_at(p, at, "unterminated literal");
         if (c == '"') {
             p->i++;
             return 0;
@@ -499,13 +465,13 @@ static int parse_count(struct parser *p, uint32_t *v)
     int c = peek(p);
     if (c < '0' || c > '9') {
         char b[16];
-        return fail_at(p, at, "expected a number, not %s", what_char(p, b));
+        return dray_gram_fail_at(p, at, "expected a number, not %s", what_char(p, b));
     }
     uint64_t x = 0;
     while ((c = peek(p)) >= '0' && c <= '9') {
         x = x * 10 + (uint64_t)(c - '0');
         if (x > GRAM_MAX_REPEAT)
-            return fail_at(p, at, "repetition count over %u", GRAM_MAX_REPEAT);
+            return dray_gram_fail_at(p, at, "repetition count over %u", GRAM_MAX_REPEAT);
         p->i++;
     }
     *v = (uint32_t)x;
@@ -535,10 +501,10 @@ static int parse_braces(struct parser *p, bool nested, uint32_t *min, uint32_t *
         }
     }
     if (peek(p) != '}')
-        return fail_at(p, p->i, "expected '}', not %s", what_char(p, b));
+        return dray_gram_fail_at(p, p->i, "expected '}', not %s", what_char(p, b));
     p->i++;
     if (*max < *min)
-        return fail_at(p, at, "repetition {%u,%u} has max below min", *min, *max);
+        return dray_gram_fail_at(p, at, "repetition {%u,%u} has max below min", *min, *max);
     return 0;
 }
 
@@ -558,11 +524,11 @@ static int repeat_tail(struct parser *p, uint32_t origin, const struct gram_el *
     for (uint32_t k = 0; k < n_opt && !rc; k++) {
         q.n = 0;
         if (p->n_el + (len + 3) * (uint64_t)(n_opt - k) > GRAM_MAX_ELEMENTS) {
-            rc = fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+            rc = dray_gram_fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
             break;
         }
-        if (grow((void **)&q.e, &q.cap, len + 3, sizeof(*q.e))) {
-            rc = nomem(p);
+        if (dray_gram_grow((void **)&q.e, &q.cap, len + 3, sizeof(*q.e))) {
+            rc = dray_gram_nomem(p);
             break;
         }
         memcpy(q.e, s, len * sizeof(*s));
@@ -593,10 +559,10 @@ static int apply_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t
     uint32_t n_opt = unbounded ? 1 : max - min;
     if (q->n + len * (uint64_t)(min ? min - 1 : 0) + 1 > GRAM_MAX_ELEMENTS ||
         p->n_el + (len + 3) * (uint64_t)n_opt > GRAM_MAX_ELEMENTS)
-        return fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+        return dray_gram_fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
     struct gram_el *s = malloc((len ? len : 1) * sizeof(*s));
     if (!s)
-        return nomem(p);
+        return dray_gram_nomem(p);
     memcpy(s, q->e + from, len * sizeof(*s));
     q->n = from + (min ? len : 0); /* S once stays where it is */
     int rc = 0;
@@ -623,8 +589,8 @@ static int parse_group(struct parser *p, struct seq *q, uint32_t origin)
     uint32_t id;
     int rc = parse_alternates(p, &sub, origin, true);
     if (!rc && peek(p) != ')')
-        rc = peek(p) < 0 ? fail_at(p, at, "unclosed '('")
-                         : fail_at(p, p->i, "expected ')', not %s", what_char(p, b));
+        rc = peek(p) < 0 ? dray_gram_fail_at(p, at, "unclosed '('")
+                         : dray_gram_fail_at(p, p->i, "expected ')', not %s", what_char(p, b));
     if (!rc) {
         p->i++;
         rc = helper_rule(p, origin, &sub, &id);
@@ -656,7 +622,7 @@ static int parse_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t
     int c = peek(p);
     uint32_t min = 0, max = UINT32_MAX;
     if (last == SIZE_MAX)
-        return fail_at(p, at, "'%c' has nothing to repeat", c);
+        return dray_gram_fail_at(p, at, "'%c' has nothing to repeat", c);
     if (c == '{') {
         int rc = parse_braces(p, nested, &min, &max);
         if (rc)
@@ -689,7 +655,7 @@ static int parse_item(struct parser *p, struct seq *q, uint32_t origin, size_t *
     else if (c == '*' || c == '+' || c == '?' || c == '{')
         return parse_repeat(p, q, origin, *last, nested);
     else if (c == '<' || c == '!')
-        return fail_at(p, p->i, "token references (<...>) are not supported");
+        return dray_gram_fail_at(p, p->i, "token references (<...>) are not supported");
     else
         return 1;
     *last = q->n > from ? from : SIZE_MAX; /* "" is nothing to repeat */
@@ -732,7 +698,7 @@ static int parse_rule(struct parser *p)
     while (is_name_char(peek(p)))
         p->i++;
     if (p->i == at)
-        return fail_at(p, at, "expected a rule name, not %s", what_char(p, b));
+        return dray_gram_fail_at(p, at, "expected a rule name, not %s", what_char(p, b));
     uint32_t id;
     int rc = rule_id(p, at, p->i - at, &id);
     if (rc)
@@ -740,13 +706,13 @@ static int parse_rule(struct parser *p)
     if (p->rules[id].defined) {
         size_t line, col;
         line_col(p, p->rules[id].def_at, &line, &col);
-        return fail_at(p, at, "rule '%.*s' is already defined at line %zu", (int)(p->i - at),
+        return dray_gram_fail_at(p, at, "rule '%.*s' is already defined at line %zu", (int)(p->i - at),
                        p->s + at, line);
     }
     p->rules[id].def_at = at;
     skip_space(p, false);
     if (p->n - p->i < 3 || memcmp(p->s + p->i, "::=", 3) != 0)
-        return fail_at(p, p->i, "expected '::=', not %s", what_char(p, b));
+        return dray_gram_fail_at(p, p->i, "expected '::=', not %s", what_char(p, b));
     p->i += 3;
     skip_space(p, true);
     struct seq q = {0};
@@ -758,236 +724,10 @@ static int parse_rule(struct parser *p)
         return rc;
     int c = peek(p);
     if (c == ')')
-        return fail_at(p, p->i, "unbalanced ')'");
+        return dray_gram_fail_at(p, p->i, "unbalanced ')'");
     if (c >= 0 && c != '\n' && c != '\r')
-        return fail_at(p, p->i, "unexpected %s", what_char(p, b));
+        return dray_gram_fail_at(p, p->i, "unexpected %s", what_char(p, b));
     return 0;
-}
-
-/* ------------------------------------------------------------ checks */
-/* Every referenced rule is defined, and root is. */
-static int check_defined(struct parser *p)
-{
-    for (size_t r = 0; r < p->n_rules; r++) {
-        const struct prule *u = &p->rules[r];
-        if (!u->defined)
-            return fail_at(p, u->ref_at, "undefined rule '%.*s'", (int)u->name_len,
-                           p->s + u->name);
-    }
-    for (size_t r = 0; r < p->n_rules; r++)
-        if (!p->rules[r].helper && name_eq(p, &p->rules[r], "root", 4))
-            return 0;
-    return fail_at(p, p->n, "no rule named 'root'");
-}
-
-/* For each rule, the alternatives that refer to it (once per reference), as
- * CSR: alt[off[r] .. off[r + 1]). */
-static int refs_index(struct parser *p, uint32_t **off, uint32_t **alt)
-{
-    size_t nr = p->n_rules;
-    *off = calloc(nr + 2, sizeof(**off));
-    *alt = malloc((p->n_el ? p->n_el : 1) * sizeof(**alt));
-    if (!*off || !*alt)
-        return nomem(p);
-    for (size_t k = 0; k < p->n_el; k++)
-        if (p->el[k].kind == GRAM_REF)
-            (*off)[p->el[k].val + 2]++;
-    for (size_t r = 0; r < nr; r++)
-        (*off)[r + 2] += (*off)[r + 1];
-    for (size_t a = 0; a < p->n_alts; a++)
-        for (const struct gram_el *e = p->el + p->alts[a]; e->kind != GRAM_END; e++)
-            if (e->kind == GRAM_REF)
-                (*alt)[(*off)[e->val + 1]++] = (uint32_t)a;
-    return 0;
-}
-
-/* nullable[r]: rule r can match the empty string. A worklist: each alternative
- * made of references only counts the references not yet known nullable. */
-static int find_nullable(struct parser *p, bool *nullable)
-{
-    size_t n_alt = p->n_alts, nr = p->n_rules;
-    uint32_t *left = calloc(n_alt ? n_alt : 1, sizeof(*left));
-    uint32_t *owner = calloc(n_alt ? n_alt : 1, sizeof(*owner));
-    uint32_t *todo = malloc((nr ? nr : 1) * sizeof(*todo));
-    uint32_t *off = NULL, *by = NULL;
-    int rc = left && owner && todo ? refs_index(p, &off, &by) : nomem(p);
-    size_t n_todo = 0;
-    for (size_t r = 0; r < nr && !rc; r++) {
-        for (uint32_t a = p->rules[r].alt0; a < p->rules[r].alt0 + p->rules[r].n_alt; a++) {
-            owner[a] = (uint32_t)r;
-            for (const struct gram_el *e = p->el + p->alts[a]; e->kind != GRAM_END; e++)
-                left[a] = e->kind != GRAM_REF || left[a] == UINT32_MAX ? UINT32_MAX : left[a] + 1;
-            if (left[a] == 0 && !nullable[r]) {
-                nullable[r] = true;
-                todo[n_todo++] = (uint32_t)r;
-            }
-        }
-    }
-    while (n_todo > 0 && !rc) {
-        uint32_t r = todo[--n_todo];
-        for (uint32_t k = off[r]; k < off[r + 1]; k++) {
-            uint32_t a = by[k];
-            if (left[a] == UINT32_MAX || left[a] == 0 || --left[a] > 0 || nullable[owner[a]])
-                continue;
-            nullable[owner[a]] = true;
-            todo[n_todo++] = owner[a];
-        }
-    }
-    free(left), free(owner), free(todo), free(off), free(by);
-    return rc;
-}
-
-/* Edges r -> s where s can come first in r (after nullable rules only), as
- * CSR: edges[off[r] .. off[r + 1]). */
-static int first_edges(struct parser *p, const bool *nullable, uint32_t **off, uint32_t **edges)
-{
-    size_t nr = p->n_rules, n = 0;
-    *off = calloc(nr + 1, sizeof(**off));
-    *edges = malloc((p->n_el ? p->n_el : 1) * sizeof(**edges));
-    if (!*off || !*edges)
-        return nomem(p);
-    for (size_t r = 0; r < nr; r++) {
-        (*off)[r] = (uint32_t)n;
-        for (uint32_t a = p->rules[r].alt0; a < p->rules[r].alt0 + p->rules[r].n_alt; a++) {
-            for (const struct gram_el *e = p->el + p->alts[a]; e->kind == GRAM_REF; e++) {
-                (*edges)[n++] = e->val;
-                if (!nullable[e->val])
-                    break;
-            }
-        }
-    }
-    (*off)[nr] = (uint32_t)n;
-    return 0;
-}
-
-/* A cycle in the first-edges graph (iterative DFS): left recursion. */
-static int find_cycle(struct parser *p, const uint32_t *off, const uint32_t *edges)
-{
-    size_t nr = p->n_rules;
-    uint8_t *color = calloc(nr, 1); /* 0 new, 1 on the path, 2 done */
-    uint32_t *stk = malloc(nr * sizeof(*stk)), *cur = malloc(nr * sizeof(*cur));
-    int rc = 0;
-    if (!color || !stk || !cur)
-        rc = nomem(p);
-    for (size_t r0 = 0; r0 < nr && !rc; r0++) {
-        if (color[r0])
-            continue;
-        size_t d = 0;
-        stk[d] = (uint32_t)r0, cur[d] = off[r0], color[r0] = 1, d++;
-        while (d > 0 && !rc) {
-            uint32_t r = stk[d - 1];
-            if (cur[d - 1] == off[r + 1]) {
-                color[r] = 2;
-                d--;
-                continue;
-            }
-            uint32_t s = edges[cur[d - 1]++];
-            if (color[s] == 1) {
-                const struct prule *u = &p->rules[s];
-                rc = fail_at(p, u->def_at, "rule '%.*s' can reach itself without consuming a "
-                             "character (left recursion)", (int)u->name_len, p->s + u->name);
-            } else if (color[s] == 0) {
-                stk[d] = s, cur[d] = off[s], color[s] = 1, d++;
-            }
-        }
-    }
-    free(color), free(stk), free(cur);
-    return rc;
-}
-
-static int check_left_recursion(struct parser *p)
-{
-    bool *nullable = calloc(p->n_rules, sizeof(*nullable));
-    uint32_t *off = NULL, *edges = NULL;
-    int rc = nullable ? find_nullable(p, nullable) : nomem(p);
-    if (!rc)
-        rc = first_edges(p, nullable, &off, &edges);
-    if (!rc)
-        rc = find_cycle(p, off, edges);
-    free(nullable), free(off), free(edges);
-    return rc;
-}
-
-/* ------------------------------------------------------------ atoms */
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The boundaries every terminal puts in the code point line (sorted, unique). */
-static int atom_bounds(struct parser *p, struct dray_grammar *g)
-{
-    size_t cap = 130 + 2 * p->n_el + p->n_rng, n = 0;
-    uint32_t *b = malloc(cap * sizeof(*b));
-    if (!b)
-        return nomem(p);
-    for (uint32_t c = 0; c <= 128; c++)
-        b[n++] = c;
-    b[n++] = GRAM_MAX_CP + 1;
-    for (size_t k = 0; k < p->n_el; k++) {
-        if (p->el[k].kind == GRAM_CHAR && p->el[k].val >= 128) {
-            b[n++] = p->el[k].val;
-            b[n++] = p->el[k].val + 1;
-        }
-    }
-    for (size_t k = 0; k < p->n_rng; k += 2) {
-        b[n++] = p->ranges[k];
-        b[n++] = p->ranges[k + 1] + 1;
-    }
-    qsort(b, n, sizeof(*b), cmp_u32);
-    size_t u = 0;
-    for (size_t k = 0; k < n; k++)
-        if (u == 0 || b[k] != b[u - 1])
-            b[u++] = b[k];
-    g->bounds = b;
-    g->n_atoms = (uint32_t)u - 1;
-    return 0;
-}
-
-uint32_t dray_gram_atom_search(const struct dray_grammar *g, uint32_t cp)
-{
-    uint32_t lo = 0, hi = g->n_atoms; /* bounds[lo] <= cp < bounds[hi] */
-    while (hi - lo > 1) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (g->bounds[mid] <= cp)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* The block table: a 64-code-point block inside one atom finds it directly. */
-static int atom_blocks(struct parser *p, struct dray_grammar *g)
-{
-    size_t nb = (GRAM_MAX_CP + 1) >> 6;
-    g->blk_atom = malloc(nb * sizeof(*g->blk_atom));
-    if (!g->blk_atom)
-        return nomem(p);
-    for (size_t k = 0; k < nb; k++) {
-        uint32_t a = dray_gram_atom_search(g, (uint32_t)(k << 6));
-        g->blk_atom[k] = g->bounds[a + 1] >= ((k + 1) << 6) ? a : UINT32_MAX;
-    }
-    return 0;
-}
-
-bool dray_gram_term_hits(const struct dray_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi)
-{
-    const struct gram_el *e = &g->el[pos];
-    if (e->kind == GRAM_CHAR)
-        return e->val >= lo && e->val <= hi;
-    const uint32_t *r = g->ranges + 2 * g->cls[e->val];
-    size_t n = g->cls[e->val + 1] - g->cls[e->val];
-    size_t a = 0, b = n; /* first range whose hi >= lo */
-    while (a < b) {
-        size_t mid = a + (b - a) / 2;
-        if (r[2 * mid + 1] < lo)
-            a = mid + 1;
-        else
-            b = mid;
-    }
-    return a < n && r[2 * a] <= hi;
 }
 
 /* ------------------------------------------------------------ the result */
@@ -1022,17 +762,17 @@ static int parse_rules(struct parser *p)
 static int finish(struct parser *p, struct dray_grammar *g)
 {
     uint32_t root = 0;
-    while (p->rules[root].helper || !name_eq(p, &p->rules[root], "root", 4))
+    while (p->rules[root].helper || !dray_gram_name_eq(p, &p->rules[root], "root", 4))
         root++;
-    if (grow((void **)&p->el, &p->cap_el, p->n_el + 2, sizeof(*p->el)) ||
-        grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(*p->rules)))
-        return nomem(p);
+    if (dray_gram_grow((void **)&p->el, &p->cap_el, p->n_el + 2, sizeof(*p->el)) ||
+        dray_gram_grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(*p->rules)))
+        return dray_gram_nomem(p);
     g->start = (uint32_t)p->n_el;
     p->el[p->n_el++] = (struct gram_el){GRAM_REF, root};
     p->el[p->n_el++] = (struct gram_el){GRAM_END, 0};
     g->rules = malloc(p->n_rules * sizeof(*g->rules));
     if (!g->rules)
-        return nomem(p);
+        return dray_gram_nomem(p);
     for (size_t r = 0; r < p->n_rules; r++)
         g->rules[r] = (struct gram_rule){p->rules[r].alt0, p->rules[r].n_alt};
     g->n_rules = (uint32_t)p->n_rules;
@@ -1056,17 +796,17 @@ int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, 
     struct parser p = {.s = text, .n = len, .err = err, .errlen = errlen,
                        .any_cls = UINT32_MAX};
     struct dray_grammar *g = calloc(1, sizeof(*g));
-    int rc = g ? parse_rules(&p) : nomem(&p);
+    int rc = g ? parse_rules(&p) : dray_gram_nomem(&p);
     if (!rc)
-        rc = check_defined(&p);
+        rc = dray_gram_check_defined(&p);
     if (!rc)
-        rc = check_left_recursion(&p);
+        rc = dray_gram_check_left_recursion(&p);
     if (!rc)
-        rc = atom_bounds(&p, g);
+        rc = dray_gram_atom_bounds(&p, g);
     if (!rc)
         rc = finish(&p, g);
     if (!rc)
-        rc = atom_blocks(&p, g);
+        rc = dray_gram_atom_blocks(&p, g);
     parser_free(&p);
     if (rc) {
         dray_grammar_free(g);
@@ -1074,4 +814,13 @@ int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, 
     }
     *out = g;
     return 0;
+}
+
+int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen)
+{
+    struct dray_grammar *g;
+    int rc = dray_grammar_parse(text, len, &g, err, errlen);
+    if (!rc)
+        dray_grammar_free(g);
+    return rc;
 }

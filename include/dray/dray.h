@@ -118,6 +118,7 @@ struct dray_config {
     float repeat_penalty;     /* 1 = off */
     uint64_t seed;
     uint32_t max_tokens;
+    uint32_t lookup_draft;    /* speculative decoding by prompt lookup: tokens per draft, 0 = off */
 
     /* server */
     char host[128];
@@ -233,6 +234,8 @@ struct dray_gen_params {
                                * to max_tokens (or a stop string / stop id) */
     uint32_t min_tokens;      /* end-of-generation and stop_ids are not sampled before this many
                                * tokens were generated */
+    uint32_t lookup_draft;    /* at most this many tokens guessed from the context (core/lookup.h)
+                               * and verified in one step; 0 = one token a step */
     const char *grammar;      /* GBNF (llama.cpp's dialect, start rule `root`) the generated
                                * text must follow, or NULL: each step samples only tokens whose
                                * bytes the grammar allows next, end-of-generation only where
@@ -255,6 +258,8 @@ struct dray_gen_stats {
     uint32_t n_reused;        /* of them, already in the session's KV (not recomputed) */
     uint32_t n_prefilled;     /* computed in prefill */
     uint32_t n_generated;
+    uint32_t n_drafted;       /* lookup_draft: tokens guessed from the context and verified */
+    uint32_t n_draft_kept;    /* of them, kept (the sampler drew them too) */
     double prefill_s, decode_s;
     const char *stop_reason;  /* "eog", "stop id", "stop string", "max tokens", "context full",
                                * "caller", "grammar" (the text is complete: nothing may follow) */
@@ -435,6 +440,11 @@ struct dray_sched_stats {
     uint32_t finishing;        /* finished requests whose tokens are still to be fed */
     uint64_t cache_assembled;  /* hits that diverged inside a cached prefix and took the
                                 * window layers' blocks from the checkpoints around it */
+    uint64_t sampled_tokens;   /* tokens sampled */
+    uint64_t sample_us;        /* loop-thread time drawing them, microseconds */
+    uint64_t grammar_tokens;   /* of them, sampled under a grammar */
+    uint64_t grammar_us;       /* loop-thread time drawing those (the grammar's tests and
+                                * masks included) and advancing their grammars */
 };
 
 /* max_waiting: requests queued beyond the running ones before submit says
