@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What n > 1 costs in `dray serve` (issue 26): n choices of one prompt are
+"""What n > 1 costs in `dray serve`: n choices of one prompt are
 prefilled once and share its KV through the prefix cache. This measures, for a
 prompt of about 1,000 tokens, the prompt tokens computed and the wall time of
 n = 1 and n = 4 (max_tokens 1, so the prompt's work is what is timed), each run

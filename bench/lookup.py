@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What speculative decoding by prompt lookup (lookup_draft) gives `dray run`
-(issue 29): decode tok/s with drafts off and on, on tasks whose replies copy
+"""What speculative decoding by prompt lookup (lookup_draft) gives `dray run`:
+decode tok/s with drafts off and on, on tasks whose replies copy
 their context (a code edit, a summary that quotes, an answer that quotes a
 passage) and on one that copies nothing (a story), with SmolLM2-Instruct in
 its ChatML template. Greedy, 128 tokens, best of --reps runs each, runs

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quantization quality against full precision (issue 12's protocol): the first
+# Quantization quality against full precision (the README's Accuracy protocol): the first
 # CHUNKS chunks of 512 tokens of each text, BOS per chunk, second half scored;
 # the base is the same weights in f32 with an f16 KV cache. Prints one markdown
 # table row per path: mean KL (+/- standard error), same top token, PPL.

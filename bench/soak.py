@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak test of `dray serve` (issue 26): a bounded loopback load for a set time
+"""Soak test of `dray serve`: a bounded loopback load for a set time
 at a fixed number of requests in flight, mixing normal, streamed, cancelled,
 structured and hostile requests. Not a CI test: run it by hand.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What grammar-constrained decoding costs in `dray serve` (issue 25): the mean
+"""What grammar-constrained decoding costs in `dray serve`: the mean
 time per generated token (the gap between streamed tokens) of free requests
 against requests constrained by a JSON Schema, with 1 and with 8 in flight.
 Both kinds generate the same number of tokens: the free ones run to max_tokens

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz one parser with clang's libFuzzer under ASan + UBSan (issue 14 "Fuzzing").
+# Fuzz one parser with clang's libFuzzer under ASan + UBSan.
 #   ci/fuzz.sh TARGET SECONDS [WORK_DIR]   TARGET: gguf | config | tokenizer | request | schema
 #   ci/fuzz.sh smoke [SECONDS] [WORK_DIR]  every target for SECONDS (default 5) each (CI)
 # Builds tests/fuzz/fuzz_TARGET.c with the core sources it needs into WORK_DIR
@@ -26,7 +26,7 @@ declare -A srcs=(
 )
 declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm" [request]="-ljansson -lyaml -lm" [schema]="-ljansson -lxxhash -lm")
 # Longest input: headers and configs are small; the tokenizer takes MiBs so that
-# size-dependent memory blow-ups (issue 18) are reachable.
+# size-dependent memory blow-ups are reachable.
 declare -A maxlen=([gguf]=65536 [config]=65536 [tokenizer]=4194304 [request]=65536 [schema]=65536)
 
 have_fuzzer() {

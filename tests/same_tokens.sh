@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The same greedy prompt gives the same int8 tokens whatever the context length
-# and the prefill chunk (issue 14: calibration once depended on both).
+# and the prefill chunk (calibration once depended on both).
 # Arguments: DRAY_EXE. Exit 77 (skip, reported) when the model is not set up.
 set -uo pipefail
 dray="$1"

@@ -1,5 +1,5 @@
-"""ci/summarize.py counts cmocka cases skipped inside a passing test binary (issue 14
-item 6): the closing line must not call a binary with skipped cases fully passed."""
+"""ci/summarize.py counts cmocka cases skipped inside a passing test binary:
+the closing line must not call a binary with skipped cases fully passed."""
 import json
 import os
 import subprocess

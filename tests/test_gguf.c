@@ -426,7 +426,7 @@ static void test_gguf_rejects_bad_dims(void **state)
     expect_reject(&b, DRAY_EFORMAT, "tensor 't' of type F32 with dimensions [2147483648 x "
                   "2147483648]", "more than 2^64 bytes");
 
-    /* issue 18: one dimension whose byte size wraps to 32 (2^62 + 8 elements * 4 bytes),
+    /* one dimension whose byte size wraps to 32 (2^62 + 8 elements * 4 bytes),
      * which used to pass the end-of-file check with 32 bytes of data present */
     uint64_t wrap[1] = {(1ull << 62) + 8};
     b = (struct bb){0};

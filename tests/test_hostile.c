@@ -1,4 +1,4 @@
-/* Hostile input against the `dray` command (issues 14 and 18): files and flags a
+/* Hostile input against the `dray` command: files and flags a
  * careless or malicious user could give. Each case runs the real binary in a child
  * process with a deadline, so a hang fails the test instead of blocking CI, and checks
  * the exit status and that the message names what was wrong. */
@@ -179,7 +179,7 @@ static void patch_kv(const char *path, const char *key, const void *val, size_t 
     free(b);
 }
 
-/* ------------------------------------------------------------ issue 18: wrapped size */
+/* ------------------------------------------------------------ wrapped size */
 
 /* An F32 tensor of 2^62 + 8 elements needs 2^64 + 32 bytes, which wrapped to 32 and
  * passed the end-of-file check; info then counted 4.6e18 parameters and
@@ -199,7 +199,7 @@ static void test_wrapped_tensor_size_is_refused(void **state)
     expect_error(&r, "output_norm.weight", "4611686018427387912");
 }
 
-/* ------------------------------------------------------------ issue 18: prompt bytes */
+/* ------------------------------------------------------------ prompt bytes */
 
 /* A prompt that cannot fit in the context even at the longest token is refused before
  * tokenizing (which costs memory in proportion to its bytes). The tiny model has a
@@ -219,7 +219,7 @@ static void test_prompt_longer_than_context_refused_before_tokenizing(void **sta
     expect_error(&r, "the prompt is 1048576 bytes", "context of 256 tokens");
 }
 
-/* ------------------------------------------------------------ issue 14.2: hangs */
+/* ------------------------------------------------------------ hangs */
 
 /* open() of a FIFO without a writer blocks; the model and the config must be refused
  * as not regular files instead (the deadline turns a hang into a failure). */
@@ -258,7 +258,7 @@ static void test_deeply_nested_config_refused_quickly(void **state)
     expect_error(&r, path, "nesting deeper than 32 levels");
 }
 
-/* ------------------------------------------------------------ issue 14.3/14.4: hparams */
+/* ------------------------------------------------------------ hparams */
 
 /* Runs `dray run` on the tiny model with key's value replaced; expects an error naming
  * the file, the key and the bad value. */
@@ -318,7 +318,7 @@ static void test_cli_numbers_are_strict(void **state)
     expect_error(&r, "--rows", "-1:2");
 }
 
-/* ------------------------------------------------------------ issue 14.4: silently wrong */
+/* ------------------------------------------------------------ silently wrong */
 
 /* `run -f` on a folder ran an empty prompt with exit 0; a NUL byte cut the prompt. */
 static void test_prompt_file_folder_or_nul_refused(void **state)
@@ -369,7 +369,7 @@ static void test_threads_above_cores_warns(void **state)
     assert_null(strstr(r.out, "threads 1 is more than"));
 }
 
-/* ------------------------------------------------------------ issue 14.6: messages */
+/* ------------------------------------------------------------ messages */
 
 /* A full device said only "writing logits failed": name the path and errno. */
 static void test_dump_logits_to_full_device_names_path_and_errno(void **state)

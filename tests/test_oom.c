@@ -1,4 +1,4 @@
-/* Host allocation failures (issue 14: "fail the Nth malloc"), on a tiny
+/* Host allocation failures ("fail the Nth malloc"), on a tiny
  * random-weight Gemma through the CPU plugin. This binary interposes malloc,
  * calloc, realloc and the aligned allocators (glibc's __libc_* do the work),
  * and fails the Nth allocation made by dray's own code: the test binary (libdray

@@ -1,4 +1,4 @@
-"""`dray serve` against hostile clients (issue 26), on a tiny random model:
+"""`dray serve` against hostile clients, on a tiny random model:
 
   slots     half-sent requests ("GET /he" and nothing more) from one address
             take at most max_connections_per_ip slots: the next connection from

@@ -362,7 +362,7 @@ static size_t reference_partition(const char *const *texts, uint32_t n_tok, cons
     return cnt;
 }
 
-/* The bucketed partition (issue 18) against the obvious one on random texts over
+/* The bucketed partition against the obvious one on random texts over
  * "abc" with random overlapping candidates, so blocked matches, moves to shorter
  * matches and out-of-order buckets all happen. */
 static void test_tokenizer_partition_matches_reference(void **state)
@@ -420,7 +420,7 @@ static long rss_now_kib(void)
     return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-/* Issue 18: Gemma 3's user-defined runs of 1..31 "\n" and "\t" made the partition
+/* Gemma 3's user-defined runs of 1..31 "\n" and "\t" made the partition
  * record every match at every byte; 8 MiB of "\n" needed 4 GB. Peak growth is
  * measured from the resident set just before (the peak so far can only make the
  * figure larger, never hide growth). Runs first, while the process is small. */

@@ -1,7 +1,7 @@
 /* libFuzzer target: the GGUF reader (core/gguf/gguf.c) on arbitrary bytes, then every
  * accessor on what it accepted. Invariants checked beyond "no crash, no leak":
  *  - each tensor of a known type records nbytes = elements / block * block bytes,
- *    recomputed here in 128 bits, so a wrapped 64-bit size (issue 18) is a finding;
+ *    recomputed here in 128 bits, so a wrapped 64-bit size is a finding;
  *  - each tensor's data lies inside the buffer;
  *  - dequantizing its first row stays inside the data (ASan checks the reads).
  * Build and run: ci/fuzz.sh gguf SECONDS. */

@@ -1,7 +1,7 @@
 /* libFuzzer target: tokenizer encode and streaming decode (core/text/tokenizer.c,
  * core/text/tokenizer_bpe.c) on two built-in vocabularies shaped like the real ones:
  *  - SPM like Gemma 3: control tokens, 256 byte-fallback tokens, user-defined runs
- *    of 1..31 "\n" and "\t" and HTML tags (the shapes behind issue 18), words;
+ *    of 1..31 "\n" and "\t" and HTML tags (shapes that once blew up memory), words;
  *  - byte-level BPE like SmolLM2: the 256-character byte alphabet, merges.
  * Input byte 0 picks the vocabulary (bit 0), parse_special (bit 1) and add_bos
  * (bit 2); the rest is the text. Inputs of several MiB are allowed (ci/fuzz.sh

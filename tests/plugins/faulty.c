@@ -1,6 +1,6 @@
 /* libdray-faulty.so: the CPU plugin with one injected failure, for tests that
  * show every device failure surfaces as a clear error, frees what was held and
- * leaves the engine usable (issue 14: the fault-injection sweep).
+ * leaves the engine usable (the fault-injection sweep).
  *
  * It dlopens the CPU plugin (DRAY_FAULT_INNER, else the build's
  * backends/cpu/libdray-cpu.so, compiled in) and passes every call through,
