@@ -18,9 +18,9 @@ cc="${CC_FUZZ:-clang}"
 
 # Core files each target links (the parser and what it calls; no engine, no plugins).
 declare -A srcs=(
-  [gguf]="core/gguf/gguf.c core/gguf/ggml_types.c core/gguf/dequant.c core/error.c core/log.c"
+  [gguf]="core/gguf/gguf.c core/gguf/gguf_get.c core/gguf/ggml_types.c core/gguf/dequant.c core/error.c core/log.c"
   [config]="core/config.c core/config_print.c core/error.c core/log.c"
-  [tokenizer]="core/text/tokenizer.c core/text/tokenizer_bpe.c core/text/utf8.c core/gguf/gguf.c core/gguf/ggml_types.c tests/gguf_write.c core/gguf/dequant.c core/error.c core/log.c"
+  [tokenizer]="core/text/tokenizer.c core/text/tokenizer_encode.c core/text/tokenizer_detok.c core/text/tokenizer_bpe.c core/text/utf8.c core/gguf/gguf.c core/gguf/gguf_get.c core/gguf/ggml_types.c tests/gguf_write.c core/gguf/dequant.c core/error.c core/log.c"
   [request]="server/request.c server/tools.c server/json_grammar.c server/json_values.c server/json_pattern.c server/json_range.c core/text/grammar_parse.c core/text/grammar_check.c core/text/utf8.c server/buf.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
   [schema]="server/json_grammar.c server/json_values.c server/json_pattern.c server/json_range.c server/buf.c server/apierr.c server/jfield.c core/text/grammar_parse.c core/text/grammar_check.c core/text/grammar_match.c core/text/utf8.c core/error.c core/log.c"
 )

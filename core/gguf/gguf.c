@@ -12,7 +12,7 @@
  * uint64 length prefix; for ARRAY the first element (for strings: its length prefix).
  * STRING values and ARRAY-of-STRING elements are indexed at open as (ptr, len) in
  * kv->strs, so a 262144-entry vocabulary costs one pass, not one per lookup. */
-#include "gguf.h"
+#include "gguf_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -40,29 +40,6 @@
  * tensor info = name length 8 + name >= 1 + n_dims 4 + type 4 + offset 8. */
 #define GGUF_MIN_KV_BYTES 14u
 #define GGUF_MIN_TENSOR_BYTES 25u
-
-/* Open-addressing hash index over names: slot holds item index + 1, 0 = empty. */
-struct name_index {
-    uint64_t *slot;
-    uint64_t mask; /* capacity - 1; capacity is a power of two >= 2 * items */
-};
-
-struct dray_gguf {
-    const uint8_t *base; /* file bytes */
-    uint64_t size;
-    void *map; /* mmap'd region (dray_gguf_open) or NULL (open_mem) */
-    char *name;
-    uint32_t version;
-    uint32_t alignment;
-    uint64_t data_start; /* file offset of the tensor data section */
-    uint64_t n_kv;
-    struct dray_gguf_kv *kv;
-    struct dray_str *kv_str; /* [n_kv]: the value of each STRING kv */
-    uint64_t n_tensors;
-    struct dray_gguf_tensor *tensors;
-    struct name_index kv_index;
-    struct name_index tensor_index;
-};
 
 /* ------------------------------------------------------------ byte cursor */
 
@@ -179,7 +156,7 @@ static uint64_t *index_slot(const struct dray_gguf *g, const struct name_index *
 
 /* ------------------------------------------------------------ metadata */
 
-static const char *vtype_name(uint32_t t)
+const char *gguf_vtype_name(uint32_t t)
 {
     static const char *const names[DRAY_GGUF_VTYPE_COUNT] = {
         "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
@@ -189,7 +166,7 @@ static const char *vtype_name(uint32_t t)
 }
 
 /* Bytes of a fixed-size value type; 0 for STRING/ARRAY/invalid. */
-static uint32_t vtype_size(uint32_t t)
+uint32_t gguf_vtype_size(uint32_t t)
 {
     static const uint8_t sz[DRAY_GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
     return t < DRAY_GGUF_VTYPE_COUNT ? sz[t] : 0;
@@ -229,14 +206,14 @@ static int parse_array(struct cursor *c, struct dray_gguf_kv *kv)
     if ((rc = rd_u64(c, &kv->arr_n, "array element count")))
         return rc;
     kv->data = c->p + c->off;
-    uint32_t esz = vtype_size(kv->arr_type);
+    uint32_t esz = gguf_vtype_size(kv->arr_type);
     /* A string element takes at least its 8-byte length. */
     if (__builtin_mul_overflow(kv->arr_n, esz ? esz : 8, &bytes) || bytes > c->size - c->off)
         return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
                          "%s: offset %" PRIu64 ": array '%.*s' claims %" PRIu64 " %s elements, "
                          "more than the %" PRIu64 " bytes left in the file can hold",
                          c->name, at, (int)kv->key.len, kv->key.ptr, kv->arr_n,
-                         vtype_name(kv->arr_type), c->size - c->off);
+                         gguf_vtype_name(kv->arr_type), c->size - c->off);
     if (esz) {
         if (kv->arr_type == DRAY_GGUF_BOOL)
             for (uint64_t i = 0; i < kv->arr_n; i++)
@@ -278,11 +255,11 @@ static int parse_value(struct cursor *c, struct dray_gguf *g, uint64_t i)
         kv->strs = &g->kv_str[i];
         return rd_str(c, &g->kv_str[i], "string value");
     }
-    if ((rc = need(c, vtype_size(kv->type), vtype_name(kv->type))))
+    if ((rc = need(c, gguf_vtype_size(kv->type), gguf_vtype_name(kv->type))))
         return rc;
     if (kv->type == DRAY_GGUF_BOOL && (rc = check_bool(c, c->off, kv->key)))
         return rc;
-    c->off += vtype_size(kv->type);
+    c->off += gguf_vtype_size(kv->type);
     return 0;
 }
 
@@ -322,7 +299,7 @@ static int read_alignment(struct cursor *c, struct dray_gguf *g)
     if (kv->type != DRAY_GGUF_UINT32)
         return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
                          "%s: offset %" PRIu64 ": general.alignment has type %s, expected UINT32",
-                         c->name, at, vtype_name(kv->type));
+                         c->name, at, gguf_vtype_name(kv->type));
     memcpy(&g->alignment, kv->data, 4);
     if (g->alignment == 0 || (g->alignment & (g->alignment - 1)))
         return dray_fail(c->err, c->errlen, DRAY_EFORMAT,
@@ -676,24 +653,7 @@ out_close:
     return rc;
 }
 
-/* ------------------------------------------------------------ accessors */
-
-uint32_t dray_gguf_version(const struct dray_gguf *g) { return g->version; }
-uint64_t dray_gguf_file_size(const struct dray_gguf *g) { return g->size; }
-const void *dray_gguf_bytes(const struct dray_gguf *g) { return g->base; }
-const char *dray_gguf_name(const struct dray_gguf *g) { return g->name; }
-uint64_t dray_gguf_n_kv(const struct dray_gguf *g) { return g->n_kv; }
-uint64_t dray_gguf_n_tensors(const struct dray_gguf *g) { return g->n_tensors; }
-
-const struct dray_gguf_kv *dray_gguf_kv_at(const struct dray_gguf *g, uint64_t i)
-{
-    return i < g->n_kv ? &g->kv[i] : NULL;
-}
-
-const struct dray_gguf_tensor *dray_gguf_tensor_at(const struct dray_gguf *g, uint64_t i)
-{
-    return i < g->n_tensors ? &g->tensors[i] : NULL;
-}
+/* ------------------------------------------------------------ lookup by name */
 
 const struct dray_gguf_kv *dray_gguf_find(const struct dray_gguf *g, const char *key)
 {
@@ -707,178 +667,7 @@ const struct dray_gguf_tensor *dray_gguf_find_tensor(const struct dray_gguf *g, 
     return *s ? &g->tensors[*s - 1] : NULL;
 }
 
-uint64_t dray_gguf_tensor_nelems(const struct dray_gguf_tensor *t)
-{
-    /* The reader checked that this product fits in int64. */
-    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-}
-
 bool dray_str_eq(struct dray_str s, const char *c)
 {
     return str_eq_n(s, c, strlen(c));
-}
-
-/* ------------------------------------------------------------ typed getters */
-
-static int lookup(const struct dray_gguf *g, const char *key, const struct dray_gguf_kv **kv,
-                  char *err, size_t errlen)
-{
-    if (!(*kv = dray_gguf_find(g, key)))
-        return dray_fail(err, errlen, DRAY_ENOTFOUND, "%s: key '%s' not found", g->name, key);
-    return 0;
-}
-
-static int wrong_type(const struct dray_gguf *g, const char *key, uint32_t type,
-                      const char *expected, char *err, size_t errlen)
-{
-    return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' has type %s, expected %s",
-                     g->name, key, vtype_name(type), expected);
-}
-
-/* Integer value widened: *neg set if negative (then *mag = -value). */
-static bool int_value(const struct dray_gguf_kv *kv, uint64_t *mag, bool *neg)
-{
-    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
-            uint64_t u64; int64_t i64; } v;
-    int64_t s = 0;
-    *neg = false;
-    switch (kv->type) { /* only an integer's bytes are read: another record's value may
-                         * be shorter (an empty array at the end of the file: none) */
-    case DRAY_GGUF_UINT8: case DRAY_GGUF_UINT16: case DRAY_GGUF_UINT32: case DRAY_GGUF_UINT64:
-    case DRAY_GGUF_INT8: case DRAY_GGUF_INT16: case DRAY_GGUF_INT32: case DRAY_GGUF_INT64:
-        memcpy(&v, kv->data, vtype_size(kv->type));
-        break;
-    default:
-        return false;
-    }
-    switch (kv->type) {
-    case DRAY_GGUF_UINT8: *mag = v.u8; return true;
-    case DRAY_GGUF_UINT16: *mag = v.u16; return true;
-    case DRAY_GGUF_UINT32: *mag = v.u32; return true;
-    case DRAY_GGUF_UINT64: *mag = v.u64; return true;
-    case DRAY_GGUF_INT8: s = v.i8; break;
-    case DRAY_GGUF_INT16: s = v.i16; break;
-    case DRAY_GGUF_INT32: s = v.i32; break;
-    case DRAY_GGUF_INT64: s = v.i64; break;
-    default: return false;
-    }
-    *neg = s < 0;
-    *mag = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s;
-    return true;
-}
-
-/* The key's value as an integer (any integer type, widened as int_value does). */
-static int lookup_int(const struct dray_gguf *g, const char *key, uint64_t *mag, bool *neg, char *err,
-                      size_t errlen)
-{
-    const struct dray_gguf_kv *kv;
-    int rc = lookup(g, key, &kv, err, errlen);
-    if (!rc && !int_value(kv, mag, neg))
-        rc = wrong_type(g, key, kv->type, "an integer", err, errlen);
-    return rc;
-}
-
-/* The key's record, which must have exactly this value type. */
-static int lookup_typed(const struct dray_gguf *g, const char *key, uint32_t type,
-                        const struct dray_gguf_kv **kv, char *err, size_t errlen)
-{
-    int rc = lookup(g, key, kv, err, errlen);
-    if (!rc && (*kv)->type != type)
-        rc = wrong_type(g, key, (*kv)->type, vtype_name(type), err, errlen);
-    return rc;
-}
-
-int dray_gguf_get_u32(const struct dray_gguf *g, const char *key, uint32_t *out, char *err,
-                      size_t errlen)
-{
-    uint64_t mag;
-    bool neg;
-    int rc = lookup_int(g, key, &mag, &neg, err, errlen);
-    if (rc)
-        return rc;
-    if (neg || mag > UINT32_MAX)
-        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' = %s%" PRIu64
-                         " does not fit in an unsigned 32-bit value", g->name, key,
-                         neg ? "-" : "", mag);
-    *out = (uint32_t)mag;
-    return 0;
-}
-
-int dray_gguf_get_i64(const struct dray_gguf *g, const char *key, int64_t *out, char *err,
-                      size_t errlen)
-{
-    uint64_t mag;
-    bool neg;
-    int rc = lookup_int(g, key, &mag, &neg, err, errlen);
-    if (rc)
-        return rc;
-    if (!neg && mag > INT64_MAX)
-        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' = %" PRIu64
-                         " does not fit in a signed 64-bit value", g->name, key, mag);
-    *out = neg ? (int64_t)(0 - mag) : (int64_t)mag; /* mag <= 2^63 when neg */
-    return 0;
-}
-
-int dray_gguf_get_f32(const struct dray_gguf *g, const char *key, float *out, char *err,
-                      size_t errlen)
-{
-    const struct dray_gguf_kv *kv;
-    uint64_t mag;
-    bool neg;
-    int rc = lookup(g, key, &kv, err, errlen);
-    if (rc)
-        return rc;
-    if (kv->type == DRAY_GGUF_FLOAT32) {
-        memcpy(out, kv->data, 4);
-    } else if (kv->type == DRAY_GGUF_FLOAT64) {
-        double d;
-        memcpy(&d, kv->data, 8);
-        *out = (float)d;
-    } else if (int_value(kv, &mag, &neg)) {
-        *out = neg ? -(float)mag : (float)mag;
-    } else {
-        return wrong_type(g, key, kv->type, "a number", err, errlen);
-    }
-    return 0;
-}
-
-int dray_gguf_get_bool(const struct dray_gguf *g, const char *key, bool *out, char *err,
-                       size_t errlen)
-{
-    const struct dray_gguf_kv *kv;
-    int rc = lookup_typed(g, key, DRAY_GGUF_BOOL, &kv, err, errlen);
-    if (rc)
-        return rc;
-    *out = *(const uint8_t *)kv->data != 0;
-    return 0;
-}
-
-int dray_gguf_get_str(const struct dray_gguf *g, const char *key, struct dray_str *out, char *err,
-                      size_t errlen)
-{
-    const struct dray_gguf_kv *kv;
-    int rc = lookup_typed(g, key, DRAY_GGUF_STRING, &kv, err, errlen);
-    if (rc)
-        return rc;
-    *out = *kv->strs;
-    return 0;
-}
-
-int dray_gguf_get_arr(const struct dray_gguf *g, const char *key, uint32_t elem_type,
-                      const void **data, uint64_t *n, char *err, size_t errlen)
-{
-    const struct dray_gguf_kv *kv;
-    int rc = lookup(g, key, &kv, err, errlen);
-    if (rc)
-        return rc;
-    if (kv->type != DRAY_GGUF_ARRAY || kv->arr_type != elem_type)
-        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: key '%s' has type %s%s%s, expected "
-                         "ARRAY of %s", g->name, key, vtype_name(kv->type),
-                         kv->type == DRAY_GGUF_ARRAY ? " of " : "",
-                         kv->type == DRAY_GGUF_ARRAY ? vtype_name(kv->arr_type) : "",
-                         vtype_name(elem_type));
-    /* For strings hand out the (ptr, len) index rather than the raw bytes. */
-    *data = elem_type == DRAY_GGUF_STRING ? (const void *)kv->strs : kv->data;
-    *n = kv->arr_n;
-    return 0;
 }

@@ -1,59 +1,13 @@
 /* Prefix cache: chained block hashes -> shared KV blocks (see prefix_cache.h). */
-#include "prefix_cache.h"
+#include "prefix_cache_internal.h"
 
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "dray/backend.h"
-#include "kv.h"
-
-struct pc_entry {
-    uint64_t hash;            /* chained hash of the prefix up to this block's end */
-    uint64_t salt;            /* tenant (compared where entries are scanned, not hashed) */
-    struct pc_entry *parent;  /* the entry one block shorter, NULL for block 0 */
-    struct pc_entry *next;    /* bucket chain */
-    struct pc_entry *newer, *older; /* LRU list */
-    struct pc_entry *child, *sibling; /* children list (full and partial) */
-    uint32_t n_tok;           /* prefix length: parent's n_tok + n_part */
-    uint32_t n_part;          /* tokens of this block: block size, or fewer for a partial
-                               * tail (the end of an inserted sequence; always a leaf) */
-    uint32_t n_children;
-    int32_t gblock[DRAY_KV_MAX_GROUPS]; /* this block in each global group, -1 in window groups */
-    int32_t *ckpt;            /* window checkpoint: per window group, the blocks of entries
-                               * kept_from(n_tok) .. ceil(n_tok/bs) - 1, concatenated
-                               * (the last one partial for a tail); NULL if none */
-    uint32_t n_ckpt;
-    /* host tier: the same blocks in kv.h's vendor-neutral layout, once spilled */
-    unsigned char *host_g;    /* every global group's block, in group order; NULL if on device */
-    unsigned char *host_ckpt; /* the checkpoint's blocks, in ckpt order; NULL if none */
-    bool pinned;              /* on the path of an attach in progress: never spilled */
-    int32_t tok[];            /* the block's tokens [n_part] (room for bs) */
-};
-
-struct dray_pcache {
-    struct dray_kv *kv;
-    uint32_t bs, n_group;
-    bool window[DRAY_KV_MAX_GROUPS];
-    bool has_window;
-    uint32_t max_window;      /* the widest window group's window, tokens */
-    struct pc_entry **bucket;
-    size_t n_bucket;          /* power of two */
-    struct pc_entry *newest, *oldest;
-    struct pc_entry *roots;   /* entries of block 0, every tenant */
-    uint64_t host_budget;     /* bytes of host memory for spilled blocks */
-    uint64_t g_bytes;         /* host bytes of one entry's global blocks */
-    uint64_t wblock_bytes[DRAY_KV_MAX_GROUPS];
-    struct dray_pcache_stats st;
-};
 
 /* ------------------------------------------------------------- table */
-
-static struct pc_entry **slot_of(struct dray_pcache *pc, uint64_t h)
-{
-    return &pc->bucket[h & (pc->n_bucket - 1)];
-}
 
 /* The full-block entry of hash h under parent with these bs tokens. */
 static struct pc_entry *find(struct dray_pcache *pc, uint64_t h, const struct pc_entry *parent,
@@ -64,11 +18,6 @@ static struct pc_entry *find(struct dray_pcache *pc, uint64_t h, const struct pc
             !memcmp(e->tok, tok, pc->bs * sizeof(int32_t)))
             return e;
     return NULL;
-}
-
-static struct pc_entry **children_of(struct dray_pcache *pc, struct pc_entry *parent)
-{
-    return parent ? &parent->child : &pc->roots;
 }
 
 /* Tokens a and b have in common from the start, at most n. */
@@ -99,19 +48,6 @@ static void grow_table(struct dray_pcache *pc)
 
 /* ------------------------------------------------------------- LRU */
 
-static void lru_unlink(struct dray_pcache *pc, struct pc_entry *e)
-{
-    if (e->newer)
-        e->newer->older = e->older;
-    else
-        pc->newest = e->older;
-    if (e->older)
-        e->older->newer = e->newer;
-    else
-        pc->oldest = e->newer;
-    e->newer = e->older = NULL;
-}
-
 static void lru_touch(struct dray_pcache *pc, struct pc_entry *e)
 {
     if (pc->newest == e)
@@ -132,263 +68,6 @@ static void touch_path(struct dray_pcache *pc, struct pc_entry *leaf)
 {
     for (struct pc_entry *e = leaf; e; e = e->parent)
         lru_touch(pc, e);
-}
-
-/* ------------------------------------------------------------- eviction */
-
-/* ------------------------------------------------------------- tiers */
-
-/* Blocks of e's checkpoint, walked group by group: calls fn(g, index in ckpt). */
-#define FOR_CKPT(pc, e, g, k, i)                                                              \
-    for (uint32_t g = 0, i = 0; g < (pc)->n_group; g++)                                        \
-        for (uint32_t k = dray_kv_kept_from((pc)->kv, g, (e)->n_tok);                          \
-             (pc)->window[g] && k < ((e)->n_tok + (pc)->bs - 1) / (pc)->bs; k++, i++)
-
-static uint64_t ckpt_host_bytes(const struct dray_pcache *pc, const struct pc_entry *e)
-{
-    uint64_t n = 0;
-    FOR_CKPT(pc, e, g, k, i)
-        n += pc->wblock_bytes[g];
-    return n;
-}
-
-static void host_release(struct dray_pcache *pc, unsigned char **p, uint64_t bytes)
-{
-    if (!*p)
-        return;
-    free(*p);
-    *p = NULL;
-    pc->st.host_bytes -= bytes;
-}
-
-static void drop_ckpt(struct dray_pcache *pc, struct pc_entry *e)
-{
-    if (e->ckpt) {
-        FOR_CKPT(pc, e, g, k, i)
-            dray_kv_block_unref(pc->kv, g, (uint32_t)e->ckpt[i]);
-        pc->st.blocks -= e->n_ckpt;
-        free(e->ckpt);
-        e->ckpt = NULL;
-    }
-    host_release(pc, &e->host_ckpt, ckpt_host_bytes(pc, e));
-    e->n_ckpt = 0;
-    pc->st.checkpoints--;
-}
-
-static bool has_ckpt(const struct pc_entry *e)
-{
-    return e->ckpt || e->host_ckpt;
-}
-
-static void drop_entry(struct dray_pcache *pc, struct pc_entry *e)
-{
-    if (has_ckpt(e))
-        drop_ckpt(pc, e);
-    if (e->host_g) {
-        host_release(pc, &e->host_g, pc->g_bytes);
-    } else {
-        for (uint32_t g = 0; g < pc->n_group; g++)
-            if (!pc->window[g]) {
-                dray_kv_block_unref(pc->kv, g, (uint32_t)e->gblock[g]);
-                pc->st.blocks--;
-            }
-    }
-    struct pc_entry **p = slot_of(pc, e->hash);
-    while (*p != e)
-        p = &(*p)->next;
-    *p = e->next;
-    for (p = children_of(pc, e->parent); *p != e;)
-        p = &(*p)->sibling;
-    *p = e->sibling;
-    lru_unlink(pc, e);
-    if (e->parent)
-        e->parent->n_children--;
-    pc->st.entries--;
-    free(e);
-}
-
-/* Room for `bytes` more in the host tier: host checkpoints go first, then
- * leaf entries that live only on the host, oldest first. */
-static bool host_room(struct dray_pcache *pc, uint64_t bytes)
-{
-    if (bytes > pc->host_budget)
-        return false;
-    for (struct pc_entry *e = pc->oldest, *newer; e && pc->st.host_bytes + bytes > pc->host_budget;
-         e = newer) {
-        newer = e->newer;
-        if (e->pinned)
-            continue;
-        if (e->host_ckpt) {
-            drop_ckpt(pc, e);
-            pc->st.evictions++;
-        }
-        if (e->host_g && !e->n_children && !has_ckpt(e)) {
-            drop_entry(pc, e);
-            pc->st.evictions++;
-        }
-    }
-    return pc->st.host_bytes + bytes <= pc->host_budget;
-}
-
-/* Device -> host: download e's global blocks, then give the device blocks back. */
-static bool spill_global(struct dray_pcache *pc, struct pc_entry *e)
-{
-    if (!host_room(pc, pc->g_bytes))
-        return false;
-    unsigned char *buf = malloc(pc->g_bytes), *p = buf;
-    for (uint32_t g = 0; buf && g < pc->n_group; g++) {
-        if (pc->window[g])
-            continue;
-        if (dray_kv_block_download(pc->kv, g, (uint32_t)e->gblock[g], p)) {
-            free(buf);
-            return false;
-        }
-        p += pc->wblock_bytes[g];
-    }
-    if (!buf)
-        return false;
-    for (uint32_t g = 0; g < pc->n_group; g++)
-        if (!pc->window[g]) {
-            dray_kv_block_unref(pc->kv, g, (uint32_t)e->gblock[g]);
-            e->gblock[g] = -1;
-            pc->st.blocks--;
-        }
-    e->host_g = buf;
-    pc->st.host_bytes += pc->g_bytes;
-    pc->st.spills++;
-    return true;
-}
-
-static bool spill_ckpt(struct dray_pcache *pc, struct pc_entry *e)
-{
-    uint64_t bytes = ckpt_host_bytes(pc, e);
-    if (!host_room(pc, bytes))
-        return false;
-    unsigned char *buf = malloc(bytes ? bytes : 1), *p = buf;
-    if (!buf)
-        return false;
-    FOR_CKPT(pc, e, g, k, i) {
-        if (dray_kv_block_download(pc->kv, g, (uint32_t)e->ckpt[i], p)) {
-            free(buf);
-            return false;
-        }
-        p += pc->wblock_bytes[g];
-    }
-    FOR_CKPT(pc, e, g, k, i)
-        dray_kv_block_unref(pc->kv, g, (uint32_t)e->ckpt[i]);
-    pc->st.blocks -= e->n_ckpt;
-    free(e->ckpt);
-    e->ckpt = NULL;
-    e->host_ckpt = buf;
-    pc->st.host_bytes += bytes;
-    pc->st.spills++;
-    return true;
-}
-
-/* Host -> device: fresh blocks (the path being attached is pinned, so the
- * reclaim these allocations may trigger leaves it alone), then upload. */
-static bool restore_global(struct dray_pcache *pc, struct pc_entry *e)
-{
-    uint32_t got[DRAY_KV_MAX_GROUPS];
-    const unsigned char *p = e->host_g;
-    uint32_t g = 0;
-    for (; g < pc->n_group; g++) {
-        if (pc->window[g])
-            continue;
-        if (dray_kv_block_alloc(pc->kv, g, &got[g]))
-            break;
-        if (dray_kv_block_upload(pc->kv, g, got[g], p)) {
-            dray_kv_block_unref(pc->kv, g, got[g]);
-            break;
-        }
-        p += pc->wblock_bytes[g];
-    }
-    if (g < pc->n_group) {
-        while (g-- > 0)
-            if (!pc->window[g])
-                dray_kv_block_unref(pc->kv, g, got[g]);
-        return false;
-    }
-    for (g = 0; g < pc->n_group; g++)
-        if (!pc->window[g]) {
-            e->gblock[g] = (int32_t)got[g];
-            pc->st.blocks++;
-        }
-    host_release(pc, &e->host_g, pc->g_bytes);
-    pc->st.restores++;
-    return true;
-}
-
-static bool restore_ckpt(struct dray_pcache *pc, struct pc_entry *e)
-{
-    int32_t *ck = malloc((e->n_ckpt ? e->n_ckpt : 1) * sizeof(int32_t));
-    const unsigned char *p = e->host_ckpt;
-    uint32_t done = 0;
-    bool ok = ck != NULL;
-    FOR_CKPT(pc, e, g, k, i) {
-        uint32_t b;
-        if (!ok || dray_kv_block_alloc(pc->kv, g, &b)) {
-            ok = false;
-            break;
-        }
-        ck[i] = (int32_t)b;
-        done = i + 1;
-        if (dray_kv_block_upload(pc->kv, g, b, p)) {
-            ok = false;
-            break;
-        }
-        p += pc->wblock_bytes[g];
-    }
-    if (!ok) {
-        FOR_CKPT(pc, e, g, k, i)
-            if (i < done)
-                dray_kv_block_unref(pc->kv, g, (uint32_t)ck[i]);
-        free(ck);
-        return false;
-    }
-    e->ckpt = ck;
-    pc->st.blocks += e->n_ckpt;
-    host_release(pc, &e->host_ckpt, ckpt_host_bytes(pc, e));
-    pc->st.restores++;
-    return true;
-}
-
-/* Does e hold a device block in group g that only the cache uses? */
-static bool sole_holder(struct dray_pcache *pc, struct pc_entry *e, uint32_t g)
-{
-    if (!pc->window[g])
-        return !e->host_g && dray_kv_block_refs(pc->kv, g, (uint32_t)e->gblock[g]) == 1;
-    if (!e->ckpt)
-        return false;
-    FOR_CKPT(pc, e, gg, k, i)
-        if (gg == g && dray_kv_block_refs(pc->kv, g, (uint32_t)e->ckpt[i]) == 1)
-            return true;
-    return false;
-}
-
-/* The KV manager needs `need` more free blocks in group g. Oldest first, blocks
- * only the cache holds move to the host tier (checkpoints for a window group,
- * global blocks for a global group); what the host cannot take is dropped
- * (a global block only with its entry, and only from a leaf). */
-static void reclaim(void *user, uint32_t g, uint32_t need)
-{
-    struct dray_pcache *pc = user;
-    uint32_t want = dray_kv_group_free_blocks(pc->kv, g) + need;
-    for (struct pc_entry *e = pc->oldest, *newer; e && dray_kv_group_free_blocks(pc->kv, g) < want;
-         e = newer) {
-        newer = e->newer;
-        if (e->pinned || !sole_holder(pc, e, g))
-            continue;
-        if (pc->window[g]) {
-            if (!spill_ckpt(pc, e)) {
-                drop_ckpt(pc, e);
-                pc->st.evictions++;
-            }
-        } else if (!spill_global(pc, e) && !e->n_children) {
-            drop_entry(pc, e);
-            pc->st.evictions++;
-        }
-    }
 }
 
 /* ------------------------------------------------------------- API */
@@ -419,7 +98,7 @@ int dray_pcache_create(struct dray_kv *kv, uint64_t host_bytes, struct dray_pcac
         free(pc);
         return DRAY_ENOMEM;
     }
-    dray_kv_set_reclaim(kv, reclaim, pc);
+    dray_kv_set_reclaim(kv, pc_reclaim, pc);
     *out = pc;
     return 0;
 }
@@ -435,7 +114,7 @@ void dray_pcache_free(struct dray_pcache *pc)
             e = e->newer;
         if (!e)
             break; /* cannot happen: some entry is always a leaf */
-        drop_entry(pc, e);
+        pc_drop_entry(pc, e);
     }
     dray_kv_set_reclaim(pc->kv, NULL, NULL);
     free(pc->bucket);
@@ -528,14 +207,14 @@ static struct pc_entry *insert_tail(struct dray_pcache *pc, uint64_t salt, struc
         if (mine && m == p && cur->n_part >= p && (has_ckpt(cur) || !pc->has_window))
             return cur; /* covers ours */
         if (mine && m == cur->n_part && !cur->pinned) {
-            drop_entry(pc, cur); /* ours covers it */
+            pc_drop_entry(pc, cur); /* ours covers it */
             continue;
         }
         c = &cur->sibling;
     }
     struct pc_entry *t = add_entry(pc, block_hash(tok, p, h), salt, e, tok, k, p, seq);
     if (t && pc->has_window && !take_ckpt(pc, t, seq)) {
-        drop_entry(pc, t);
+        pc_drop_entry(pc, t);
         return NULL;
     }
     return t;
@@ -585,11 +264,11 @@ struct pc_hit {
 static bool restore_hit(struct dray_pcache *pc, const struct pc_hit *h)
 {
     for (struct pc_entry *e = h->leaf; e; e = e->parent)
-        if (e->host_g && !restore_global(pc, e))
+        if (e->host_g && !pc_restore_global(pc, e))
             return false;
-    if (h->tail && h->tail->host_g && !restore_global(pc, h->tail))
+    if (h->tail && h->tail->host_g && !pc_restore_global(pc, h->tail))
         return false;
-    return !h->src || !h->src->host_ckpt || restore_ckpt(pc, h->src);
+    return !h->src || !h->src->host_ckpt || pc_restore_ckpt(pc, h->src);
 }
 
 static void pin_hit(const struct pc_hit *h, bool pin)
@@ -835,7 +514,7 @@ static bool assemble_window(struct dray_pcache *pc, uint64_t salt, const int32_t
     wt->n_src = n_src;
     for (uint32_t s = 0; ok && s < n_src; s++)
         if (!src[s]->ckpt)
-            ok = restore_ckpt(pc, src[s]);
+            ok = pc_restore_ckpt(pc, src[s]);
     for (uint32_t g = 0; ok && g < pc->n_group; g++)
         for (uint32_t j = 0; j < wt->n[g]; j++) {
             struct pc_entry *x = cs.x[wt->block[g][j]];

@@ -1,5 +1,5 @@
-/* libFuzzer target: tokenizer encode and streaming decode (core/text/tokenizer.c,
- * core/text/tokenizer_bpe.c) on two built-in vocabularies shaped like the real ones:
+/* libFuzzer target: tokenizer encode and streaming decode (core/text/tokenizer*.c)
+ * on two built-in vocabularies shaped like the real ones:
  *  - SPM like Gemma 3: control tokens, 256 byte-fallback tokens, user-defined runs
  *    of 1..31 "\n" and "\t" and HTML tags (shapes that once blew up memory), words;
  *  - byte-level BPE like SmolLM2: the 256-character byte alphabet, merges.
