@@ -1,8 +1,13 @@
 /* The in-memory op table of fake_ops.h. */
 #include "fake_ops.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 int fake_live;
 int fake_alloc_left = -1;
@@ -109,4 +114,18 @@ void fake_ops_reset(void)
     fake_alloc_left = -1;
     fake_uploads = 0;
     fake_fail_upload = 0;
+}
+
+int fake_ops_setup(void **state)
+{
+    (void)state;
+    fake_ops_reset();
+    return 0;
+}
+
+int fake_ops_teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(fake_live, 0);
+    return 0;
 }

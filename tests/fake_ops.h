@@ -23,6 +23,10 @@ extern const struct dray_ops fake_ops;
 
 /* The counters as a fresh test wants them. */
 void fake_ops_reset(void);
+/* cmocka fixtures: reset before a test; after it, fail if a buffer is left
+ * (every test frees what it made: nothing leaks). */
+int fake_ops_setup(void **state);
+int fake_ops_teardown(void **state);
 /* fake_ops.download, for reading a buffer back directly. */
 int fake_download(struct dray_ctx *ctx, void *dst, struct dray_view src, size_t n);
 

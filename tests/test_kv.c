@@ -12,20 +12,6 @@
 #include "kv.h"
 #include "testutil.h"
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_ops_reset();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(fake_live, 0); /* every test frees its kv: nothing leaks */
-    return 0;
-}
-
 /* ---------------------------------------------------------------- helpers */
 
 static char err[256];
@@ -743,7 +729,7 @@ static void test_kv_shared_partial_block_is_copied_before_write(void **state)
     }
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, fake_ops_setup, fake_ops_teardown)
 static const struct CMUnitTest tests[] = {
     T(test_kv_plan_gemma3_bytes_per_token_and_capacity),
     T(test_kv_unlimited_budget_fits_max_seqs),

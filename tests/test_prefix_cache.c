@@ -134,20 +134,6 @@ static void run_of(int32_t *ids, size_t n, int32_t first)
         ids[i] = first + (int32_t)i;
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_ops_reset();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(fake_live, 0);
-    return 0;
-}
-
 /* ------------------------------------------------------------------ tests */
 
 static void test_pcache_insert_then_lookup_shares_blocks(void **state)
@@ -398,7 +384,7 @@ static void test_pcache_without_host_tier_drops_the_checkpoint(void **state)
     done(kv, pc);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, fake_ops_setup, fake_ops_teardown)
 static const struct CMUnitTest tests[] = {
     T(test_pcache_insert_then_lookup_shares_blocks),
     T(test_pcache_match_ends_inside_a_block),
