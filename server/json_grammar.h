@@ -1,4 +1,4 @@
-/* server/json_grammar.h — JSON Schema to GBNF (core/grammar.h's dialect, which
+/* server/json_grammar.h — JSON Schema to GBNF (core/text/grammar.h's dialect, which
  * is llama.cpp's) for structured output: response_format "json_object" and
  * "json_schema", and the arguments of tool calls. A schema is honoured exactly
  * or refused: a keyword the converter cannot enforce is a 400 naming it
