@@ -24,21 +24,23 @@ size_t dray_lookup_draft(const int32_t *hist, size_t n, int32_t next, int32_t *d
     return 0;
 }
 
-int dray_lookup_try(struct dray_lookup_policy *p)
+uint32_t dray_lookup_try(struct dray_lookup_policy *p, uint32_t max)
 {
     if (p->wait) {
         p->wait--;
         return 0;
     }
-    return 1;
+    return p->len && p->len < max ? p->len : max;
 }
 
-void dray_lookup_kept(struct dray_lookup_policy *p, size_t kept)
+void dray_lookup_kept(struct dray_lookup_policy *p, size_t n, size_t kept)
 {
     if (kept) {
         p->backoff = 0;
+        p->len = (uint32_t)(kept == n ? 2 * n : kept + 1);
         return;
     }
+    p->len = 1;
     p->wait = p->backoff ? p->backoff : 1;
     p->backoff = p->wait * 2 > 64 ? 64 : p->wait * 2;
 }

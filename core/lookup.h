@@ -21,15 +21,18 @@
  * to _MIN tokens) into draft; returns how many (0: no match). O(n) a call. */
 size_t dray_lookup_draft(const int32_t *hist, size_t n, int32_t next, int32_t *draft, size_t max);
 
-/* When to draft: after a draft whose tokens were all refused, the next tries
- * wait (1, 2, 4, ... 64 tokens); one kept token resets the wait. */
+/* When to draft and how long: after a draft whose tokens were all refused, the
+ * next tries wait (1, 2, 4, ... 64 tokens); the length follows what was kept
+ * (all kept: twice as long, up to the maximum; else one more than was kept),
+ * so a text that copies a little pays for short drafts only. */
 struct dray_lookup_policy {
     uint32_t wait;    /* tokens to decode before the next try */
     uint32_t backoff; /* the wait after the next failure */
+    uint32_t len;     /* tokens the next draft may have; 0 = not set yet (the maximum) */
 };
-/* Whether to look for a draft at this token (counts the wait down). */
-int dray_lookup_try(struct dray_lookup_policy *p);
-/* A draft was verified and kept tokens of it. */
-void dray_lookup_kept(struct dray_lookup_policy *p, size_t kept);
+/* The length of a draft now (0: do not try yet; counts the wait down), at most max. */
+uint32_t dray_lookup_try(struct dray_lookup_policy *p, uint32_t max);
+/* A draft of n tokens was verified and kept of them. */
+void dray_lookup_kept(struct dray_lookup_policy *p, size_t n, size_t kept);
 
 #endif

@@ -169,8 +169,9 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
             room = d.max;
         if (room > e->info.context - n0 - 1)
             room = e->info.context - n0 - 1;
-        if (want && d.max && dray_lookup_try(&d.policy))
-            k = draft_after(s, id, d.feed + 1, room);
+        uint32_t len = want && d.max ? dray_lookup_try(&d.policy, d.max) : 0;
+        if (len)
+            k = draft_after(s, id, d.feed + 1, room < len ? room : len);
         if (!k) {
             uint32_t r0 = 0;
             rc = dray_session_step(s, &id, 1, &r0, want ? 1 : 0, e->logits, err, errlen);
@@ -201,7 +202,7 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
             }
         }
         st->n_draft_kept += (uint32_t)(kept < k ? kept : k);
-        dray_lookup_kept(&d.policy, kept);
+        dray_lookup_kept(&d.policy, k, kept);
         if (kept == k && i < p->max_tokens)
             row = d.logits + k * V; /* all kept: the next position is the last row */
         if (rc == 0 && s->n_hist > n0 + 1 + kept)

@@ -50,23 +50,39 @@ static void test_policy_backs_off_while_drafts_fail(void **state)
 {
     (void)state;
     struct dray_lookup_policy p = {0};
-    assert_true(dray_lookup_try(&p));
-    dray_lookup_kept(&p, 0); /* waits 1, then 2, then 4 tokens */
+    assert_int_equal(dray_lookup_try(&p, 8), 8); /* the first try: the longest */
+    dray_lookup_kept(&p, 8, 0); /* waits 1, then 2, then 4 tokens */
     int tries = 0;
     for (int t = 0; t < 3; t++)
-        tries += dray_lookup_try(&p);
+        tries += dray_lookup_try(&p, 8) > 0;
     assert_int_equal(tries, 2); /* one token waited */
-    dray_lookup_kept(&p, 0);
-    assert_false(dray_lookup_try(&p));
-    assert_false(dray_lookup_try(&p));
-    assert_true(dray_lookup_try(&p));
-    dray_lookup_kept(&p, 3); /* a kept token: no more waiting */
-    dray_lookup_kept(&p, 0);
-    assert_false(dray_lookup_try(&p));
-    assert_true(dray_lookup_try(&p));
+    dray_lookup_kept(&p, 1, 0);
+    assert_int_equal(dray_lookup_try(&p, 8), 0);
+    assert_int_equal(dray_lookup_try(&p, 8), 0);
+    assert_int_equal(dray_lookup_try(&p, 8), 1); /* after failures: short drafts */
+    dray_lookup_kept(&p, 1, 1); /* a kept token: no more waiting */
+    dray_lookup_kept(&p, 2, 0);
+    assert_int_equal(dray_lookup_try(&p, 8), 0);
+    assert_true(dray_lookup_try(&p, 8) > 0);
     for (int f = 0; f < 20; f++)
-        dray_lookup_kept(&p, 0);
+        dray_lookup_kept(&p, 1, 0);
     assert_true(p.wait <= 64);
+}
+
+/* The length follows what drafts keep: doubled when all is kept, else one
+ * more than was kept, never over the maximum. */
+static void test_policy_length_follows_what_is_kept(void **state)
+{
+    (void)state;
+    struct dray_lookup_policy p = {0};
+    assert_int_equal(dray_lookup_try(&p, 8), 8);
+    dray_lookup_kept(&p, 8, 2);
+    assert_int_equal(dray_lookup_try(&p, 8), 3);
+    dray_lookup_kept(&p, 3, 3);
+    assert_int_equal(dray_lookup_try(&p, 8), 6);
+    dray_lookup_kept(&p, 6, 6);
+    assert_int_equal(dray_lookup_try(&p, 8), 8);
+    assert_int_equal(dray_lookup_try(&p, 4), 4);
 }
 
 int main(void)
@@ -76,6 +92,7 @@ int main(void)
         cmocka_unit_test(test_draft_prefers_the_longest_suffix),
         cmocka_unit_test(test_no_draft_without_a_match),
         cmocka_unit_test(test_policy_backs_off_while_drafts_fail),
+        cmocka_unit_test(test_policy_length_follows_what_is_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
