@@ -42,16 +42,6 @@ void sched_cache_insert(struct dray_sched *s, uint64_t salt, const int32_t *ids,
     s->cache_s += dray_now_s() - t0;
 }
 
-/* Does a window group drop a block between a sequence of length a and one of b? */
-static bool window_moves(const struct dray_sched *s, size_t a, size_t b)
-{
-    struct dray_kv *kv = s->e->kv;
-    for (uint32_t g = 0; g < dray_kv_get_plan(kv)->n_group; g++)
-        if (dray_kv_kept_from(kv, g, (uint32_t)a) != dray_kv_kept_from(kv, g, (uint32_t)b))
-            return true;
-    return false;
-}
-
 /* Hand r's sequence to a finisher that feeds r->feed (and a chat's next user
  * head when the context has room for it); false (nothing changed) when there is
  * nothing to feed or no memory for it. */
@@ -77,7 +67,7 @@ bool sched_start_finisher(struct dray_sched *s, struct dray_request *r)
         /* the checkpoint after the feed also serves a request that continues the
          * reply otherwise, unless the feed moves a window past a block it needs:
          * then the reply as it is now goes in too (the two serve it together) */
-        if (window_moves(s, r->n_toks, n))
+        if (dray_kv_window_moves(s->e->kv, (uint32_t)r->n_toks, (uint32_t)n))
             sched_cache_insert(s, r->salt, r->toks, r->n_toks, r->sess);
     }
     *f = (struct finisher){.next = s->finishing, .sess = r->sess, .toks = r->toks,

@@ -51,17 +51,6 @@ static int take(struct dray_session *s, const struct dray_gen_params *p, struct 
     return 0;
 }
 
-/* Does a sliding window let go of a block between lengths a and b? A draft
- * that crosses such a point could not be taken back. */
-static bool window_moves(const struct dray_kv *kv, size_t a, size_t b)
-{
-    uint32_t bs = dray_kv_block_size(kv);
-    for (uint32_t g = 0; g < dray_kv_get_plan(kv)->n_group; g++)
-        if (dray_kv_live_from(kv, g, (uint32_t)(a / bs * bs)) != dray_kv_live_from(kv, g, (uint32_t)(b / bs * bs)))
-            return true;
-    return false;
-}
-
 /* The draft to verify with id (core/lookup.h): at most room tokens, none that
  * ends generation, none past a point a window moves. */
 static size_t draft_after(struct dray_session *s, int32_t id, int32_t *draft, size_t room)
@@ -71,7 +60,7 @@ static size_t draft_after(struct dray_session *s, int32_t id, int32_t *draft, si
     for (size_t j = 0; j < k; j++)
         if (dray_tokenizer_is_eog(e->tok, draft[j]))
             k = j;
-    while (k && window_moves(e->kv, s->n_hist + 1, s->n_hist + 1 + k))
+    while (k && dray_kv_window_moves(e->kv, (uint32_t)(s->n_hist + 1), (uint32_t)(s->n_hist + 1 + k)))
         k--;
     return k;
 }

@@ -83,7 +83,7 @@ static int stream_calls(struct stream *st, uint32_t i)
     h->held.len -= lead;
     while ((end = dray_srv_tool_call_end(h->held.data, h->held.len, 0))) {
         char salt[64];
-        snprintf(salt, sizeof(salt), "%s%u", strchr(st->g->id.id, '-') + 1, i);
+        dray_srv_gen_call_salt(st->g, i, salt, sizeof(salt));
         json_t *calls = dray_srv_tool_calls_json(h->held.data, end, salt), *c;
         if (!calls)
             return -1;

@@ -80,7 +80,7 @@ static bool build_choice(struct dray_srv_gen *g, uint32_t i, struct collected *k
     *ch = (struct dray_srv_choice){.index = i, .text = text.data ? text.data : "", .len = text.len,
                                    .finish_reason = k->last.finish_reason};
     char salt[64];
-    snprintf(salt, sizeof(salt), "%s%u", strchr(g->id.id, '-') + 1, i); /* call ids differ per choice */
+    dray_srv_gen_call_salt(g, i, salt, sizeof(salt));
     if (ok && g->tools && (ch->tool_calls = dray_srv_tool_calls_json(ch->text, ch->len, salt))) {
         ch->text = NULL; /* "content": null */
         ch->finish_reason = "tool_calls";

@@ -33,6 +33,11 @@ int dray_srv_lps_add(struct dray_srv_lps *l, const struct dray_token_logprob *v,
     return 0;
 }
 
+void dray_srv_gen_call_salt(const struct dray_srv_gen *g, uint32_t i, char *out, size_t n)
+{
+    snprintf(out, n, "%s%u", strchr(g->id.id, '-') + 1, i);
+}
+
 size_t dray_srv_gen_piece(const void *engine, int32_t id, char *out, size_t cap)
 {
     return dray_engine_token_bytes(engine, id, out, cap);

@@ -55,6 +55,9 @@ void dray_srv_gen_observe(const struct dray_srv_gen *g, uint32_t i,
 /* How a choice that ended without finishing normally is reported: true with e
  * filled (500 for a failure, 503 when the server cancelled it). */
 bool dray_srv_gen_ended_badly(const struct dray_request_output *o, struct dray_srv_error *e);
+/* The salt of choice i's tool-call ids ("call_<salt>_<n>"): the response id's
+ * suffix and i, so ids differ across requests and choices. */
+void dray_srv_gen_call_salt(const struct dray_srv_gen *g, uint32_t i, char *out, size_t n);
 /* The bytes of a token, for the log-probabilities' JSON (engine is the user). */
 size_t dray_srv_gen_piece(const void *engine, int32_t id, char *out, size_t cap);
 /* Cancel and free every choice still held, and take the flights off the list. */

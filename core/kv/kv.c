@@ -360,6 +360,14 @@ uint32_t dray_kv_kept_from(const struct dray_kv *kv, uint32_t g, uint32_t len)
     return g < kv->plan.n_group ? kept_from(kv, g, len) : 0;
 }
 
+bool dray_kv_window_moves(const struct dray_kv *kv, uint32_t a, uint32_t b)
+{
+    for (uint32_t g = 0; g < kv->plan.n_group; g++)
+        if (kept_from(kv, g, a) != kept_from(kv, g, b))
+            return true;
+    return false;
+}
+
 uint32_t dray_kv_ckpt_gap(const struct dray_kv *kv)
 {
     uint32_t ckpt_gap = 0;

@@ -191,6 +191,9 @@ uint32_t dray_kv_live_from(const struct dray_kv *kv, uint32_t g, uint32_t len);
  * sees, since step_end recycles from there (0 for global groups). A checkpoint
  * of len tokens holds these blocks. */
 uint32_t dray_kv_kept_from(const struct dray_kv *kv, uint32_t g, uint32_t len);
+/* Whether a window group lets go of a block between lengths a and b (the kept
+ * entries differ): a sequence grown from a to b cannot be truncated back to a. */
+bool dray_kv_window_moves(const struct dray_kv *kv, uint32_t a, uint32_t b);
 /* The most tokens two consecutive checkpoints of a sequence may lie apart and
  * still serve every length between them: the blocks the later one holds start
  * at or before the earlier one's block when c2 - c1 <= window + bs - 2 (a query

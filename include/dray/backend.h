@@ -331,7 +331,8 @@ struct dray_rmsnorm_args {
  * precision only to the 31 beside it.
  * passes = 2 (two-pass activations, declared by bit 1 of matmul_passes): one
  * int8 pass leaves each input off by up to sx/2; over 30 layers that is most of
- * the int8 path's distance from f32 (docs/performance.md). So x is quantized as above into (q, sx), then its residual
+ * the int8 path's distance from f32 (docs/performance.md). So x is quantized as
+ * above into (q, sx), then its residual
  *   r[t][c] = x[t][c] - q[t][c] * sx[t][g]   (in f32; fused or not)
  * by the same rule into (q', sx') (|r| <= sx/2, so sx' <= sx/254), and
  *   out = (out if accumulating) + [the sum over (q, sx)] + [the same over (q', sx')].
