@@ -205,6 +205,22 @@ static void report(const struct dray_config *cfg, const struct dray_engine_info 
     }
 }
 
+/* A split's decode: hops, each device's busy time and the time they overlapped. */
+static void report_split(const struct dray_split_report *a, const struct dray_split_report *b)
+{
+    uint64_t steps = b->steps - a->steps;
+    if (!b->n_dev || !steps)
+        return;
+    uint64_t hops = b->hops - a->hops;
+    printf("split   decode over %u devices: %llu steps (%llu in micro-batches), %.1f hops of %.1f KB per step\n",
+           b->n_dev, (unsigned long long)steps, (unsigned long long)(b->pipelined_steps - a->pipelined_steps),
+           (double)hops / steps, hops ? (double)(b->hop_bytes - a->hop_bytes) / hops / 1e3 : 0.0);
+    printf("        busy");
+    for (uint32_t d = 0; d < b->n_dev; d++)
+        printf(" device %u %.3f s", d + 1, b->busy_s[d] - a->busy_s[d]);
+    printf("; two or more busy at once %.3f s of %.3f s\n", b->overlap_s - a->overlap_s, b->wall_s - a->wall_s);
+}
+
 int dray_bench_model(const struct dray_config *cfg_in, int argc, char **argv)
 {
     struct dray_config cfg = *cfg_in;
@@ -223,12 +239,16 @@ int dray_bench_model(const struct dray_config *cfg_in, int argc, char **argv)
         return 1;
     }
     struct dray_session **ss = calloc(o.batch, sizeof(*ss));
+    struct dray_split_report s0, s1;
     int rc = ss ? prefill_all(e, &o, ss, &r, err, sizeof(err)) : -1;
+    dray_engine_split_report(e, &s0);
     if (!rc)
         rc = decode_all(e, &o, ss, &r, err, sizeof(err));
+    dray_engine_split_report(e, &s1);
     if (!rc) {
         r.bytes = step_bytes(dray_engine_get_info(e), &r, o.batch, o.prefill + o.decode / 2.0);
         report(&cfg, dray_engine_get_info(e), &o, &r);
+        report_split(&s0, &s1);
     } else {
         fprintf(stderr, "dray: %s\n", ss ? err : "out of memory");
     }

@@ -65,14 +65,29 @@ const struct key dray_config_keys[] = {
      "from the model file ([Chat templates](#chat-templates))", KEY_USER},
     {"backend", "backend", "plugin", T_STR, F(backend), 0, 0, NULL, 1,
      "plugin to run on: a name (`cpu`, `opencl`, `vulkan`, `cuda`, `hip`) or a path to a "
-     "`libdray-<name>.so`", KEY_USER},
+     "`libdray-<name>.so`; a comma-separated list (`cuda,cpu`) splits the layers over them "
+     "([Several devices](#several-devices))", KEY_USER},
     {"fallback", "backend", "fallback", T_STR, F(fallback), 0, 0, NULL, 0,
      "plugin used, with a warning, when `backend` cannot be loaded or opened or does not run "
      "the configured `precision` or `kv_dtype`; `\"\"` = fail with the reason", KEY_USER},
     {"device", "backend", "device", T_STR, F(device), 0, 0, NULL, 0,
      "device of the plugin, an index (`\"1\"`) or a case-insensitive part of its name "
-     "(`h200`), or a comma-separated list of one per replica (`\"0,1\"`); `\"\"` = the first "
-     "device", KEY_USER},
+     "(`h200`), or a comma-separated list of one per replica (`\"0,1\"`), or of one per "
+     "plugin when `backend` lists several; `\"\"` = the first device", KEY_USER},
+    {"layer_split", "backend", "layer_split", T_STR, F(layer_split), 0, 0, NULL, 0,
+     "with several plugins in `backend`: the share of the layers each runs, comma-separated "
+     "(`3,1`); `\"\"` = by `device_memory`, else by the devices' free memory "
+     "([Several devices](#several-devices))", KEY_USER},
+    {"device_memory", "backend", "device_memory", T_STR, F(device_memory), 0, 0, NULL, 0,
+     "with several plugins in `backend`: bytes of weights and KV each device may hold "
+     "(`8G,0`; 0 = no cap), so the uncapped ones (the CPU) take the rest "
+     "([Several devices](#several-devices))", KEY_USER},
+    {"head_device", "backend", "head_device", T_U32, F(head_device), 0, 8, NULL, 0,
+     "with several plugins in `backend`: which one (1-based) holds the embedding and output "
+     "head; 0 = the one with the last layers, or the roomiest under `device_memory`", KEY_EXPERT},
+    {"micro_batches", "backend", "micro_batches", T_U32, F(micro_batches), 0, 16, NULL, 0,
+     "with several plugins in `backend`: micro-batches a step of several sequences is cut into, "
+     "so the devices work at once; 0 = one per device, 1 = no pipelining", KEY_EXPERT},
     {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0,
      "extra `:`-separated folders searched for plugins before `$DRAY_PLUGIN_PATH` and the "
      "built-in folders", KEY_USER},

@@ -23,6 +23,7 @@
 #include "kv.h"
 #include "log.h"
 #include "model.h"
+#include "split.h"
 #include "tokenizer.h"
 
 double dray_now_s(void)
@@ -62,6 +63,32 @@ static bool wants_smooth_k(const struct dray_config *c)
     return c->kv_dtype == DRAY_I8;
 }
 
+/* The devices the engine runs on: one, or a split's stages. */
+static uint32_t n_devices(const struct dray_engine *e)
+{
+    return e->split ? dray_split_n(e->split) : 1;
+}
+
+static const struct dray_device *device_at(const struct dray_engine *e, uint32_t i)
+{
+    return e->split ? &dray_split_stage_c(e->split, i)->dev : &e->dev;
+}
+
+/* The model on one device, or its parts on a split's stages; e->model is the
+ * part with the head, e->dev that part's device. */
+static int load_parts(struct dray_engine *e, const struct dray_model_opts *mo, char *err, size_t errlen)
+{
+    if (!e->split)
+        return dray_model_load(e->gguf, &e->dev, mo, &e->arch, &e->model, err, errlen);
+    int rc = dray_split_load(e->split, &e->cfg, e->gguf, mo, e->cfg.kv_budget, &e->arch, err, errlen);
+    if (rc)
+        return rc;
+    const struct dray_split_stage *h = dray_split_stage_c(e->split, dray_split_head(e->split));
+    e->model = h->model;
+    e->dev = h->dev;
+    return 0;
+}
+
 /* The model, prepared straight from the calibration cache's scores for this
  * file and precision when it has them (calib_cache.h): int8 with its outlier
  * channels, the K smoothing folded into the head norms. */
@@ -85,7 +112,7 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
         mo.calib_scores = scores;
         mo.n_calib_scores = n;
     }
-    int rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+    int rc = load_parts(e, &mo, err, errlen);
     /* scores that do not fit this model (DRAY_EFORMAT): calibrate instead. Any
      * other failure (the device's memory, an upload) is the load's error, not
      * the cache's, and retrying would only hide it. */
@@ -96,7 +123,7 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
         mo.n_calib_scores = 0;
         free(scores);
         scores = NULL;
-        rc = dray_model_load(e->gguf, &e->dev, &mo, &e->arch, &e->model, err, errlen);
+        rc = load_parts(e, &mo, err, errlen);
     }
     if (!rc && scores) {
         e->info.calibration = "cached";
@@ -114,16 +141,36 @@ static int calibrate(struct dray_engine *e, char *err, size_t errlen)
     bool smooth_k = wants_smooth_k(&e->cfg);
     if ((!outliers && !smooth_k) || !strcmp(e->info.calibration, "cached"))
         return 0;
-    int rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, outliers ? e->cfg.outlier_channels : 0,
-                            smooth_k, err, errlen);
     const float *scores = NULL;
-    size_t n = rc || !e->arch->calib_scores ? 0 : e->arch->calib_scores(e->model, &scores);
-    if (rc || !n)
+    float *merged = NULL;
+    size_t n = 0;
+    int rc;
+    if (e->split) { /* every stage records its layers in one pass over the devices */
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        double t0 = dray_now_s();
+        rc = dray_calibration_ids(e->tok, &ids, &n_ids, err, errlen);
+        if (!rc)
+            rc = dray_split_calibrate(e->split, ids, (uint32_t)n_ids, outliers ? e->cfg.outlier_channels : 0,
+                                      smooth_k, &merged, &n, err, errlen);
+        free(ids);
+        scores = merged;
+        if (!rc)
+            dray_info("calibrated the split on %zu tokens in %.2f s", n_ids, dray_now_s() - t0);
+    } else {
+        rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, outliers ? e->cfg.outlier_channels : 0,
+                            smooth_k, err, errlen);
+        n = rc || !e->arch->calib_scores ? 0 : e->arch->calib_scores(e->model, &scores);
+    }
+    if (rc || !n) {
+        free(merged);
         return rc;
+    }
     e->info.calibration = "computed";
     char why[512];
     if (e->calib_cache[0] && dray_calib_cache_store(e->calib_cache, e->gguf, scores, n, why, sizeof(why)))
         dray_warn("%s (the next start calibrates again)", why);
+    free(merged);
     return 0;
 }
 
@@ -137,7 +184,16 @@ static int open_kv(struct dray_engine *e, char *err, size_t errlen)
         .block_size = c->kv_block ? c->kv_block : 16, .max_seqs = c->max_seqs ? c->max_seqs : 1,
         .max_ctx = e->info.context, .max_chunk = e->chunk, .budget_bytes = c->kv_budget,
     };
-    int rc = dray_kv_create(e->dev.ops, e->dev.ctx, &d, &e->kv, err, errlen);
+    struct dray_kv_device devs[DRAY_KV_MAX_DEVICES];
+    uint8_t layer_dev[DRAY_MAX_LAYERS];
+    int rc;
+    if (e->split) {
+        dray_split_kv_devices(e->split, devs, layer_dev);
+        d.layer_dev = layer_dev;
+        rc = dray_kv_create_on(devs, dray_split_n(e->split), &d, &e->kv, err, errlen);
+    } else {
+        rc = dray_kv_create(e->dev.ops, e->dev.ctx, &d, &e->kv, err, errlen);
+    }
     if (rc)
         return rc;
     const struct dray_kv_plan *p = dray_kv_get_plan(e->kv);
@@ -161,11 +217,14 @@ static int check_shapes(struct dray_engine *e, char *err, size_t errlen)
     sh.max_k = mi->n_embd > mi->n_ff ? mi->n_embd : mi->n_ff;
     sh.max_k = q > sh.max_k ? q : sh.max_k;
     char why[256];
-    int rc = dray_caps_check_shape(&e->dev.caps, &sh, why, sizeof(why));
-    if (rc)
-        return dray_fail(err, errlen, rc, "%s on %s device %u (%s): %s: use another backend (config "
-                         "backend/fallback)", e->cfg.model, e->dev.plugin->name, e->dev.index,
-                         e->dev.props.name, why);
+    for (uint32_t i = 0; i < n_devices(e); i++) {
+        const struct dray_device *dev = device_at(e, i);
+        int rc = dray_caps_check_shape(&dev->caps, &sh, why, sizeof(why));
+        if (rc)
+            return dray_fail(err, errlen, rc, "%s on %s device %u (%s): %s: use another backend (config "
+                             "backend/fallback)", e->cfg.model, dev->plugin->name, dev->index,
+                             dev->props.name, why);
+    }
     return 0;
 }
 
@@ -178,6 +237,20 @@ static void fill_info(struct dray_engine *e)
     in->arch = mi->arch;
     in->plugin = e->dev.plugin->name;
     in->device = e->dev.props.name;
+    in->placement = e->placement;
+    if (e->split) {
+        size_t a = 0, b = 0;
+        for (uint32_t i = 0; i < n_devices(e); i++) {
+            a += (size_t)snprintf(e->split_plugins + a, sizeof(e->split_plugins) - a, "%s%s", i ? "," : "",
+                                  device_at(e, i)->plugin->name);
+            b += (size_t)snprintf(e->split_devices + b, sizeof(e->split_devices) - b, "%s%s", i ? ", " : "",
+                                  device_at(e, i)->props.name);
+            a = a < sizeof(e->split_plugins) ? a : sizeof(e->split_plugins) - 1;
+            b = b < sizeof(e->split_devices) ? b : sizeof(e->split_devices) - 1;
+        }
+        in->plugin = e->split_plugins;
+        in->device = e->split_devices;
+    }
     in->n_layer = mi->n_layer;
     in->n_embd = mi->n_embd;
     in->n_head = mi->n_head;
@@ -193,6 +266,44 @@ static void fill_info(struct dray_engine *e)
     in->precision = precision_name(e->cfg.precision);
     in->kv_dtype = e->cfg.kv_dtype == DRAY_F16 ? "f16" : "int8";
     in->activations = e->cfg.activations == DRAY_ACTIVATIONS_INT8X2 ? "int8x2" : "int8";
+}
+
+/* Weights (and parameters) of every part: a split's head part holds its own only. */
+static void sum_parts(struct dray_engine *e)
+{
+    struct dray_engine_info *in = &e->info;
+    in->weight_bytes = in->step_weight_bytes = in->n_params = 0;
+    for (uint32_t i = 0; i < n_devices(e); i++) {
+        const struct dray_model *m = e->split ? dray_split_stage_c(e->split, i)->model : e->model;
+        const struct dray_model_info *mi = m ? e->arch->info(m) : NULL;
+        if (mi) {
+            in->weight_bytes += mi->weight_bytes;
+            in->step_weight_bytes += mi->step_weight_bytes;
+            in->n_params += mi->n_params;
+        }
+    }
+}
+
+/* "device 1 cpu (name): layers 0-8, 40.1 MiB weights, 1.0 MiB KV" per stage. */
+static void describe_split(struct dray_engine *e)
+{
+    size_t at = 0;
+    e->placement[0] = 0;
+    for (uint32_t i = 0; e->split && i < n_devices(e); i++) {
+        const struct dray_split_stage *st = dray_split_stage_c(e->split, i);
+        const struct dray_model_info *mi = st->model ? e->arch->info(st->model) : NULL;
+        char layers[32] = "no layers";
+        if (st->l1 > st->l0)
+            snprintf(layers, sizeof(layers), "layers %u-%u", st->l0, st->l1 - 1);
+        at += (size_t)snprintf(e->placement + at, sizeof(e->placement) - at,
+                               "%sdevice %u %s (%s): %s%s, %.1f MiB weights, %.1f MiB KV", i ? "\n" : "", i + 1,
+                               st->dev.plugin->name, st->dev.props.name, layers,
+                               st->head ? " + embedding and head" : "",
+                               mi ? (double)mi->weight_bytes / 1048576.0 : 0.0,
+                               (double)dray_kv_device_bytes(e->kv, i) / 1048576.0);
+        if (at >= sizeof(e->placement))
+            break;
+    }
 }
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen)
@@ -215,12 +326,13 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         }
     }
     int rc = dray_registry_open(e->cfg.plugin_path[0] ? e->cfg.plugin_path : NULL, &e->reg, err, errlen);
-    if (!rc)
-        rc = dray_device_open_config(e->reg, cfg, &e->dev, err, errlen);
-    e->dev_open = rc == 0;
-    if (!rc) {
+    if (!rc && strchr(cfg->backend, ','))
+        rc = dray_split_open(e->reg, cfg, &e->split, err, errlen);
+    else if (!rc)
+        e->dev_open = (rc = dray_device_open_config(e->reg, cfg, &e->dev, err, errlen)) == 0;
+    for (uint32_t i = 0; !rc && i < n_devices(e); i++) { /* what every device runs */
         char why[256];
-        e->cfg.precision = dray_caps_precision(&e->dev.caps, e->cfg.precision, why, sizeof(why));
+        e->cfg.precision = dray_caps_precision(&device_at(e, i)->caps, e->cfg.precision, why, sizeof(why));
         if (why[0])
             dray_warn("%s", why);
     }
@@ -231,11 +343,16 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         const struct dray_arch *arch = dray_model_arch_of(e->gguf);
         if (e->cfg.activations == DRAY_ACTIVATIONS_AUTO) /* an unknown arch fails at load */
             e->cfg.activations = arch ? arch->activations : DRAY_ACTIVATIONS_INT8;
-        e->cfg.activations = dray_caps_activations(&e->dev.caps, e->cfg.precision, e->cfg.activations, why,
-                                                   sizeof(why));
-        if (why[0])
-            dray_warn("%s", why);
-        if (e->cfg.precision == DRAY_PRECISION_W4A8 && !dray_caps_q5(&e->dev.caps) && has_5bit(e->gguf))
+        for (uint32_t i = 0; i < n_devices(e); i++) {
+            e->cfg.activations = dray_caps_activations(&device_at(e, i)->caps, e->cfg.precision,
+                                                       e->cfg.activations, why, sizeof(why));
+            if (why[0])
+                dray_warn("%s", why);
+        }
+        bool q5 = true;
+        for (uint32_t i = 0; i < n_devices(e); i++)
+            q5 = q5 && dray_caps_q5(&device_at(e, i)->caps);
+        if (e->cfg.precision == DRAY_PRECISION_W4A8 && !q5 && has_5bit(e->gguf))
             dray_warn("precision w4a8: the device does not declare 5-bit grouped weights (q5g32); "
                       "the file's Q5_0/Q5_1 tensors use 8-bit groups");
     }
@@ -252,6 +369,7 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     if (rc)
         goto fail;
     fill_info(e);
+    sum_parts(e);
     e->info.context = e->cfg.context ? e->cfg.context : e->info.n_ctx_train;
     if (e->info.context > e->info.n_ctx_train)
         dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
@@ -262,8 +380,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     if (rc)
         goto fail;
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */
-    e->info.weight_bytes = e->arch->info(e->model)->weight_bytes;
-    e->info.step_weight_bytes = e->arch->info(e->model)->step_weight_bytes;
+    sum_parts(e);
+    describe_split(e);
     e->logits = malloc((size_t)e->info.n_vocab * sizeof(float));
     if (!e->logits) {
         rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
@@ -285,8 +403,9 @@ void dray_engine_close(struct dray_engine *e)
     dray_engine_grammar_vocab_free(e);
     if (e->kv)
         dray_kv_free(e->kv);
-    if (e->model)
+    if (e->model && !e->split)
         e->arch->free(e->model);
+    dray_split_free(e->split);
     dray_tokenizer_free(e->tok);
     dray_chat_template_free(&e->chat);
     if (e->gguf)
@@ -296,6 +415,24 @@ void dray_engine_close(struct dray_engine *e)
     if (e->reg)
         dray_registry_close(e->reg);
     free(e);
+}
+
+void dray_engine_split_report(const struct dray_engine *e, struct dray_split_report *r)
+{
+    struct dray_split_stats st;
+    memset(r, 0, sizeof(*r));
+    if (!e->split)
+        return;
+    dray_split_get_stats(e->split, &st);
+    r->n_dev = dray_split_n(e->split);
+    r->steps = st.steps;
+    r->pipelined_steps = st.pipelined_steps;
+    r->hops = st.hops;
+    r->hop_bytes = st.hop_bytes;
+    r->wall_s = st.wall_s;
+    r->overlap_s = st.overlap_s;
+    for (uint32_t i = 0; i < r->n_dev && i < 8; i++)
+        r->busy_s[i] = dray_split_stage_c(e->split, i)->busy_s;
 }
 
 const struct dray_engine_info *dray_engine_get_info(const struct dray_engine *e)

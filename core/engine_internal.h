@@ -20,16 +20,20 @@ struct dray_tokenizer;
 struct dray_arch;
 struct dray_model;
 struct dray_kv;
+struct dray_split;
 
 struct dray_engine {
     struct dray_config cfg;
     struct dray_registry *reg;
-    struct dray_device dev;
+    struct dray_device dev;    /* with a split: a copy of the head's stage device */
     bool dev_open;
+    struct dray_split *split;  /* backend lists several plugins: owns devices and parts */
+    char split_plugins[256], split_devices[512]; /* info's plugin and device with a split */
+    char placement[1024];      /* info's placement text, "" without a split */
     struct dray_gguf *gguf;
     struct dray_tokenizer *tok;
     const struct dray_arch *arch;
-    struct dray_model *model;
+    struct dray_model *model;  /* with a split: the head's part (the split owns it) */
     struct dray_kv *kv;
     struct dray_engine_info info;
     uint32_t chunk;     /* most tokens in one forward step */

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "kv.h"
 #include "model.h"
+#include "split.h"
 
 int dray_session_new(struct dray_engine *e, struct dray_session **out, char *err, size_t errlen)
 {
@@ -90,10 +91,11 @@ int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint3
     for (uint32_t i = 0, t = 0; i < n_seq; i++)
         for (uint32_t j = 0; j < n[i]; j++)
             pos[t++] = (int32_t)(ss[i]->n_hist + j);
-    int rc = dray_kv_step_begin(e->kv, n_seq, seq_ids, n, err, errlen);
-    if (!rc) {
-        struct dray_batch b = {.n_tok = T, .ids = ids, .pos = pos, .n_logits = n_logits,
-                               .logit_rows = logit_rows, .logits = logits};
+    struct dray_batch b = {.n_tok = T, .ids = ids, .pos = pos, .n_logits = n_logits,
+                           .logit_rows = logit_rows, .logits = logits};
+    int rc = e->split ? dray_split_forward(e->split, e->kv, n_seq, seq_ids, n, &b, err, errlen)
+                      : dray_kv_step_begin(e->kv, n_seq, seq_ids, n, err, errlen);
+    if (!rc && !e->split) {
         rc = e->arch->forward(e->model, e->kv, &b, err, errlen);
         if (rc)
             dray_kv_step_abort(e->kv);

@@ -71,10 +71,12 @@ int dec_alloc_acts(struct dray_model *m, char *err, size_t errlen)
         {&m->a.qkv, T * m->qkv_dim * 4},   {&m->a.att, T * m->q_dim * 4},
         {&m->a.o, T * in->n_embd * 4},     {&m->a.gu, T * 2 * in->n_ff * 4},
         {&m->a.mid, T * in->n_ff * 4},     {&m->a.meta, T * 2 * 4},
-        {&m->a.xl, DEC_LOGIT_SLAB * in->n_embd * 4},
-        {&m->a.logits, (size_t)DEC_LOGIT_SLAB * in->n_vocab * 4},
+        {&m->a.xl, m->has_head ? DEC_LOGIT_SLAB * in->n_embd * 4 : 0}, /* the head's only */
+        {&m->a.logits, m->has_head ? (size_t)DEC_LOGIT_SLAB * in->n_vocab * 4 : 0},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (!want[i].bytes)
+            continue;
         int rc = ops->alloc(m->dev->ctx, want[i].bytes, want[i].buf);
         if (rc)
             return dray_fail(err, errlen, rc, "device memory for activations (%zu bytes) on %s: %s",
@@ -91,7 +93,7 @@ void dec_free(struct dray_model *m)
     struct dray_device *dev = m->dev;
     free_acts(m);
     dec_rescore_free(m);
-    for (uint32_t il = 0; m->layer && il < m->info.n_layer; il++) {
+    for (uint32_t il = m->l0; m->layer && il < m->l1; il++) {
         struct dec_layer *L = &m->layer[il];
         struct dray_buf *v[] = {L->attn_norm, L->q_norm, L->k_norm, L->post_attn_norm,
                                 L->ffn_norm, L->post_ffw_norm, L->bqkv, L->bo};
@@ -119,11 +121,15 @@ void dec_free(struct dray_model *m)
 void dec_account(struct dray_model *m)
 {
     struct dray_model_info *in = &m->info;
-    in->weight_bytes = dec_weight_bytes(&m->embd) + dec_weight_bytes(&m->output) + in->n_embd * 4ull;
-    in->n_params = (uint64_t)in->n_vocab * in->n_embd * (m->output.n_out && !m->head_copy ? 2 : 1) + in->n_embd;
+    in->weight_bytes = in->n_params = 0;
+    if (m->has_head) {
+        in->weight_bytes = dec_weight_bytes(&m->embd) + dec_weight_bytes(&m->output) + in->n_embd * 4ull;
+        in->n_params = (uint64_t)in->n_vocab * in->n_embd * (m->output.n_out && !m->head_copy ? 2 : 1) +
+                       in->n_embd;
+    }
     uint64_t vec = 2ull * in->n_embd + (m->head_norms ? 2ull * in->head_dim : 0) +
                    (m->post_norms ? 2ull * in->n_embd : 0);
-    for (uint32_t il = 0; il < in->n_layer; il++) {
+    for (uint32_t il = m->l0; il < m->l1; il++) {
         for (int w = 0; w < MM_COUNT; w++) {
             const struct dray_weight *mw = dec_layer_matrix(&m->layer[il], w);
             in->weight_bytes += dec_weight_bytes(mw);
@@ -181,7 +187,16 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
                      : o->precision == DRAY_PRECISION_INT8G ? DRAY_Q8G32
                      : o->precision == DRAY_PRECISION_W4A8  ? DRAY_Q4G32
                                                             : DRAY_I8;
-    rc = dec_load_embeddings(m, dtype, o, err, errlen);
+    m->l0 = o->part ? o->layer_begin : 0;
+    m->l1 = o->part ? o->layer_end : in->n_layer;
+    m->has_head = !o->part || !o->no_head;
+    if (m->l0 > m->l1 || m->l1 > in->n_layer) {
+        rc = dray_fail(err, errlen, DRAY_EINVAL, "layers %u..%u of a model of %u layers", m->l0, m->l1,
+                       in->n_layer);
+        goto fail;
+    }
+    m->wdtype = dtype;
+    rc = m->has_head ? dec_load_embeddings(m, dtype, o, err, errlen) : dec_read_vocab(m, err, errlen);
     /* With outlier channels to find, the layers start in f32: calibration then sees
      * the exact activations, so every plugin picks the same channels (an int8
      * calibration pass would carry each plugin's rounding into the choice), and
@@ -197,7 +212,7 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
             m->n_outlier = 0;
         layer_dtype = dtype;
     }
-    for (uint32_t il = 0; !rc && il < in->n_layer; il++) {
+    for (uint32_t il = m->l0; !rc && il < m->l1; il++) {
         if (o->progress && isatty(2))
             fprintf(stderr, "\rdray: preparing weights (%s): layer %u/%u", dtype == DRAY_I8 ? "int8" : "f32",
                     il + 1, in->n_layer);
@@ -205,7 +220,7 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
     }
     if (o->progress && isatty(2))
         fprintf(stderr, "\n");
-    if (!rc && m->calib && layer_dtype == DRAY_I8 && m->n_outlier)
+    if (!rc && m->has_head && m->calib && layer_dtype == DRAY_I8 && m->n_outlier)
         rc = dec_calib_head(m, m->n_outlier, err, errlen);
     if (!rc && m->calib && o->smooth_k && m->head_norms)
         rc = dec_kv_smooth_apply(m, err, errlen);

@@ -103,7 +103,13 @@ struct dray_model {
     struct dray_buf *gids;     /* I32 [gids_cap] */
     int32_t *gids_host;        /* [gids_cap] */
     int32_t *meta_host;        /* [2][max_batch] staging for ids and positions */
-    struct dec_layer *layer;   /* [n_layer] */
+    struct dec_layer *layer;   /* [n_layer]; only [l0, l1) are loaded */
+    uint32_t l0, l1;           /* the layers this part holds (all of them unless split) */
+    bool has_head;             /* this part holds the embedding, output norm and head */
+    uint32_t wdtype;           /* the precision's weight dtype (DRAY_I8, DRAY_F32, grouped) */
+    bool calib_on, calib_outliers, calib_smooth; /* between dec_calib_begin and _end */
+    uint32_t calib_max_batch;  /* max_batch before calibration resized the activations */
+    uint32_t mb;               /* micro-batch of the KV step the running forward pass is on */
     struct dray_gguf *g;       /* the file, for re-preparing weights after calibration */
     /* calibration scores: largest |x| per input channel of each layer matmul,
      * [n_layer][MM_COUNT][calib_k] then the head, then (head norms only) the K
@@ -125,6 +131,9 @@ void dec_free(struct dray_model *m);
 const struct dray_model_info *dec_info(const struct dray_model *m);
 int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
                   uint32_t n_outlier, bool smooth_k, char *err, size_t errlen);
+int dec_calib_begin(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
+                    size_t errlen);
+int dec_calib_end(struct dray_model *m, bool ok, char *err, size_t errlen);
 size_t dec_calib_scores(const struct dray_model *m, const float **scores);
 
 /* K smoothing of the int8 KV cache (kv_smooth.c). Models with head norms keep

@@ -117,7 +117,7 @@ int dec_rope_qk(struct dray_model *m, uint32_t il, uint32_t T)
 int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T)
 {
     const struct dray_ops *ops = m->dev->ops;
-    const struct dray_kv_layer_step *s = dray_kv_layer(kv, il);
+    const struct dray_kv_layer_step *s = dray_kv_layer_mb(kv, il, m->mb);
     struct dray_view q = dec_at(m->a.qkv, 0), k = dec_at(m->a.qkv, m->q_dim),
                      v = dec_at(m->a.qkv, m->q_dim + m->kv_dim);
     int rc;

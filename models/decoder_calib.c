@@ -65,15 +65,14 @@ int dec_adopt_scores(struct dray_model *m, const struct dray_model_opts *o, char
 }
 
 /* The calibration forward pass: ids as one sequence (a fresh one in kv) in one
- * step, recording per-channel |x| maxima into m->calib. The activations are
- * resized to n tokens for the step when the model was prepared for fewer (a small
- * --chunk must not cut the text), then back to max_batch. */
+ * step, recording per-channel |x| maxima into m->calib (dec_calib_begin sized
+ * the activations for n tokens). */
 static int calib_forward(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
                          char *err, size_t errlen)
 {
     const struct dray_model_info *in = &m->info;
     /* the head sees the last rows only: their logits are computed and dropped */
-    uint32_t n_head_rows = n < 16 ? n : 16, rows[16], seq = 0, max_batch = m->max_batch;
+    uint32_t n_head_rows = n < 16 ? n : 16, rows[16], seq = 0;
     float *logits = malloc((size_t)n_head_rows * in->n_vocab * sizeof(float));
     int32_t *pos = malloc(n * sizeof(int32_t));
     int rc = logits && pos ? dray_kv_seq_new(kv, &seq) : DRAY_ENOMEM;
@@ -85,12 +84,7 @@ static int calib_forward(struct dray_model *m, struct dray_kv *kv, const int32_t
         pos[i] = (int32_t)i;
     for (uint32_t i = 0; i < n_head_rows; i++)
         rows[i] = n - n_head_rows + i;
-    if (n > max_batch) {
-        m->max_batch = n;
-        rc = dec_alloc_acts(m, err, errlen);
-    }
-    if (!rc)
-        rc = dray_kv_step_begin(kv, 1, &seq, &n, err, errlen);
+    rc = dray_kv_step_begin(kv, 1, &seq, &n, err, errlen);
     if (!rc) {
         struct dray_batch b = {.n_tok = n, .ids = ids, .pos = pos, .n_logits = n_head_rows,
                                .logit_rows = rows, .logits = logits};
@@ -101,11 +95,6 @@ static int calib_forward(struct dray_model *m, struct dray_kv *kv, const int32_t
             dray_kv_step_end(kv);
     }
     dray_kv_seq_free(kv, seq);
-    if (m->max_batch != max_batch) {
-        m->max_batch = max_batch;
-        int rc2 = dec_alloc_acts(m, rc ? NULL : err, rc ? 0 : errlen);
-        rc = rc ? rc : rc2;
-    }
 out:
     free(pos);
     free(logits);
@@ -146,55 +135,93 @@ int dec_calib_head(struct dray_model *m, uint32_t n_outlier, char *err, size_t e
               : DRAY_ENOTFOUND;
 }
 
-/* Re-prepare every layer matmul in int8 with the outlier channels picked from
- * m->calib, then the head. */
+/* Re-prepare every layer matmul of this part in int8 with the outlier channels
+ * picked from m->calib, then the head. */
 static int calib_apply(struct dray_model *m, char *err, size_t errlen)
 {
     int rc = 0;
-    for (uint32_t il = 0; !rc && il < m->info.n_layer; il++)
+    for (uint32_t il = m->l0; !rc && il < m->l1; il++)
         for (int w = 0; !rc && w < MM_COUNT; w++) {
             dray_weight_release(m->dev, dec_layer_matrix(&m->layer[il], w));
             rc = dec_load_layer_matrix_picked(m, il, w, DRAY_I8, err, errlen);
             if (!rc)
                 log_outliers(il, w, m->pick, m->n_outlier < dec_mm_k(m, w) / 8 ? m->n_outlier : dec_mm_k(m, w) / 8);
         }
-    return rc ? rc : dec_calib_head(m, m->n_outlier, err, errlen);
+    return rc || !m->has_head ? rc : dec_calib_head(m, m->n_outlier, err, errlen);
 }
 
 /* Mixed precision without scheduling overhead: a few input channels of each
  * matmul carry activations far larger than the rest (norm weights and massive
  * activations), and one of them sets the per-token int8 scale of all the others.
  * Calibration finds those channels once, on a short text; the matmul op then
- * keeps them in f32 inside the same kernel, so there is no second op. */
-int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                  uint32_t n_outlier, bool smooth_k, char *err, size_t errlen)
+ * keeps them in f32 inside the same kernel, so there is no second op.
+ *
+ * Begin: the score buffers, and activations for n tokens when the model was
+ * prepared for fewer (a small --chunk must not cut the text). */
+int dec_calib_begin(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
+                    size_t errlen)
 {
-    bool outliers = n_outlier && m->embd.dtype == DRAY_I8;
-    smooth_k = smooth_k && m->head_norms; /* the factors live in the head norms */
-    if ((!outliers && !smooth_k) || m->calib)
+    m->calib_outliers = n_outlier && m->wdtype == DRAY_I8;
+    m->calib_smooth = smooth_k && m->head_norms; /* the factors live in the head norms */
+    m->calib_on = (m->calib_outliers || m->calib_smooth) && !m->calib;
+    if (!m->calib_on)
         return 0; /* nothing to do, or prepared from cached scores already */
     if (n == 0)
         return dray_fail(err, errlen, DRAY_EINVAL, "calibration: no tokens");
+    m->calib_max_batch = m->max_batch;
     set_calib_k(m);
     m->calib = calloc(calib_count(m), sizeof(float));
     m->calib_host = malloc((size_t)n * (m->calib_k > m->qkv_dim ? m->calib_k : m->qkv_dim) * sizeof(float));
     m->pick = malloc(m->calib_k * sizeof(int32_t));
-    m->n_outlier = outliers ? n_outlier : 0;
-    int rc = m->calib && m->calib_host && m->pick ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "calibration: out of memory");
-    if (!rc)
-        rc = calib_forward(m, kv, ids, n, err, errlen);
-    if (!rc && smooth_k)
+    m->n_outlier = m->calib_outliers ? n_outlier : 0;
+    if (!m->calib || !m->calib_host || !m->pick)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "calibration: out of memory");
+    if (n > m->max_batch) {
+        m->max_batch = n;
+        return dec_alloc_acts(m, err, errlen);
+    }
+    return 0;
+}
+
+/* End: when the pass went well, the K smoothing and the weights with their
+ * outlier channels; the activations back to max_batch either way. */
+int dec_calib_end(struct dray_model *m, bool ok, char *err, size_t errlen)
+{
+    if (!m->calib_on)
+        return 0;
+    m->calib_on = false;
+    int rc = ok ? 0 : DRAY_EINVAL;
+    if (!rc && m->calib_smooth)
         rc = dec_kv_smooth_apply(m, err, errlen);
-    if (!rc && outliers)
+    if (!rc && m->calib_outliers)
         rc = calib_apply(m, err, errlen);
     dec_account(m);
     free(m->calib_host);
     m->calib_host = NULL;
+    if (m->max_batch != m->calib_max_batch) {
+        m->max_batch = m->calib_max_batch;
+        int rc2 = dec_alloc_acts(m, rc ? NULL : err, rc ? 0 : errlen);
+        rc = rc ? rc : rc2;
+    }
     if (rc) { /* K smoothing alone keeps its scores too: the cache hands them out */
         free(m->calib);
         m->calib = NULL;
     }
-    return rc;
+    return ok ? rc : DRAY_EINVAL;
+}
+
+int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
+                  uint32_t n_outlier, bool smooth_k, char *err, size_t errlen)
+{
+    int rc = dec_calib_begin(m, n, n_outlier, smooth_k, err, errlen);
+    if (rc || !m->calib_on) {
+        if (rc)
+            dec_calib_end(m, false, NULL, 0);
+        return rc;
+    }
+    rc = calib_forward(m, kv, ids, n, err, errlen);
+    int rc2 = dec_calib_end(m, rc == 0, rc ? NULL : err, rc ? 0 : errlen);
+    return rc ? rc : rc2;
 }
 
 size_t dec_calib_scores(const struct dray_model *m, const float **scores)

@@ -78,30 +78,49 @@ static int output_logits(struct dray_model *m, const struct dray_batch *b)
     return 0;
 }
 
+/* Where a part's hidden states come from: the embedding of the ids (the whole
+ * step, or a split's first part) or the previous device's x_in. */
+static int enter(struct dray_model *m, const struct dray_batch *b)
+{
+    const struct dray_batch_part *p = b->part;
+    if (p && p->x_in)
+        return m->dev->ops->upload(m->dev->ctx, dec_at(m->a.x, 0), p->x_in,
+                                   (size_t)b->n_tok * m->info.n_embd * 4);
+    /* x = embed(ids) * embd_scale */
+    return dec_embed(m, b->ids, dec_at(m->a.meta, 0), b->n_tok, dec_at(m->a.x, 0), m->embd_scale);
+}
+
 int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
                 size_t errlen)
 {
     const struct dray_ops *ops = m->dev->ops;
     struct dray_ctx *ctx = m->dev->ctx;
-    const struct dray_model_info *in = &m->info;
-    uint32_t T = b->n_tok;
+    const struct dray_batch_part *p = b->part;
+    uint32_t T = b->n_tok, l0 = p ? p->layer_begin : 0, l1 = p ? p->layer_end : m->info.n_layer;
     int rc;
     if (T == 0 || T > m->max_batch)
         return dray_fail(err, errlen, DRAY_EINVAL, "forward: %u tokens, this model was prepared for 1..%u",
                          T, m->max_batch);
+    if (l0 > l1 || (l1 > l0 && (l0 < m->l0 || l1 > m->l1)))
+        return dray_fail(err, errlen, DRAY_EINVAL, "forward: layers %u..%u, this part holds %u..%u", l0, l1,
+                         m->l0, m->l1);
+    if (!m->has_head && (!p || !p->x_in || (!p->x_out && b->n_logits)))
+        return dray_fail(err, errlen, DRAY_EINVAL, "forward: a part without the head takes x_in and "
+                         "gives x_out (the embedding and the logits live with the head)");
     for (uint32_t i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] >= T)
             return dray_fail(err, errlen, DRAY_EINVAL, "forward: logit row %u of %u tokens", b->logit_rows[i], T);
+    m->mb = p ? p->mb : 0;
     memcpy(m->meta_host, b->ids, T * sizeof(int32_t));
     memcpy(m->meta_host + m->max_batch, b->pos, T * sizeof(int32_t));
     rc = ops->upload(ctx, dec_at(m->a.meta, 0), m->meta_host, (size_t)m->max_batch * 2 * 4);
-
-    /* x = embed(ids) * embd_scale */
     if (!rc)
-        rc = dec_embed(m, b->ids, dec_at(m->a.meta, 0), T, dec_at(m->a.x, 0), m->embd_scale);
-    for (uint32_t il = 0; !rc && il < in->n_layer; il++)
+        rc = enter(m, b);
+    for (uint32_t il = l0; !rc && il < l1; il++)
         rc = m->fam->layer(m, kv, il, T);
-    if (!rc && b->n_logits)
+    if (!rc && p && p->x_out)
+        rc = ops->download(ctx, p->x_out, dec_at(m->a.x, 0), (size_t)T * m->info.n_embd * 4);
+    else if (!rc && b->n_logits)
         rc = output_logits(m, b);
     if (rc)
         return dray_fail(err, errlen, rc, "forward on %s: %s", m->dev->plugin->name, ops->last_error(ctx));

@@ -14,9 +14,11 @@
 bool dec_head_two_pass(const struct dray_model *m)
 {
     uint64_t layers = 0;
-    for (uint32_t il = 0; il < m->info.n_layer; il++)
+    for (uint32_t il = m->l0; il < m->l1; il++)
         for (int w = 0; w < MM_COUNT; w++)
             layers += dec_weight_bytes(dec_layer_matrix(&m->layer[il], w));
+    if (m->l1 > m->l0) /* a part of a split: as if it held every layer, like their sizes */
+        layers = layers * m->info.n_layer / (m->l1 - m->l0);
     return m->two_pass && dec_weight_bytes(m->output.n_out ? &m->output : &m->embd) <= layers;
 }
 
@@ -60,21 +62,39 @@ static bool table_is_q8g(const struct dray_gguf_tensor *te, uint32_t dtype)
            (dtype == DRAY_Q8G32 || !dray_ggml_is_4bit(te->type));
 }
 
+/* The vocabulary size from token_embd's shape (checked like dec_load_embeddings). */
+static int vocab_of(struct dray_model *m, const struct dray_gguf_tensor **te, char *err, size_t errlen)
+{
+    struct dray_gguf *g = m->g;
+    *te = dec_find_tensor(g, -1, "token_embd", "weight", true, err, errlen);
+    if (!*te)
+        return DRAY_ENOTFOUND;
+    const struct dray_gguf_tensor *t = *te;
+    if (t->n_dims != 2 || t->ne[0] != m->info.n_embd || t->ne[1] == 0 || t->ne[1] > INT32_MAX) {
+        int rc = dec_check_shape(g, t, m->info.n_embd, t->ne[1], err, errlen);
+        return rc ? rc : dray_fail(err, errlen, DRAY_EFORMAT, "%s: token_embd has a bad vocabulary size",
+                                   dray_gguf_name(g));
+    }
+    m->info.n_vocab = (uint32_t)t->ne[1];
+    return 0;
+}
+
+int dec_read_vocab(struct dray_model *m, char *err, size_t errlen)
+{
+    const struct dray_gguf_tensor *te;
+    return vocab_of(m, &te, err, errlen);
+}
+
 /* token_embd, and output.weight when the family uses a separate head. */
 int dec_load_embeddings(struct dray_model *m, uint32_t dtype, const struct dray_model_opts *o,
                         char *err, size_t errlen)
 {
     struct dray_model_info *in = &m->info;
     struct dray_gguf *g = m->g;
-    const struct dray_gguf_tensor *te = dec_find_tensor(g, -1, "token_embd", "weight", true, err, errlen);
-    if (!te)
-        return DRAY_ENOTFOUND;
-    if (te->n_dims != 2 || te->ne[0] != in->n_embd || te->ne[1] == 0 || te->ne[1] > INT32_MAX) {
-        int rc = dec_check_shape(g, te, in->n_embd, te->ne[1], err, errlen);
-        return rc ? rc : dray_fail(err, errlen, DRAY_EFORMAT, "%s: token_embd has a bad vocabulary size",
-                                   dray_gguf_name(g));
-    }
-    in->n_vocab = (uint32_t)te->ne[1];
+    const struct dray_gguf_tensor *te;
+    int vrc = vocab_of(m, &te, err, errlen);
+    if (vrc)
+        return vrc;
     const struct dray_gguf_tensor *out = dec_find_tensor(g, -1, "output", "weight", false, err, errlen);
     if (out && !m->output_allowed) {
         dray_warn("%s: has output.weight; %s ties the output to token_embd, using token_embd",

@@ -48,6 +48,8 @@ bool dec_head_two_pass(const struct dray_model *m);
 /* token_embd, and output.weight when the family uses a separate head. */
 int dec_load_embeddings(struct dray_model *m, uint32_t dtype, const struct dray_model_opts *o,
                         char *err, size_t errlen);
+/* Only the vocabulary size from token_embd, for a part without the head. */
+int dec_read_vocab(struct dray_model *m, char *err, size_t errlen);
 
 /* decoder_blocks.c: one op each, also used by the forward pass's head */
 int dec_matmul(struct dray_model *m, struct dray_view x, uint32_t stride_x,

@@ -86,6 +86,8 @@ const struct dray_arch dray_arch_gemma3 = {
     .info = dec_info,
     .calibrate = dec_calibrate,
     .calib_scores = dec_calib_scores,
+    .calib_begin = dec_calib_begin,
+    .calib_end = dec_calib_end,
     /* One pass: Gemma 3 normalizes every block's output as well as its input, so
      * one int8 pass per group of 32 is close enough, and a second costs more speed
      * than its accuracy is worth (docs/performance.md, "Two-pass activations"). */

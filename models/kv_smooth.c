@@ -68,7 +68,7 @@ int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen)
     float *s = malloc(hd * sizeof(float));
     int rc = s ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "K smoothing: out of memory");
     const float *kmax = dec_calib_kmax(m);
-    for (uint32_t il = 0; !rc && kmax && il < in->n_layer; il++) {
+    for (uint32_t il = m->l0; !rc && kmax && il < m->l1; il++) {
         const float *a = kmax + (size_t)il * hd;
         float top = 0;
         for (uint32_t c = 0; c < hd; c++)

@@ -100,6 +100,8 @@ const struct dray_arch dray_arch_llama = {
     .info = dec_info,
     .calibrate = dec_calibrate,
     .calib_scores = dec_calib_scores,
+    .calib_begin = dec_calib_begin,
+    .calib_end = dec_calib_end,
     /* Two passes: Llama-family activations carry loud channels into every matmul,
      * which one int8 pass per group of 32 rounds too coarsely (docs/performance.md,
      * "Two-pass activations"; tests/reference). */

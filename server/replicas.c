@@ -26,7 +26,8 @@ int dray_serve_replica_config(const struct dray_config *cfg, uint32_t i, long co
 {
     *out = *cfg;
     uint32_t n = cfg->replicas ? cfg->replicas : 1;
-    if (strchr(cfg->device, ',')) {
+    /* a split (backend lists plugins) takes the device list whole, one per plugin */
+    if (strchr(cfg->device, ',') && !strchr(cfg->backend, ',')) {
         uint32_t listed = 1;
         for (const char *p = cfg->device; (p = strchr(p, ',')); p++)
             listed++;

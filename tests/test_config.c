@@ -322,7 +322,7 @@ static void test_config_rejects_bad_values_with_expected_form(void **state)
     assert_load_error("memory:\n  host_cache: 2GB!\n", 2, "expected a size such as 512MiB");
     assert_load_error("kv_block: 0\n", 1, "expected an integer 1..1024, got '0'");
     assert_load_error("threads:\n", 1, "key 'threads': expected an integer 0..1024, got nothing");
-    assert_load_error("backend: \"\"\n", 1, "expected a non-empty string of at most 63 bytes, got nothing");
+    assert_load_error("backend: \"\"\n", 1, "expected a non-empty string of at most 255 bytes, got nothing");
 }
 
 static void test_config_rejects_too_long_string(void **state)

@@ -5,7 +5,9 @@ libdray-faulty.so (tests/plugins/faulty.c) on a tiny random Gemma:
               that names the plugin and the call (no crash, no sanitizer report);
   dray serve  the request whose step fails gets HTTP 500 with that error, the
               server keeps serving: the next request gives the same text as a
-              server without faults, and /metrics shows its KV blocks back.
+              server without faults, and /metrics shows its KV blocks back;
+              the same with the model split over cpu and faulty (backend
+              cpu,faulty), the error naming the failed device of the split.
 
 The calibration cache is warmed first, so the load makes no download, embed or
 matmul call: DRAY_FAULT=download:1 (or matmul:1) then hits the first request.
@@ -64,13 +66,13 @@ def check_run(a, env):
 
 
 class Server:
-    def __init__(self, a, env):
+    def __init__(self, a, env, backend="faulty", *extra):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         cmd = [a.dray, "serve", "-m", a.model, "--port", str(self.port), "-t", "1", "-c", "64",
-               "--set", "plugin_path=" + a.plugin_dir, "--set", "backend=faulty", "--set", "fallback=",
-               "--set", "prefix_cache=false"]
+               "--set", "plugin_path=" + a.plugin_dir, "--set", "backend=" + backend, "--set", "fallback=",
+               "--set", "prefix_cache=false", *extra]
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(cmd, stderr=self.log, env=env)
         end = time.time() + 60
@@ -135,6 +137,24 @@ def check_serve(a, env):
     check(s.metric("dray_kv_blocks_used") == 0, "after it, every KV block is free again")
     rc = s.stop()
     check(rc == 0 and "Sanitizer" not in s.stderr(), f"the server stops cleanly (exit {rc})")
+    return want
+
+
+def check_serve_split(a, env, want):
+    """Layers 0..3 on the CPU plugin, 4..6 and the head on faulty: a fault on
+    the second device fails the request with that device named."""
+    prompt = "hello world, the sea"
+    s = Server(a, dict(env, DRAY_FAULT="matmul:1"), "cpu,faulty", "--set", "layer_split=4,3")
+    status, body = s.complete(prompt)
+    msg = json.dumps(body)
+    check(status == 500 and "device 2 (faulty" in msg and "matmul: injected fault" in msg,
+          f"split: the failed step's request gets 500 naming device 2 and the call: {msg[:300]}")
+    check(s.metric("dray_kv_blocks_used") == 0, "split: its KV blocks are back in the pool")
+    status, body = s.complete(prompt)
+    check(status == 200 and body["choices"][0]["text"] == want,
+          f"split: the next request gives one device's text {want!r} (got {status}: {json.dumps(body)[:200]})")
+    rc = s.stop()
+    check(rc == 0 and "Sanitizer" not in s.stderr(), f"split: the server stops cleanly (exit {rc})")
 
 
 def main():
@@ -154,7 +174,8 @@ def main():
         env.pop("DRAY_FAULT", None)
         t0 = time.time()
         check_run(a, env)  # its clean run warms the calibration cache
-        check_serve(a, env)
+        want = check_serve(a, env)
+        check_serve_split(a, env, want)
         print(f"{'PASS' if not fails else f'{len(fails)} check(s) failed'} ({time.time() - t0:.1f} s)")
     return 1 if fails else 0
 

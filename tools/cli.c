@@ -146,5 +146,10 @@ struct dray_engine *dray_cli_open_engine(const struct dray_config *cfg, bool qui
             in->n_vocab, in->n_ctx_train, in->precision, in->activations, in->head, in->weight_bytes / 1048576.0, in->plugin,
             in->device, in->kv_dtype, in->kv_bytes / 1048576.0, in->max_seqs, in->context,
             (unsigned long long)in->kv_bytes_per_token, in->kv_bytes_per_seq_fixed / 1024.0, in->load_s);
+    for (const char *l = in->placement; l && *l;) { /* a split: one line per device */
+        size_t n = strcspn(l, "\n");
+        fprintf(stderr, "dray: split: %.*s\n", (int)n, l);
+        l += n + (l[n] == '\n');
+    }
     return e;
 }

@@ -31,7 +31,9 @@ static void usage(FILE *f)
                "  -v              also print the capability matrix (ops x devices -> dtypes)\n"
                "  --config FILE   take plugin_path and log_level from this config\n"
                "  --plugin-path DIRS  extra ':'-separated plugin folders, searched first\n"
-               "  --set KEY=VALUE     set a config key (plugin_path, log_level)\n");
+               "  --set KEY=VALUE     set a config key (plugin_path, log_level)\n"
+               "  With a backend that lists several plugins (a split), also load the model\n"
+               "  and print which layers run on which plugin and device, and their memory.\n");
 }
 
 /* "2.0 GiB" */
@@ -224,6 +226,27 @@ static void print_matrix(const struct dray_registry *reg)
     free(cols);
 }
 
+/* backend lists several plugins: load the model as configured and say which
+ * layers run on which plugin and device, with the memory each uses. */
+static int print_split(const struct dray_config *cfg)
+{
+    char err[2048];
+    struct dray_engine *e = NULL;
+    if (dray_engine_open(cfg, &e, err, sizeof(err))) {
+        fprintf(stderr, "dray: split over %s: %s\n", cfg->backend, err);
+        return 1;
+    }
+    const struct dray_engine_info *in = dray_engine_get_info(e);
+    printf("split of %s over %s:\n", in->model_name, cfg->backend);
+    for (const char *l = in->placement; *l;) {
+        size_t n = strcspn(l, "\n");
+        printf("  %.*s\n", (int)n, l);
+        l += n + (l[n] == '\n');
+    }
+    dray_engine_close(e);
+    return 0;
+}
+
 int dray_cmd_devices(int argc, char **argv)
 {
     int verbose = 0;
@@ -291,5 +314,5 @@ int dray_cmd_devices(int argc, char **argv)
     if (verbose)
         print_matrix(reg);
     dray_registry_close(reg);
-    return 0;
+    return strchr(cfg.backend, ',') ? print_split(&cfg) : 0;
 }

@@ -11,9 +11,11 @@
 
 static void group_release(struct dray_kv *kv, struct kv_group *gr)
 {
-    if (gr->buf)
-        kv->ops->free(kv->ctx, gr->buf);
+    for (uint32_t d = 0; d < kv->n_dev; d++)
+        if (gr->buf[d])
+            kv->dev[d].ops->free(kv->dev[d].ctx, gr->buf[d]);
     free(gr->pools);
+    free(gr->pool_dev);
     free(gr->free_list);
     free(gr->ref);
     free(gr->tables);
@@ -25,12 +27,15 @@ void dray_kv_free(struct dray_kv *kv)
 {
     if (!kv)
         return;
-    if (kv->ops->synchronize)
-        kv->ops->synchronize(kv->ctx); /* no queued op may still use our buffers */
+    for (uint32_t d = 0; d < kv->n_dev; d++) /* no queued op may still use our buffers */
+        if (kv->dev[d].ops->synchronize)
+            kv->dev[d].ops->synchronize(kv->dev[d].ctx);
     for (uint32_t g = 0; g < kv->plan.n_group; g++)
         group_release(kv, &kv->group[g]);
-    if (kv->meta_buf)
-        kv->ops->free(kv->ctx, kv->meta_buf);
+    for (uint32_t d = 0; d < kv->n_dev; d++)
+        if (kv->meta_buf[d])
+            kv->dev[d].ops->free(kv->dev[d].ctx, kv->meta_buf[d]);
+    free(kv->layer_dev);
     free(kv->layer_group);
     free(kv->layer_index);
     free(kv->layer_store);
@@ -53,12 +58,13 @@ static int group_init(struct dray_kv *kv, uint32_t g, char *err, size_t errlen)
     struct kv_group *gr = &kv->group[g];
     size_t n_tab = (size_t)d->max_seqs * kv->max_bps;
     gr->pools = calloc(gp->n_layers, sizeof(*gr->pools));
+    gr->pool_dev = calloc(gp->n_layers ? gp->n_layers : 1, 1);
     gr->free_list = malloc(sizeof(*gr->free_list) * gp->n_blocks);
     gr->ref = calloc(gp->n_blocks ? gp->n_blocks : 1, sizeof(*gr->ref));
     gr->tables = malloc(sizeof(*gr->tables) * n_tab);
     gr->first_live = calloc(d->max_seqs, sizeof(*gr->first_live));
     gr->held = calloc(d->max_seqs, sizeof(*gr->held));
-    if (!gr->pools || !gr->free_list || !gr->ref || !gr->tables || !gr->first_live || !gr->held)
+    if (!gr->pools || !gr->pool_dev || !gr->free_list || !gr->ref || !gr->tables || !gr->first_live || !gr->held)
         return dray_fail(err, errlen, DRAY_ENOMEM, "kv: out of host memory for group tables");
     for (size_t i = 0; i < n_tab; i++)
         gr->tables[i] = -1;
@@ -66,29 +72,44 @@ static int group_init(struct dray_kv *kv, uint32_t g, char *err, size_t errlen)
         gr->free_list[b] = gp->n_blocks - 1 - b;
     gr->n_free = gp->n_blocks;
 
-    uint64_t total = gp->layer_bytes * gp->n_layers;
-    if (kv->ops->alloc(kv->ctx, (size_t)total, &gr->buf) || !gr->buf) {
-        gr->buf = NULL;
-        return dray_fail(err, errlen, DRAY_ENOMEM,
-                         "kv: device allocation of %llu bytes for %u layers (window %u) on %s failed: %s",
-                         (unsigned long long)total, gp->n_layers, gp->window, kv->ops->name, why(kv));
+    uint32_t n_on[DRAY_KV_MAX_DEVICES] = {0}, local[DRAY_KV_MAX_DEVICES] = {0};
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        if (kv->layer_store[il] && kv->layer_group[il] == g) {
+            gr->pool_dev[kv->layer_index[il]] = kv->layer_dev[il];
+            n_on[kv->layer_dev[il]]++;
+        }
+    for (uint32_t dv = 0; dv < kv->n_dev; dv++) {
+        const struct dray_ops *o = kv->dev[dv].ops;
+        struct dray_ctx *c = kv->dev[dv].ctx;
+        uint64_t total = gp->layer_bytes * n_on[dv];
+        if (!n_on[dv])
+            continue;
+        if (o->alloc(c, (size_t)total, &gr->buf[dv]) || !gr->buf[dv]) {
+            gr->buf[dv] = NULL;
+            return dray_fail(err, errlen, DRAY_ENOMEM,
+                             "kv: device allocation of %llu bytes for %u layers (window %u) on %s "
+                             "(device %u) failed: %s", (unsigned long long)total, n_on[dv], gp->window,
+                             o->name, dv, why(kv, dv));
+        }
+        /* Zeroed so that a kernel reading a never-written slot sees 0, not NaN. */
+        if (o->fill && o->fill(c, view_at(gr->buf[dv], 0), 0, (size_t)total))
+            return dray_fail(err, errlen, DRAY_EBACKEND, "kv: clearing the window-%u pool on %s "
+                             "(device %u) failed: %s", gp->window, o->name, dv, why(kv, dv));
     }
-    /* Zeroed so that a kernel reading a never-written slot sees 0, not NaN. */
-    if (kv->ops->fill && kv->ops->fill(kv->ctx, view_at(gr->buf, 0), 0, (size_t)total))
-        return dray_fail(err, errlen, DRAY_EBACKEND, "kv: clearing the window-%u pool on %s failed: %s",
-                         gp->window, kv->ops->name, why(kv));
 
     uint64_t n_slots = (uint64_t)gp->n_blocks * d->block_size;
     uint64_t kbytes = align_up(n_slots * d->n_kv_head * d->head_dim * el_size(d->dtype), KV_ALIGN);
     uint64_t sbytes = align_up(n_slots * d->n_kv_head * sizeof(float), KV_ALIGN);
     for (uint32_t li = 0; li < gp->n_layers; li++) {
         struct dray_kv_pool *pool = &gr->pools[li];
-        uint64_t base = li * gp->layer_bytes;
-        pool->k = view_at(gr->buf, base);
-        pool->v = view_at(gr->buf, base + kbytes);
+        uint32_t dv = gr->pool_dev[li];
+        struct dray_buf *buf = gr->buf[dv];
+        uint64_t base = local[dv]++ * gp->layer_bytes;
+        pool->k = view_at(buf, base);
+        pool->v = view_at(buf, base + kbytes);
         if (d->dtype == DRAY_I8) {
-            pool->k_scale = view_at(gr->buf, base + 2 * kbytes);
-            pool->v_scale = view_at(gr->buf, base + 2 * kbytes + sbytes);
+            pool->k_scale = view_at(buf, base + 2 * kbytes);
+            pool->v_scale = view_at(buf, base + 2 * kbytes + sbytes);
         }
         pool->dtype = d->dtype;
         pool->n_kv_head = d->n_kv_head;
@@ -125,14 +146,15 @@ static int kv_alloc_host(struct dray_kv *kv)
     kv->layer_group = calloc(n, sizeof(uint32_t));
     kv->layer_index = calloc(n, sizeof(uint32_t));
     kv->layer_store = calloc(n, 1);
-    kv->lsteps = calloc(n, sizeof(*kv->lsteps));
+    kv->lsteps = calloc((size_t)n * DRAY_KV_MAX_MB, sizeof(*kv->lsteps));
+    kv->layer_dev = calloc(n, 1);
     kv->seq_len = calloc(s, sizeof(uint32_t));
     kv->seq_used = calloc(s, 1);
     kv->free_ids = calloc(s, sizeof(uint32_t));
     kv->step_ids = calloc(s, sizeof(uint32_t));
     kv->step_new = calloc(s, sizeof(uint32_t));
     kv->mark = calloc(s, 1);
-    if (!kv->layer_group || !kv->layer_index || !kv->layer_store || !kv->lsteps || !kv->seq_len ||
+    if (!kv->layer_dev || !kv->layer_group || !kv->layer_index || !kv->layer_store || !kv->lsteps || !kv->seq_len ||
         !kv->seq_used || !kv->free_ids || !kv->step_ids || !kv->step_new || !kv->mark)
         return DRAY_ENOMEM;
     for (uint32_t i = 0; i < s; i++) /* pops hand out 0, 1, 2, ... */
@@ -141,18 +163,48 @@ static int kv_alloc_host(struct dray_kv *kv)
     return 0;
 }
 
+/* Every layer on a device there is, shared layers with their target. */
+static int check_devices(const struct dray_kv_desc *d, uint32_t n_dev, char *err, size_t errlen)
+{
+    for (uint32_t il = 0; d->layer_dev && il < d->n_layer; il++) {
+        if (d->layer_dev[il] >= n_dev)
+            return dray_fail(err, errlen, DRAY_EINVAL, "kv: layer %u on device %u of %u", il,
+                             d->layer_dev[il], n_dev);
+        if (!owns_kv(d, il) && (uint32_t)d->share_with[il] < d->n_layer &&
+            d->layer_dev[d->share_with[il]] != d->layer_dev[il])
+            return dray_fail(err, errlen, DRAY_EINVAL, "kv: layer %u shares the KV of layer %d, which is "
+                             "on device %u, not %u", il, d->share_with[il], d->layer_dev[d->share_with[il]],
+                             d->layer_dev[il]);
+    }
+    return 0;
+}
+
 int dray_kv_create(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_kv_desc *d,
                    struct dray_kv **out, char *err, size_t errlen)
 {
+    struct dray_kv_device dev = {ops, ctx};
+    return dray_kv_create_on(&dev, 1, d, out, err, errlen);
+}
+
+int dray_kv_create_on(const struct dray_kv_device *devs, uint32_t n_dev, const struct dray_kv_desc *d,
+                      struct dray_kv **out, char *err, size_t errlen)
+{
     *out = NULL;
-    if (!ops || !ops->alloc || !ops->free || !ops->upload)
-        return dray_fail(err, errlen, DRAY_EINVAL, "kv: op table lacks alloc/free/upload");
+    if (n_dev < 1 || n_dev > DRAY_KV_MAX_DEVICES)
+        return dray_fail(err, errlen, DRAY_EINVAL, "kv: %u devices, expected 1..%u", n_dev,
+                         DRAY_KV_MAX_DEVICES);
+    for (uint32_t i = 0; i < n_dev; i++)
+        if (!devs[i].ops || !devs[i].ops->alloc || !devs[i].ops->free || !devs[i].ops->upload)
+            return dray_fail(err, errlen, DRAY_EINVAL, "kv: device %u's op table lacks alloc/free/upload", i);
+    int rc = check_devices(d, n_dev, err, errlen);
+    if (rc)
+        return rc;
     struct dray_kv *kv = calloc(1, sizeof(*kv));
     if (!kv)
         return dray_fail(err, errlen, DRAY_ENOMEM, "kv: out of host memory");
-    kv->ops = ops;
-    kv->ctx = ctx;
-    int rc = dray_kv_plan(d, &kv->plan, err, errlen);
+    memcpy(kv->dev, devs, n_dev * sizeof(*devs));
+    kv->n_dev = n_dev;
+    rc = dray_kv_plan(d, &kv->plan, err, errlen);
     if (rc) {
         free(kv);
         return rc;
@@ -160,12 +212,17 @@ int dray_kv_create(const struct dray_ops *ops, struct dray_ctx *ctx, const struc
     kv->d = *d;
     kv->d.window = NULL;
     kv->d.share_with = NULL;
+    kv->d.layer_dev = NULL;
     kv->max_bps = div_up(d->max_ctx, d->block_size);
     if (kv_alloc_host(kv)) {
         rc = dray_fail(err, errlen, DRAY_ENOMEM, "kv: out of host memory for %u sequences",
                        d->max_seqs);
         goto out_free;
     }
+    for (uint32_t il = 0; d->layer_dev && il < d->n_layer; il++)
+        kv->layer_dev[il] = d->layer_dev[il];
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        kv->dev_used[kv->layer_dev[il]] = true;
     map_layers(kv, d);
     for (uint32_t g = 0; g < kv->plan.n_group; g++) {
         rc = group_init(kv, g, err, errlen);
@@ -180,6 +237,15 @@ out_free:
 }
 
 const struct dray_kv_plan *dray_kv_get_plan(const struct dray_kv *kv) { return &kv->plan; }
+
+uint64_t dray_kv_device_bytes(const struct dray_kv *kv, uint32_t dev)
+{
+    uint64_t n = 0;
+    for (uint32_t g = 0; dev < kv->n_dev && g < kv->plan.n_group; g++)
+        for (uint32_t li = 0; li < kv->plan.group[g].n_layers; li++)
+            n += kv->group[g].pool_dev[li] == dev ? kv->plan.group[g].layer_bytes : 0;
+    return n;
+}
 
 uint32_t dray_kv_capacity(const struct dray_kv *kv, uint32_t seq_len)
 {

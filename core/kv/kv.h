@@ -40,7 +40,20 @@
  * the plugin's upload must have consumed its source by then (backend.h's queue
  * order makes the device side safe: the next upload runs after this step's ops).
  *
- * Not thread-safe: one scheduler thread drives one dray_kv.
+ * Devices. The pools of one model may live on several devices (a split over
+ * plugins, core/split.h): desc.layer_dev names each layer's device, each group
+ * keeps one buffer per device that holds its layers, and every touch of a pool
+ * (copy on write, host copies) goes through the layer's own device. The block
+ * structure stays one and device-agnostic; only the step metadata is uploaded
+ * to every device that holds a layer.
+ *
+ * Micro-batches. dray_kv_step_begin_split cuts a step's sequences into
+ * consecutive micro-batches, each with slots, seqs and block tables of its own
+ * as if it were a step (q_start and bt_start restart at 0), so devices of a
+ * split work on different micro-batches at once.
+ *
+ * Not thread-safe: one scheduler thread drives one dray_kv. During a step,
+ * dray_kv_layer_mb may be called from several threads at once (pure reads).
  */
 #ifndef DRAY_CORE_KV_H
 #define DRAY_CORE_KV_H
@@ -53,6 +66,14 @@
 
 #define DRAY_KV_MAX_GROUPS 8      /* distinct window values in one model */
 #define DRAY_KV_DEFAULT_CHUNK 512 /* tokens per sequence per step when desc.max_chunk = 0 */
+#define DRAY_KV_MAX_DEVICES 8     /* devices one KV's pools may span */
+#define DRAY_KV_MAX_MB 16         /* micro-batches in one step */
+
+/* One device the pools live on: a plugin's op table and context. */
+struct dray_kv_device {
+    const struct dray_ops *ops;
+    struct dray_ctx *ctx;
+};
 
 struct dray_kv_desc {
     uint32_t n_layer;
@@ -66,6 +87,9 @@ struct dray_kv_desc {
     uint32_t max_ctx;          /* tokens per sequence */
     uint32_t max_chunk;        /* new tokens per sequence per step the window groups are
                                 * sized for; 0 = DRAY_KV_DEFAULT_CHUNK (capped at max_ctx) */
+    const uint8_t *layer_dev;  /* [n_layer] device of each layer's pools (dray_kv_create_on);
+                                * NULL = all on device 0. A layer that shares KV must be on
+                                * its target's device. Not kept after create. */
     uint64_t budget_bytes;     /* device bytes for all pools; 0 = enough for
                                 * max_seqs sequences of max_ctx tokens */
 };
@@ -116,7 +140,14 @@ uint32_t dray_kv_plan_capacity(const struct dray_kv_plan *p, const struct dray_k
 /* Allocate every group's buffer through ops on ctx. On failure *out is NULL. */
 int dray_kv_create(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_kv_desc *d,
                    struct dray_kv **out, char *err, size_t errlen);
+/* The same over n_dev (1..DRAY_KV_MAX_DEVICES) devices, each layer's pools on
+ * devs[d->layer_dev[il]]. DRAY_EINVAL naming the layer for a bad layer_dev. */
+int dray_kv_create_on(const struct dray_kv_device *devs, uint32_t n_dev, const struct dray_kv_desc *d,
+                      struct dray_kv **out, char *err, size_t errlen);
 void dray_kv_free(struct dray_kv *kv);
+/* Pool bytes (every group) on device dev; 0 for a bad index. They sum to the
+ * plan's total_bytes. */
+uint64_t dray_kv_device_bytes(const struct dray_kv *kv, uint32_t dev);
 const struct dray_kv_plan *dray_kv_get_plan(const struct dray_kv *kv);
 uint32_t dray_kv_capacity(const struct dray_kv *kv, uint32_t seq_len);
 
@@ -143,9 +174,26 @@ uint32_t dray_kv_layer_group(const struct dray_kv *kv, uint32_t il);
  * DRAY_ERANGE when a sequence would exceed max_ctx. */
 int dray_kv_step_begin(struct dray_kv *kv, uint32_t n_seq, const uint32_t *seq_ids,
                        const uint32_t *n_new, char *err, size_t errlen);
-/* Layer il's view of the current step; NULL outside a step or for a bad il. */
+/* The same, the sequences cut into n_mb (1..DRAY_KV_MAX_MB, <= n_seq) micro-
+ * batches: micro-batch i holds sequences [mb_end[i-1], mb_end[i]) (mb_end[-1] =
+ * 0), strictly ascending, mb_end[n_mb-1] = n_seq; DRAY_EINVAL otherwise, with
+ * nothing reserved. Blocks, copy on write, end and abort are the whole step's. */
+int dray_kv_step_begin_split(struct dray_kv *kv, uint32_t n_seq, const uint32_t *seq_ids,
+                             const uint32_t *n_new, uint32_t n_mb, const uint32_t *mb_end, char *err,
+                             size_t errlen);
+/* Layer il's view of the current step (micro-batch 0); NULL outside a step or
+ * for a bad il. */
 const struct dray_kv_layer_step *dray_kv_layer(const struct dray_kv *kv, uint32_t il);
-/* Host copies of group g's step arrays (for tests and host-side kernels). */
+/* Layer il's view of micro-batch mb: its pool on the layer's device, the
+ * arrays in that device's metadata buffer. NULL outside a step or for a bad il
+ * or mb. Valid until step_end or step_abort; safe from several threads. */
+const struct dray_kv_layer_step *dray_kv_layer_mb(const struct dray_kv *kv, uint32_t il, uint32_t mb);
+/* Micro-batches of the current step, 0 outside a step. */
+uint32_t dray_kv_step_mbs(const struct dray_kv *kv);
+/* Host copies of group g's step arrays of micro-batch mb (tests, host kernels). */
+const int32_t *dray_kv_step_host_mb(const struct dray_kv *kv, uint32_t g, uint32_t mb, const int32_t **seqs,
+                                    const int32_t **block_table, uint32_t *n_bt);
+/* Host copies of group g's step arrays (micro-batch 0; for tests and host-side kernels). */
 const int32_t *dray_kv_step_host(const struct dray_kv *kv, uint32_t g, const int32_t **seqs,
                                  const int32_t **block_table, uint32_t *n_bt);
 /* Commit the step: lengths grow by n_new, window blocks out of reach are freed. */

@@ -31,20 +31,21 @@ static int block_copy(struct dray_kv *kv, uint32_t g, uint32_t dst, uint32_t src
     for (uint32_t li = 0; li < kv->plan.group[g].n_layers && !rc; li++) {
         struct dray_view vd[4], vs[4];
         size_t n[4];
+        const struct dray_kv_device *dv = &kv->dev[kv->group[g].pool_dev[li]]; /* the layer's own */
         kv_block_regions(kv, &kv->group[g].pools[li], dst, vd, n);
         kv_block_regions(kv, &kv->group[g].pools[li], src, vs, n);
         for (int i = 0; i < 4 && !rc; i++) {
             if (!n[i])
                 continue;
-            if (kv->ops->copy) {
-                rc = kv->ops->copy(kv->ctx, vd[i], vs[i], n[i]);
+            if (dv->ops->copy) {
+                rc = dv->ops->copy(dv->ctx, vd[i], vs[i], n[i]);
                 continue;
             }
             if (!tmp && !(tmp = malloc(n[0])))
                 return DRAY_ENOMEM;
-            rc = kv->ops->download(kv->ctx, tmp, vs[i], n[i]) ||
-                 kv->ops->upload(kv->ctx, vd[i], tmp, n[i]) ||
-                 (kv->ops->synchronize && kv->ops->synchronize(kv->ctx));
+            rc = dv->ops->download(dv->ctx, tmp, vs[i], n[i]) ||
+                 dv->ops->upload(dv->ctx, vd[i], tmp, n[i]) ||
+                 (dv->ops->synchronize && dv->ops->synchronize(dv->ctx));
         }
     }
     free(tmp);

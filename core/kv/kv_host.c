@@ -39,8 +39,9 @@ int dray_kv_block_download(struct dray_kv *kv, uint32_t g, uint32_t block, void 
         struct dray_view v[4];
         size_t n[4];
         kv_block_regions(kv, &kv->group[g].pools[li], block, v, n);
+        const struct dray_kv_device *dv = &kv->dev[kv->group[g].pool_dev[li]];
         for (int i = 0; i < 4; i++) {
-            if (n[i] && kv->ops->download(kv->ctx, p, v[i], n[i]))
+            if (n[i] && dv->ops->download(dv->ctx, p, v[i], n[i]))
                 return DRAY_EBACKEND;
             p += n[i];
         }
@@ -55,15 +56,19 @@ int dray_kv_block_upload(struct dray_kv *kv, uint32_t g, uint32_t block, const v
         struct dray_view v[4];
         size_t n[4];
         kv_block_regions(kv, &kv->group[g].pools[li], block, v, n);
+        const struct dray_kv_device *dv = &kv->dev[kv->group[g].pool_dev[li]];
         for (int i = 0; i < 4; i++) {
-            if (n[i] && kv->ops->upload(kv->ctx, v[i], p, n[i]))
+            if (n[i] && dv->ops->upload(dv->ctx, v[i], p, n[i]))
                 return DRAY_EBACKEND;
             p += n[i];
         }
     }
     /* the source must stay valid until the upload ran: wait here, since the
      * caller frees or reuses its host copy right after */
-    return kv->ops->synchronize ? kv->ops->synchronize(kv->ctx) : 0;
+    for (uint32_t d = 0; d < kv->n_dev; d++)
+        if (kv->dev_used[d] && kv->dev[d].ops->synchronize && kv->dev[d].ops->synchronize(kv->dev[d].ctx))
+            return DRAY_EBACKEND;
+    return 0;
 }
 
 void dray_kv_get_layout(const struct dray_kv *kv, struct dray_kv_layout *l)

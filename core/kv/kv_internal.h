@@ -21,22 +21,26 @@ static inline uint32_t el_size(uint32_t dtype) { return dtype == DRAY_F16 ? 2 : 
 /* ------------------------------------------------------------------ state */
 
 struct kv_group {
-    struct dray_buf *buf;       /* [n_layers][layer_bytes] */
-    struct dray_kv_pool *pools; /* [n_layers] views into buf */
+    struct dray_buf *buf[DRAY_KV_MAX_DEVICES]; /* each device's layers of the group, at
+                                                * layer_bytes stride, in group order */
+    struct dray_kv_pool *pools; /* [n_layers] views into their device's buf */
+    uint8_t *pool_dev;          /* [n_layers] device of each pool */
     uint32_t *free_list;        /* stack of free block ids */
     uint32_t n_free;
     uint32_t *ref;              /* [n_blocks] holders: sequences' tables + the prefix cache */
     int32_t *tables;     /* [max_seqs][max_bps] logical block -> block id, -1 = none */
     uint32_t *first_live; /* [max_seqs] first table entry not recycled (window groups) */
     uint32_t *held;       /* [max_seqs] blocks the sequence holds now */
-    /* current step, byte offsets into the metadata buffer / host staging */
-    size_t off_slots, off_seqs, off_bt;
-    uint32_t n_bt;
+    /* current step, per micro-batch: byte offsets into the metadata buffer / host staging */
+    size_t off_slots[DRAY_KV_MAX_MB], off_seqs[DRAY_KV_MAX_MB], off_bt[DRAY_KV_MAX_MB];
+    uint32_t n_bt[DRAY_KV_MAX_MB];
 };
 
 struct dray_kv {
-    const struct dray_ops *ops;
-    struct dray_ctx *ctx;
+    struct dray_kv_device dev[DRAY_KV_MAX_DEVICES];
+    uint32_t n_dev;
+    uint8_t *layer_dev;    /* [n_layer] */
+    bool dev_used[DRAY_KV_MAX_DEVICES]; /* holds a layer: gets the step metadata */
     struct dray_kv_desc d; /* window/share_with pointers are not kept */
     struct dray_kv_plan plan;
     uint32_t max_bps;      /* table entries per sequence = ceil(max_ctx / block_size) */
@@ -52,10 +56,11 @@ struct dray_kv {
 
     bool in_step;
     uint32_t step_n_seq, step_n_tok, step_max_kv;
+    uint32_t step_n_mb, step_mb_end[DRAY_KV_MAX_MB]; /* micro-batches: sequence ends */
     uint32_t *step_ids; /* [max_seqs] */
     uint32_t *step_new; /* [max_seqs] */
     uint8_t *mark;      /* [max_seqs] duplicate check scratch */
-    struct dray_kv_layer_step *lsteps; /* [n_layer] */
+    struct dray_kv_layer_step *lsteps; /* [DRAY_KV_MAX_MB][n_layer] */
 
     uint64_t cow_copies; /* shared partial blocks copied before a write */
     double cow_s;        /* host time spent issuing (and, without a copy op, doing) them */
@@ -65,8 +70,8 @@ struct dray_kv {
 
     unsigned char *meta_host; /* staging for the one upload per step */
     size_t meta_host_cap;
-    struct dray_buf *meta_buf;
-    size_t meta_buf_cap;
+    struct dray_buf *meta_buf[DRAY_KV_MAX_DEVICES];
+    size_t meta_buf_cap[DRAY_KV_MAX_DEVICES];
 };
 
 static inline bool owns_kv(const struct dray_kv_desc *d, uint32_t il)
@@ -74,10 +79,11 @@ static inline bool owns_kv(const struct dray_kv_desc *d, uint32_t il)
     return !d->share_with || d->share_with[il] < 0;
 }
 
-/* The plugin's reason for its last failed call (for messages that also name it). */
-static inline const char *why(const struct dray_kv *kv)
+/* Device d's plugin's reason for its last failed call (for messages that also name it). */
+static inline const char *why(const struct dray_kv *kv, uint32_t d)
 {
-    const char *w = kv->ops->last_error ? kv->ops->last_error(kv->ctx) : NULL;
+    const struct dray_ops *o = kv->dev[d].ops;
+    const char *w = o->last_error ? o->last_error(kv->dev[d].ctx) : NULL;
     return w && *w ? w : "no reason given";
 }
 

@@ -46,6 +46,16 @@ static int calib_kv(struct dray_device *dev, const struct dray_model_info *mi, u
     return rc;
 }
 
+int dray_calibration_ids(const struct dray_tokenizer *tok, int32_t **ids, size_t *n, char *err, size_t errlen)
+{
+    int rc = dray_tokenize(tok, calibration_text, sizeof(calibration_text) - 1, true, true, ids, n);
+    if (rc)
+        return dray_fail(err, errlen, rc, "calibration text: %s", dray_strerror(rc));
+    if (*n > DRAY_CALIB_MAX_TOKENS)
+        *n = DRAY_CALIB_MAX_TOKENS;
+    return 0;
+}
+
 int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struct dray_device *dev,
                    const struct dray_tokenizer *tok, uint32_t n_outlier, bool smooth_k, char *err,
                    size_t errlen)
@@ -56,20 +66,14 @@ int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struc
     int32_t *ids = NULL;
     size_t n = 0;
     struct dray_kv *kv = NULL;
-    int rc = dray_tokenize(tok, calibration_text, sizeof(calibration_text) - 1, true, true, &ids, &n);
-    if (rc) {
-        dray_fail(err, errlen, rc, "calibration text: %s", dray_strerror(rc));
-        goto out;
-    }
-    if (n > DRAY_CALIB_MAX_TOKENS)
-        n = DRAY_CALIB_MAX_TOKENS;
-    rc = calib_kv(dev, arch->info(model), (uint32_t)n, &kv, err, errlen);
+    int rc = dray_calibration_ids(tok, &ids, &n, err, errlen);
+    if (!rc)
+        rc = calib_kv(dev, arch->info(model), (uint32_t)n, &kv, err, errlen);
     if (!rc)
         rc = arch->calibrate(model, kv, ids, (uint32_t)n, n_outlier, smooth_k, err, errlen);
     if (!rc)
         dray_info("calibrated %u outlier channels per matmul%s on %zu tokens in %.2f s", n_outlier,
                   smooth_k ? " and K smoothing for the int8 KV" : "", n, now_s() - t0);
-out:
     if (kv)
         dray_kv_free(kv);
     free(ids);

@@ -16,6 +16,10 @@
  * for every tokenizer dray supports; a longer tokenization is cut here (fixed). */
 #define DRAY_CALIB_MAX_TOKENS 512u
 
+/* The calibration text's tokens (BOS first, at most DRAY_CALIB_MAX_TOKENS);
+ * *ids is malloc'd. For a model split over devices (core/split.c). */
+int dray_calibration_ids(const struct dray_tokenizer *tok, int32_t **ids, size_t *n, char *err, size_t errlen);
+
 /* Tokenize the calibration text with tok (BOS first), run it through arch's
  * calibrate hook in one step over a fresh f16 KV sized for exactly that text, and
  * free the KV. n_outlier: f32 input channels per int8 matmul (0: none); smooth_k:

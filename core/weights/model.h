@@ -65,6 +65,11 @@ struct dray_model_opts {
      * DRAY_Q4G32_X2: config activations int8x2, on a device that declares them);
      * the output head keeps one pass when it outweighs the layers (decoder_head.c). */
     bool two_pass;
+    /* A part of the model, for one device of a split (core/split.h): when part,
+     * layers [layer_begin, layer_end) only (maybe none), and the embedding and
+     * output head unless no_head. */
+    bool part, no_head;
+    uint32_t layer_begin, layer_end;
 };
 
 /* One forward step. Tokens are grouped by sequence in the same order as the
@@ -76,6 +81,17 @@ struct dray_batch {
     uint32_t n_logits;
     const uint32_t *logit_rows; /* host [n_logits]: batch rows whose logits are wanted */
     float *logits;             /* host out [n_logits][n_vocab] */
+    const struct dray_batch_part *part; /* NULL = the whole step: embed, every layer, logits */
+};
+
+/* One device's share of a step of a split model (core/split.c): micro-batch mb
+ * of the KV step (dray_kv_layer_mb), layers [layer_begin, layer_end) of this
+ * part, entered from x_in or from the embedding, left into x_out or to logits. */
+struct dray_batch_part {
+    uint32_t mb;
+    uint32_t layer_begin, layer_end;
+    const float *x_in;         /* host [n_tok][n_embd] hidden states; NULL = embed the ids */
+    float *x_out;              /* host [n_tok][n_embd] out, no logits; NULL = the logits */
 };
 
 struct dray_model;
@@ -101,6 +117,13 @@ struct dray_arch {
      * calibrate or given at load; their count, 0 when there are none. They depend
      * only on the file and the calibration text, so they can be cached. */
     size_t (*calib_scores)(const struct dray_model *m, const float **scores);
+    /* (optional) calibrate in three moves, for a model split over devices
+     * (core/split.c): begin records while the caller runs the parts' forward
+     * passes over ids (n tokens, one step), end re-prepares the part's weights;
+     * calibrate is begin, one forward pass, end. */
+    int (*calib_begin)(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
+                       size_t errlen);
+    int (*calib_end)(struct dray_model *m, bool ok, char *err, size_t errlen);
     /* What config `activations: auto` means for this family: INT8X2 where one int8
      * pass per group loses too much of the family's activations (measured, in the
      * family's file), INT8 where one pass is close enough and the second would only

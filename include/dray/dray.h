@@ -84,12 +84,17 @@ struct dray_config {
     char chat_template[32];   /* "gemma", "chatml"; "" = recognised from the model */
 
     /* backend */
-    char backend[64];         /* plugin name ("cpu", "opencl", ...) or a path to a .so */
+    char backend[256];        /* plugin name ("cpu", "opencl", ...) or a path to a .so;
+                               * a comma-separated list splits the model's layers */
     char fallback[64];        /* plugin to use when backend fails; "" = none (error) */
     char device[128];         /* device index ("0") or a name substring; "" = first */
     char plugin_path[1024];   /* extra ':'-separated folders searched before the defaults */
     uint32_t threads;         /* host threads for the CPU plugin; 0 = all cores */
     bool reference_kernels;   /* force the portable scalar kernels */
+    char layer_split[128];    /* split: share of the layers per backend entry ("3,1"); "" = by memory */
+    char device_memory[256];  /* split: bytes each backend entry may hold ("8G,0", 0 = no cap) */
+    uint32_t head_device;     /* split: backend entry (1-based) of the embedding and head; 0 = auto */
+    uint32_t micro_batches;   /* split: micro-batches a step is cut into; 0 = one per device */
 
     /* precision */
     enum dray_precision precision; /* weights and matmuls */
@@ -179,11 +184,22 @@ struct dray_engine_info {
                                         * step_weight_bytes; 0 = none */
     const char *activations;           /* of the grouped matmuls as run: "int8", "int8x2"
                                         * ("auto" resolved, device fallback applied) */
+    const char *placement;             /* a split (backend lists plugins): one line per device,
+                                        * its layers, weights and KV; "" on one device */
     const char *head;                  /* the output head as run: "8-bit groups", "4-bit
                                         * rescored", "4-bit groups", "int8" or "f32" */
 };
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen);
+/* A split's work so far (backend lists plugins; core/split.h); n_dev = 0 on one
+ * device. Busy: time in each device's tasks; overlap: time two or more were
+ * busy at once (pipelining); hops: hidden states moved between devices. */
+struct dray_split_report {
+    uint32_t n_dev;
+    uint64_t steps, pipelined_steps, hops, hop_bytes;
+    double wall_s, overlap_s, busy_s[8];
+};
+void dray_engine_split_report(const struct dray_engine *e, struct dray_split_report *r);
 void dray_engine_close(struct dray_engine *e);
 const struct dray_engine_info *dray_engine_get_info(const struct dray_engine *e);
 /* A rescored head's work so far (rows of logits, candidates rescored in them),
