@@ -330,6 +330,9 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         rc = dray_split_open(e->reg, cfg, &e->split, err, errlen);
     else if (!rc)
         e->dev_open = (rc = dray_device_open_config(e->reg, cfg, &e->dev, err, errlen)) == 0;
+    if (!rc && !e->split && (cfg->layer_split[0] || cfg->device_memory[0] || cfg->head_device))
+        dray_warn("layer_split, device_memory and head_device place a split's layers; backend '%s' "
+                  "names one plugin, so they do nothing (list plugins: backend: cpu,opencl)", cfg->backend);
     for (uint32_t i = 0; !rc && i < n_devices(e); i++) { /* what every device runs */
         char why[256];
         e->cfg.precision = dray_caps_precision(&device_at(e, i)->caps, e->cfg.precision, why, sizeof(why));
