@@ -204,10 +204,12 @@ static bool have(const char *backend)
     return true;
 }
 
-static void expect_same_tokens(const char *backend, const char *const *sets)
+/* The split (backend, sets) against one CPU (one_sets): placement listed, the
+ * same greedy tokens for one sequence and for N_SEQ batched. */
+static void compare(const char *const *one_sets, const char *backend, const char *const *sets, bool calibrated)
 {
     char err[512];
-    struct dray_engine *one = open_with("cpu", NULL, err, sizeof(err));
+    struct dray_engine *one = open_with("cpu", one_sets, err, sizeof(err));
     if (!one)
         fail_msg("cpu: %s", err);
     struct dray_engine *two = open_with(backend, sets, err, sizeof(err));
@@ -216,6 +218,8 @@ static void expect_same_tokens(const char *backend, const char *const *sets)
     const struct dray_engine_info *in = dray_engine_get_info(two);
     assert_non_null(strstr(in->placement, "device 2"));
     assert_non_null(strstr(in->placement, "embedding and head"));
+    if (calibrated)
+        assert_string_not_equal(in->calibration, "none");
     struct dray_test_tokens a, b;
     one_sequence(one, &a);
     one_sequence(two, &b);
@@ -227,6 +231,11 @@ static void expect_same_tokens(const char *backend, const char *const *sets)
     assert_memory_equal(x, y, sizeof(x));
     dray_engine_close(two);
     dray_engine_close(one);
+}
+
+static void expect_same_tokens(const char *backend, const char *const *sets)
+{
+    compare(NULL, backend, sets, false);
 }
 
 static void cpu_cpu_split_gives_the_tokens_of_one_cpu(void **state)
@@ -269,25 +278,8 @@ static void a_split_calibrates_like_one_device(void **state)
     const char *const q[] = {"precision", "int8", "kv_dtype", "int8", "outlier_channels", "8", NULL};
     const char *const qs[] = {"precision", "int8", "kv_dtype", "int8", "outlier_channels", "8",
                               "layer_split", "4,3", "micro_batches", "2", NULL};
-    char err[512];
     setenv("DRAY_CACHE_DIR", dray_test_path("split_cache_none"), 1); /* both calibrate */
-    struct dray_engine *one = open_with("cpu", q, err, sizeof(err));
-    if (!one)
-        fail_msg("cpu: %s", err);
-    struct dray_engine *two = open_with("cpu,cpu", qs, err, sizeof(err));
-    if (!two)
-        fail_msg("cpu,cpu: %s", err);
-    assert_string_not_equal(dray_engine_get_info(two)->calibration, "none");
-    struct dray_test_tokens a, b;
-    one_sequence(one, &a);
-    one_sequence(two, &b);
-    assert_memory_equal(a.ids, b.ids, a.n * sizeof(a.ids[0]));
-    int32_t x[N_SEQ][N_GEN], y[N_SEQ][N_GEN];
-    batched(one, x);
-    batched(two, y);
-    assert_memory_equal(x, y, sizeof(x));
-    dray_engine_close(two);
-    dray_engine_close(one);
+    compare(q, "cpu,cpu", qs, true);
 }
 
 static void bad_split_settings_are_refused_with_the_reason(void **state)
