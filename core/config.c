@@ -783,3 +783,25 @@ void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_
     p->max_tokens = cfg->max_tokens;
     p->lookup_draft = cfg->lookup_draft;
 }
+
+uint32_t dray_config_list_len(const char *list)
+{
+    uint32_t n = *list ? 1 : 0;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+void dray_config_list_entry(const char *list, uint32_t i, char *out, size_t cap)
+{
+    const char *p = list;
+    for (; i && p; i--)
+        if ((p = strchr(p, ',')))
+            p++;
+    size_t n = p ? strcspn(p, ",") : 0;
+    while (n && (*p == ' ' || *p == '\t'))
+        p++, n--;
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+        n--;
+    snprintf(out, cap, "%.*s", (int)n, p ? p : "");
+}

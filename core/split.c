@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "calibrate.h"
 #include "error.h"
 #include "gguf.h"
 #include "log.h"
@@ -50,32 +51,10 @@ static double now_s(void)
 
 /* ------------------------------------------------------------------- open */
 
-/* Entry i of a comma-separated list into out ("" when the list is shorter). */
-static void list_at(const char *list, uint32_t i, char *out, size_t cap)
-{
-    const char *p = list;
-    for (; i && p; i--)
-        p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
-    size_t n = p ? strcspn(p, ",") : 0;
-    while (n && p[0] == ' ')
-        p++, n--;
-    while (n && p[n - 1] == ' ')
-        n--;
-    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), p ? p : "");
-}
-
-static uint32_t list_len(const char *list)
-{
-    uint32_t n = *list ? 1 : 0;
-    for (const char *p = list; *p; p++)
-        n += *p == ',';
-    return n;
-}
-
 int dray_split_open(struct dray_registry *reg, const struct dray_config *cfg, struct dray_split **out,
                     char *err, size_t errlen)
 {
-    uint32_t n = list_len(cfg->backend), n_devs = list_len(cfg->device);
+    uint32_t n = dray_config_list_len(cfg->backend), n_devs = dray_config_list_len(cfg->device);
     *out = NULL;
     if (n < 2 || n > DRAY_SPLIT_MAX)
         return dray_fail(err, errlen, DRAY_EINVAL, "backend '%s': a split takes 2..%u plugins", cfg->backend,
@@ -90,8 +69,8 @@ int dray_split_open(struct dray_registry *reg, const struct dray_config *cfg, st
     s->micro_batches = cfg->micro_batches;
     for (uint32_t i = 0; i < n; i++) {
         struct dray_config c = *cfg;
-        list_at(cfg->backend, i, c.backend, sizeof(c.backend));
-        list_at(cfg->device, n_devs > 1 ? i : 0, c.device, sizeof(c.device));
+        dray_config_list_entry(cfg->backend, i, c.backend, sizeof(c.backend));
+        dray_config_list_entry(cfg->device, n_devs > 1 ? i : 0, c.device, sizeof(c.device));
         char why[1024];
         int rc = c.backend[0] ? dray_device_open_config(reg, &c, &s->st[i].dev, why, sizeof(why))
                               : dray_fail(why, sizeof(why), DRAY_EINVAL, "empty entry");
@@ -132,12 +111,12 @@ const struct dray_split_stage *dray_split_stage_c(const struct dray_split *s, ui
 static int parse_list(const char *key, const char *text, uint32_t n, bool bytes, double *out, char *err,
                       size_t errlen)
 {
-    if (list_len(text) != n)
+    if (dray_config_list_len(text) != n)
         return dray_fail(err, errlen, DRAY_EINVAL, "%s '%s': %u entries for %u devices", key, text,
-                         list_len(text), n);
+                         dray_config_list_len(text), n);
     for (uint32_t i = 0; i < n; i++) {
         char e[64], *end;
-        list_at(text, i, e, sizeof(e));
+        dray_config_list_entry(text, i, e, sizeof(e));
         double v = strtod(e, &end);
         double mul = !bytes ? 1 : *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
                      : *end == 'G' || *end == 'g' ? 1073741824.0 : 1;
@@ -583,11 +562,7 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
         return dray_fail(err, errlen, DRAY_ERANGE, "split: %u layers, at most %zu", mi->n_layer,
                          sizeof(layer_dev));
     dray_split_kv_devices(s, devs, layer_dev);
-    /* f16 and sized for exactly the text, as for one device (calibrate.c) */
-    struct dray_kv_desc d = {.n_layer = mi->n_layer, .window = mi->window, .share_with = mi->share_kv,
-                             .layer_dev = layer_dev, .n_kv_head = mi->n_kv_head, .head_dim = mi->head_dim,
-                             .dtype = DRAY_F16, .block_size = 16, .max_seqs = 1, .max_ctx = n,
-                             .max_chunk = n};
+    struct dray_kv_desc d = dray_calibration_kv_desc(mi, n, layer_dev);
     struct dray_kv *kv = NULL;
     int rc = dray_kv_create_on(devs, s->n_stage, &d, &kv, err, errlen);
     uint32_t begun = 0;

@@ -7,6 +7,8 @@
 
 #include <jansson.h>
 
+#include "dray/dray.h"
+
 int dray_srv_models_init(struct dray_srv_models *m, const char *served, const char *file,
                          uint32_t max_model_len, int64_t created, char *err, size_t errlen)
 {
@@ -20,28 +22,22 @@ int dray_srv_models_init(struct dray_srv_models *m, const char *served, const ch
         m->n = 1;
         return 0;
     }
-    for (const char *s = served;; s++) {
-        const char *end = strchr(s, ',');
-        size_t len = end ? (size_t)(end - s) : strlen(s);
-        while (len && *s == ' ')
-            s++, len--;
-        while (len && s[len - 1] == ' ')
-            len--;
-        if (!len) {
-            snprintf(err, errlen, "served_model_name '%.200s': name %u is empty", served, m->n + 1);
+    uint32_t n = dray_config_list_len(served);
+    for (uint32_t i = 0; i < n; i++) {
+        char name[DRAY_SRV_NAME_LEN + 1];
+        dray_config_list_entry(served, i, name, sizeof(name));
+        if (!name[0]) {
+            snprintf(err, errlen, "served_model_name '%.200s': name %u is empty", served, i + 1);
             return -1;
         }
-        if (len >= DRAY_SRV_NAME_LEN || m->n == DRAY_SRV_MAX_NAMES) {
+        if (strlen(name) >= DRAY_SRV_NAME_LEN || i == DRAY_SRV_MAX_NAMES) {
             snprintf(err, errlen, "served_model_name: at most %d names of at most %d bytes each",
                      DRAY_SRV_MAX_NAMES, DRAY_SRV_NAME_LEN - 1);
             return -1;
         }
-        memcpy(m->name[m->n], s, len);
-        m->name[m->n++][len] = '\0';
-        if (!end)
-            return 0;
-        s = end;
+        snprintf(m->name[m->n++], sizeof(m->name[0]), "%s", name);
     }
+    return 0;
 }
 
 static bool serves(const struct dray_srv_models *m, const char *name)

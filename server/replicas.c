@@ -5,22 +5,6 @@
 
 #include "server.h"
 
-/* The i-th comma-separated entry of list, spaces trimmed, into out. */
-static void nth_entry(const char *list, uint32_t i, char *out, size_t len)
-{
-    const char *p = list;
-    for (; i && p; i--)
-        if ((p = strchr(p, ',')))
-            p++;
-    const char *end = p ? strchr(p, ',') : NULL;
-    size_t n = p ? (end ? (size_t)(end - p) : strlen(p)) : 0;
-    while (n && (*p == ' ' || *p == '\t'))
-        p++, n--;
-    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-        n--;
-    snprintf(out, len, "%.*s", (int)n, p ? p : "");
-}
-
 int dray_serve_replica_config(const struct dray_config *cfg, uint32_t i, long cores,
                               struct dray_config *out, char *err, size_t errlen)
 {
@@ -28,16 +12,14 @@ int dray_serve_replica_config(const struct dray_config *cfg, uint32_t i, long co
     uint32_t n = cfg->replicas ? cfg->replicas : 1;
     /* a split (backend lists plugins) takes the device list whole, one per plugin */
     if (strchr(cfg->device, ',') && !strchr(cfg->backend, ',')) {
-        uint32_t listed = 1;
-        for (const char *p = cfg->device; (p = strchr(p, ',')); p++)
-            listed++;
+        uint32_t listed = dray_config_list_len(cfg->device);
         if (listed != n) {
             snprintf(err, errlen, "device '%s' lists %u devices but replicas is %u: list one "
                      "device per replica, or give one device for all of them", cfg->device,
                      listed, n);
             return DRAY_EINVAL;
         }
-        nth_entry(cfg->device, i, out->device, sizeof(out->device));
+        dray_config_list_entry(cfg->device, i, out->device, sizeof(out->device));
         if (!out->device[0]) {
             snprintf(err, errlen, "device '%s': entry %u (replica %u) is empty", cfg->device,
                      i + 1, i);

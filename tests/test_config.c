@@ -457,6 +457,26 @@ static void test_config_print_shows_units_and_short_floats(void **state)
     assert_contains(text, "\nserver:\n  host: \"127.0.0.1\"\n  port: 8080\n");
 }
 
+/* List keys: entries counted by commas, each trimmed; past the end is "". */
+static void test_config_list_entries_are_trimmed_and_counted(void **state)
+{
+    (void)state;
+    char e[16];
+    assert_int_equal(dray_config_list_len(""), 0);
+    assert_int_equal(dray_config_list_len("cpu"), 1);
+    assert_int_equal(dray_config_list_len("cpu, opencl,\tvulkan"), 3);
+    dray_config_list_entry("cpu, opencl,\tvulkan ", 1, e, sizeof(e));
+    assert_string_equal(e, "opencl");
+    dray_config_list_entry("cpu, opencl,\tvulkan ", 2, e, sizeof(e));
+    assert_string_equal(e, "vulkan");
+    dray_config_list_entry("cpu,,x", 1, e, sizeof(e));
+    assert_string_equal(e, "");
+    dray_config_list_entry("cpu", 3, e, sizeof(e));
+    assert_string_equal(e, "");
+    dray_config_list_entry("a-very-long-entry-name,b", 0, e, 8);
+    assert_string_equal(e, "a-very-");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -481,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_config_print_reads_back_identically),
         cmocka_unit_test(test_config_print_shows_units_and_short_floats),
         cmocka_unit_test(test_config_refuses_nesting_deeper_than_32),
+        cmocka_unit_test(test_config_list_entries_are_trimmed_and_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

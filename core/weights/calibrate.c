@@ -28,17 +28,20 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* A KV for one sequence of exactly n tokens taken in one step. f16 whatever the
- * engine's kv_dtype: the activations calibration sees are the model's, as close
- * to exact as the cache allows, and the same for every configuration. */
+struct dray_kv_desc dray_calibration_kv_desc(const struct dray_model_info *mi, uint32_t n,
+                                             const uint8_t *layer_dev)
+{
+    return (struct dray_kv_desc){
+        .n_layer = mi->n_layer, .window = mi->window, .share_with = mi->share_kv,
+        .layer_dev = layer_dev, .n_kv_head = mi->n_kv_head, .head_dim = mi->head_dim,
+        .dtype = DRAY_F16, .block_size = 16, .max_seqs = 1, .max_ctx = n, .max_chunk = n,
+    };
+}
+
 static int calib_kv(struct dray_device *dev, const struct dray_model_info *mi, uint32_t n,
                     struct dray_kv **kv, char *err, size_t errlen)
 {
-    struct dray_kv_desc d = {
-        .n_layer = mi->n_layer, .window = mi->window, .share_with = mi->share_kv,
-        .n_kv_head = mi->n_kv_head, .head_dim = mi->head_dim, .dtype = DRAY_F16,
-        .block_size = 16, .max_seqs = 1, .max_ctx = n, .max_chunk = n,
-    };
+    struct dray_kv_desc d = dray_calibration_kv_desc(mi, n, NULL);
     char why[256];
     int rc = dray_kv_create(dev->ops, dev->ctx, &d, kv, why, sizeof(why));
     if (rc)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -19,6 +20,13 @@
 /* The calibration text's tokens (BOS first, at most DRAY_CALIB_MAX_TOKENS);
  * *ids is malloc'd. For a model split over devices (core/split.c). */
 int dray_calibration_ids(const struct dray_tokenizer *tok, int32_t **ids, size_t *n, char *err, size_t errlen);
+
+/* The calibration KV: one sequence of exactly n tokens taken in one step, f16
+ * whatever the engine's kv_dtype (the activations calibration sees are the
+ * model's, as close to exact as the cache allows, the same for every
+ * configuration). layer_dev: each layer's device for a split, or NULL. */
+struct dray_kv_desc dray_calibration_kv_desc(const struct dray_model_info *mi, uint32_t n,
+                                             const uint8_t *layer_dev);
 
 /* Tokenize the calibration text with tok (BOS first), run it through arch's
  * calibrate hook in one step over a fresh f16 KV sized for exactly that text, and

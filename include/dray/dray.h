@@ -156,6 +156,11 @@ void dray_config_print(const struct dray_config *cfg, void *file /* FILE* */);
 /* Print the table of keys (key, section, type, default, meaning) as Markdown:
  * docs/config.md's table is this output (`dray config --markdown`). */
 void dray_config_print_markdown(void *file /* FILE* */);
+/* List-valued keys (backend, device, layer_split, served_model_name, ...) are
+ * comma-separated: the number of entries ("" has none) and entry i with its
+ * spaces and tabs trimmed ("" past the end). */
+uint32_t dray_config_list_len(const char *list);
+void dray_config_list_entry(const char *list, uint32_t i, char *out, size_t cap);
 
 /* ------------------------------------------------------------------ engine */
 
