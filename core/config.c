@@ -88,6 +88,13 @@ const struct key dray_config_keys[] = {
     {"micro_batches", "backend", "micro_batches", T_U32, F(micro_batches), 0, 16, NULL, 0,
      "with several plugins in `backend`: micro-batches a step of several sequences is cut into, "
      "so the devices work at once; 0 = one per device, 1 = no pipelining", KEY_EXPERT},
+    {"distributed", "backend", "distributed", T_STR, F(distributed), 0, 0, NULL, 0,
+     "`mpi`: run under `mpirun`, each rank holding a range of `layer_split`'s layers on its own "
+     "`backend`, rank 0 the server, the embedding and the head ([Across hosts](#across-hosts)); "
+     "`\"\"` = one process", KEY_USER},
+    {"distributed_timeout", "backend", "distributed_timeout", T_U32, F(distributed_timeout), 0, 86400, NULL, 0,
+     "with `distributed`: seconds rank 0 waits for another rank's answer before it fails the "
+     "step naming the rank; 0 = for ever", KEY_EXPERT},
     {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0,
      "extra `:`-separated folders searched for plugins before `$DRAY_PLUGIN_PATH` and the "
      "built-in folders", KEY_USER},
@@ -216,6 +223,7 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->kv_block = 16;
     cfg->prefix_cache = true;
     cfg->max_seqs = 8;
+    cfg->distributed_timeout = 300;
     cfg->chunk = 512;
     cfg->temperature = 0.7f;
     cfg->top_k = 40;

@@ -23,6 +23,7 @@
 #include "kv.h"
 #include "log.h"
 #include "model.h"
+#include "dist.h"
 #include "split.h"
 #include "tokenizer.h"
 
@@ -273,14 +274,17 @@ static void sum_parts(struct dray_engine *e)
 {
     struct dray_engine_info *in = &e->info;
     in->weight_bytes = in->step_weight_bytes = in->n_params = 0;
-    for (uint32_t i = 0; i < n_devices(e); i++) {
-        const struct dray_model *m = e->split ? dray_split_stage_c(e->split, i)->model : e->model;
-        const struct dray_model_info *mi = m ? e->arch->info(m) : NULL;
-        if (mi) {
-            in->weight_bytes += mi->weight_bytes;
-            in->step_weight_bytes += mi->step_weight_bytes;
-            in->n_params += mi->n_params;
-        }
+    for (uint32_t i = 0; e->split && i < n_devices(e); i++) {
+        const struct dray_split_stage *st = dray_split_stage_c(e->split, i);
+        in->weight_bytes += st->weight_bytes;
+        in->step_weight_bytes += st->step_weight_bytes;
+        in->n_params += st->n_params;
+    }
+    const struct dray_model_info *mi = e->split ? NULL : e->arch->info(e->model);
+    if (mi) {
+        in->weight_bytes = mi->weight_bytes;
+        in->step_weight_bytes = mi->step_weight_bytes;
+        in->n_params = mi->n_params;
     }
 }
 
@@ -291,7 +295,6 @@ static void describe_split(struct dray_engine *e)
     e->placement[0] = 0;
     for (uint32_t i = 0; e->split && i < n_devices(e); i++) {
         const struct dray_split_stage *st = dray_split_stage_c(e->split, i);
-        const struct dray_model_info *mi = st->model ? e->arch->info(st->model) : NULL;
         char layers[32] = "no layers";
         if (st->l1 > st->l0)
             snprintf(layers, sizeof(layers), "layers %u-%u", st->l0, st->l1 - 1);
@@ -299,11 +302,47 @@ static void describe_split(struct dray_engine *e)
                                "%sdevice %u %s (%s): %s%s, %.1f MiB weights, %.1f MiB KV", i ? "\n" : "", i + 1,
                                st->dev.plugin->name, st->dev.props.name, layers,
                                st->head ? " + embedding and head" : "",
-                               mi ? (double)mi->weight_bytes / 1048576.0 : 0.0,
+                               (double)st->weight_bytes / 1048576.0,
                                (double)dray_kv_device_bytes(e->kv, i) / 1048576.0);
         if (at >= sizeof(e->placement))
             break;
     }
+}
+
+static void close_dist(void)
+{
+    struct dray_dist *t = dray_dist_get();
+    if (t)
+        t->close(t->self);
+}
+
+/* distributed: join the transport. Rank 0 goes on to open the engine, its
+ * split's later stages the other ranks; every other rank serves rank 0 from
+ * here and exits when rank 0 says goodbye, so any command that opens an
+ * engine (run, serve, bench, perplexity) works under mpirun unchanged. */
+static int join_ranks(struct dray_config *cfg, char *err, size_t errlen)
+{
+    struct dray_dist *t = NULL;
+    if (cfg->replicas > 1)
+        return dray_fail(err, errlen, DRAY_EINVAL, "distributed '%s' with replicas %u: one engine spans the "
+                         "ranks (replicas: 1)", cfg->distributed, cfg->replicas);
+    bool first = !dray_dist_get();
+    int rc = dray_dist_open(cfg, &t, err, errlen);
+    if (rc)
+        return rc;
+    if (first)
+        atexit(close_dist);
+    if (t->rank == 0 && t->size == 1) {
+        dray_warn("distributed '%s': one rank, so one process runs it all (mpirun -np N for N ranks)",
+                  cfg->distributed);
+        cfg->distributed[0] = 0;
+    }
+    if (t->rank == 0)
+        return 0;
+    rc = dray_dist_worker(t, cfg, err, errlen);
+    if (rc)
+        dray_error("rank %u: %s", t->rank, err);
+    exit(rc ? 1 : 0);
 }
 
 int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, char *err, size_t errlen)
@@ -325,9 +364,11 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
             return DRAY_ENOTFOUND;
         }
     }
-    int rc = dray_registry_open(e->cfg.plugin_path[0] ? e->cfg.plugin_path : NULL, &e->reg, err, errlen);
-    if (!rc && strchr(cfg->backend, ','))
-        rc = dray_split_open(e->reg, cfg, &e->split, err, errlen);
+    int rc = e->cfg.distributed[0] ? join_ranks(&e->cfg, err, errlen) : 0;
+    if (!rc)
+        rc = dray_registry_open(e->cfg.plugin_path[0] ? e->cfg.plugin_path : NULL, &e->reg, err, errlen);
+    if (!rc && (strchr(cfg->backend, ',') || e->cfg.distributed[0]))
+        rc = dray_split_open(e->reg, &e->cfg, &e->split, err, errlen);
     else if (!rc)
         e->dev_open = (rc = dray_device_open_config(e->reg, cfg, &e->dev, err, errlen)) == 0;
     if (!rc && !e->split && (cfg->layer_split[0] || cfg->device_memory[0] || cfg->head_device))

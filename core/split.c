@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "calibrate.h"
+#include "dist.h"
 #include "error.h"
 #include "gguf.h"
 #include "log.h"
@@ -51,12 +52,35 @@ static double now_s(void)
 
 /* ------------------------------------------------------------------- open */
 
+/* Stages 2.. are the transport's other ranks, greeted in order. */
+static int open_ranks(struct dray_split *s, const struct dray_config *cfg, char *err, size_t errlen)
+{
+    struct dray_dist *t = NULL;
+    int rc = dray_dist_open(cfg, &t, err, errlen);
+    if (!rc && (t->size < 2 || t->size > DRAY_SPLIT_MAX))
+        rc = dray_fail(err, errlen, DRAY_EINVAL, "distributed '%s': %u ranks, a split takes 2..%u (mpirun -np N)",
+                       cfg->distributed, t->size, DRAY_SPLIT_MAX);
+    for (uint32_t r = 1; !rc && t && r < t->size; r++) {
+        struct dray_split_stage *st = &s->st[r];
+        rc = dray_remote_open(t, r, &st->remote, &st->dev, err, errlen);
+        if (!rc) {
+            dray_remote_set_timeout(st->remote, cfg->distributed_timeout);
+            s->n_stage = r + 1;
+        }
+    }
+    return rc;
+}
+
 int dray_split_open(struct dray_registry *reg, const struct dray_config *cfg, struct dray_split **out,
                     char *err, size_t errlen)
 {
     uint32_t n = dray_config_list_len(cfg->backend), n_devs = dray_config_list_len(cfg->device);
+    bool dist = cfg->distributed[0] != 0;
     *out = NULL;
-    if (n < 2 || n > DRAY_SPLIT_MAX)
+    if (dist && n != 1)
+        return dray_fail(err, errlen, DRAY_EINVAL, "backend '%s': with distributed, each rank names one plugin "
+                         "(its own config or --set)", cfg->backend);
+    if (!dist && (n < 2 || n > DRAY_SPLIT_MAX))
         return dray_fail(err, errlen, DRAY_EINVAL, "backend '%s': a split takes 2..%u plugins", cfg->backend,
                          DRAY_SPLIT_MAX);
     if (n_devs > 1 && n_devs != n)
@@ -81,6 +105,11 @@ int dray_split_open(struct dray_registry *reg, const struct dray_config *cfg, st
         }
         s->n_stage = i + 1;
     }
+    int rc = dist ? open_ranks(s, cfg, err, errlen) : 0;
+    if (rc) {
+        dray_split_free(s);
+        return rc;
+    }
     *out = s;
     return 0;
 }
@@ -92,7 +121,10 @@ void dray_split_free(struct dray_split *s)
     for (uint32_t i = 0; i < s->n_stage; i++) {
         if (s->st[i].model)
             s->arch->free(s->st[i].model);
-        dray_device_close(&s->st[i].dev);
+        if (s->st[i].remote)
+            dray_remote_close(s->st[i].remote);
+        else
+            dray_device_close(&s->st[i].dev);
     }
     for (uint32_t m = 0; m < DRAY_KV_MAX_MB; m++)
         free(s->x[m]);
@@ -216,6 +248,12 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
     struct dray_split_ask ask = {.n_dev = s->n_stage, .ratio = cfg->layer_split[0] ? ratio : NULL,
                                  .budget = cfg->device_memory[0] ? budget_b : NULL, .mem = mem,
                                  .head_dev = cfg->head_device};
+    if (cfg->distributed[0]) { /* rank 0 keeps the tokens and the logits: no vocabulary crosses */
+        if (cfg->head_device > 1)
+            rc = rc ? rc : dray_fail(err, errlen, DRAY_EINVAL, "head_device %u: with distributed the "
+                                     "embedding and head stay on rank 0 (head_device 1)", cfg->head_device);
+        ask.head_dev = 1;
+    }
     struct dray_split_place pl;
     if (!rc)
         rc = dray_split_place(&need, &ask, &pl, err, errlen);
@@ -239,7 +277,16 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
         o.layer_end = st->l1;
         o.no_head = !st->head;
         char why[1024];
-        rc = dray_model_load(g, &st->dev, &o, arch, &st->model, why, sizeof(why));
+        if (st->remote) {
+            rc = dray_remote_load(st->remote, cfg->model, &o, &st->weight_bytes, &st->step_weight_bytes,
+                                  &st->n_params, why, sizeof(why));
+        } else if (!(rc = dray_model_load(g, &st->dev, &o, arch, &st->model, why, sizeof(why)))) {
+            const struct dray_model_info *pi = (*arch)->info(st->model);
+            st->weight_bytes = pi->weight_bytes;
+            st->step_weight_bytes = pi->step_weight_bytes;
+            st->n_params = pi->n_params;
+        }
+        st->loaded = rc == 0;
         if (rc)
             dray_fail(err, errlen, rc, "device %u (%s, %s) layers %u-%u%s: %s", d + 1, st->dev.plugin->name,
                       st->dev.props.name, st->l0, st->l1 ? st->l1 - 1 : 0, st->head ? " and the head" : "", why);
@@ -248,11 +295,14 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
                       st->dev.props.name, st->l0, st->l1 ? st->l1 - 1 : 0, st->head ? " and the head" : "");
     }
     if (rc) { /* a retry (engine.c, on stale cached scores) starts clean */
-        for (uint32_t d = 0; d < s->n_stage; d++)
-            if (s->st[d].model) {
+        for (uint32_t d = 0; d < s->n_stage; d++) {
+            if (s->st[d].model)
                 a->free(s->st[d].model);
-                s->st[d].model = NULL;
-            }
+            else if (s->st[d].remote && s->st[d].loaded)
+                dray_remote_unload(s->st[d].remote);
+            s->st[d].model = NULL;
+            s->st[d].loaded = false;
+        }
         return rc;
     }
     const struct dray_model_info *mi = a->info(s->st[s->head].model);
@@ -279,7 +329,7 @@ static uint32_t pick_mbs(const struct dray_split *s, uint32_t n_seq, const uint3
 {
     uint32_t busy = 0, want, T = 0;
     for (uint32_t d = 0; d < s->n_stage; d++)
-        busy += s->st[d].model != NULL;
+        busy += s->st[d].loaded;
     want = s->micro_batches ? s->micro_batches : busy;
     want = want < n_seq ? want : n_seq;
     want = want < DRAY_KV_MAX_MB ? want : DRAY_KV_MAX_MB;
@@ -332,7 +382,8 @@ static int run_task(struct split_run *r, uint32_t m, uint32_t ti, char *err, siz
                            .logits = r->b->logits ? r->b->logits + (size_t)mb->row0 * s->n_vocab : NULL,
                            .part = &p};
     char why[1024], what[64];
-    int rc = s->arch->forward(st->model, r->kv, &b, why, sizeof(why));
+    int rc = st->remote ? dray_remote_forward(st->remote, r->kv, s->n_embd, &b, why, sizeof(why))
+                        : s->arch->forward(st->model, r->kv, &b, why, sizeof(why));
     if (!rc)
         return 0;
     if (t->l1 > t->l0)
@@ -408,7 +459,7 @@ static int run_pipelined(struct split_run *r)
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     for (uint32_t d = 0; d < s->n_stage; d++) {
-        if (!s->st[d].model)
+        if (!s->st[d].loaded)
             continue;
         w[d] = (struct split_worker){r, d};
         started[d] = pthread_create(&th[d], NULL, worker, &w[d]) == 0;
@@ -567,7 +618,9 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
     int rc = dray_kv_create_on(devs, s->n_stage, &d, &kv, err, errlen);
     uint32_t begun = 0;
     for (; !rc && begun < s->n_stage; begun++)
-        if (s->st[begun].model)
+        if (s->st[begun].remote && s->st[begun].loaded)
+            rc = dray_remote_calib_begin(s->st[begun].remote, n, n_outlier, smooth_k, err, errlen);
+        else if (s->st[begun].model)
             rc = s->arch->calib_begin(s->st[begun].model, n, n_outlier, smooth_k, err, errlen);
     /* the head sees the last rows only: their logits are computed and dropped */
     uint32_t n_rows = n < 16 ? n : 16, rows[16], seq = 0;
@@ -585,29 +638,39 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
                            .logits = logits};
     if (!rc)
         rc = dray_split_forward(s, kv, 1, &seq, &n, &b, err, errlen);
-    for (uint32_t d = 0; d < begun; d++)
-        if (s->st[d].model) {
-            int rc2 = s->arch->calib_end(s->st[d].model, rc == 0, rc ? NULL : err, rc ? 0 : errlen);
-            rc = rc ? rc : rc2;
-        }
+    for (uint32_t d = 0; d < begun; d++) {
+        char why[1024];
+        int rc2 = 0;
+        if (s->st[d].remote && s->st[d].loaded)
+            rc2 = dray_remote_calib_end(s->st[d].remote, rc == 0, why, sizeof(why));
+        else if (s->st[d].model)
+            rc2 = s->arch->calib_end(s->st[d].model, rc == 0, why, sizeof(why));
+        if (rc2 && !rc)
+            rc = dray_fail(err, errlen, rc2, "%s", why);
+    }
     /* each part filled its own layers' rows (the head's part the head's); the
      * rest are 0, and scores are maxima of |x| >= 0: the elementwise max merges */
     for (uint32_t d = 0; !rc && d < s->n_stage; d++) {
         const float *sc = NULL;
-        size_t k = s->st[d].model ? s->arch->calib_scores(s->st[d].model, &sc) : 0;
+        float *theirs = NULL;
+        size_t k = 0;
+        if (s->st[d].remote && s->st[d].loaded) {
+            if ((rc = dray_remote_calib_scores(s->st[d].remote, &theirs, &k, err, errlen)))
+                break;
+            sc = theirs;
+        } else if (s->st[d].model) {
+            k = s->arch->calib_scores(s->st[d].model, &sc);
+        }
         if (!k)
             continue;
-        if (!*scores && !(*scores = calloc(k, sizeof(float)))) {
+        if (!*scores && !(*scores = calloc(k, sizeof(float))))
             rc = dray_fail(err, errlen, DRAY_ENOMEM, "calibration: out of memory");
-            break;
-        }
-        if (*n_scores && k != *n_scores) {
+        else if (*n_scores && k != *n_scores)
             rc = dray_fail(err, errlen, DRAY_EFORMAT, "calibration: parts give %zu and %zu scores", *n_scores, k);
-            break;
-        }
-        *n_scores = k;
-        for (size_t i = 0; i < k; i++)
+        *n_scores = rc ? *n_scores : k;
+        for (size_t i = 0; !rc && i < k; i++)
             (*scores)[i] = sc[i] > (*scores)[i] ? sc[i] : (*scores)[i];
+        free(theirs);
     }
     if (rc) {
         free(*scores);

@@ -58,11 +58,16 @@ int dray_split_place(const struct dray_split_need *need, const struct dray_split
 
 /* ---------------------------------------------------------------- the split */
 
+struct dray_remote;
+
 struct dray_split_stage {
-    struct dray_device dev;   /* owned */
+    struct dray_device dev;   /* owned; another rank's proxy when remote */
     struct dray_model *model; /* layers [l0, l1); the embedding and head if head */
+    struct dray_remote *remote; /* the stage is another rank (core/dist.h): model is NULL */
+    bool loaded;              /* model, or the remote part, holds its layers */
     uint32_t l0, l1;
     bool head;
+    uint64_t weight_bytes, step_weight_bytes, n_params; /* of its part */
     double busy_s;            /* time in this stage's tasks, all steps */
 };
 
@@ -76,7 +81,9 @@ struct dray_split_stats {
 struct dray_split;
 
 /* Open one device per comma-separated entry of cfg->backend (cfg->device: one
- * entry per backend, fallback as for one device). Errors name the entry. */
+ * entry per backend, fallback as for one device). Errors name the entry. With
+ * cfg->distributed, stage 1 is this process's device and stage r+1 is rank r
+ * of the transport (the head stays on rank 0). */
 int dray_split_open(struct dray_registry *reg, const struct dray_config *cfg, struct dray_split **out,
                     char *err, size_t errlen);
 void dray_split_free(struct dray_split *s);

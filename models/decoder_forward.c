@@ -111,7 +111,10 @@ int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batc
         if (b->logit_rows[i] >= T)
             return dray_fail(err, errlen, DRAY_EINVAL, "forward: logit row %u of %u tokens", b->logit_rows[i], T);
     m->mb = p ? p->mb : 0;
-    memcpy(m->meta_host, b->ids, T * sizeof(int32_t));
+    if (b->ids) /* a part entered from x_in needs no ids (another rank sends none) */
+        memcpy(m->meta_host, b->ids, T * sizeof(int32_t));
+    else
+        memset(m->meta_host, 0, T * sizeof(int32_t));
     memcpy(m->meta_host + m->max_batch, b->pos, T * sizeof(int32_t));
     rc = ops->upload(ctx, dec_at(m->a.meta, 0), m->meta_host, (size_t)m->max_batch * 2 * 4);
     if (!rc)

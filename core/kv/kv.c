@@ -47,6 +47,7 @@ void dray_kv_free(struct dray_kv *kv)
     free(kv->mark);
     free(kv->lsteps);
     free(kv->meta_host);
+    free(kv->view_pools);
     free(kv);
 }
 

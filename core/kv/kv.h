@@ -196,6 +196,14 @@ const int32_t *dray_kv_step_host_mb(const struct dray_kv *kv, uint32_t g, uint32
 /* Host copies of group g's step arrays (micro-batch 0; for tests and host-side kernels). */
 const int32_t *dray_kv_step_host(const struct dray_kv *kv, uint32_t g, const int32_t **seqs,
                                  const int32_t **block_table, uint32_t *n_bt);
+/* A view: no blocks or sequences, only one step's layer views that someone
+ * else computed (another rank's KV, core/dist.h), for a model's forward to read
+ * through dray_kv_layer. dray_kv_free frees it. */
+int dray_kv_view_new(uint32_t n_layer, struct dray_kv **out);
+/* Layer il's view: a copy of st, its pool a copy of *pool (NULL: none). */
+void dray_kv_view_set(struct dray_kv *kv, uint32_t il, const struct dray_kv_layer_step *st,
+                      const struct dray_kv_pool *pool);
+
 /* Commit the step: lengths grow by n_new, window blocks out of reach are freed. */
 void dray_kv_step_end(struct dray_kv *kv);
 /* Undo step_begin (the forward pass failed): reserved blocks go back. */

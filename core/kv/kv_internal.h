@@ -72,6 +72,8 @@ struct dray_kv {
     size_t meta_host_cap;
     struct dray_buf *meta_buf[DRAY_KV_MAX_DEVICES];
     size_t meta_buf_cap[DRAY_KV_MAX_DEVICES];
+
+    struct dray_kv_pool *view_pools; /* [n_layer] a view's copies (kv_view.c), else NULL */
 };
 
 static inline bool owns_kv(const struct dray_kv_desc *d, uint32_t il)

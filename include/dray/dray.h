@@ -95,6 +95,8 @@ struct dray_config {
     char device_memory[256];  /* split: bytes each backend entry may hold ("8G,0", 0 = no cap) */
     uint32_t head_device;     /* split: backend entry (1-based) of the embedding and head; 0 = auto */
     uint32_t micro_batches;   /* split: micro-batches a step is cut into; 0 = one per device */
+    char distributed[32];     /* "" = one process; "mpi" = ranks of mpirun hold layer ranges */
+    uint32_t distributed_timeout; /* seconds rank 0 waits for another rank's answer; 0 = for ever */
 
     /* precision */
     enum dray_precision precision; /* weights and matmuls */

@@ -1,0 +1,82 @@
+/* The process's transport module (core/dist.h): libdray-<name>.so from
+ * $DRAY_TRANSPORT_PATH, else the build tree's transports/, else the
+ * installed transports folder beside the plugins. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dist.h"
+#include "error.h"
+#include "log.h"
+
+#ifndef DRAY_BUILD_ROOT
+#define DRAY_BUILD_ROOT ""
+#endif
+#ifndef DRAY_TRANSPORT_INSTALL_DIR
+#define DRAY_TRANSPORT_INSTALL_DIR ""
+#endif
+
+static struct dray_dist *the_dist;
+static struct dray_dist opened;
+
+void dray_dist_use(struct dray_dist *t)
+{
+    the_dist = t;
+}
+
+struct dray_dist *dray_dist_get(void)
+{
+    return the_dist;
+}
+
+static void *try_dir(const char *dir, size_t n, const char *name, char *tried, size_t cap)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%.*s/libdray-%s.so", (int)n, dir, name);
+    size_t at = strlen(tried);
+    snprintf(tried + at, cap - at, "%s%.400s", at ? ", " : "", path);
+    return access(path, R_OK) ? NULL : dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
+int dray_dist_open(const struct dray_config *cfg, struct dray_dist **out, char *err, size_t errlen)
+{
+    *out = the_dist;
+    if (the_dist)
+        return 0;
+    const char *name = cfg->distributed;
+    char tried[2048] = "", build[PATH_MAX];
+    void *h = NULL;
+    const char *env = getenv("DRAY_TRANSPORT_PATH");
+    for (const char *p = env; p && *p && !h;) {
+        size_t n = strcspn(p, ":");
+        if (n)
+            h = try_dir(p, n, name, tried, sizeof(tried));
+        p += n + (p[n] == ':');
+    }
+    snprintf(build, sizeof(build), "%s/transports", DRAY_BUILD_ROOT);
+    if (!h && DRAY_BUILD_ROOT[0])
+        h = try_dir(build, strlen(build), name, tried, sizeof(tried));
+    if (!h && DRAY_TRANSPORT_INSTALL_DIR[0])
+        h = try_dir(DRAY_TRANSPORT_INSTALL_DIR, strlen(DRAY_TRANSPORT_INSTALL_DIR), name, tried, sizeof(tried));
+    const char *dl = h ? NULL : dlerror();
+    if (!h)
+        return dray_fail(err, errlen, DRAY_ENOTFOUND, "distributed '%s': no transport module (tried %s; %s)",
+                         name, tried, dl ? dl : "none is there: build dray with Open MPI installed");
+    dray_dist_open_fn open_fn = (dray_dist_open_fn)(uintptr_t)dlsym(h, DRAY_DIST_OPEN_SYMBOL);
+    if (!open_fn)
+        return dray_fail(err, errlen, DRAY_EINCOMPAT, "distributed '%s': the module has no %s", name,
+                         DRAY_DIST_OPEN_SYMBOL);
+    char why[512] = "";
+    if (open_fn(&opened, why, sizeof(why)))
+        return dray_fail(err, errlen, DRAY_EBACKEND, "distributed '%s': %s", name, why);
+    if (opened.abi != DRAY_DIST_ABI)
+        return dray_fail(err, errlen, DRAY_EINCOMPAT, "distributed '%s': the module speaks transport ABI %u, "
+                         "dray %u", name, opened.abi, DRAY_DIST_ABI);
+    the_dist = &opened;
+    *out = the_dist;
+    dray_info("distributed over %s: rank %u of %u on %s", name, opened.rank, opened.size, opened.host);
+    return 0;
+}
