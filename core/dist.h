@@ -33,6 +33,11 @@ int dray_dist_open(const struct dray_config *cfg, struct dray_dist **out, char *
 void dray_dist_use(struct dray_dist *t);
 /* The open transport, or NULL. */
 struct dray_dist *dray_dist_get(void);
+/* Rank 0: tell rank r it is done (once; it leaves dray_dist_worker). */
+void dray_dist_bye(struct dray_dist *t, uint32_t r);
+/* Rank 0: say goodbye to every rank not yet told, then leave the job
+ * (MPI_Finalize waits for every rank). At exit, whatever failed before. */
+void dray_dist_close(void);
 
 /* ---------------------------------------------------------------- rank 0 */
 
@@ -57,9 +62,10 @@ int dray_remote_load(struct dray_remote *r, const char *path, const struct dray_
 void dray_remote_unload(struct dray_remote *r);
 
 /* Run b->part's layers for micro-batch mb of kv's current step on the rank:
- * b->part->x_in in, b->part->x_out out (n_embd floats per token). */
+ * b->part->x_in in, b->part->x_out out (n_embd floats per token); *compute_s:
+ * the rank's time in the forward pass (the rest of the call is the wire's). */
 int dray_remote_forward(struct dray_remote *r, const struct dray_kv *kv, uint32_t n_embd,
-                        const struct dray_batch *b, char *err, size_t errlen);
+                        const struct dray_batch *b, double *compute_s, char *err, size_t errlen);
 
 /* The calibration hooks (dray_arch.calib_begin/end/scores) on the rank's part;
  * scores: *n floats, malloc'd. */

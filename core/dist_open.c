@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "dist.h"
+#include "dist_proto.h"
 #include "error.h"
 #include "log.h"
 
@@ -21,6 +22,7 @@
 
 static struct dray_dist *the_dist;
 static struct dray_dist opened;
+static uint8_t told[256]; /* rank 0: the ranks that were said goodbye to */
 
 void dray_dist_use(struct dray_dist *t)
 {
@@ -30,6 +32,28 @@ void dray_dist_use(struct dray_dist *t)
 struct dray_dist *dray_dist_get(void)
 {
     return the_dist;
+}
+
+void dray_dist_bye(struct dray_dist *t, uint32_t r)
+{
+    struct dist_req q = {.op = DIST_BYE};
+    char why[512];
+    if (r >= sizeof(told) || told[r])
+        return;
+    told[r] = 1;
+    if (t->send(t->self, r, &q, sizeof(q), why, sizeof(why)))
+        dray_warn("rank %u: %s", r, why);
+}
+
+void dray_dist_close(void)
+{
+    struct dray_dist *t = the_dist;
+    if (!t)
+        return;
+    for (uint32_t r = 1; t->rank == 0 && r < t->size; r++)
+        dray_dist_bye(t, r);
+    t->close(t->self);
+    the_dist = NULL;
 }
 
 static void *try_dir(const char *dir, size_t n, const char *name, char *tried, size_t cap)

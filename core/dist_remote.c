@@ -215,17 +215,7 @@ void dray_remote_close(struct dray_remote *r)
 {
     if (!r)
         return;
-    if (r->ops.name) { /* greeted: let the rank leave its loop */
-        struct dist_msg m = {0};
-        struct dist_req q = {.op = DIST_BYE};
-        struct dist_ans a;
-        struct dist_rd rd;
-        void *b;
-        char why[512];
-        dist_put(&m, &q, sizeof(q));
-        if (exchange(r, &m, false, &a, &b, &rd, why, sizeof(why)))
-            dray_warn("%s", why);
-    }
+    dray_dist_bye(r->t, r->rank);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -267,7 +257,7 @@ void dray_remote_unload(struct dray_remote *r)
 }
 
 int dray_remote_forward(struct dray_remote *r, const struct dray_kv *kv, uint32_t n_embd,
-                        const struct dray_batch *b, char *err, size_t errlen)
+                        const struct dray_batch *b, double *compute_s, char *err, size_t errlen)
 {
     const struct dray_batch_part *p = b->part;
     if (!p || !p->x_in || !p->x_out)
@@ -300,6 +290,7 @@ int dray_remote_forward(struct dray_remote *r, const struct dray_kv *kv, uint32_
         rc = dray_fail(err, errlen, DRAY_EIO, "rank %u: the hidden states came short", r->rank);
     if (x)
         memcpy(p->x_out, x, x_bytes);
+    *compute_s = rc ? 0 : (double)a.a * 1e-9;
     free(buf);
     return rc;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dist.h"
 #include "dist_proto.h"
@@ -105,8 +106,8 @@ static int do_load(struct worker *w, struct dist_rd *rd, const struct dist_req *
     return 0;
 }
 
-static int do_forward(struct worker *w, struct dist_rd *rd, const struct dist_req *q, char *err,
-                      size_t errlen)
+static int do_forward(struct worker *w, struct dist_rd *rd, const struct dist_req *q, uint64_t *compute_ns,
+                      char *err, size_t errlen)
 {
     uint32_t l0 = (uint32_t)q->a, l1 = (uint32_t)q->b, n_tok = (uint32_t)q->c, n_embd = (uint32_t)q->d;
     if (!w->model)
@@ -144,7 +145,12 @@ static int do_forward(struct worker *w, struct dist_rd *rd, const struct dist_re
     }
     struct dray_batch_part p = {.mb = 0, .layer_begin = l0, .layer_end = l1, .x_in = x_in, .x_out = w->x_out};
     struct dray_batch b = {.n_tok = n_tok, .pos = pos, .part = &p};
-    return w->arch->forward(w->model, w->view, &b, err, errlen);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = w->arch->forward(w->model, w->view, &b, err, errlen);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *compute_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+    return rc;
 }
 
 /* One request; *bye when it was the goodbye. A failed answer ends the loop. */
@@ -242,7 +248,7 @@ static int serve_one(struct worker *w, const void *msg, size_t n, bool *bye, cha
         unload(w);
         break;
     case DIST_FORWARD:
-        rc = do_forward(w, &rd, q, err, sizeof(err));
+        rc = do_forward(w, &rd, q, &a.a, err, sizeof(err));
         pay = w->x_out;
         pay_n = (size_t)q->c * q->d * sizeof(float);
         break;

@@ -5,6 +5,7 @@
  * from engine_internal.h. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -309,13 +310,6 @@ static void describe_split(struct dray_engine *e)
     }
 }
 
-static void close_dist(void)
-{
-    struct dray_dist *t = dray_dist_get();
-    if (t)
-        t->close(t->self);
-}
-
 /* distributed: join the transport. Rank 0 goes on to open the engine, its
  * split's later stages the other ranks; every other rank serves rank 0 from
  * here and exits when rank 0 says goodbye, so any command that opens an
@@ -331,7 +325,7 @@ static int join_ranks(struct dray_config *cfg, char *err, size_t errlen)
     if (rc)
         return rc;
     if (first)
-        atexit(close_dist);
+        atexit(dray_dist_close);
     if (t->rank == 0 && t->size == 1) {
         dray_warn("distributed '%s': one rank, so one process runs it all (mpirun -np N for N ranks)",
                   cfg->distributed);
@@ -339,6 +333,10 @@ static int join_ranks(struct dray_config *cfg, char *err, size_t errlen)
     }
     if (t->rank == 0)
         return 0;
+    /* mpirun hands a Ctrl-C or SIGTERM to every rank: rank 0 shuts down and
+     * says goodbye, the others must not die before that */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     rc = dray_dist_worker(t, cfg, err, errlen);
     if (rc)
         dray_error("rank %u: %s", t->rank, err);
@@ -475,8 +473,13 @@ void dray_engine_split_report(const struct dray_engine *e, struct dray_split_rep
     r->hop_bytes = st.hop_bytes;
     r->wall_s = st.wall_s;
     r->overlap_s = st.overlap_s;
-    for (uint32_t i = 0; i < r->n_dev && i < 8; i++)
-        r->busy_s[i] = dray_split_stage_c(e->split, i)->busy_s;
+    for (uint32_t i = 0; i < r->n_dev; i++) {
+        const struct dray_split_stage *s = dray_split_stage_c(e->split, i);
+        if (i < 8)
+            r->busy_s[i] = s->busy_s;
+        r->remote_calls += s->remote_calls;
+        r->wire_s += s->wire_s;
+    }
 }
 
 const struct dray_engine_info *dray_engine_get_info(const struct dray_engine *e)

@@ -382,8 +382,15 @@ static int run_task(struct split_run *r, uint32_t m, uint32_t ti, char *err, siz
                            .logits = r->b->logits ? r->b->logits + (size_t)mb->row0 * s->n_vocab : NULL,
                            .part = &p};
     char why[1024], what[64];
-    int rc = st->remote ? dray_remote_forward(st->remote, r->kv, s->n_embd, &b, why, sizeof(why))
-                        : s->arch->forward(st->model, r->kv, &b, why, sizeof(why));
+    int rc;
+    if (st->remote) { /* one stage, one worker: its counters need no lock */
+        double t0 = now_s(), compute = 0;
+        rc = dray_remote_forward(st->remote, r->kv, s->n_embd, &b, &compute, why, sizeof(why));
+        st->remote_calls++;
+        st->wire_s += now_s() - t0 - compute;
+    } else {
+        rc = s->arch->forward(st->model, r->kv, &b, why, sizeof(why));
+    }
     if (!rc)
         return 0;
     if (t->l1 > t->l0)

@@ -69,6 +69,8 @@ struct dray_split_stage {
     bool head;
     uint64_t weight_bytes, step_weight_bytes, n_params; /* of its part */
     double busy_s;            /* time in this stage's tasks, all steps */
+    uint64_t remote_calls;    /* remote: forward calls, and their time less the rank's compute */
+    double wire_s;
 };
 
 struct dray_split_stats {

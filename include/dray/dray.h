@@ -205,6 +205,8 @@ struct dray_split_report {
     uint32_t n_dev;
     uint64_t steps, pipelined_steps, hops, hop_bytes;
     double wall_s, overlap_s, busy_s[8];
+    uint64_t remote_calls; /* distributed: stage calls to other ranks, and their time */
+    double wire_s;         /* less the ranks' compute: messages and waits, both ways */
 };
 void dray_engine_split_report(const struct dray_engine *e, struct dray_split_report *r);
 void dray_engine_close(struct dray_engine *e);
