@@ -81,10 +81,11 @@ int dray_dist_open(const struct dray_config *cfg, struct dray_dist **out, char *
         p += n + (p[n] == ':');
     }
     snprintf(build, sizeof(build), "%s/transports", DRAY_BUILD_ROOT);
-    if (!h && DRAY_BUILD_ROOT[0])
+    static const char root[] = DRAY_BUILD_ROOT, installed[] = DRAY_TRANSPORT_INSTALL_DIR;
+    if (!h && root[0])
         h = try_dir(build, strlen(build), name, tried, sizeof(tried));
-    if (!h && DRAY_TRANSPORT_INSTALL_DIR[0])
-        h = try_dir(DRAY_TRANSPORT_INSTALL_DIR, strlen(DRAY_TRANSPORT_INSTALL_DIR), name, tried, sizeof(tried));
+    if (!h && installed[0])
+        h = try_dir(installed, strlen(installed), name, tried, sizeof(tried));
     const char *dl = h ? NULL : dlerror();
     if (!h)
         return dray_fail(err, errlen, DRAY_ENOTFOUND, "distributed '%s': no transport module (tried %s; %s)",
