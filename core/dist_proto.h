@@ -49,6 +49,13 @@ struct dist_ans {
     uint64_t a, b, c;
 };
 
+/* The greeting's answer: what rank 0 shows and plans with. */
+struct dist_hello {
+    char plugin[64], host[64];
+    struct dray_device_props props;
+    struct dray_op_caps caps;
+};
+
 /* A growing message. */
 struct dist_msg {
     unsigned char *p;

@@ -98,10 +98,10 @@ static uint64_t addr(const struct dray_buf *b)
     return (uint64_t)(uintptr_t)b;
 }
 
-static int proxy_fail(struct dray_remote *r, int rc, const char *why)
+/* The ops table returns codes only: the rank-named reason goes to the log. */
+static int proxy_fail(int rc, const char *why)
 {
     dray_error("%s", why);
-    (void)r;
     return rc;
 }
 
@@ -112,7 +112,7 @@ static int p_alloc(struct dray_ctx *ctx, size_t nbytes, struct dray_buf **out)
     int rc = simple(of(ctx), (struct dist_req){.op = DIST_ALLOC, .a = nbytes}, NULL, 0, NULL, 0, &a, why,
                     sizeof(why));
     *out = rc ? NULL : (struct dray_buf *)(uintptr_t)a.a;
-    return rc ? proxy_fail(of(ctx), rc, why) : 0;
+    return rc ? proxy_fail(rc, why) : 0;
 }
 
 static void p_free(struct dray_ctx *ctx, struct dray_buf *buf)
@@ -133,7 +133,7 @@ static int p_upload(struct dray_ctx *ctx, struct dray_view dst, const void *src,
     char why[768];
     int rc = simple(of(ctx), (struct dist_req){.op = DIST_UPLOAD, .a = addr(dst.buf), .b = dst.offset}, src,
                     nbytes, NULL, 0, NULL, why, sizeof(why));
-    return rc ? proxy_fail(of(ctx), rc, why) : 0;
+    return rc ? proxy_fail(rc, why) : 0;
 }
 
 static int p_download(struct dray_ctx *ctx, void *dst, struct dray_view src, size_t nbytes)
@@ -142,7 +142,7 @@ static int p_download(struct dray_ctx *ctx, void *dst, struct dray_view src, siz
     int rc = simple(of(ctx),
                     (struct dist_req){.op = DIST_DOWNLOAD, .a = addr(src.buf), .b = src.offset, .c = nbytes},
                     NULL, 0, dst, nbytes, NULL, why, sizeof(why));
-    return rc ? proxy_fail(of(ctx), rc, why) : 0;
+    return rc ? proxy_fail(rc, why) : 0;
 }
 
 static int p_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view src, size_t nbytes)
@@ -152,14 +152,14 @@ static int p_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view s
                     (struct dist_req){.op = DIST_COPY, .a = addr(dst.buf), .b = dst.offset, .c = addr(src.buf),
                                       .d = src.offset, .e = nbytes},
                     NULL, 0, NULL, 0, NULL, why, sizeof(why));
-    return rc ? proxy_fail(of(ctx), rc, why) : 0;
+    return rc ? proxy_fail(rc, why) : 0;
 }
 
 static int p_sync(struct dray_ctx *ctx)
 {
     char why[768];
     int rc = simple(of(ctx), (struct dist_req){.op = DIST_SYNC}, NULL, 0, NULL, 0, NULL, why, sizeof(why));
-    return rc ? proxy_fail(of(ctx), rc, why) : 0;
+    return rc ? proxy_fail(rc, why) : 0;
 }
 
 /* --------------------------------------------------------------- greeting */
@@ -175,11 +175,7 @@ int dray_remote_open(struct dray_dist *t, uint32_t rank, struct dray_remote **ou
     pthread_mutex_init(&r->mu, NULL);
     snprintf(r->host, sizeof(r->host), "?");
     snprintf(r->plugin.name, sizeof(r->plugin.name), "rank%u", rank);
-    struct {
-        char plugin[64], host[64];
-        struct dray_device_props props;
-        struct dray_op_caps caps;
-    } hello;
+    struct dist_hello hello;
     struct dist_ans a;
     int rc = simple(r, (struct dist_req){.op = DIST_HELLO, .a = DIST_BUILD}, NULL, 0, &hello, sizeof(hello), &a,
                     err, errlen);

@@ -165,11 +165,7 @@ static int serve_one(struct worker *w, const void *msg, size_t n, bool *bye, cha
     int rc = 0;
     struct dray_buf *b = NULL;
     const struct dray_ops *ops = w->dev.ops;
-    struct {
-        char plugin[64], host[64];
-        struct dray_device_props props;
-        struct dray_op_caps caps;
-    } hello;
+    struct dist_hello hello;
     void *tmp = NULL;
     if (!q)
         return answer(w, dray_fail(err, sizeof(err), DRAY_EINVAL, "a message of %zu bytes", n), err, a, NULL,
