@@ -93,8 +93,9 @@ const struct key dray_config_keys[] = {
      "`backend`, rank 0 the server, the embedding and the head ([Across hosts](#across-hosts)); "
      "`\"\"` = one process", KEY_USER},
     {"distributed_timeout", "backend", "distributed_timeout", T_U32, F(distributed_timeout), 0, 86400, NULL, 0,
-     "with `distributed`: seconds rank 0 waits for another rank's answer before it fails the "
-     "step naming the rank; 0 = for ever", KEY_EXPERT},
+     "with `distributed`: seconds of silence after which a rank is lost (a rank at work says it is "
+     "alive every second, so long steps are fine); rank 0 then fails the running requests naming "
+     "it, and every later one; 0 = wait for ever", KEY_EXPERT},
     {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0,
      "extra `:`-separated folders searched for plugins before `$DRAY_PLUGIN_PATH` and the "
      "built-in folders", KEY_USER},
@@ -223,7 +224,7 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->kv_block = 16;
     cfg->prefix_cache = true;
     cfg->max_seqs = 8;
-    cfg->distributed_timeout = 300;
+    cfg->distributed_timeout = 30;
     cfg->chunk = 512;
     cfg->temperature = 0.7f;
     cfg->top_k = 40;

@@ -35,6 +35,9 @@ void dray_dist_use(struct dray_dist *t);
 struct dray_dist *dray_dist_get(void);
 /* Rank 0: tell rank r it is done (once; it leaves dray_dist_worker). */
 void dray_dist_bye(struct dray_dist *t, uint32_t r);
+/* Rank 0: rank r stopped answering (dead, or cut off): it is not said goodbye
+ * to, and the job is left without the runtime's finalize, which would wait for it. */
+void dray_dist_lost(uint32_t r);
 /* Rank 0: say goodbye to every rank not yet told, then leave the job
  * (MPI_Finalize waits for every rank). At exit, whatever failed before. */
 void dray_dist_close(void);
@@ -50,6 +53,8 @@ int dray_remote_open(struct dray_dist *t, uint32_t rank, struct dray_remote **ou
 /* Longest wait for the rank's answer, seconds (0: for ever); past it the call
  * fails naming the rank (config distributed_timeout). */
 void dray_remote_set_timeout(struct dray_remote *r, uint32_t seconds);
+/* Whether the rank stopped answering (a failed or timed-out message); why into why. */
+bool dray_remote_lost(struct dray_remote *r, char *why, size_t whylen);
 /* Tell the rank it is done (it leaves dray_dist_worker) and free r. */
 void dray_remote_close(struct dray_remote *r);
 

@@ -22,7 +22,8 @@
 
 static struct dray_dist *the_dist;
 static struct dray_dist opened;
-static uint8_t told[256]; /* rank 0: the ranks that were said goodbye to */
+static uint8_t told[256]; /* rank 0: the ranks said goodbye to (1) or lost (2) */
+static bool any_lost;
 
 void dray_dist_use(struct dray_dist *t)
 {
@@ -36,13 +37,20 @@ struct dray_dist *dray_dist_get(void)
 
 void dray_dist_bye(struct dray_dist *t, uint32_t r)
 {
-    struct dist_req q = {.op = DIST_BYE};
+    static const struct dist_req q = {.op = DIST_BYE}; /* static: a failed send may still read it */
     char why[512];
     if (r >= sizeof(told) || told[r])
         return;
     told[r] = 1;
-    if (t->send(t->self, r, &q, sizeof(q), why, sizeof(why)))
+    if (t->send(t->self, r, &q, sizeof(q), DIST_BYE_TIMEOUT_S, why, sizeof(why)))
         dray_warn("rank %u: %s", r, why);
+}
+
+void dray_dist_lost(uint32_t r)
+{
+    if (r < sizeof(told))
+        told[r] = 2;
+    any_lost = true;
 }
 
 void dray_dist_close(void)
@@ -52,7 +60,8 @@ void dray_dist_close(void)
         return;
     for (uint32_t r = 1; t->rank == 0 && r < t->size; r++)
         dray_dist_bye(t, r);
-    t->close(t->self);
+    if (!any_lost) /* MPI_Finalize would wait for the lost rank for ever */
+        t->close(t->self);
     the_dist = NULL;
 }
 

@@ -17,8 +17,15 @@
 
 /* Changes when a struct that travels changes, so mismatched builds refuse. */
 #define DIST_BUILD                                                                                     \
-    ((uint64_t)sizeof(struct dray_kv_layer_step) << 48 | (uint64_t)sizeof(struct dray_kv_pool) << 32 | \
-     (uint64_t)sizeof(struct dray_model_opts) << 16 | (uint64_t)sizeof(struct dray_device_props))
+    (((uint64_t)sizeof(struct dray_kv_layer_step) << 48 | (uint64_t)sizeof(struct dray_kv_pool) << 32 |  \
+      (uint64_t)sizeof(struct dray_model_opts) << 16 | (uint64_t)sizeof(struct dray_device_props)) ^     \
+     (uint64_t)sizeof(struct dist_ans) << 56)
+
+/* A rank at work on a request says it is alive this often, so rank 0 tells a
+ * long step from a dead rank within distributed_timeout, however long steps are. */
+#define DIST_BEAT_S 1.0
+/* The goodbye waits this long for a rank to take it (a rank lost meanwhile). */
+#define DIST_BYE_TIMEOUT_S 5.0
 
 enum dist_op {
     DIST_HELLO = 1,    /* -> build, plugin name, props, caps */
@@ -43,9 +50,15 @@ struct dist_req {
     uint64_t a, b, c, d, e;
 };
 
+enum dist_ans_kind {
+    DIST_ANSWER = 0, /* the request's answer */
+    DIST_ALIVE,      /* still working on it (every DIST_BEAT_S) */
+};
+
 struct dist_ans {
     int32_t rc;
     uint32_t err_len;
+    uint32_t kind, pad; /* enum dist_ans_kind */
     uint64_t a, b, c;
 };
 

@@ -20,6 +20,7 @@ struct dray_remote {
     struct dray_ops ops;       /* the proxy: memory ops run on the rank */
     char host[64];
     double timeout_s;
+    char lost[512]; /* why the rank stopped answering; every later call fails at once */
 };
 
 /* Send m (a request) and, when answer, wait for the rank's answer: its rc, its
@@ -33,13 +34,29 @@ static int exchange(struct dray_remote *r, struct dist_msg *m, bool answer, stru
         free(m->p);
         return dray_fail(err, errlen, DRAY_ENOMEM, "rank %u: out of memory for a message", r->rank);
     }
+    if (dray_remote_lost(r, err, errlen)) {
+        free(m->p);
+        return DRAY_EIO;
+    }
     pthread_mutex_lock(&r->mu);
-    int rc = r->t->send(r->t->self, r->rank, m->p, m->n, why, sizeof(why));
+    int sent_rc = r->t->send(r->t->self, r->rank, m->p, m->n, r->timeout_s, why, sizeof(why)), rc = sent_rc;
     size_t n = 0;
-    if (!rc && answer)
+    while (!rc && answer) { /* the answer, past the rank's heartbeats */
         rc = r->t->recv(r->t->self, r->rank, r->timeout_s, buf, &n, why, sizeof(why));
+        const struct dist_ans *beat = *buf;
+        if (rc || n < sizeof(*beat) || beat->kind != DIST_ALIVE)
+            break;
+        free(*buf);
+        *buf = NULL;
+    }
+    if (rc) { /* a silent or broken rank is not asked again: its step state is unknown */
+        snprintf(r->lost, sizeof(r->lost), "%s", why);
+        dray_dist_lost(r->rank);
+        dray_error("rank %u (%s, %s) is lost: %s", r->rank, r->host, r->plugin.name, why);
+    }
     pthread_mutex_unlock(&r->mu);
-    free(m->p);
+    if (!sent_rc) /* a failed send may still read it (dray/dist.h) */
+        free(m->p);
     if (rc)
         return dray_fail(err, errlen, DRAY_EIO, "rank %u (%s, %s): %s", r->rank, r->host, r->plugin.name, why);
     if (!answer)
@@ -98,11 +115,20 @@ static uint64_t addr(const struct dray_buf *b)
     return (uint64_t)(uintptr_t)b;
 }
 
-/* The ops table returns codes only: the rank-named reason goes to the log. */
+/* The ops table returns codes: the rank-named reason is the calling thread's
+ * last_error (several stage threads call at once). */
+static __thread char proxy_err[768];
+
 static int proxy_fail(int rc, const char *why)
 {
-    dray_error("%s", why);
+    snprintf(proxy_err, sizeof(proxy_err), "%s", why);
     return rc;
+}
+
+static const char *p_last_error(struct dray_ctx *ctx)
+{
+    (void)ctx;
+    return proxy_err;
 }
 
 static int p_alloc(struct dray_ctx *ctx, size_t nbytes, struct dray_buf **out)
@@ -123,6 +149,8 @@ static void p_free(struct dray_ctx *ctx, struct dray_buf *buf)
     struct dist_rd rd;
     void *b;
     char why[768];
+    if (dray_remote_lost(of(ctx), why, sizeof(why))) /* its memory went with it */
+        return;
     dist_put(&m, &q, sizeof(q));
     if (exchange(of(ctx), &m, false, &a, &b, &rd, why, sizeof(why)))
         dray_warn("%s", why);
@@ -192,7 +220,7 @@ int dray_remote_open(struct dray_dist *t, uint32_t rank, struct dray_remote **ou
     snprintf(r->plugin.name, sizeof(r->plugin.name), "%.40s@rank%u", hello.plugin, rank);
     r->ops = (struct dray_ops){.version = DRAY_ABI_VERSION, .name = r->plugin.name, .alloc = p_alloc,
                                .free = p_free, .upload = p_upload, .download = p_download, .copy = p_copy,
-                               .synchronize = p_sync};
+                               .synchronize = p_sync, .last_error = p_last_error};
     r->plugin.ops = &r->ops;
     r->plugin.n_devices = 1;
     *dev = (struct dray_device){.plugin = &r->plugin, .ops = &r->ops, .ctx = (struct dray_ctx *)r,
@@ -205,6 +233,16 @@ int dray_remote_open(struct dray_dist *t, uint32_t rank, struct dray_remote **ou
 void dray_remote_set_timeout(struct dray_remote *r, uint32_t seconds)
 {
     r->timeout_s = seconds;
+}
+
+bool dray_remote_lost(struct dray_remote *r, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&r->mu);
+    bool lost = r->lost[0] != 0;
+    if (lost)
+        snprintf(why, whylen, "rank %u (%s, %s) is lost: %s", r->rank, r->host, r->plugin.name, r->lost);
+    pthread_mutex_unlock(&r->mu);
+    return lost;
 }
 
 void dray_remote_close(struct dray_remote *r)

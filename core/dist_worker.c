@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "dist.h"
+#include "dist_beat.h"
 #include "dist_proto.h"
 #include "error.h"
 #include "log.h"
@@ -16,6 +17,8 @@
 
 struct worker {
     struct dray_dist *t;
+    struct dist_beat *beat; /* alive messages while a request runs */
+    double timeout_s;       /* distributed_timeout: for sends to rank 0 */
     struct dray_device dev;
     struct dray_gguf *g;
     const struct dray_arch *arch;
@@ -58,8 +61,10 @@ static int answer(struct worker *w, int rc, const char *err, struct dist_ans a, 
         free(m.p);
         return dray_fail(why, whylen, DRAY_ENOMEM, "out of memory for an answer");
     }
-    int trc = w->t->send(w->t->self, 0, m.p, m.n, why, whylen);
-    free(m.p);
+    dist_beat_idle(w->beat);
+    int trc = w->t->send(w->t->self, 0, m.p, m.n, w->timeout_s, why, whylen);
+    if (!trc) /* a failed send may still read it: rank 0 is gone, and this rank ends */
+        free(m.p);
     return trc ? DRAY_EIO : 0;
 }
 
@@ -285,6 +290,11 @@ int dray_dist_worker(struct dray_dist *t, const struct dray_config *cfg, char *e
     if (!w)
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
     w->t = t;
+    w->timeout_s = cfg->distributed_timeout;
+    if (dist_beat_start(t, w->timeout_s, &w->beat)) {
+        free(w);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "rank %u: no heartbeat thread", t->rank);
+    }
     char open_err[1024] = "";
     int open_rc = dray_registry_open(cfg->plugin_path[0] ? cfg->plugin_path : NULL, &reg, open_err,
                                      sizeof(open_err));
@@ -302,6 +312,8 @@ int dray_dist_worker(struct dray_dist *t, const struct dray_config *cfg, char *e
         size_t n = 0;
         rc = t->recv(t->self, 0, 0, &msg, &n, err, errlen) ? DRAY_EIO : 0;
         const struct dist_req *q = !rc && n >= sizeof(*q) ? msg : NULL;
+        if (!rc && (!q || (q->op != DIST_FREE && q->op != DIST_BYE))) /* it answers: beat till then */
+            dist_beat_busy(w->beat);
         if (!rc && opened)
             rc = serve_one(w, msg, n, &bye, err, errlen);
         else if (q && q->op == DIST_BYE)
@@ -310,6 +322,7 @@ int dray_dist_worker(struct dray_dist *t, const struct dray_config *cfg, char *e
             rc = answer(w, open_rc, open_err, (struct dist_ans){0}, NULL, 0, err, errlen);
         free(msg);
     }
+    dist_beat_stop(w->beat);
     unload(w);
     for (uint32_t i = 0; opened && i < w->n_bufs; i++)
         w->dev.ops->free(w->dev.ctx, w->bufs[i].buf);

@@ -479,6 +479,8 @@ void dray_engine_split_report(const struct dray_engine *e, struct dray_split_rep
             r->busy_s[i] = s->busy_s;
         r->remote_calls += s->remote_calls;
         r->wire_s += s->wire_s;
+        if (s->remote && !r->lost[0])
+            dray_remote_lost(s->remote, r->lost, sizeof(r->lost));
     }
 }
 

@@ -173,26 +173,34 @@ static enum MHD_Result get_metrics(struct dray_srv_call *c, int kind)
 }
 
 /* {"status":"ok","replicas":[{"replica":0,"device":"...","running":1,"waiting":0},...]}:
- * 200 while serving, 503 once draining (a load balancer then stops sending). */
+ * 200 while serving, 503 once draining (a load balancer then stops sending) or
+ * once a replica lost a rank of its model ("failed", with the replica's error). */
 static enum MHD_Result get_health(struct dray_srv_call *c, int kind)
 {
     (void)kind;
     struct dray_srv *s = c->srv;
-    bool draining = atomic_load(&s->draining);
+    bool draining = atomic_load(&s->draining), failed = false;
     json_t *reps = json_array();
     for (uint32_t i = 0; reps && i < s->n_rep; i++) {
         struct dray_sched_stats st;
+        struct dray_split_report sr;
         const struct dray_engine_info *in = dray_engine_get_info(s->rep[i].engine);
         dray_sched_get_stats(s->rep[i].sched, &st);
-        json_array_append_new(reps, json_pack("{s:I,s:s,s:s,s:I,s:I}", "replica", (json_int_t)i,
-                                              "plugin", in->plugin ? in->plugin : "", "device",
-                                              in->device ? in->device : "", "running",
-                                              (json_int_t)st.running, "waiting", (json_int_t)st.waiting));
+        dray_engine_split_report(s->rep[i].engine, &sr);
+        json_t *rep = json_pack("{s:I,s:s,s:s,s:I,s:I}", "replica", (json_int_t)i, "plugin",
+                                in->plugin ? in->plugin : "", "device", in->device ? in->device : "",
+                                "running", (json_int_t)st.running, "waiting", (json_int_t)st.waiting);
+        if (rep && sr.lost[0]) {
+            json_object_set_new(rep, "error", json_string(sr.lost));
+            failed = true;
+        }
+        json_array_append_new(reps, rep);
     }
-    json_t *root = json_pack("{s:s,s:o}", "status", draining ? "draining" : "ok", "replicas", reps);
+    json_t *root = json_pack("{s:s,s:o}", "status", failed ? "failed" : draining ? "draining" : "ok", "replicas",
+                             reps);
     char *body = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
-    return send_json(c, draining ? 503 : 200, body);
+    return send_json(c, draining || failed ? 503 : 200, body);
 }
 
 static enum MHD_Result get_models(struct dray_srv_call *c, int kind)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Gemma 3 270M over ranks of mpirun (config distributed: mpi) gives one
 # process's greedy tokens: 2 ranks and 3 ranks (one on OpenCL) at f32 weights
-# with an f16 KV, 2 ranks at the default precision calibrated across them; a
-# rank that cannot open its plugin fails the start naming the rank; a batch of
-# 4 pipelines over the ranks. Arguments: DRAY_EXE BUILD_DIR. Exit 77 (skip,
+# with an f16 KV, 2 ranks at the default precision calibrated across them (also
+# with calls longer than distributed_timeout, which heartbeats cover); a rank
+# that cannot open its plugin fails the start naming the rank; a batch of 4
+# pipelines over the ranks. Arguments: DRAY_EXE BUILD_DIR. Exit 77 (skip,
 # reported) without the model, mpirun or the MPI transport module.
 set -uo pipefail
 dray="$1"; build="$2"
@@ -48,6 +49,13 @@ want_q="$(ids "$("$dray" "${run[@]}" 2>&1)")"
 rm -rf "${cache:?}"/*
 out="$(timeout 300 mpirun -np 2 "$dray" "${run[@]}" --set distributed=mpi 2>&1)"
 same "2 ranks, default precision, calibrated across them" "$want_q" "$out"
+
+# rank 1's calls (loading and calibrating 16 layers) last longer than the 1 s
+# timeout: its heartbeats tell rank 0 it is alive
+rm -rf "${cache:?}"/*
+out="$(timeout 300 mpirun -np 2 "$dray" "${run[@]}" --set distributed=mpi --set distributed_timeout=1 \
+       --set layer_split=1,8 2>&1)"
+same "2 ranks, calls longer than distributed_timeout=1" "$want_q" "$out"
 
 out="$(timeout 120 mpirun -np 1 "$dray" "${run[@]}" --set distributed=mpi : \
        -np 1 "$dray" "${run[@]}" --set distributed=mpi --set backend=nosuchplugin 2>&1)"

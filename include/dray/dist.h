@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DRAY_DIST_ABI 1
+#define DRAY_DIST_ABI 2
 #define DRAY_DIST_OPEN_SYMBOL "dray_dist_transport_open"
 
 enum dray_dist_status {
@@ -27,9 +27,12 @@ struct dray_dist {
     char name[32];      /* "mpi" */
     char host[64];      /* this process's host name */
     void *self;
-    /* Send n bytes to peer; returns once buf may be reused. Safe from several
-     * threads at once (to different peers). */
-    int (*send)(void *self, uint32_t peer, const void *buf, size_t n, char *err, size_t errlen);
+    /* Send n bytes to peer; returns once buf may be reused, or fails once the
+     * peer has taken nothing for timeout_s (<= 0: for ever). After a failure the
+     * transport may still read buf, so the caller keeps it and gives the peer
+     * up. Safe from several threads at once (to different peers). */
+    int (*send)(void *self, uint32_t peer, const void *buf, size_t n, double timeout_s, char *err,
+                size_t errlen);
     /* The next message from peer, waiting at most timeout_s (<= 0: for ever);
      * *buf is malloc'd and the caller frees it. */
     int (*recv)(void *self, uint32_t peer, double timeout_s, void **buf, size_t *n, char *err,

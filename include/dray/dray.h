@@ -207,6 +207,7 @@ struct dray_split_report {
     double wall_s, overlap_s, busy_s[8];
     uint64_t remote_calls; /* distributed: stage calls to other ranks, and their time */
     double wire_s;         /* less the ranks' compute: messages and waits, both ways */
+    char lost[512];        /* distributed: why a rank stopped answering ("" while all do) */
 };
 void dray_engine_split_report(const struct dray_engine *e, struct dray_split_report *r);
 void dray_engine_close(struct dray_engine *e);

@@ -52,7 +52,8 @@ static int fail(int rc, char *err, size_t errlen, const char *what)
     return DRAY_DIST_EFAIL;
 }
 
-static int mpi_send(void *self, uint32_t peer, const void *buf, size_t n, char *err, size_t errlen)
+static int mpi_send(void *self, uint32_t peer, const void *buf, size_t n, double timeout_s, char *err,
+                    size_t errlen)
 {
     (void)self;
     if (n > INT_MAX) {
@@ -74,7 +75,12 @@ static int mpi_send(void *self, uint32_t peer, const void *buf, size_t n, char *
             return fail(rc, err, errlen, "send");
         if (done)
             return DRAY_DIST_OK;
-        backoff(now_s() - t0);
+        double waited = now_s() - t0;
+        if (timeout_s > 0 && waited > timeout_s) { /* a dead peer: rq and buf stay MPI's */
+            snprintf(err, errlen, "mpi: rank %u took nothing in %.0f s", peer, timeout_s);
+            return DRAY_DIST_ETIMEOUT;
+        }
+        backoff(waited);
     }
 }
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A rank killed in mid-request under `mpirun --enable-recovery` (which keeps
+# rank 0 up): dray serve ends the running stream with an error naming the rank
+# within distributed_timeout, fails the next request at once naming it, turns
+# /health to 503 "failed", and still stops cleanly on SIGTERM.
+# Arguments: DRAY_EXE BUILD_DIR. Exit 77 (skip, reported) without the model,
+# mpirun, curl or the MPI transport module.
+set -uo pipefail
+dray="$1"; build="$2"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+model="${DRAY_MODEL:-$root/.models/gemma-3-270m-q4_k_m.gguf}"
+[ -s "$model" ] || { echo "skip: no model at $model (run ci/setup.sh)"; exit 77; }
+command -v mpirun >/dev/null || { echo "skip: no mpirun (run ci/setup.sh)"; exit 77; }
+command -v curl >/dev/null || { echo "skip: no curl (run ci/setup.sh)"; exit 77; }
+[ -e "$build/transports/libdray-mpi.so" ] || { echo "skip: no $build/transports/libdray-mpi.so (Open MPI missing at build)"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+work=$(mktemp -d "${TMPDIR:-/tmp}/dray-lost.XXXXXX")
+export DRAY_CACHE_DIR="$work"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+url="http://127.0.0.1:$port"
+serve=(serve --model "$model" --port "$port" -t 1 --set distributed=mpi --set distributed_timeout=3)
+# rank 0 through sh, to see its exit status (mpirun --enable-recovery exits 0)
+timeout 300 mpirun --enable-recovery -np 1 sh -c '"$@"; echo "rank 0 exit $?"' sh "$dray" "${serve[@]}" : \
+  -np 1 "$dray" "${serve[@]}" >"$work/serve.log" 2>&1 &
+launcher=$!
+rank_pid() { # the pid of rank $1's dray
+  for p in $(pgrep -x dray); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return; }
+  done
+}
+cleanup() { kill "$launcher" 2>/dev/null; pkill -9 -f -- "$dray serve --model $model --port $port" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; tail -n 30 "$work/serve.log"; exit 1; }
+for _ in $(seq 240); do curl -sf "$url/health" >/dev/null && break; sleep 0.5; done
+curl -sf "$url/health" >/dev/null || fail "the server did not come up"
+r0=$(rank_pid 0); r1=$(rank_pid 1)
+[ -n "$r0" ] && [ -n "$r1" ] || fail "no dray process for rank 0 or rank 1"
+
+curl -s -N "$url/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Once upon a time", "max_tokens": 4000, "stream": true}' >"$work/stream" &
+stream=$!
+for _ in $(seq 100); do [ "$(grep -c '^data: {' "$work/stream")" -ge 8 ] && break; sleep 0.1; done
+[ "$(grep -c '^data: {' "$work/stream")" -ge 8 ] || fail "the stream did not start"
+kill -9 "$r1"
+t0=$(date +%s.%N)
+timeout 60 tail --pid="$stream" -f /dev/null || fail "the stream did not end within 60 s of rank 1's death"
+t1=$(date +%s.%N)
+grep -q '"error".*rank 1' "$work/stream" || { tail -n 3 "$work/stream"; fail "the stream's end does not name rank 1"; }
+echo "running stream ended $(python3 -c "print(f'{$t1 - $t0:.1f}')") s after rank 1 died: $(grep -o '"message":"[^"]*' "$work/stream" | tail -n 1 | cut -c12-)"
+
+next=$(timeout 20 curl -s -w ' HTTP %{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Hi", "max_tokens": 4}')
+grep -q 'rank 1.*is lost.* HTTP 5' <<<"$next" || fail "the next request should fail at once naming the lost rank: $next"
+echo "next request: ${next:0:200}"
+health=$(curl -s -w ' HTTP %{http_code}' "$url/health")
+grep -q '"status":"failed".*rank 1.* HTTP 503' <<<"$health" || fail "/health should be 503 failed naming rank 1: $health"
+echo "health: ${health:0:160}..."
+
+kill -TERM "$r0"
+for _ in $(seq 60); do grep -q '^rank 0 exit' "$work/serve.log" && break; sleep 0.5; done
+grep -q '^rank 0 exit 0' "$work/serve.log" || fail "rank 0 did not stop cleanly on SIGTERM: $(grep '^rank 0 exit' "$work/serve.log")"
+echo "rank 0 stopped on SIGTERM: $(grep -m1 'dray serve: stopped' "$work/serve.log")"
