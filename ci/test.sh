@@ -24,7 +24,8 @@ ninja -C "$dir"
 if [ "${1:-}" != "--asan" ] && command -v clang >/dev/null; then
   echo "test: clang build (warnings are errors)"
   [ -f build-clang/build.ninja ] || CC=clang meson setup build-clang -Dwerror_strict=true -Dcuda=disabled -Dhip=disabled >/dev/null
-  ninja -C build-clang >/dev/null
+  ninja -C build-clang >build-clang/ninja.log 2>&1 ||
+    { grep -B2 -A6 -E 'error|warning' build-clang/ninja.log | head -n 60; echo "test: the clang build failed"; exit 1; }
 fi
 
 set +e

@@ -7,13 +7,9 @@
 # mpirun, curl or the MPI transport module.
 set -uo pipefail
 dray="$1"; build="$2"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-model="${DRAY_MODEL:-$root/.models/gemma-3-270m-q4_k_m.gguf}"
-[ -s "$model" ] || { echo "skip: no model at $model (run ci/setup.sh)"; exit 77; }
-command -v mpirun >/dev/null || { echo "skip: no mpirun (run ci/setup.sh)"; exit 77; }
+. "$(dirname "$0")/model_env.sh"
+need_mpi "$build"
 command -v curl >/dev/null || { echo "skip: no curl (run ci/setup.sh)"; exit 77; }
-[ -e "$build/transports/libdray-mpi.so" ] || { echo "skip: no $build/transports/libdray-mpi.so (Open MPI missing at build)"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 work=$(mktemp -d "${TMPDIR:-/tmp}/dray-lost.XXXXXX")
 export DRAY_CACHE_DIR="$work"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -10,13 +10,9 @@
 # `ip netns`, mpirun, the model or the MPI transport module.
 set -uo pipefail
 dray="$1"; build="$2"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-model="${DRAY_MODEL:-$root/.models/gemma-3-270m-q4_k_m.gguf}"
-[ -s "$model" ] || { echo "skip: no model at $model (run ci/setup.sh)"; exit 77; }
-command -v mpirun >/dev/null || { echo "skip: no mpirun (run ci/setup.sh)"; exit 77; }
+. "$(dirname "$0")/model_env.sh"
+need_mpi "$build"
 command -v ip >/dev/null || { echo "skip: no ip (iproute2; run ci/setup.sh)"; exit 77; }
-[ -e "$build/transports/libdray-mpi.so" ] || { echo "skip: no $build/transports/libdray-mpi.so (Open MPI missing at build)"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d "${TMPDIR:-/tmp}/dray-netns.XXXXXX")
 nsA="dray-a$$" nsB="dray-b$$" ipA=10.213.$(($$ % 200)).1 ipB=10.213.$(($$ % 200)).2
 net="${ipA%.1}.0/24"
@@ -43,7 +39,6 @@ launch="mpirun --hostfile $work/hosts -np 2 --map-by node --mca plm_rsh_agent $w
 export DRAY_CACHE_DIR="$work"
 run=(run -m "$model" -t 1 -n 16 --temp 0 --print-token-ids -p "The capital of France is"
      --set precision=f32 --set kv_dtype=f16)
-ids() { grep -E '^[0-9]+( [0-9]+)+$' <<<"$1" | tail -n 1; }
 veth_bytes() { ip -n "$nsA" -s link show vA | awk '/RX:/ {getline; rx=$1} /TX:/ {getline; tx=$1} END {print rx + tx}'; }
 status=0
 

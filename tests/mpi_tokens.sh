@@ -8,12 +8,8 @@
 # reported) without the model, mpirun or the MPI transport module.
 set -uo pipefail
 dray="$1"; build="$2"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-model="${DRAY_MODEL:-$root/.models/gemma-3-270m-q4_k_m.gguf}"
-[ -s "$model" ] || { echo "skip: no model at $model (run ci/setup.sh)"; exit 77; }
-command -v mpirun >/dev/null || { echo "skip: no mpirun (run ci/setup.sh)"; exit 77; }
-[ -e "$build/transports/libdray-mpi.so" ] || { echo "skip: no $build/transports/libdray-mpi.so (Open MPI missing at build)"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+. "$(dirname "$0")/model_env.sh"
+need_mpi "$build"
 cache=$(mktemp -d "${TMPDIR:-/tmp}/dray-mpi.XXXXXX")
 trap 'rm -rf "$cache"' EXIT
 export DRAY_CACHE_DIR="$cache"
@@ -22,7 +18,6 @@ exact=(--set precision=f32 --set kv_dtype=f16)
 run=(run -m "$model" -t 1 -n 16 --temp 0 --print-token-ids -p "$prompt")
 status=0
 
-ids() { grep -E '^[0-9]+( [0-9]+)+$' <<<"$1" | tail -n 1; }
 same() { # NAME WANT OUTPUT
   local got; got="$(ids "$3")"
   echo "$1: $got"

@@ -4,9 +4,7 @@
 # Arguments: DRAY_EXE. Exit 77 (skip, reported) when the model is not set up.
 set -uo pipefail
 dray="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-model="${DRAY_MODEL:-$root/.models/gemma-3-270m-q4_k_m.gguf}"
-[ -s "$model" ] || { echo "skip: no model at $model (run ci/setup.sh)"; exit 77; }
+. "$(dirname "$0")/model_env.sh"
 prompt="The capital of France is"
 exact=(--set precision=f32 --set kv_dtype=f16)
 
