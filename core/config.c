@@ -95,6 +95,11 @@ const struct key dray_config_keys[] = {
     {"distributed_timeout", "backend", "distributed_timeout", T_U32, F(distributed_timeout), 0, 86400, NULL, 0,
      "with `distributed`: seconds rank 0 waits for another rank's answer before it fails the "
      "step naming the rank; 0 = for ever", KEY_EXPERT},
+    {"tensor_parallel", "backend", "tensor_parallel", T_U32, F(tensor_parallel), 1, 8, NULL, 0,
+     "with `distributed`: ranks that each hold a slice of every layer's heads and FFN columns, "
+     "summed by an all-reduce after the attention output and the FFN down projection; it must "
+     "equal the ranks of `mpirun -np N` ([Across hosts](#across-hosts)); 1 = a pipeline of "
+     "layer ranges", KEY_EXPERT},
     {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0,
      "extra `:`-separated folders searched for plugins before `$DRAY_PLUGIN_PATH` and the "
      "built-in folders", KEY_USER},
@@ -224,6 +229,7 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->prefix_cache = true;
     cfg->max_seqs = 8;
     cfg->distributed_timeout = 300;
+    cfg->tensor_parallel = 1;
     cfg->chunk = 512;
     cfg->temperature = 0.7f;
     cfg->top_k = 40;

@@ -328,3 +328,65 @@ int dray_remote_calib_scores(struct dray_remote *r, float **scores, size_t *n, c
     free(buf);
     return rc;
 }
+
+/* ------------------------------------------------------- tensor parallel */
+
+int dray_remote_forward_send(struct dray_remote *r, const struct dray_kv *kv, uint32_t kv_offset,
+                             uint32_t n_embd, const struct dray_batch *b, char *err, size_t errlen)
+{
+    const struct dray_batch_part *p = b->part;
+    struct dist_req q = {.op = DIST_FORWARD, .a = p->layer_begin, .b = p->layer_end, .c = b->n_tok,
+                         .d = n_embd, .e = 1};
+    struct dist_msg m = {0};
+    char why[512];
+    dist_put(&m, &q, sizeof(q));
+    dist_put(&m, b->pos, (size_t)b->n_tok * sizeof(int32_t));
+    for (uint32_t il = p->layer_begin; il < p->layer_end; il++) {
+        const struct dray_kv_layer_step *st = dray_kv_layer_mb(kv, il + kv_offset, 0);
+        struct dray_kv_pool none = {0};
+        if (!st) {
+            free(m.p);
+            return dray_fail(err, errlen, DRAY_EINVAL, "rank %u: layer %u has no KV view in this step", r->rank,
+                             il);
+        }
+        dist_put(&m, st, sizeof(*st));
+        dist_put(&m, st->pool ? st->pool : &none, sizeof(none));
+    }
+    dist_put(&m, p->x_in, (size_t)b->n_tok * n_embd * sizeof(float));
+    if (m.oom) {
+        free(m.p);
+        return dray_fail(err, errlen, DRAY_ENOMEM, "rank %u: out of memory for a message", r->rank);
+    }
+    pthread_mutex_lock(&r->mu); /* held until dray_remote_forward_wait: the answer is this request's */
+    int rc = r->t->send(r->t->self, r->rank, m.p, m.n, why, sizeof(why));
+    free(m.p);
+    if (rc) {
+        pthread_mutex_unlock(&r->mu);
+        return dray_fail(err, errlen, DRAY_EIO, "rank %u (%s, %s): %s", r->rank, r->host, r->plugin.name, why);
+    }
+    return 0;
+}
+
+int dray_remote_forward_wait(struct dray_remote *r, double *compute_s, char *err, size_t errlen)
+{
+    char why[512];
+    void *buf = NULL;
+    size_t n = 0;
+    int rc = r->t->recv(r->t->self, r->rank, r->timeout_s, &buf, &n, why, sizeof(why));
+    pthread_mutex_unlock(&r->mu);
+    *compute_s = 0;
+    if (rc)
+        return dray_fail(err, errlen, DRAY_EIO, "rank %u (%s, %s): %s", r->rank, r->host, r->plugin.name, why);
+    struct dist_rd rd = {buf, n, 0};
+    const struct dist_ans *a = dist_take(&rd, sizeof(*a));
+    const char *text = a ? dist_take(&rd, a->err_len) : NULL;
+    if (!a || !text)
+        rc = dray_fail(err, errlen, DRAY_EIO, "rank %u (%s): a short answer (%zu bytes)", r->rank, r->host, n);
+    else if (a->rc)
+        rc = dray_fail(err, errlen, a->rc, "rank %u (%s, %s): %.*s", r->rank, r->host, r->plugin.name,
+                       (int)a->err_len, text);
+    else
+        *compute_s = (double)a->a * 1e-9;
+    free(buf);
+    return rc;
+}

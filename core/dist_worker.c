@@ -87,6 +87,15 @@ static int do_load(struct worker *w, struct dist_rd *rd, const struct dist_req *
     struct dray_model_opts mo = *o;
     mo.calib_scores = q->b ? scores : NULL;
     mo.n_calib_scores = q->b;
+    mo.allreduce = NULL; /* rank 0's pointers mean nothing here: this rank's transport sums */
+    mo.allreduce_user = NULL;
+    if (mo.tp_size > 1 && !w->t->allreduce_f32)
+        return dray_fail(err, errlen, DRAY_EINVAL, "tensor parallel: transport %s has no all-reduce",
+                         w->t->name);
+    if (mo.tp_size > 1) {
+        mo.allreduce = w->t->allreduce_f32;
+        mo.allreduce_user = w->t->self;
+    }
     unload(w);
     int rc = dray_gguf_open(file, &w->g, err, errlen);
     if (!rc)
@@ -101,8 +110,9 @@ static int do_load(struct worker *w, struct dist_rd *rd, const struct dist_req *
     a->a = mi->weight_bytes;
     a->b = mi->step_weight_bytes;
     a->c = mi->n_params;
-    dray_info("rank %u: layers %u..%u of %s on %s (%s)", w->t->rank, mo.layer_begin,
-              mo.layer_end ? mo.layer_end - 1 : 0, file, w->dev.plugin->name, w->dev.props.name);
+    dray_info("rank %u: layers %u..%u of %s on %s (%s)%s", w->t->rank, mo.layer_begin,
+              mo.layer_end ? mo.layer_end - 1 : 0, file, w->dev.plugin->name, w->dev.props.name,
+              mo.tp_size > 1 ? ", a tensor parallel slice" : "");
     return 0;
 }
 
@@ -246,7 +256,7 @@ static int serve_one(struct worker *w, const void *msg, size_t n, bool *bye, cha
     case DIST_FORWARD:
         rc = do_forward(w, &rd, q, &a.a, err, sizeof(err));
         pay = w->x_out;
-        pay_n = (size_t)q->c * q->d * sizeof(float);
+        pay_n = q->e ? 0 : (size_t)q->c * q->d * sizeof(float); /* e: tensor parallel, rank 0 has x */
         break;
     case DIST_CALIB_BEGIN:
         if (!w->model || !w->arch->calib_begin)

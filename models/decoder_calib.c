@@ -9,16 +9,19 @@
 #include "error.h"
 #include "log.h"
 
-/* Input width of each layer matmul, and the width of a calibration score row. */
+/* Input width of each layer matmul in the whole model (a tensor parallel
+ * slice's scores sit inside it), and the width of a calibration score row. */
 uint32_t dec_mm_k(const struct dray_model *m, int which)
 {
-    const uint32_t ks[MM_COUNT] = {m->info.n_embd, m->q_dim, m->info.n_embd, m->info.n_ff};
+    const uint32_t ks[MM_COUNT] = {m->info.n_embd, m->info.n_head * m->info.head_dim, m->info.n_embd,
+                                   m->info.n_ff};
     return ks[which];
 }
 
 static void set_calib_k(struct dray_model *m)
 {
-    m->calib_k = m->info.n_embd > m->q_dim ? m->info.n_embd : m->q_dim;
+    uint32_t q = dec_mm_k(m, MM_O);
+    m->calib_k = m->info.n_embd > q ? m->info.n_embd : q;
     m->calib_k = m->info.n_ff > m->calib_k ? m->info.n_ff : m->calib_k;
 }
 
