@@ -424,7 +424,9 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         rc = calibrate(e, err, errlen);
     if (rc)
         goto fail;
-    /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */
+    /* calibration re-prepared the layers (f32 -> int8 with outlier channels;
+     * under tensor parallel a new model, whose info the names point into) */
+    fill_info(e);
     sum_parts(e);
     describe_split(e);
     e->logits = malloc((size_t)e->info.n_vocab * sizeof(float));
