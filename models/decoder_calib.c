@@ -147,8 +147,8 @@ static int calib_apply(struct dray_model *m, char *err, size_t errlen)
         for (int w = 0; !rc && w < MM_COUNT; w++) {
             dray_weight_release(m->dev, dec_layer_matrix(&m->layer[il], w));
             rc = dec_load_layer_matrix_picked(m, il, w, DRAY_I8, err, errlen);
-            if (!rc)
-                log_outliers(il, w, m->pick, m->n_outlier < dec_mm_k(m, w) / 8 ? m->n_outlier : dec_mm_k(m, w) / 8);
+            if (!rc) /* as many as the weight took (a tensor parallel slice: its share) */
+                log_outliers(il, w, m->pick, dec_layer_matrix(&m->layer[il], w)->n_outlier);
         }
     return rc || !m->has_head ? rc : dec_calib_head(m, m->n_outlier, err, errlen);
 }

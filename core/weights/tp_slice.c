@@ -40,10 +40,10 @@ int dray_tp_slice(const struct dray_model_info *mi, uint32_t ff_block, uint32_t 
             share(H, r, size, &h0, &n);
             if (h0 / group != (h0 + n - 1) / group)
                 return dray_fail(err, errlen, DRAY_EINVAL, "tensor_parallel %u: %u attention heads over %u "
-                                 "KV heads do not split evenly (rank %u would read KV heads %u-%u while "
-                                 "every rank must hold as many); use a tensor_parallel that divides %u, or "
-                                 "one whose head shares each stay inside one KV head's %u", size, H, KV, r,
-                                 h0 / group, (h0 + n - 1) / group, KV, group);
+                                 "KV heads do not split evenly (rank %u would read KV heads %u-%u, and every "
+                                 "rank must hold as many KV heads); use a tensor_parallel that divides %u, "
+                                 "or one that gives every rank heads of a single KV head", size, H, KV, r,
+                                 h0 / group, (h0 + n - 1) / group, KV);
         }
     }
     uint32_t b0, nb;
