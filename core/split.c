@@ -114,7 +114,7 @@ const struct dray_split_stage *dray_split_stage_c(const struct dray_split *s, ui
 /* ------------------------------------------------------------------- load */
 
 /* Comma-separated numbers of a config key, one per device. */
-static int parse_list(const char *key, const char *text, uint32_t n, bool bytes, double *out, char *err,
+int split_parse_list(const char *key, const char *text, uint32_t n, bool bytes, double *out, char *err,
                       size_t errlen)
 {
     if (dray_config_list_len(text) != n)
@@ -213,9 +213,9 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
     if (rc)
         rc = dray_fail(err, errlen, rc, "split: reading the layers' sizes: %s", dray_strerror(rc));
     if (!rc && cfg->layer_split[0])
-        rc = parse_list("layer_split", cfg->layer_split, s->n_stage, false, ratio, err, errlen);
+        rc = split_parse_list("layer_split", cfg->layer_split, s->n_stage, false, ratio, err, errlen);
     if (!rc && cfg->device_memory[0])
-        rc = parse_list("device_memory", cfg->device_memory, s->n_stage, true, budget, err, errlen);
+        rc = split_parse_list("device_memory", cfg->device_memory, s->n_stage, true, budget, err, errlen);
     for (uint32_t d = 0; d < s->n_stage; d++) {
         budget_b[d] = (uint64_t)budget[d];
         mem[d] = s->st[d].dev.props.mem_free ? s->st[d].dev.props.mem_free : s->st[d].dev.props.mem_total;

@@ -45,6 +45,10 @@ struct dray_split {
 /* Host hidden states for n_mb micro-batches of up to n tokens, and the rows. */
 int split_reserve(struct dray_split *s, uint32_t n_mb, size_t n, size_t n_rows);
 double split_now_s(void);
+/* Comma-separated numbers of config key `key` (text), n of them; bytes: with
+ * K, M, G suffixes. */
+int split_parse_list(const char *key, const char *text, uint32_t n, bool bytes, double *out, char *err,
+                     size_t errlen);
 
 /* split_tp.c */
 /* Check cfg's tensor_parallel against the n ranks of the job (stages 1.. are

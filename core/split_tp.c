@@ -17,6 +17,7 @@
 #include "dist.h"
 #include "error.h"
 #include "gguf.h"
+#include "hparams.h"
 #include "log.h"
 #include "split_internal.h"
 
@@ -57,26 +58,55 @@ static void describe(const struct dray_tp_slice *sl, char *out, size_t n)
              sl->kv0 + sl->n_kv - 1, sl->ff0, sl->ff0 + sl->n_ff - 1);
 }
 
+/* Every rank's slice, from the file's head counts and FFN width and config
+ * layer_split (each rank's share of the FFN columns: rank 0 also runs the
+ * head, so it may take less). */
+static int plan_slices(struct dray_split *s, struct dray_gguf *g, const struct dray_config *cfg, char *err,
+                       size_t errlen)
+{
+    const struct dray_arch *a = dray_model_arch_of(g);
+    const struct dray_gguf_tensor *down = dray_gguf_find_tensor(g, "blk.0.ffn_down.weight");
+    struct dray_model_info hp = {0};
+    double share[DRAY_SPLIT_MAX];
+    if (!a || !down)
+        return dray_fail(err, errlen, DRAY_EFORMAT, "tensor parallel: %s is not a model dray can slice "
+                         "(%s)", dray_gguf_name(g), a ? "no blk.0.ffn_down.weight" : "unknown architecture");
+    int rc = dray_hparam_u32(g, a->name, "attention.head_count", 1, 65536, NULL, &hp.n_head, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, a->name, "attention.head_count_kv", 1, hp.n_head, NULL, &hp.n_kv_head, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, a->name, "feed_forward_length", 1, 1u << 20, NULL, &hp.n_ff, err, errlen);
+    if (!rc && hp.n_head % hp.n_kv_head)
+        rc = dray_fail(err, errlen, DRAY_EFORMAT, "tensor parallel: %u heads over %u KV heads", hp.n_head,
+                       hp.n_kv_head);
+    if (!rc && cfg->layer_split[0])
+        rc = split_parse_list("layer_split", cfg->layer_split, s->tp, false, share, err, errlen);
+    for (uint32_t r = 0; !rc && r < s->tp; r++)
+        rc = dray_tp_slice(&hp, dray_ggml_block_elems(down->type), cfg->layer_split[0] ? share : NULL, r, s->tp,
+                           &s->slice[r], err, errlen);
+    return rc;
+}
+
 int split_tp_load(struct dray_split *s, struct dray_gguf *g, const struct dray_config *cfg,
                   const struct dray_model_opts *mo, const struct dray_arch **arch, char *err, size_t errlen)
 {
     struct dray_dist *t = dray_dist_get();
     char why[1024], line[1024];
     unload_all(s);
-    /* rank 0 first: its load reads the shapes and refuses a split that cannot be made */
+    int rc = plan_slices(s, g, cfg, err, errlen);
+    if (rc)
+        return rc;
     struct dray_split_stage *st0 = &s->st[0];
     struct dray_model_opts o = *mo;
     o.part = false;
     o.tp_rank = 0;
     o.tp_size = s->tp;
+    o.tp_slice = s->slice[0];
     o.allreduce = t->allreduce_f32;
     o.allreduce_user = t->self;
-    int rc = dray_model_load(g, &st0->dev, &o, arch, &st0->model, why, sizeof(why));
+    rc = dray_model_load(g, &st0->dev, &o, arch, &st0->model, why, sizeof(why));
     if (rc)
         return dray_fail(err, errlen, rc, "tensor parallel rank 0 (%s): %s", st0->dev.plugin->name, why);
     s->arch = *arch;
     const struct dray_model_info *mi = s->arch->info(st0->model);
-    const struct dray_gguf_tensor *down = dray_gguf_find_tensor(g, "blk.0.ffn_down.weight");
     s->n_layer = mi->n_layer;
     s->n_embd = mi->n_embd;
     s->n_vocab = mi->n_vocab;
@@ -85,7 +115,6 @@ int split_tp_load(struct dray_split *s, struct dray_gguf *g, const struct dray_c
                                  mi->n_layer - 1);
     for (uint32_t r = 0; !rc && r < s->tp; r++) {
         struct dray_split_stage *st = &s->st[r];
-        rc = dray_tp_slice(mi, down ? dray_ggml_block_elems(down->type) : 0, r, s->tp, &s->slice[r], err, errlen);
         st->l0 = 0;
         st->l1 = mi->n_layer;
         st->head = r == 0;
@@ -96,6 +125,7 @@ int split_tp_load(struct dray_split *s, struct dray_gguf *g, const struct dray_c
             o.layer_end = mi->n_layer;
             o.tp_rank = r;
             o.tp_size = s->tp;
+            o.tp_slice = s->slice[r];
             rc = dray_remote_load(st->remote, cfg->model, &o, &st->weight_bytes, &st->step_weight_bytes,
                                   &st->n_params, why, sizeof(why));
             if (rc)
@@ -189,10 +219,8 @@ int split_tp_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq, c
     struct dray_batch_part pl = {.layer_begin = 0, .layer_end = s->n_layer, .x_in = s->x[0]};
     struct dray_batch bl = *b;
     bl.part = &pl;
-    double sent[DRAY_SPLIT_MAX];
     uint32_t n_sent = 1;
     for (; !rc && n_sent < s->tp; n_sent++) {
-        sent[n_sent] = split_now_s();
         rc = dray_remote_forward_send(s->st[n_sent].remote, kv, n_sent * s->n_layer, s->n_embd, &bl, err,
                                       errlen);
         if (rc)
@@ -202,13 +230,14 @@ int split_tp_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq, c
     if (!rc && (rc = s->arch->forward(st0->model, kv, &bl, why, sizeof(why))))
         dray_fail(err, errlen, rc, "tensor parallel rank 0 (%s): %s", st0->dev.plugin->name, why);
     st0->busy_s += split_now_s() - t0;
-    for (uint32_t r = 1; r < n_sent; r++) { /* every request sent gets its answer taken */
+    /* every request sent gets its answer taken; the time between the ranks is
+     * the all-reduces' (stats.allreduce_s), not a call's wire time: a rank's
+     * answer waits while rank 0 computes the head */
+    for (uint32_t r = 1; r < n_sent; r++) {
         double compute = 0;
         int rc2 = dray_remote_forward_wait(s->st[r].remote, &compute, rc ? why : err, rc ? sizeof(why) : errlen);
         rc = rc ? rc : rc2;
-        s->st[r].remote_calls++;
         s->st[r].busy_s += compute;
-        s->st[r].wire_s += split_now_s() - sent[r] - compute;
     }
     if (rc)
         dray_kv_step_abort(kv);

@@ -22,14 +22,13 @@ int dec_tp_setup(struct dray_model *m, const struct dray_model_opts *o, char *er
     if (m->tp_size > 1) {
         if (!o->allreduce)
             return dray_fail(err, errlen, DRAY_EINVAL, "tensor parallel: no all-reduce to sum the ranks with");
-        const struct dray_gguf_tensor *down = dec_find_tensor(m->g, (int)m->l0, "ffn_down", "weight", true,
-                                                              err, errlen);
-        if (!down)
-            return DRAY_ENOTFOUND;
-        int rc = dray_tp_slice(in, dray_ggml_block_elems(down->type), m->tp_rank, m->tp_size, &m->tp, err,
-                               errlen);
-        if (rc)
-            return rc;
+        m->tp = o->tp_slice; /* rank 0 sized every slice (core/split_tp.c) */
+        const struct dray_tp_slice *s = &m->tp;
+        if (!dray_tp_slice_ok(in, s))
+            return dray_fail(err, errlen, DRAY_EINVAL, "tensor parallel rank %u: heads %u+%u, KV heads %u+%u, "
+                             "ff %u+%u is not a slice of this model (%u heads, %u KV heads, ff %u)", m->tp_rank,
+                             s->head0, s->n_head, s->kv0, s->n_kv, s->ff0, s->n_ff, in->n_head, in->n_kv_head,
+                             in->n_ff);
         m->allreduce = o->allreduce;
         m->allreduce_user = o->allreduce_user;
     }
