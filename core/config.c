@@ -78,7 +78,8 @@ const struct key dray_config_keys[] = {
      "with several plugins in `backend`: the share of the layers each runs, comma-separated "
      "(`3,1`); `\"\"` = by `device_memory`, else by the devices' free memory "
      "([Several devices](#several-devices)); with `tensor_parallel`, each rank's share of the FFN "
-     "columns (`1,3`: rank 0, which also runs the head, takes a quarter); `\"\"` = even", KEY_USER},
+     "columns, for ranks of unequal speed (`1,3`: the second three times the first's); `\"\"` = even",
+     KEY_USER},
     {"device_memory", "backend", "device_memory", T_STR, F(device_memory), 0, 0, NULL, 0,
      "with several plugins in `backend`: bytes of weights and KV each device may hold "
      "(`8G,0`; 0 = no cap), so the uncapped ones (the CPU) take the rest "

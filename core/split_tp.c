@@ -59,8 +59,9 @@ static void describe(const struct dray_tp_slice *sl, char *out, size_t n)
 }
 
 /* Every rank's slice, from the file's head counts and FFN width and config
- * layer_split (each rank's share of the FFN columns: rank 0 also runs the
- * head, so it may take less). */
+ * layer_split (each rank's share of the FFN columns, for ranks of unequal
+ * speed; it cannot offset rank 0's head, which runs after the layers, while
+ * the other ranks wait for the next step). */
 static int plan_slices(struct dray_split *s, struct dray_gguf *g, const struct dray_config *cfg, char *err,
                        size_t errlen)
 {
