@@ -63,6 +63,14 @@ static int answer(struct worker *w, int rc, const char *err, struct dist_ans a, 
     return trc ? DRAY_EIO : 0;
 }
 
+/* This rank's all-reduce (model opts allreduce): it waits for rank 0 as long
+ * as it waits for rank 0's requests, for ever. */
+static int allreduce(void *user, float *buf, size_t n, char *err, size_t errlen)
+{
+    struct dray_dist *t = user;
+    return t->allreduce_f32(t->self, buf, n, 0, err, errlen);
+}
+
 static void unload(struct worker *w)
 {
     if (w->model)
@@ -93,8 +101,8 @@ static int do_load(struct worker *w, struct dist_rd *rd, const struct dist_req *
         return dray_fail(err, errlen, DRAY_EINVAL, "tensor parallel: transport %s has no all-reduce",
                          w->t->name);
     if (mo.tp_size > 1) {
-        mo.allreduce = w->t->allreduce_f32;
-        mo.allreduce_user = w->t->self;
+        mo.allreduce = allreduce;
+        mo.allreduce_user = w->t;
     }
     unload(w);
     int rc = dray_gguf_open(file, &w->g, err, errlen);

@@ -40,6 +40,7 @@ struct dray_split {
     struct dray_gguf *tp_g;           /* what split_tp_load loaded, for split_tp_reload */
     const struct dray_config *tp_cfg;
     struct dray_model_opts tp_mo;
+    double tp_timeout_s;              /* config distributed_timeout: an all-reduce's longest wait */
 };
 
 /* Host hidden states for n_mb micro-batches of up to n tokens, and the rows. */

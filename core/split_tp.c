@@ -35,7 +35,18 @@ int split_tp_check(struct dray_split *s, const struct dray_config *cfg, uint32_t
         return dray_fail(err, errlen, DRAY_EINVAL, "tensor_parallel %u: transport '%s' has no all-reduce",
                          cfg->tensor_parallel, cfg->distributed);
     s->tp = n;
+    s->tp_timeout_s = cfg->distributed_timeout;
     return 0;
+}
+
+/* Rank 0's all-reduce (model opts allreduce): the transport's, waiting at most
+ * distributed_timeout for the other ranks, so a rank that fails mid-step fails
+ * the step instead of hanging it. */
+static int allreduce(void *user, float *buf, size_t n, char *err, size_t errlen)
+{
+    const struct dray_split *s = user;
+    struct dray_dist *t = dray_dist_get();
+    return t->allreduce_f32(t->self, buf, n, s->tp_timeout_s, err, errlen);
 }
 
 /* Unload every rank's part (before a reload, or after a failed load). */
@@ -89,7 +100,6 @@ static int plan_slices(struct dray_split *s, struct dray_gguf *g, const struct d
 int split_tp_load(struct dray_split *s, struct dray_gguf *g, const struct dray_config *cfg,
                   const struct dray_model_opts *mo, const struct dray_arch **arch, char *err, size_t errlen)
 {
-    struct dray_dist *t = dray_dist_get();
     char why[1024], line[1024];
     unload_all(s);
     int rc = plan_slices(s, g, cfg, err, errlen);
@@ -101,8 +111,8 @@ int split_tp_load(struct dray_split *s, struct dray_gguf *g, const struct dray_c
     o.tp_rank = 0;
     o.tp_size = s->tp;
     o.tp_slice = s->slice[0];
-    o.allreduce = t->allreduce_f32;
-    o.allreduce_user = t->self;
+    o.allreduce = allreduce;
+    o.allreduce_user = s;
     rc = dray_model_load(g, &st0->dev, &o, arch, &st0->model, why, sizeof(why));
     if (rc)
         return dray_fail(err, errlen, rc, "tensor parallel rank 0 (%s): %s", st0->dev.plugin->name, why);

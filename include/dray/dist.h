@@ -38,8 +38,10 @@ struct dray_dist {
     void (*close)(void *self);
     /* Since ABI 2. buf[0..n) becomes the element-wise sum of every rank's buf
      * (tensor parallel: the partial sums of a row-split matmul). Collective: every
-     * rank calls it with the same n, in the same order; the same result on each. */
-    int (*allreduce_f32)(void *self, float *buf, size_t n, char *err, size_t errlen);
+     * rank calls it with the same n, in the same order; the same result on each.
+     * DRAY_DIST_ETIMEOUT when the ranks have not all joined in timeout_s (<= 0:
+     * for ever); the job's collectives are out of step after that. */
+    int (*allreduce_f32)(void *self, float *buf, size_t n, double timeout_s, char *err, size_t errlen);
 };
 
 /* Fill *out (the module may start its runtime here, e.g. MPI_Init_thread). */
