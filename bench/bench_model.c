@@ -223,6 +223,11 @@ static void report_split(const struct dray_split_report *a, const struct dray_sp
     if (calls) /* each call: hidden states there and back, less the rank's compute */
         printf("        other ranks: %llu calls, %.1f us each on the wire (there and back)\n",
                (unsigned long long)calls, (b->wire_s - a->wire_s) / (double)calls * 1e6);
+    uint64_t reduces = b->allreduces - a->allreduces;
+    if (reduces) /* device to host, the sum over the ranks (waiting for the slowest), back */
+        printf("        tensor parallel: %.1f all-reduces per step, %.1f us each, %.2f ms per step\n",
+               (double)reduces / steps, (b->allreduce_s - a->allreduce_s) / (double)reduces * 1e6,
+               (b->allreduce_s - a->allreduce_s) / (double)steps * 1e3);
 }
 
 int dray_bench_model(const struct dray_config *cfg_in, int argc, char **argv)

@@ -77,7 +77,9 @@ const struct key dray_config_keys[] = {
     {"layer_split", "backend", "layer_split", T_STR, F(layer_split), 0, 0, NULL, 0,
      "with several plugins in `backend`: the share of the layers each runs, comma-separated "
      "(`3,1`); `\"\"` = by `device_memory`, else by the devices' free memory "
-     "([Several devices](#several-devices))", KEY_USER},
+     "([Several devices](#several-devices)); with `tensor_parallel`, each rank's share of the FFN "
+     "columns, for ranks of unequal speed (`1,3`: the second three times the first's); `\"\"` = even",
+     KEY_USER},
     {"device_memory", "backend", "device_memory", T_STR, F(device_memory), 0, 0, NULL, 0,
      "with several plugins in `backend`: bytes of weights and KV each device may hold "
      "(`8G,0`; 0 = no cap), so the uncapped ones (the CPU) take the rest "
@@ -96,6 +98,11 @@ const struct key dray_config_keys[] = {
      "with `distributed`: seconds of silence after which a rank is lost (a rank at work says it is "
      "alive every second, so long steps are fine); rank 0 then fails the running requests naming "
      "it, and every later one; 0 = wait for ever", KEY_EXPERT},
+    {"tensor_parallel", "backend", "tensor_parallel", T_U32, F(tensor_parallel), 1, 8, NULL, 0,
+     "with `distributed`: ranks that each hold a slice of every layer's heads and FFN columns, "
+     "summed by an all-reduce after the attention output and the FFN down projection; it must "
+     "equal the ranks of `mpirun -np N` ([Across hosts](#across-hosts)); 1 = a pipeline of "
+     "layer ranges", KEY_EXPERT},
     {"plugin_path", "backend", "plugin_path", T_STR, F(plugin_path), 0, 0, NULL, 0,
      "extra `:`-separated folders searched for plugins before `$DRAY_PLUGIN_PATH` and the "
      "built-in folders", KEY_USER},
@@ -225,6 +232,7 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->prefix_cache = true;
     cfg->max_seqs = 8;
     cfg->distributed_timeout = 30;
+    cfg->tensor_parallel = 1;
     cfg->chunk = 512;
     cfg->temperature = 0.7f;
     cfg->top_k = 40;

@@ -72,6 +72,16 @@ void dray_remote_unload(struct dray_remote *r);
 int dray_remote_forward(struct dray_remote *r, const struct dray_kv *kv, uint32_t n_embd,
                         const struct dray_batch *b, double *compute_s, char *err, size_t errlen);
 
+/* Tensor parallel: start b->part's layers on the rank (its slice of them) from
+ * b->part->x_in, their KV views being kv's layers il + kv_offset, and return
+ * once sent; dray_remote_forward_wait then takes the rank's answer (no hidden
+ * states come back: every rank ends with the same ones). Between the two, the
+ * rank is held for this call: run this process's slice meanwhile, since the
+ * ranks meet in the all-reduces of every layer. */
+int dray_remote_forward_send(struct dray_remote *r, const struct dray_kv *kv, uint32_t kv_offset,
+                             uint32_t n_embd, const struct dray_batch *b, char *err, size_t errlen);
+int dray_remote_forward_wait(struct dray_remote *r, double *compute_s, char *err, size_t errlen);
+
 /* The calibration hooks (dray_arch.calib_begin/end/scores) on the rank's part;
  * scores: *n floats, malloc'd. */
 int dray_remote_calib_begin(struct dray_remote *r, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,

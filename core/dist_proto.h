@@ -37,8 +37,9 @@ enum dist_op {
     DIST_SYNC,
     DIST_LOAD,         /* payload: opts, path, scores */
     DIST_UNLOAD,
-    DIST_FORWARD,      /* a = layer_begin, b = layer_end, c = n_tok, d = n_embd; payload: pos,
-                        * steps and pools of each layer, x_in -> a = compute ns, payload x_out */
+    DIST_FORWARD,      /* a = layer_begin, b = layer_end, c = n_tok, d = n_embd, e = 1: no x_out back
+                        * (tensor parallel); payload: pos, steps and pools of each layer, x_in
+                        * -> a = compute ns, payload x_out */
     DIST_CALIB_BEGIN,  /* a = n, b = n_outlier, c = smooth_k */
     DIST_CALIB_END,    /* a = ok */
     DIST_CALIB_SCORES, /* -> payload floats */

@@ -23,60 +23,81 @@ struct dray_remote {
     char lost[512]; /* why the rank stopped answering; every later call fails at once */
 };
 
-/* Send m (a request) and, when answer, wait for the rank's answer: its rc, its
- * error text into err, its payload in *rd (buf to free). */
-static int exchange(struct dray_remote *r, struct dist_msg *m, bool answer, struct dist_ans *ans, void **buf,
-                    struct dist_rd *rd, char *err, size_t errlen)
+/* A silent or broken rank is not asked again: its step state is unknown
+ * (r->mu held). */
+static int lose(struct dray_remote *r, const char *why, char *err, size_t errlen)
+{
+    snprintf(r->lost, sizeof(r->lost), "%s", why);
+    dray_dist_lost(r->rank);
+    dray_error("rank %u (%s, %s) is lost: %s", r->rank, r->host, r->plugin.name, why);
+    return dray_fail(err, errlen, DRAY_EIO, "rank %u (%s, %s): %s", r->rank, r->host, r->plugin.name, why);
+}
+
+/* Send m (a request) holding r->mu, and keep it held when the send went out:
+ * the caller drops it once it has the answer (recv_answer), so one request is
+ * in flight per rank. m is freed unless the send failed (the transport may
+ * still read it, dray/dist.h). */
+static int send_request(struct dray_remote *r, struct dist_msg *m, char *err, size_t errlen)
 {
     char why[512];
-    *buf = NULL;
-    if (m->oom) {
+    if (m->oom || dray_remote_lost(r, err, errlen)) {
         free(m->p);
-        return dray_fail(err, errlen, DRAY_ENOMEM, "rank %u: out of memory for a message", r->rank);
-    }
-    if (dray_remote_lost(r, err, errlen)) {
-        free(m->p);
-        return DRAY_EIO;
+        return m->oom ? dray_fail(err, errlen, DRAY_ENOMEM, "rank %u: out of memory for a message", r->rank)
+                      : DRAY_EIO;
     }
     pthread_mutex_lock(&r->mu);
-    int sent_rc = r->t->send(r->t->self, r->rank, m->p, m->n, r->timeout_s, why, sizeof(why)), rc = sent_rc;
+    if (r->t->send(r->t->self, r->rank, m->p, m->n, r->timeout_s, why, sizeof(why))) {
+        int rc = lose(r, why, err, errlen);
+        pthread_mutex_unlock(&r->mu);
+        return rc;
+    }
+    free(m->p);
+    return 0;
+}
+
+/* The rank's answer (r->mu held), past its heartbeats: its rc, its error text
+ * into err, its payload in *rd (*buf to free). */
+static int recv_answer(struct dray_remote *r, struct dist_ans *ans, void **buf, struct dist_rd *rd, char *err,
+                       size_t errlen)
+{
+    char why[512];
     size_t n = 0;
-    while (!rc && answer) { /* the answer, past the rank's heartbeats */
-        rc = r->t->recv(r->t->self, r->rank, r->timeout_s, buf, &n, why, sizeof(why));
+    for (*buf = NULL;;) {
+        if (r->t->recv(r->t->self, r->rank, r->timeout_s, buf, &n, why, sizeof(why)))
+            return lose(r, why, err, errlen);
         const struct dist_ans *beat = *buf;
-        if (rc || n < sizeof(*beat) || beat->kind != DIST_ALIVE)
+        if (n < sizeof(*beat) || beat->kind != DIST_ALIVE)
             break;
         free(*buf);
-        *buf = NULL;
     }
-    if (rc) { /* a silent or broken rank is not asked again: its step state is unknown */
-        snprintf(r->lost, sizeof(r->lost), "%s", why);
-        dray_dist_lost(r->rank);
-        dray_error("rank %u (%s, %s) is lost: %s", r->rank, r->host, r->plugin.name, why);
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (!sent_rc) /* a failed send may still read it (dray/dist.h) */
-        free(m->p);
-    if (rc)
-        return dray_fail(err, errlen, DRAY_EIO, "rank %u (%s, %s): %s", r->rank, r->host, r->plugin.name, why);
-    if (!answer)
-        return 0;
     *rd = (struct dist_rd){*buf, n, 0};
     const struct dist_ans *a = dist_take(rd, sizeof(*a));
     const char *text = a ? dist_take(rd, a->err_len) : NULL;
-    if (!a || !text) {
-        free(*buf);
-        *buf = NULL;
-        return dray_fail(err, errlen, DRAY_EIO, "rank %u (%s): a short answer (%zu bytes)", r->rank, r->host, n);
-    }
-    *ans = *a;
-    if (ans->rc) {
-        dray_fail(err, errlen, ans->rc, "rank %u (%s, %s): %.*s", r->rank, r->host, r->plugin.name,
-                  (int)ans->err_len, text);
+    int rc = 0;
+    if (!a || !text)
+        rc = dray_fail(err, errlen, DRAY_EIO, "rank %u (%s): a short answer (%zu bytes)", r->rank, r->host, n);
+    else if ((*ans = *a).rc)
+        rc = dray_fail(err, errlen, ans->rc, "rank %u (%s, %s): %.*s", r->rank, r->host, r->plugin.name,
+                       (int)ans->err_len, text);
+    if (rc) {
         free(*buf);
         *buf = NULL;
     }
-    return ans->rc;
+    return rc;
+}
+
+/* Send m (a request) and, when answer, wait for the rank's answer (recv_answer). */
+static int exchange(struct dray_remote *r, struct dist_msg *m, bool answer, struct dist_ans *ans, void **buf,
+                    struct dist_rd *rd, char *err, size_t errlen)
+{
+    *buf = NULL;
+    int rc = send_request(r, m, err, errlen);
+    if (rc)
+        return rc;
+    if (answer)
+        rc = recv_answer(r, ans, buf, rd, err, errlen);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
 }
 
 /* A request with no payload beyond what put adds; the answer's payload is
@@ -363,6 +384,44 @@ int dray_remote_calib_scores(struct dray_remote *r, float **scores, size_t *n, c
             rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
         }
     }
+    free(buf);
+    return rc;
+}
+
+/* ------------------------------------------------------- tensor parallel */
+
+int dray_remote_forward_send(struct dray_remote *r, const struct dray_kv *kv, uint32_t kv_offset,
+                             uint32_t n_embd, const struct dray_batch *b, char *err, size_t errlen)
+{
+    const struct dray_batch_part *p = b->part;
+    struct dist_req q = {.op = DIST_FORWARD, .a = p->layer_begin, .b = p->layer_end, .c = b->n_tok,
+                         .d = n_embd, .e = 1};
+    struct dist_msg m = {0};
+    dist_put(&m, &q, sizeof(q));
+    dist_put(&m, b->pos, (size_t)b->n_tok * sizeof(int32_t));
+    for (uint32_t il = p->layer_begin; il < p->layer_end; il++) {
+        const struct dray_kv_layer_step *st = dray_kv_layer_mb(kv, il + kv_offset, 0);
+        struct dray_kv_pool none = {0};
+        if (!st) {
+            free(m.p);
+            return dray_fail(err, errlen, DRAY_EINVAL, "rank %u: layer %u has no KV view in this step", r->rank,
+                             il);
+        }
+        dist_put(&m, st, sizeof(*st));
+        dist_put(&m, st->pool ? st->pool : &none, sizeof(none));
+    }
+    dist_put(&m, p->x_in, (size_t)b->n_tok * n_embd * sizeof(float));
+    return send_request(r, &m, err, errlen); /* r->mu held until dray_remote_forward_wait */
+}
+
+int dray_remote_forward_wait(struct dray_remote *r, double *compute_s, char *err, size_t errlen)
+{
+    struct dist_ans a;
+    struct dist_rd rd;
+    void *buf;
+    int rc = recv_answer(r, &a, &buf, &rd, err, errlen);
+    pthread_mutex_unlock(&r->mu);
+    *compute_s = rc ? 0 : (double)a.a * 1e-9;
     free(buf);
     return rc;
 }

@@ -68,6 +68,14 @@ static int answer(struct worker *w, int rc, const char *err, struct dist_ans a, 
     return trc ? DRAY_EIO : 0;
 }
 
+/* This rank's all-reduce (model opts allreduce): the ranks meet in every
+ * layer, so a wait past distributed_timeout means a lost rank. */
+static int allreduce(void *user, float *buf, size_t n, char *err, size_t errlen)
+{
+    const struct worker *w = user;
+    return w->t->allreduce_f32(w->t->self, buf, n, w->timeout_s, err, errlen);
+}
+
 static void unload(struct worker *w)
 {
     if (w->model)
@@ -92,6 +100,15 @@ static int do_load(struct worker *w, struct dist_rd *rd, const struct dist_req *
     struct dray_model_opts mo = *o;
     mo.calib_scores = q->b ? scores : NULL;
     mo.n_calib_scores = q->b;
+    mo.allreduce = NULL; /* rank 0's pointers mean nothing here: this rank's transport sums */
+    mo.allreduce_user = NULL;
+    if (mo.tp_size > 1 && !w->t->allreduce_f32)
+        return dray_fail(err, errlen, DRAY_EINVAL, "tensor parallel: transport %s has no all-reduce",
+                         w->t->name);
+    if (mo.tp_size > 1) {
+        mo.allreduce = allreduce;
+        mo.allreduce_user = w;
+    }
     unload(w);
     int rc = dray_gguf_open(file, &w->g, err, errlen);
     if (!rc)
@@ -106,8 +123,9 @@ static int do_load(struct worker *w, struct dist_rd *rd, const struct dist_req *
     a->a = mi->weight_bytes;
     a->b = mi->step_weight_bytes;
     a->c = mi->n_params;
-    dray_info("rank %u: layers %u..%u of %s on %s (%s)", w->t->rank, mo.layer_begin,
-              mo.layer_end ? mo.layer_end - 1 : 0, file, w->dev.plugin->name, w->dev.props.name);
+    dray_info("rank %u: layers %u..%u of %s on %s (%s)%s", w->t->rank, mo.layer_begin,
+              mo.layer_end ? mo.layer_end - 1 : 0, file, w->dev.plugin->name, w->dev.props.name,
+              mo.tp_size > 1 ? ", a tensor parallel slice" : "");
     return 0;
 }
 
@@ -251,7 +269,7 @@ static int serve_one(struct worker *w, const void *msg, size_t n, bool *bye, cha
     case DIST_FORWARD:
         rc = do_forward(w, &rd, q, &a.a, err, sizeof(err));
         pay = w->x_out;
-        pay_n = (size_t)q->c * q->d * sizeof(float);
+        pay_n = q->e ? 0 : (size_t)q->c * q->d * sizeof(float); /* e: tensor parallel, rank 0 has x */
         break;
     case DIST_CALIB_BEGIN:
         if (!w->model || !w->arch->calib_begin)

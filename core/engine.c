@@ -157,6 +157,8 @@ static int calibrate(struct dray_engine *e, char *err, size_t errlen)
                                       smooth_k, &merged, &n, err, errlen);
         free(ids);
         scores = merged;
+        /* tensor parallel prepares its slices again from the scores: a new model */
+        e->model = dray_split_stage_c(e->split, dray_split_head(e->split))->model;
         if (!rc)
             dray_info("calibrated the split on %zu tokens in %.2f s", n_ids, dray_now_s() - t0);
     } else {
@@ -186,13 +188,9 @@ static int open_kv(struct dray_engine *e, char *err, size_t errlen)
         .block_size = c->kv_block ? c->kv_block : 16, .max_seqs = c->max_seqs ? c->max_seqs : 1,
         .max_ctx = e->info.context, .max_chunk = e->chunk, .budget_bytes = c->kv_budget,
     };
-    struct dray_kv_device devs[DRAY_KV_MAX_DEVICES];
-    uint8_t layer_dev[DRAY_MAX_LAYERS];
     int rc;
     if (e->split) {
-        dray_split_kv_devices(e->split, devs, layer_dev);
-        d.layer_dev = layer_dev;
-        rc = dray_kv_create_on(devs, dray_split_n(e->split), &d, &e->kv, err, errlen);
+        rc = dray_split_kv_create(e->split, &d, &e->kv, err, errlen);
     } else {
         rc = dray_kv_create(e->dev.ops, e->dev.ctx, &d, &e->kv, err, errlen);
     }
@@ -296,9 +294,10 @@ static void describe_split(struct dray_engine *e)
     e->placement[0] = 0;
     for (uint32_t i = 0; e->split && i < n_devices(e); i++) {
         const struct dray_split_stage *st = dray_split_stage_c(e->split, i);
-        char layers[32] = "no layers";
+        char layers[160] = "no layers";
         if (st->l1 > st->l0)
-            snprintf(layers, sizeof(layers), "layers %u-%u", st->l0, st->l1 - 1);
+            snprintf(layers, sizeof(layers), "layers %u-%u%s%s", st->l0, st->l1 - 1, st->slice[0] ? ", " : "",
+                     st->slice);
         at += (size_t)snprintf(e->placement + at, sizeof(e->placement) - at,
                                "%sdevice %u %s (%s): %s%s, %.1f MiB weights, %.1f MiB KV", i ? "\n" : "", i + 1,
                                st->dev.plugin->name, st->dev.props.name, layers,
@@ -363,6 +362,10 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         }
     }
     int rc = e->cfg.distributed[0] ? join_ranks(&e->cfg, err, errlen) : 0;
+    if (!rc && e->cfg.tensor_parallel > 1 && !e->cfg.distributed[0])
+        rc = dray_fail(err, errlen, DRAY_EINVAL, "tensor_parallel %u needs distributed: mpi and as many ranks "
+                       "(mpirun -np %u dray ... --set distributed=mpi)", e->cfg.tensor_parallel,
+                       e->cfg.tensor_parallel);
     if (!rc)
         rc = dray_registry_open(e->cfg.plugin_path[0] ? e->cfg.plugin_path : NULL, &e->reg, err, errlen);
     if (!rc && (strchr(cfg->backend, ',') || e->cfg.distributed[0]))
@@ -421,7 +424,9 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         rc = calibrate(e, err, errlen);
     if (rc)
         goto fail;
-    /* calibration re-prepared the layers (f32 -> int8 with outlier channels) */
+    /* calibration re-prepared the layers (f32 -> int8 with outlier channels;
+     * under tensor parallel a new model, whose info the names point into) */
+    fill_info(e);
     sum_parts(e);
     describe_split(e);
     e->logits = malloc((size_t)e->info.n_vocab * sizeof(float));
@@ -473,6 +478,8 @@ void dray_engine_split_report(const struct dray_engine *e, struct dray_split_rep
     r->hop_bytes = st.hop_bytes;
     r->wall_s = st.wall_s;
     r->overlap_s = st.overlap_s;
+    r->allreduces = st.allreduces;
+    r->allreduce_s = st.allreduce_s;
     for (uint32_t i = 0; i < r->n_dev; i++) {
         const struct dray_split_stage *s = dray_split_stage_c(e->split, i);
         if (i < 8)

@@ -1,6 +1,6 @@
 /* One model over several devices: opening the stages, loading their parts, and
  * running a step as chains of tasks, pipelined over micro-batches. See split.h. */
-#include "split.h"
+#include "split_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -14,36 +14,8 @@
 #include "gguf.h"
 #include "log.h"
 
-#define MAX_TASK (2 * DRAY_SPLIT_MAX + 2)
-
-/* A stage's piece of one micro-batch's chain: layers [l0, l1), entered from the
- * embedding or the host hidden state, left to the host or into the logits. */
-struct split_task {
-    uint32_t stage, l0, l1;
-    bool embed, logits;
-};
-
-struct split_mb {
-    uint32_t tok0, n_tok; /* its tokens in the step */
-    uint32_t row0, n_row; /* its logit rows in the step's list */
-};
-
-struct dray_split {
-    uint32_t n_stage, head;
-    struct dray_split_stage st[DRAY_SPLIT_MAX];
-    const struct dray_arch *arch;
-    uint32_t n_embd, n_vocab;
-    uint32_t micro_batches; /* config: 0 = one per busy stage */
-    struct split_task task[MAX_TASK];
-    uint32_t n_task;
-    float *x[DRAY_KV_MAX_MB]; /* host hidden states of each micro-batch */
-    size_t x_cap;             /* tokens each holds */
-    uint32_t *rows;           /* logit rows relative to their micro-batch */
-    size_t rows_cap;
-    struct dray_split_stats stats;
-};
-
-static double now_s(void)
+/* Seconds on the monotonic clock. */
+double split_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -60,6 +32,8 @@ static int open_ranks(struct dray_split *s, const struct dray_config *cfg, char 
     if (!rc && (t->size < 2 || t->size > DRAY_SPLIT_MAX))
         rc = dray_fail(err, errlen, DRAY_EINVAL, "distributed '%s': %u ranks, a split takes 2..%u (mpirun -np N)",
                        cfg->distributed, t->size, DRAY_SPLIT_MAX);
+    if (!rc)
+        rc = split_tp_check(s, cfg, t->size, err, errlen);
     for (uint32_t r = 1; !rc && t && r < t->size; r++) {
         struct dray_split_stage *st = &s->st[r];
         rc = dray_remote_open(t, r, &st->remote, &st->dev, err, errlen);
@@ -140,7 +114,7 @@ const struct dray_split_stage *dray_split_stage_c(const struct dray_split *s, ui
 /* ------------------------------------------------------------------- load */
 
 /* Comma-separated numbers of a config key, one per device. */
-static int parse_list(const char *key, const char *text, uint32_t n, bool bytes, double *out, char *err,
+int split_parse_list(const char *key, const char *text, uint32_t n, bool bytes, double *out, char *err,
                       size_t errlen)
 {
     if (dray_config_list_len(text) != n)
@@ -223,6 +197,8 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
     uint32_t n_layer = 0;
     if (!a)
         return dray_model_load(g, &s->st[0].dev, mo, arch, &s->st[0].model, err, errlen); /* names it */
+    if (s->tp)
+        return split_tp_load(s, g, cfg, mo, arch, err, errlen);
     for (uint64_t i = 0; i < dray_gguf_n_tensors(g); i++) {
         unsigned il;
         if (sscanf(dray_gguf_tensor_at(g, i)->name, "blk.%u.", &il) == 1 && il < 4096 && il + 1 > n_layer)
@@ -237,9 +213,9 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
     if (rc)
         rc = dray_fail(err, errlen, rc, "split: reading the layers' sizes: %s", dray_strerror(rc));
     if (!rc && cfg->layer_split[0])
-        rc = parse_list("layer_split", cfg->layer_split, s->n_stage, false, ratio, err, errlen);
+        rc = split_parse_list("layer_split", cfg->layer_split, s->n_stage, false, ratio, err, errlen);
     if (!rc && cfg->device_memory[0])
-        rc = parse_list("device_memory", cfg->device_memory, s->n_stage, true, budget, err, errlen);
+        rc = split_parse_list("device_memory", cfg->device_memory, s->n_stage, true, budget, err, errlen);
     for (uint32_t d = 0; d < s->n_stage; d++) {
         budget_b[d] = (uint64_t)budget[d];
         mem[d] = s->st[d].dev.props.mem_free ? s->st[d].dev.props.mem_free : s->st[d].dev.props.mem_total;
@@ -321,6 +297,21 @@ void dray_split_kv_devices(const struct dray_split *s, struct dray_kv_device *de
     }
 }
 
+int dray_split_kv_create(const struct dray_split *s, const struct dray_kv_desc *d, struct dray_kv **out,
+                         char *err, size_t errlen)
+{
+    if (s->tp)
+        return split_tp_kv_create(s, d, out, err, errlen);
+    struct dray_kv_device devs[DRAY_SPLIT_MAX];
+    uint8_t layer_dev[DRAY_MAX_LAYERS];
+    if (d->n_layer > DRAY_MAX_LAYERS)
+        return dray_fail(err, errlen, DRAY_ERANGE, "split: %u layers, at most %d", d->n_layer, DRAY_MAX_LAYERS);
+    dray_split_kv_devices(s, devs, layer_dev);
+    struct dray_kv_desc dd = *d;
+    dd.layer_dev = layer_dev;
+    return dray_kv_create_on(devs, s->n_stage, &dd, out, err, errlen);
+}
+
 /* ---------------------------------------------------------------- forward */
 
 /* Micro-batches for a step, balanced by tokens; mb_end as the KV wants it. */
@@ -384,10 +375,10 @@ static int run_task(struct split_run *r, uint32_t m, uint32_t ti, char *err, siz
     char why[1024], what[64];
     int rc;
     if (st->remote) { /* one stage, one worker: its counters need no lock */
-        double t0 = now_s(), compute = 0;
+        double t0 = split_now_s(), compute = 0;
         rc = dray_remote_forward(st->remote, r->kv, s->n_embd, &b, &compute, why, sizeof(why));
         st->remote_calls++;
-        st->wire_s += now_s() - t0 - compute;
+        st->wire_s += split_now_s() - t0 - compute;
     } else {
         rc = s->arch->forward(st->model, r->kv, &b, why, sizeof(why));
     }
@@ -442,9 +433,9 @@ static void *worker(void *arg)
         }
         r->started[m][t] = 1;
         pthread_mutex_unlock(&r->mu);
-        r->t0[m][t] = now_s();
+        r->t0[m][t] = split_now_s();
         int rc = run_task(r, m, (uint32_t)t, why, sizeof(why));
-        r->t1[m][t] = now_s();
+        r->t1[m][t] = split_now_s();
         pthread_mutex_lock(&r->mu);
         if (rc && !r->rc) {
             r->rc = rc;
@@ -515,7 +506,7 @@ static double overlap(const struct split_run *r)
 }
 
 /* Host hidden states for n_mb micro-batches of up to n tokens, and the rows. */
-static int reserve(struct dray_split *s, uint32_t n_mb, size_t n, size_t n_rows)
+int split_reserve(struct dray_split *s, uint32_t n_mb, size_t n, size_t n_rows)
 {
     if (n > s->x_cap) {
         for (uint32_t m = 0; m < DRAY_KV_MAX_MB; m++) {
@@ -540,7 +531,9 @@ static int reserve(struct dray_split *s, uint32_t n_mb, size_t n, size_t n_rows)
 int dray_split_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq, const uint32_t *seq_ids,
                        const uint32_t *n_new, const struct dray_batch *b, char *err, size_t errlen)
 {
-    double t_start = now_s();
+    if (s->tp)
+        return split_tp_forward(s, kv, n_seq, seq_ids, n_new, b, err, errlen);
+    double t_start = split_now_s();
     struct split_run *r = calloc(1, sizeof(*r));
     uint32_t mb_end[DRAY_KV_MAX_MB];
     if (!r)
@@ -560,7 +553,7 @@ int dray_split_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq,
         mb->n_row = row - mb->row0;
         most = mb->n_tok > most ? mb->n_tok : most;
     }
-    int rc = reserve(s, r->n_mb, most, b->n_logits) ? dray_fail(err, errlen, DRAY_ENOMEM, "out of memory")
+    int rc = split_reserve(s, r->n_mb, most, b->n_logits) ? dray_fail(err, errlen, DRAY_ENOMEM, "out of memory")
                                                      : 0;
     for (uint32_t m = 0; !rc && m < r->n_mb; m++)
         for (uint32_t i = 0; i < r->mb[m].n_row; i++)
@@ -575,9 +568,9 @@ int dray_split_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq,
         rc = run_pipelined(r);
     } else {
         for (uint32_t t = 0; !rc && t < s->n_task; t++) {
-            r->t0[0][t] = now_s();
+            r->t0[0][t] = split_now_s();
             rc = run_task(r, 0, t, err, errlen);
-            r->t1[0][t] = now_s();
+            r->t1[0][t] = split_now_s();
         }
     }
     if (rc)
@@ -594,7 +587,7 @@ int dray_split_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq,
     for (uint32_t m = 0; m < r->n_mb; m++)
         s->stats.hop_bytes += (uint64_t)(s->n_task - 1) * r->mb[m].n_tok * s->n_embd * sizeof(float);
     s->stats.overlap_s += overlap(r);
-    s->stats.wall_s += now_s() - t_start;
+    s->stats.wall_s += split_now_s() - t_start;
     free(r);
     return rc;
 }
@@ -614,15 +607,9 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
     if (!s->arch->calib_begin || !s->arch->calib_end || !s->arch->calib_scores)
         return 0;
     const struct dray_model_info *mi = s->arch->info(s->st[s->head].model);
-    struct dray_kv_device devs[DRAY_SPLIT_MAX];
-    uint8_t layer_dev[256];
-    if (mi->n_layer > sizeof(layer_dev))
-        return dray_fail(err, errlen, DRAY_ERANGE, "split: %u layers, at most %zu", mi->n_layer,
-                         sizeof(layer_dev));
-    dray_split_kv_devices(s, devs, layer_dev);
-    struct dray_kv_desc d = dray_calibration_kv_desc(mi, n, layer_dev);
+    struct dray_kv_desc d = dray_calibration_kv_desc(mi, n, NULL);
     struct dray_kv *kv = NULL;
-    int rc = dray_kv_create_on(devs, s->n_stage, &d, &kv, err, errlen);
+    int rc = dray_split_kv_create(s, &d, &kv, err, errlen);
     uint32_t begun = 0;
     for (; !rc && begun < s->n_stage; begun++)
         if (s->st[begun].remote && s->st[begun].loaded)
@@ -645,18 +632,10 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
                            .logits = logits};
     if (!rc)
         rc = dray_split_forward(s, kv, 1, &seq, &n, &b, err, errlen);
-    for (uint32_t d = 0; d < begun; d++) {
-        char why[1024];
-        int rc2 = 0;
-        if (s->st[d].remote && s->st[d].loaded)
-            rc2 = dray_remote_calib_end(s->st[d].remote, rc == 0, why, sizeof(why));
-        else if (s->st[d].model)
-            rc2 = s->arch->calib_end(s->st[d].model, rc == 0, why, sizeof(why));
-        if (rc2 && !rc)
-            rc = dray_fail(err, errlen, rc2, "%s", why);
-    }
     /* each part filled its own layers' rows (the head's part the head's); the
-     * rest are 0, and scores are maxima of |x| >= 0: the elementwise max merges */
+     * rest are 0, and scores are maxima of |x| >= 0: the elementwise max merges
+     * (a tensor parallel slice's at their place in the whole row: the same).
+     * Taken before the parts' calib_end, which keeps them as they are. */
     for (uint32_t d = 0; !rc && d < s->n_stage; d++) {
         const float *sc = NULL;
         float *theirs = NULL;
@@ -679,6 +658,20 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
             (*scores)[i] = sc[i] > (*scores)[i] ? sc[i] : (*scores)[i];
         free(theirs);
     }
+    for (uint32_t d = 0; !s->tp && d < begun; d++) { /* tensor parallel: reloaded below */
+        char why[1024];
+        int rc2 = 0;
+        if (s->st[d].remote && s->st[d].loaded)
+            rc2 = dray_remote_calib_end(s->st[d].remote, rc == 0, why, sizeof(why));
+        else if (s->st[d].model)
+            rc2 = s->arch->calib_end(s->st[d].model, rc == 0, why, sizeof(why));
+        if (rc2 && !rc)
+            rc = dray_fail(err, errlen, rc2, "%s", why);
+    }
+    /* tensor parallel: every slice is prepared again from the merged scores, as
+     * from the cache, so each picks its share of the one-process outliers */
+    if (!rc && s->tp)
+        rc = split_tp_reload(s, *scores, *n_scores, err, errlen);
     if (rc) {
         free(*scores);
         *scores = NULL;

@@ -71,6 +71,7 @@ struct dray_split_stage {
     double busy_s;            /* time in this stage's tasks, all steps */
     uint64_t remote_calls;    /* remote: forward calls, and their time less the rank's compute */
     double wire_s;
+    char slice[96];           /* tensor parallel: the heads and FFN columns it holds, else "" */
 };
 
 struct dray_split_stats {
@@ -78,6 +79,8 @@ struct dray_split_stats {
     uint64_t hops, hop_bytes;        /* hidden states moved between devices */
     double wall_s;                   /* time inside dray_split_forward */
     double overlap_s;                /* time two or more stages were busy at once */
+    uint64_t allreduces;             /* tensor parallel: rank 0's all-reduces, their time */
+    double allreduce_s;
 };
 
 struct dray_split;
@@ -104,6 +107,11 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
 
 /* The KV's devices and each layer's device (for dray_kv_create_on). */
 void dray_split_kv_devices(const struct dray_split *s, struct dray_kv_device *devs, uint8_t *layer_dev);
+/* The KV of desc d (its layer_dev ignored) over the split's devices: each
+ * layer's pools on its stage; under tensor parallel, one pool per rank and
+ * layer, each for that rank's KV heads (split_tp.c). */
+int dray_split_kv_create(const struct dray_split *s, const struct dray_kv_desc *d, struct dray_kv **out,
+                         char *err, size_t errlen);
 
 /* One step: n_seq sequences (seq_ids) appending n_new tokens each, in b (b->part
  * NULL). Begins, ends or aborts the KV step itself. Micro-batches: cfg

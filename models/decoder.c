@@ -57,6 +57,8 @@ static void free_acts(struct dray_model *m)
     memset(&m->a, 0, sizeof(m->a));
     free(m->meta_host);
     m->meta_host = NULL;
+    free(m->tp_host);
+    m->tp_host = NULL;
 }
 
 /* Activations for steps of up to m->max_batch tokens (any held before are freed). */
@@ -69,8 +71,8 @@ int dec_alloc_acts(struct dray_model *m, char *err, size_t errlen)
     struct { struct dray_buf **buf; size_t bytes; } want[] = {
         {&m->a.x, T * in->n_embd * 4},     {&m->a.h, T * in->n_embd * 4},
         {&m->a.qkv, T * m->qkv_dim * 4},   {&m->a.att, T * m->q_dim * 4},
-        {&m->a.o, T * in->n_embd * 4},     {&m->a.gu, T * 2 * in->n_ff * 4},
-        {&m->a.mid, T * in->n_ff * 4},     {&m->a.meta, T * 2 * 4},
+        {&m->a.o, T * in->n_embd * 4},     {&m->a.gu, T * 2 * m->ff_dim * 4},
+        {&m->a.mid, T * m->ff_dim * 4},    {&m->a.meta, T * 2 * 4},
         {&m->a.xl, m->has_head ? DEC_LOGIT_SLAB * in->n_embd * 4 : 0}, /* the head's only */
         {&m->a.logits, m->has_head ? (size_t)DEC_LOGIT_SLAB * in->n_vocab * 4 : 0},
     };
@@ -83,7 +85,9 @@ int dec_alloc_acts(struct dray_model *m, char *err, size_t errlen)
                              want[i].bytes, ops->name, ops->last_error(m->dev->ctx));
     }
     m->meta_host = malloc(T * 2 * sizeof(int32_t));
-    return m->meta_host ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
+    m->tp_host = m->tp_size > 1 ? malloc(T * in->n_embd * sizeof(float)) : NULL;
+    return m->meta_host && (m->tp_size < 2 || m->tp_host) ? 0
+                                                           : dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
 }
 
 void dec_free(struct dray_model *m)
@@ -175,8 +179,17 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
         rc = fam->hparams(m, g, err, errlen);
     if (rc)
         goto fail;
-    m->q_dim = in->n_head * in->head_dim;
-    m->kv_dim = in->n_kv_head * in->head_dim;
+    m->l0 = o->part ? o->layer_begin : 0;
+    m->l1 = o->part ? o->layer_end : in->n_layer;
+    if (m->l0 > m->l1 || m->l1 > in->n_layer) {
+        rc = dray_fail(err, errlen, DRAY_EINVAL, "layers %u..%u of a model of %u layers", m->l0, m->l1,
+                       in->n_layer);
+        goto fail;
+    }
+    if ((rc = dec_tp_setup(m, o, err, errlen)))
+        goto fail;
+    m->q_dim = m->tp.n_head * in->head_dim; /* this rank's slice under tensor parallel */
+    m->kv_dim = m->tp.n_kv * in->head_dim;
     m->qkv_dim = m->q_dim + 2 * m->kv_dim;
     m->attn_scale = 1.0f / sqrtf((float)in->head_dim);
     m->max_batch = o->max_batch ? o->max_batch : 512;
@@ -187,14 +200,7 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
                      : o->precision == DRAY_PRECISION_INT8G ? DRAY_Q8G32
                      : o->precision == DRAY_PRECISION_W4A8  ? DRAY_Q4G32
                                                             : DRAY_I8;
-    m->l0 = o->part ? o->layer_begin : 0;
-    m->l1 = o->part ? o->layer_end : in->n_layer;
     m->has_head = !o->part || !o->no_head;
-    if (m->l0 > m->l1 || m->l1 > in->n_layer) {
-        rc = dray_fail(err, errlen, DRAY_EINVAL, "layers %u..%u of a model of %u layers", m->l0, m->l1,
-                       in->n_layer);
-        goto fail;
-    }
     m->wdtype = dtype;
     rc = m->has_head ? dec_load_embeddings(m, dtype, o, err, errlen) : dec_read_vocab(m, err, errlen);
     /* With outlier channels to find, the layers start in f32: calibration then sees

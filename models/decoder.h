@@ -12,7 +12,8 @@
  *   att  [T][q_dim]         attention output
  *   o    [T][n_embd]        block output before the residual add
  *   gu   [T][2 n_ff]        gate | up
- *   mid  [T][n_ff]          act(gate) * up */
+ *   mid  [T][n_ff]          act(gate) * up
+ * (under tensor parallel: the rank's heads and FFN columns only, decoder_tp.c) */
 #ifndef DRAY_MODELS_DECODER_H
 #define DRAY_MODELS_DECODER_H
 
@@ -119,6 +120,16 @@ struct dray_model {
     uint32_t calib_k;
     uint32_t n_outlier;        /* outlier channels per layer matmul picked from calib */
     int32_t *pick;             /* [calib_k] scratch for the picks */
+    /* tensor parallel (model opts tp_size > 1, decoder_tp.c): this rank's slice
+     * of every layer; q_dim, kv_dim, qkv_dim and ff_dim are the slice's widths
+     * (the whole model's without tensor parallel), and the attention output and
+     * FFN down projections give partial sums that allreduce adds up */
+    uint32_t tp_rank, tp_size;
+    struct dray_tp_slice tp;
+    uint32_t ff_dim;
+    int (*allreduce)(void *user, float *buf, size_t n, char *err, size_t errlen);
+    void *allreduce_user;
+    float *tp_host;            /* [max_batch][n_embd] the all-reduce's host copy */
 };
 
 /* ---------------------------------------------------------------- the arch hooks */

@@ -34,7 +34,8 @@ int dec_observe(struct dray_model *m, uint32_t il, int which, struct dray_buf *x
     if (!m->calib_host) /* only while calibrating: the scores outlive it */
         return 0;
     int rc = m->dev->ops->download(m->dev->ctx, m->calib_host, (struct dray_view){x, 0}, (size_t)T * stride * 4);
-    float *amax = m->calib + ((size_t)il * MM_COUNT + (size_t)which) * m->calib_k;
+    /* a slice's channels at their place in the whole model's row */
+    float *amax = m->calib + ((size_t)il * MM_COUNT + (size_t)which) * m->calib_k + dec_tp_k0(m, which);
     for (uint32_t t = 0; !rc && t < T; t++)
         for (uint32_t c = 0; c < k; c++) {
             float a = fabsf(m->calib_host[(size_t)t * stride + c]);
@@ -89,9 +90,9 @@ int dec_qk_norms(struct dray_model *m, uint32_t il, uint32_t T)
     const struct dec_layer *L = &m->layer[il];
     const struct dray_model_info *in = &m->info;
     struct dray_view q = dec_at(m->a.qkv, 0), k = dec_at(m->a.qkv, m->q_dim);
-    int rc = dec_rmsnorm(m, q, m->qkv_dim, L->q_norm, q, m->qkv_dim, T, in->n_head, in->head_dim);
+    int rc = dec_rmsnorm(m, q, m->qkv_dim, L->q_norm, q, m->qkv_dim, T, m->tp.n_head, in->head_dim);
     if (!rc)
-        rc = dec_rmsnorm(m, k, m->qkv_dim, L->k_norm, k, m->qkv_dim, T, in->n_kv_head, in->head_dim);
+        rc = dec_rmsnorm(m, k, m->qkv_dim, L->k_norm, k, m->qkv_dim, T, m->tp.n_kv, in->head_dim);
     if (!rc)
         rc = dec_kv_smooth_observe(m, il, T);
     return rc;
@@ -110,8 +111,8 @@ static int rope(struct dray_model *m, struct dray_view x, uint32_t n_head, uint3
 int dec_rope_qk(struct dray_model *m, uint32_t il, uint32_t T)
 {
     float base = m->layer[il].rope_base;
-    int rc = rope(m, dec_at(m->a.qkv, 0), m->info.n_head, T, base);
-    return rc ? rc : rope(m, dec_at(m->a.qkv, m->q_dim), m->info.n_kv_head, T, base);
+    int rc = rope(m, dec_at(m->a.qkv, 0), m->tp.n_head, T, base);
+    return rc ? rc : rope(m, dec_at(m->a.qkv, m->q_dim), m->tp.n_kv, T, base);
 }
 
 int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T)
@@ -131,7 +132,7 @@ int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T
     /* GQA: the attention op maps query head h to kv head h / (n_head / n_kv_head) */
     struct dray_attention_args a = {
         .q = q, .out = dec_at(m->a.att, 0), .seqs = s->seqs, .block_table = s->block_table, .pool = s->pool,
-        .n_tok = T, .n_seq = s->n_seq, .n_head = m->info.n_head, .max_kv_len = s->max_kv_len,
+        .n_tok = T, .n_seq = s->n_seq, .n_head = m->tp.n_head, .max_kv_len = s->max_kv_len,
         .stride_q = m->qkv_dim, .stride_out = m->q_dim, .window = m->layer[il].window, .scale = m->attn_scale,
     };
     return ops->attention(m->dev->ctx, &a);
@@ -143,14 +144,15 @@ int dec_attn_output(struct dray_model *m, uint32_t il, uint32_t T)
     uint32_t d = m->info.n_embd;
     int rc = dec_observe(m, il, MM_O, m->a.att, m->q_dim, m->q_dim, T);
     if (!rc) rc = dec_matmul(m, dec_at(m->a.att, 0), m->q_dim, &L->wo, dec_at(m->a.o, 0), d, T);
-    if (!rc) rc = add_bias(m, m->a.o, d, L->bo, d, T);
+    if (!rc) rc = add_bias(m, m->a.o, d, L->bo, d, T); /* tensor parallel: rank 0's only */
+    if (!rc) rc = dec_tp_reduce(m, T);
     return rc;
 }
 
 int dec_ffn(struct dray_model *m, uint32_t il, uint32_t T)
 {
     const struct dec_layer *L = &m->layer[il];
-    uint32_t d = m->info.n_embd, ff = m->info.n_ff;
+    uint32_t d = m->info.n_embd, ff = m->ff_dim;
     int rc = norm_x(m, L->ffn_norm, T);
     if (!rc) rc = dec_observe(m, il, MM_GU, m->a.h, d, d, T);
     if (!rc) rc = dec_matmul(m, dec_at(m->a.h, 0), d, &L->wgu, dec_at(m->a.gu, 0), 2 * ff, T);
@@ -161,6 +163,7 @@ int dec_ffn(struct dray_model *m, uint32_t il, uint32_t T)
     if (!rc) rc = m->dev->ops->gated_act(m->dev->ctx, &g);
     if (!rc) rc = dec_observe(m, il, MM_DOWN, m->a.mid, ff, ff, T);
     if (!rc) rc = dec_matmul(m, dec_at(m->a.mid, 0), ff, &L->wdown, dec_at(m->a.o, 0), d, T);
+    if (!rc) rc = dec_tp_reduce(m, T);
     return rc;
 }
 

@@ -9,16 +9,19 @@
 #include "error.h"
 #include "log.h"
 
-/* Input width of each layer matmul, and the width of a calibration score row. */
+/* Input width of each layer matmul in the whole model (a tensor parallel
+ * slice's scores sit inside it), and the width of a calibration score row. */
 uint32_t dec_mm_k(const struct dray_model *m, int which)
 {
-    const uint32_t ks[MM_COUNT] = {m->info.n_embd, m->q_dim, m->info.n_embd, m->info.n_ff};
+    const uint32_t ks[MM_COUNT] = {m->info.n_embd, m->info.n_head * m->info.head_dim, m->info.n_embd,
+                                   m->info.n_ff};
     return ks[which];
 }
 
 static void set_calib_k(struct dray_model *m)
 {
-    m->calib_k = m->info.n_embd > m->q_dim ? m->info.n_embd : m->q_dim;
+    uint32_t q = dec_mm_k(m, MM_O);
+    m->calib_k = m->info.n_embd > q ? m->info.n_embd : q;
     m->calib_k = m->info.n_ff > m->calib_k ? m->info.n_ff : m->calib_k;
 }
 
@@ -144,8 +147,8 @@ static int calib_apply(struct dray_model *m, char *err, size_t errlen)
         for (int w = 0; !rc && w < MM_COUNT; w++) {
             dray_weight_release(m->dev, dec_layer_matrix(&m->layer[il], w));
             rc = dec_load_layer_matrix_picked(m, il, w, DRAY_I8, err, errlen);
-            if (!rc)
-                log_outliers(il, w, m->pick, m->n_outlier < dec_mm_k(m, w) / 8 ? m->n_outlier : dec_mm_k(m, w) / 8);
+            if (!rc) /* as many as the weight took (a tensor parallel slice: its share) */
+                log_outliers(il, w, m->pick, dec_layer_matrix(&m->layer[il], w)->n_outlier);
         }
     return rc || !m->has_head ? rc : dec_calib_head(m, m->n_outlier, err, errlen);
 }

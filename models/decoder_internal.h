@@ -60,6 +60,23 @@ int dec_observe(struct dray_model *m, uint32_t il, int which, struct dray_buf *x
 int dec_rmsnorm(struct dray_model *m, struct dray_view x, uint32_t stride_x, struct dray_buf *w,
                 struct dray_view out, uint32_t stride_out, uint32_t n_tok, uint32_t n_head, uint32_t n);
 
+/* decoder_tp.c: tensor parallel slices (a no-op without) */
+/* This rank's slice (m->tp, ff_dim) from the opts; the whole model without. */
+int dec_tp_setup(struct dray_model *m, const struct dray_model_opts *o, char *err, size_t errlen);
+/* Part `part` of layer matmul `which` cut to this rank's slice into *out: rows
+ * (heads, FFN columns) point into the file; input columns are copied into *buf
+ * (the caller frees it after preparing). Without tensor parallel *out = *t. */
+int dec_tp_cut(struct dray_model *m, int which, uint32_t part, const struct dray_gguf_tensor *t,
+               struct dray_gguf_tensor *out, void **buf, char *err, size_t errlen);
+/* First input channel of this rank's slice of matmul `which` in the whole
+ * model's score row (calibration scores keep the one-process layout). */
+uint32_t dec_tp_k0(const struct dray_model *m, int which);
+/* Of the n picks in m->pick (channels of the whole row), those inside this
+ * rank's input slice of `which`, renumbered from its start; their count. */
+uint32_t dec_tp_local_picks(struct dray_model *m, int which, uint32_t n);
+/* o = the sum of every rank's o (after a row-split matmul); no-op without. */
+int dec_tp_reduce(struct dray_model *m, uint32_t T);
+
 /* decoder_calib.c */
 /* Input width of each layer matmul. */
 uint32_t dec_mm_k(const struct dray_model *m, int which);

@@ -2,7 +2,9 @@
 # A rank killed in mid-request under `mpirun --enable-recovery` (which keeps
 # rank 0 up): dray serve ends the running stream with an error naming the rank
 # within distributed_timeout, fails the next request at once naming it, turns
-# /health to 503 "failed", and still stops cleanly on SIGTERM.
+# /health to 503 "failed", and still stops cleanly on SIGTERM. Under tensor
+# parallel, where the ranks meet in every layer's all-reduce, `dray run` fails
+# naming the lost rank instead of waiting in the all-reduce.
 # Arguments: DRAY_EXE BUILD_DIR. Exit 77 (skip, reported) without the model,
 # mpirun, curl or the MPI transport module.
 set -uo pipefail
@@ -56,3 +58,20 @@ kill -TERM "$r0"
 for _ in $(seq 60); do grep -q '^rank 0 exit' "$work/serve.log" && break; sleep 0.5; done
 grep -q '^rank 0 exit 0' "$work/serve.log" || fail "rank 0 did not stop cleanly on SIGTERM: $(grep '^rank 0 exit' "$work/serve.log")"
 echo "rank 0 stopped on SIGTERM: $(grep -m1 'dray serve: stopped' "$work/serve.log")"
+
+# tensor parallel: rank 0 waits in an all-reduce when rank 1 dies
+run=(run -m "$model" -t 1 -n 4000 --temp 0 -p "Once upon a time" --set distributed=mpi --set tensor_parallel=2
+     --set distributed_timeout=3)
+timeout 300 mpirun --enable-recovery -np 1 sh -c '"$@"; echo "rank 0 exit $?"' sh "$dray" "${run[@]}" : \
+  -np 1 "$dray" "${run[@]}" >"$work/tp.log" 2>&1 &
+launcher=$!
+for _ in $(seq 240); do grep -q 'split: device 2' "$work/tp.log" && break; sleep 0.5; done
+sleep 2
+r1=$(rank_pid 1)
+[ -n "$r1" ] || { cp "$work/tp.log" "$work/serve.log"; fail "tensor parallel: no dray process for rank 1"; }
+kill -9 "$r1"
+for _ in $(seq 120); do grep -q '^rank 0 exit' "$work/tp.log" && break; sleep 0.5; done
+cp "$work/tp.log" "$work/serve.log" # what fail shows
+grep -q '^rank 0 exit [1-9]' "$work/tp.log" || fail "tensor parallel: rank 0 should fail after rank 1's death: $(grep '^rank 0 exit' "$work/tp.log")"
+grep -q '^dray: rank 1 .* is lost' "$work/tp.log" || fail "tensor parallel: rank 0's error should name the lost rank 1"
+echo "tensor parallel: $(grep -m1 '^dray: rank 1 .* is lost' "$work/tp.log"); $(grep '^rank 0 exit' "$work/tp.log")"

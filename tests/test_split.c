@@ -294,6 +294,51 @@ static void bad_split_settings_are_refused_with_the_reason(void **state)
     assert_non_null(strstr(err, "one per plugin"));
 }
 
+/* ------------------------------------------------------- tensor parallel */
+
+static struct dray_model_info heads(uint32_t n_head, uint32_t n_kv, uint32_t n_ff)
+{
+    struct dray_model_info mi = {0};
+    mi.n_head = n_head;
+    mi.n_kv_head = n_kv;
+    mi.n_ff = n_ff;
+    return mi;
+}
+
+static void tensor_parallel_slices_heads_by_kv_groups_and_the_ffn_by_blocks(void **state)
+{
+    (void)state;
+    char err[512];
+    struct dray_tp_slice s;
+    struct dray_model_info gemma = heads(4, 1, 2048), smol = heads(9, 3, 1536);
+    /* Gemma 3 270M over 3: heads 2/1/1 all reading KV head 0, ff 3/3/2 blocks of 256 */
+    uint32_t want[3][6] = {{0, 2, 0, 1, 0, 768}, {2, 1, 0, 1, 768, 768}, {3, 1, 0, 1, 1536, 512}};
+    for (uint32_t r = 0; r < 3; r++) {
+        assert_int_equal(dray_tp_slice(&gemma, 256, NULL, r, 3, &s, err, sizeof(err)), 0);
+        uint32_t got[6] = {s.head0, s.n_head, s.kv0, s.n_kv, s.ff0, s.n_ff};
+        assert_memory_equal(got, want[r], sizeof(got));
+        assert_true(dray_tp_slice_ok(&gemma, &s));
+    }
+    /* SmolLM2 over 3: one KV group each; with shares 1,3 over 2 the FFN goes a quarter, three quarters */
+    assert_int_equal(dray_tp_slice(&smol, 32, NULL, 2, 3, &s, err, sizeof(err)), 0);
+    assert_int_equal(s.head0, 6);
+    assert_int_equal(s.kv0, 2);
+    assert_int_equal(s.n_ff, 512);
+    assert_int_equal(dray_tp_slice(&gemma, 256, (double[]){1, 3}, 0, 2, &s, err, sizeof(err)), 0);
+    assert_int_equal(s.n_ff, 512);
+    assert_int_equal(dray_tp_slice(&gemma, 256, (double[]){1, 3}, 1, 2, &s, err, sizeof(err)), 0);
+    assert_int_equal(s.ff0, 512);
+    assert_int_equal(s.n_ff, 1536);
+    /* refused with the reason: 3 KV heads over 2, more ranks than heads, an FFN not in blocks */
+    assert_int_equal(dray_tp_slice(&smol, 32, NULL, 0, 2, &s, err, sizeof(err)), DRAY_EINVAL);
+    assert_non_null(strstr(err, "9 attention heads over 3 KV heads"));
+    assert_int_equal(dray_tp_slice(&gemma, 256, NULL, 0, 5, &s, err, sizeof(err)), DRAY_EINVAL);
+    assert_non_null(strstr(err, "more ranks than the model's 4 attention heads"));
+    struct dray_model_info odd = heads(4, 1, 300);
+    assert_int_equal(dray_tp_slice(&odd, 256, NULL, 0, 2, &s, err, sizeof(err)), DRAY_EINVAL);
+    assert_false(dray_tp_slice_ok(&smol, &(struct dray_tp_slice){0, 4, 0, 2, 0, 32})); /* 4 heads, 2 KV: GQA off */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +352,7 @@ int main(void)
         cmocka_unit_test(cpu_vulkan_split_gives_the_tokens_of_one_cpu),
         cmocka_unit_test(a_split_calibrates_like_one_device),
         cmocka_unit_test(bad_split_settings_are_refused_with_the_reason),
+        cmocka_unit_test(tensor_parallel_slices_heads_by_kv_groups_and_the_ffn_by_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

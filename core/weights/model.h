@@ -37,6 +37,15 @@ struct dray_model_info {
     uint64_t rescore_bytes;
     const char *head;          /* the output head as prepared: "8-bit groups", "4-bit rescored", ... */
     uint64_t rescore_rows, rescore_candidates;
+    uint64_t tp_reduces;       /* tensor parallel: all-reduces so far and their time */
+    double tp_reduce_s;
+};
+
+/* One rank's slice of every layer under tensor parallel: query heads [head0,
+ * head0 + n_head), KV heads [kv0, kv0 + n_kv) (a KV head is held by every rank
+ * whose query heads read it), FFN columns [ff0, ff0 + n_ff). */
+struct dray_tp_slice {
+    uint32_t head0, n_head, kv0, n_kv, ff0, n_ff;
 };
 
 struct dray_model_opts {
@@ -70,7 +79,29 @@ struct dray_model_opts {
      * output head unless no_head. */
     bool part, no_head;
     uint32_t layer_begin, layer_end;
+    /* Tensor parallel (core/split.h): with tp_size > 1 this part holds slice
+     * tp_rank of every layer it holds (tp_slice, from dray_tp_slice: its query
+     * and KV heads, its FFN columns), and allreduce sums the partial outputs of the attention
+     * output and FFN down projections over the ranks (n floats in place). */
+    uint32_t tp_rank, tp_size;
+    struct dray_tp_slice tp_slice;
+    int (*allreduce)(void *user, float *buf, size_t n, char *err, size_t errlen);
+    void *allreduce_user;
 };
+
+/* Slice `rank` of `size` for a model of mi's heads and FFN width. Heads go by
+ * whole KV groups when the KV heads divide among the ranks, else each rank's
+ * heads must read one KV head; every rank then holds the same number of KV
+ * heads (one KV pool layout for all). FFN columns go in whole blocks of
+ * ff_block (the file's block of ffn_down: a row split cuts only there), in
+ * proportion to ff_share[size] when given (at least one block each), else
+ * evenly. Uneven shares go to the first ranks. DRAY_EINVAL saying why a split
+ * cannot be made. Only mi's n_head, n_kv_head and n_ff are read. */
+int dray_tp_slice(const struct dray_model_info *mi, uint32_t ff_block, const double *ff_share, uint32_t rank,
+                  uint32_t size, struct dray_tp_slice *out, char *err, size_t errlen);
+/* Whether s is a slice the decoder can run for mi: inside the model, and its
+ * query heads read exactly its KV heads in the attention op's GQA order. */
+bool dray_tp_slice_ok(const struct dray_model_info *mi, const struct dray_tp_slice *s);
 
 /* One forward step. Tokens are grouped by sequence in the same order as the
  * kv step that was begun for them (dray_kv_step_begin). */

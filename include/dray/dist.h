@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DRAY_DIST_ABI 2
+#define DRAY_DIST_ABI 2 /* 2: send timeouts, allreduce_f32 */
 #define DRAY_DIST_OPEN_SYMBOL "dray_dist_transport_open"
 
 enum dray_dist_status {
@@ -39,6 +39,12 @@ struct dray_dist {
                 size_t errlen);
     /* Leave the job (every rank calls it once, at exit). */
     void (*close)(void *self);
+    /* Since ABI 2. buf[0..n) becomes the element-wise sum of every rank's buf
+     * (tensor parallel: the partial sums of a row-split matmul). Collective: every
+     * rank calls it with the same n, in the same order; the same result on each.
+     * DRAY_DIST_ETIMEOUT when the ranks have not all joined in timeout_s (<= 0:
+     * for ever); the job's collectives are out of step after that. */
+    int (*allreduce_f32)(void *self, float *buf, size_t n, double timeout_s, char *err, size_t errlen);
 };
 
 /* Fill *out (the module may start its runtime here, e.g. MPI_Init_thread). */

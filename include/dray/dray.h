@@ -97,6 +97,7 @@ struct dray_config {
     uint32_t micro_batches;   /* split: micro-batches a step is cut into; 0 = one per device */
     char distributed[32];     /* "" = one process; "mpi" = ranks of mpirun hold layer ranges */
     uint32_t distributed_timeout; /* seconds rank 0 waits for another rank's answer; 0 = for ever */
+    uint32_t tensor_parallel; /* distributed: ranks that split every layer's heads and FFN; 1 = none */
 
     /* precision */
     enum dray_precision precision; /* weights and matmuls */
@@ -207,6 +208,8 @@ struct dray_split_report {
     double wall_s, overlap_s, busy_s[8];
     uint64_t remote_calls; /* distributed: stage calls to other ranks, and their time */
     double wire_s;         /* less the ranks' compute: messages and waits, both ways */
+    uint64_t allreduces;   /* tensor parallel: rank 0's all-reduces (two a layer) and their time */
+    double allreduce_s;
     char lost[512];        /* distributed: why a rank stopped answering ("" while all do) */
 };
 void dray_engine_split_report(const struct dray_engine *e, struct dray_split_report *r);

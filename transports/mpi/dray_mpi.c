@@ -121,6 +121,62 @@ static int mpi_recv(void *self, uint32_t peer, double timeout_s, void **buf, siz
     }
 }
 
+/* Wait for a non-blocking collective, polling (the lock only around each
+ * test), giving up after timeout_s (<= 0: never). The ranks meet here twice a
+ * layer, a slice's compute apart: yield for the first 5 ms, as a blocking
+ * collective would spin, then back off as a receive does. */
+static int wait_collective(MPI_Request *rq, double timeout_s, const char *what, char *err, size_t errlen)
+{
+    double t0 = now_s();
+    for (int done = 0;;) {
+        pthread_mutex_lock(&mu);
+        int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+        pthread_mutex_unlock(&mu);
+        if (rc != MPI_SUCCESS)
+            return fail(rc, err, errlen, what);
+        if (done)
+            return DRAY_DIST_OK;
+        double waited = now_s() - t0;
+        if (timeout_s > 0 && waited > timeout_s) {
+            snprintf(err, errlen, "mpi: %s: not every rank joined in %.0f s", what, timeout_s);
+            return DRAY_DIST_ETIMEOUT;
+        }
+        if (waited < 5e-3)
+            sched_yield();
+        else
+            backoff(waited);
+    }
+}
+
+/* The sum in place: reduced to rank 0 and broadcast, so every rank gets the
+ * same bits whatever order MPI would add in. Non-blocking, so that a rank that
+ * never joins costs a timeout, not a hang. */
+static int mpi_allreduce_f32(void *self, float *buf, size_t n, double timeout_s, char *err, size_t errlen)
+{
+    (void)self;
+    if (n > INT_MAX) {
+        snprintf(err, errlen, "mpi: an all-reduce of %zu floats is over INT_MAX", n);
+        return DRAY_DIST_EFAIL;
+    }
+    int rank = 0;
+    MPI_Request rq;
+    pthread_mutex_lock(&mu);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int rc = MPI_Ireduce(rank ? buf : MPI_IN_PLACE, rank ? NULL : buf, (int)n, MPI_FLOAT, MPI_SUM, 0,
+                         MPI_COMM_WORLD, &rq);
+    pthread_mutex_unlock(&mu);
+    if (rc != MPI_SUCCESS)
+        return fail(rc, err, errlen, "all-reduce");
+    if ((rc = wait_collective(&rq, timeout_s, "all-reduce", err, errlen)))
+        return rc;
+    pthread_mutex_lock(&mu);
+    rc = MPI_Ibcast(buf, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD, &rq);
+    pthread_mutex_unlock(&mu);
+    if (rc != MPI_SUCCESS)
+        return fail(rc, err, errlen, "all-reduce");
+    return wait_collective(&rq, timeout_s, "all-reduce", err, errlen);
+}
+
 static void mpi_close(void *self)
 {
     (void)self;
@@ -147,7 +203,8 @@ int dray_dist_transport_open(struct dray_dist *out, char *err, size_t errlen)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     *out = (struct dray_dist){.abi = DRAY_DIST_ABI, .rank = (uint32_t)rank, .size = (uint32_t)size,
-                              .name = "mpi", .send = mpi_send, .recv = mpi_recv, .close = mpi_close};
+                              .name = "mpi", .send = mpi_send, .recv = mpi_recv, .close = mpi_close,
+                              .allreduce_f32 = mpi_allreduce_f32};
     if (gethostname(out->host, sizeof(out->host) - 1))
         snprintf(out->host, sizeof(out->host), "?");
     return DRAY_DIST_OK;
