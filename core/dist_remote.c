@@ -311,6 +311,33 @@ void dray_remote_unload(struct dray_remote *r)
         dray_warn("%s", why);
 }
 
+/* The DIST_FORWARD request for b->part's layers into *m: positions, each
+ * layer's KV view (kv's layers il + kv_offset, micro-batch mb) and x_in; tp:
+ * the rank sends no hidden states back. */
+static int forward_request(struct dray_remote *r, const struct dray_kv *kv, uint32_t kv_offset, uint32_t mb,
+                           uint32_t n_embd, const struct dray_batch *b, bool tp, struct dist_msg *m, char *err,
+                           size_t errlen)
+{
+    const struct dray_batch_part *p = b->part;
+    struct dist_req q = {.op = DIST_FORWARD, .a = p->layer_begin, .b = p->layer_end, .c = b->n_tok,
+                         .d = n_embd, .e = tp};
+    dist_put(m, &q, sizeof(q));
+    dist_put(m, b->pos, (size_t)b->n_tok * sizeof(int32_t));
+    for (uint32_t il = p->layer_begin; il < p->layer_end; il++) {
+        const struct dray_kv_layer_step *st = dray_kv_layer_mb(kv, il + kv_offset, mb);
+        struct dray_kv_pool none = {0};
+        if (!st) {
+            free(m->p);
+            return dray_fail(err, errlen, DRAY_EINVAL, "rank %u: layer %u has no KV view in this step", r->rank,
+                             il);
+        }
+        dist_put(m, st, sizeof(*st));
+        dist_put(m, st->pool ? st->pool : &none, sizeof(none));
+    }
+    dist_put(m, p->x_in, (size_t)b->n_tok * n_embd * sizeof(float));
+    return 0;
+}
+
 int dray_remote_forward(struct dray_remote *r, const struct dray_kv *kv, uint32_t n_embd,
                         const struct dray_batch *b, double *compute_s, char *err, size_t errlen)
 {
@@ -319,27 +346,14 @@ int dray_remote_forward(struct dray_remote *r, const struct dray_kv *kv, uint32_
         return dray_fail(err, errlen, DRAY_EINVAL, "rank %u: only layers run on another rank (the "
                          "embedding and head stay on rank 0)", r->rank);
     size_t x_bytes = (size_t)b->n_tok * n_embd * sizeof(float);
-    struct dist_req q = {.op = DIST_FORWARD, .a = p->layer_begin, .b = p->layer_end, .c = b->n_tok,
-                         .d = n_embd};
     struct dist_msg m = {0};
-    dist_put(&m, &q, sizeof(q));
-    dist_put(&m, b->pos, (size_t)b->n_tok * sizeof(int32_t));
-    for (uint32_t il = p->layer_begin; il < p->layer_end; il++) {
-        const struct dray_kv_layer_step *st = dray_kv_layer_mb(kv, il, p->mb);
-        struct dray_kv_pool none = {0};
-        if (!st) {
-            free(m.p);
-            return dray_fail(err, errlen, DRAY_EINVAL, "rank %u: layer %u has no KV view in this step", r->rank,
-                             il);
-        }
-        dist_put(&m, st, sizeof(*st));
-        dist_put(&m, st->pool ? st->pool : &none, sizeof(none));
-    }
-    dist_put(&m, p->x_in, x_bytes);
+    int rc = forward_request(r, kv, 0, p->mb, n_embd, b, false, &m, err, errlen);
+    if (rc)
+        return rc;
     struct dist_ans a;
     struct dist_rd rd;
     void *buf;
-    int rc = exchange(r, &m, true, &a, &buf, &rd, err, errlen);
+    rc = exchange(r, &m, true, &a, &buf, &rd, err, errlen);
     const void *x = rc ? NULL : dist_take(&rd, x_bytes);
     if (!rc && !x)
         rc = dray_fail(err, errlen, DRAY_EIO, "rank %u: the hidden states came short", r->rank);
@@ -393,25 +407,9 @@ int dray_remote_calib_scores(struct dray_remote *r, float **scores, size_t *n, c
 int dray_remote_forward_send(struct dray_remote *r, const struct dray_kv *kv, uint32_t kv_offset,
                              uint32_t n_embd, const struct dray_batch *b, char *err, size_t errlen)
 {
-    const struct dray_batch_part *p = b->part;
-    struct dist_req q = {.op = DIST_FORWARD, .a = p->layer_begin, .b = p->layer_end, .c = b->n_tok,
-                         .d = n_embd, .e = 1};
     struct dist_msg m = {0};
-    dist_put(&m, &q, sizeof(q));
-    dist_put(&m, b->pos, (size_t)b->n_tok * sizeof(int32_t));
-    for (uint32_t il = p->layer_begin; il < p->layer_end; il++) {
-        const struct dray_kv_layer_step *st = dray_kv_layer_mb(kv, il + kv_offset, 0);
-        struct dray_kv_pool none = {0};
-        if (!st) {
-            free(m.p);
-            return dray_fail(err, errlen, DRAY_EINVAL, "rank %u: layer %u has no KV view in this step", r->rank,
-                             il);
-        }
-        dist_put(&m, st, sizeof(*st));
-        dist_put(&m, st->pool ? st->pool : &none, sizeof(none));
-    }
-    dist_put(&m, p->x_in, (size_t)b->n_tok * n_embd * sizeof(float));
-    return send_request(r, &m, err, errlen); /* r->mu held until dray_remote_forward_wait */
+    int rc = forward_request(r, kv, kv_offset, 0, n_embd, b, true, &m, err, errlen);
+    return rc ? rc : send_request(r, &m, err, errlen); /* r->mu held until dray_remote_forward_wait */
 }
 
 int dray_remote_forward_wait(struct dray_remote *r, double *compute_s, char *err, size_t errlen)
