@@ -1,5 +1,11 @@
 /* Plugin registry: search path -> dlopen -> negotiate -> validate -> probe devices.
  *
+ * Scanning only lists the files; a plugin is loaded when it is first needed: a
+ * name looks in the file named after it (libdray-<name>.so) first, and every
+ * file is loaded only to list them all or to find a name no file carries. So
+ * `dray run` on the CPU does not start the OpenCL or Vulkan runtimes (their
+ * LLVM alone is 57 MB of resident libraries and a tenth of a second).
+ *
  * A plugin that cannot be used is dlclosed and recorded in `skipped` with one
  * sentence naming the file, what was wrong (both ABI versions where versions are
  * the problem) and what to do about it; loading goes on with the next file.
@@ -45,6 +51,8 @@ struct dray_registry {
     size_t n_plugins, cap_plugins;
     struct dray_skipped *skipped;
     size_t n_skipped, cap_skipped;
+    char **pending; /* files scanned but not loaded yet, in search-path order */
+    size_t n_pending, cap_pending;
 };
 
 /* ------------------------------------------------------------ host services */
@@ -371,6 +379,54 @@ static int load_file(struct dray_registry *reg, const char *path, int explicit_p
     return 0;
 }
 
+static int add_pending(struct dray_registry *reg, const char *path)
+{
+    if (reg->n_pending == reg->cap_pending) {
+        size_t cap = reg->cap_pending ? 2 * reg->cap_pending : 8;
+        char **p = realloc(reg->pending, cap * sizeof(*p));
+        if (!p)
+            return DRAY_ENOMEM;
+        reg->pending = p;
+        reg->cap_pending = cap;
+    }
+    if (!(reg->pending[reg->n_pending] = strdup(path)))
+        return DRAY_ENOMEM;
+    reg->n_pending++;
+    return 0;
+}
+
+/* Load the pending files named libdray-<name>.so (name NULL: all of them), in
+ * search-path order; DRAY_ENOMEM only on out-of-memory. */
+static int load_pending(struct dray_registry *reg, const char *name)
+{
+    char want[128];
+    snprintf(want, sizeof(want), "%s%s%s", PLUGIN_PREFIX, name ? name : "", PLUGIN_SUFFIX);
+    int rc = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < reg->n_pending; i++) {
+        char *path = reg->pending[i];
+        if (rc || (name && strcmp(base_name(path), want))) {
+            reg->pending[kept++] = path;
+            continue;
+        }
+        const struct dray_plugin *p;
+        if ((rc = load_file(reg, path, 0, &p)))
+            reg->pending[kept++] = path; /* out of memory: tried again next time */
+        else
+            free(path);
+    }
+    reg->n_pending = kept;
+    return rc;
+}
+
+/* Listing needs every file loaded. The registry is logically const to its
+ * readers: loading a pending file only fills in what the scan already named. */
+static void load_all(const struct dray_registry *reg)
+{
+    if (reg && reg->n_pending && load_pending((struct dray_registry *)reg, NULL))
+        dray_warn("plugin registry: out of memory while loading plugins");
+}
+
 static int is_plugin_file(const char *name)
 {
     size_t n = strlen(name), np = strlen(PLUGIN_PREFIX), ns = strlen(PLUGIN_SUFFIX);
@@ -409,9 +465,8 @@ static int scan_dir(struct dray_registry *reg, const char *dir)
         qsort(names, n, sizeof(*names), cmp_str); /* names is NULL when the folder has none */
     for (size_t i = 0; i < n && rc == 0; i++) {
         char path[PATH_MAX];
-        const struct dray_plugin *p;
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        rc = load_file(reg, path, 0, &p);
+        rc = add_pending(reg, path);
     }
 out:
     for (size_t i = 0; i < n; i++)
@@ -495,6 +550,9 @@ void dray_registry_close(struct dray_registry *reg)
             dlclose(reg->plugins[i]->handle);
         free(reg->plugins[i]);
     }
+    for (size_t i = 0; i < reg->n_pending; i++)
+        free(reg->pending[i]);
+    free(reg->pending);
     free(reg->plugins);
     free(reg->skipped);
     free(reg);
@@ -502,21 +560,25 @@ void dray_registry_close(struct dray_registry *reg)
 
 size_t dray_registry_count(const struct dray_registry *reg)
 {
+    load_all(reg);
     return reg ? reg->n_plugins : 0;
 }
 
 const struct dray_plugin *dray_registry_at(const struct dray_registry *reg, size_t i)
 {
+    load_all(reg);
     return reg && i < reg->n_plugins ? reg->plugins[i] : NULL;
 }
 
 size_t dray_registry_n_skipped(const struct dray_registry *reg)
 {
+    load_all(reg);
     return reg ? reg->n_skipped : 0;
 }
 
 const struct dray_skipped *dray_registry_skipped_at(const struct dray_registry *reg, size_t i)
 {
+    load_all(reg);
     return reg && i < reg->n_skipped ? &reg->skipped[i] : NULL;
 }
 
@@ -560,6 +622,14 @@ const struct dray_plugin *dray_registry_find(struct dray_registry *reg, const ch
         return p;
     }
     const struct dray_plugin *p = find_by_name(reg, name_or_path);
+    /* its own file first, then the others: a file of another name may carry it */
+    for (int pass = 0; !p && pass < 2; pass++) {
+        if (load_pending(reg, pass ? NULL : name_or_path)) {
+            dray_fail(err, errlen, DRAY_ENOMEM, "plugin '%s': out of memory while loading", name_or_path);
+            return NULL;
+        }
+        p = find_by_name(reg, name_or_path);
+    }
     if (p)
         return p;
     /* Was a file of that name skipped? Then its reason is the useful answer. */

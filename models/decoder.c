@@ -223,6 +223,8 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
             fprintf(stderr, "\rdray: preparing weights (%s): layer %u/%u", dtype == DRAY_I8 ? "int8" : "f32",
                     il + 1, in->n_layer);
         rc = dec_load_layer(m, il, layer_dtype, err, errlen);
+        /* its norms' small reads mapped whole folios of the file back in */
+        dray_gguf_release(m->g, dray_gguf_bytes(m->g), dray_gguf_file_size(m->g));
     }
     if (o->progress && isatty(2))
         fprintf(stderr, "\n");
@@ -236,6 +238,9 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
         goto fail;
     dec_account(m);
     m->head_two_pass = dec_head_two_pass(m);
+    /* the file has been read into the weights: its pages that small reads (norms,
+     * biases, K smoothing) mapped back in leave the resident set */
+    dray_gguf_release(m->g, dray_gguf_bytes(m->g), dray_gguf_file_size(m->g));
     *out = m;
     return 0;
 fail:

@@ -82,6 +82,8 @@ int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen)
         rc = upload_scaled(m, il, "attn_q_norm", s, 1, m->layer[il].q_norm, err, errlen);
         if (!rc)
             rc = upload_scaled(m, il, "attn_k_norm", s, -1, m->layer[il].k_norm, err, errlen);
+        /* a read of a few bytes maps a whole folio of the file: give it back */
+        dray_gguf_release(m->g, dray_gguf_bytes(m->g), dray_gguf_file_size(m->g));
     }
     free(s);
     return rc;

@@ -726,6 +726,18 @@ static void round_trip(uint32_t version, uint32_t alignment)
     assert_string_equal(dray_gguf_name(g), path);
     check_metadata(g);
     check_tensors(g);
+    /* released pages read back as the file: dropping them is only a hint */
+    dray_gguf_release(g, dray_gguf_bytes(g), dray_gguf_file_size(g));
+    assert_memory_equal(dray_gguf_bytes(g), buf, size);
+    check_tensors(g);
+    dray_gguf_close(g);
+    /* a buffer the caller owns is never released: it would read back as zeros */
+    assert_int_equal(dray_gguf_open_mem(buf, size, "rt", &g, err, sizeof(err)), 0);
+    void *copy = malloc(size);
+    memcpy(copy, buf, size);
+    dray_gguf_release(g, dray_gguf_bytes(g), dray_gguf_file_size(g));
+    assert_memory_equal(buf, copy, size);
+    free(copy);
     dray_gguf_close(g);
     free(buf);
     dray_gguf_writer_free(w);

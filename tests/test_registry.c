@@ -2,6 +2,7 @@
  * fallback. Fake plugins come from tests/plugins (DRAY_FAKE_PLUGIN_DIR); each
  * misbehaves in one way and must be skipped with a sentence that names the file,
  * both versions where relevant, and the remedy, while the good one loads. */
+#include <dlfcn.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -161,6 +162,23 @@ static void test_registry_skips_table_version_disagreeing_with_negotiated(void *
 {
     (void)state;
     assert_skipped_with("fakemismatch", "negotiated ABI 1 but its table says version 2");
+}
+
+/* A plugin named by the engine is loaded from its own file alone: the others
+ * (and the runtimes they start) load only when the registry is listed. */
+static void test_registry_loads_a_named_plugin_alone_until_listed(void **state)
+{
+    (void)state;
+    struct dray_registry *reg = open_fakes();
+    char other[PATH_MAX];
+    snprintf(other, sizeof(other), "%s/libdray-fakenodev.so", fake_dir());
+    assert_non_null(dray_registry_find(reg, "fakegood", NULL, 0));
+    assert_null(dlopen(other, RTLD_NOW | RTLD_NOLOAD));
+    assert_true(dray_registry_count(reg) > 1);
+    void *h = dlopen(other, RTLD_NOW | RTLD_NOLOAD);
+    assert_non_null(h);
+    dlclose(h);
+    dray_registry_close(reg);
 }
 
 static void test_registry_keeps_first_of_duplicate_names(void **state)
@@ -465,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_device_open_config_falls_back_to_working_backend),
         cmocka_unit_test(test_device_open_config_without_fallback_explains),
         cmocka_unit_test(test_registry_finds_real_cpu_plugin_when_built),
+        cmocka_unit_test(test_registry_loads_a_named_plugin_alone_until_listed),
         cmocka_unit_test(test_registry_skips_empty_and_non_elf_files_with_dlopen_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

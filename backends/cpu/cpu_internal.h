@@ -18,6 +18,7 @@
 struct dray_buf {
     void *p;        /* 64-byte aligned host memory */
     size_t size;    /* bytes */
+    size_t mapped;  /* bytes mmap'd for a large buffer (pages zero until touched); 0: heap */
 };
 
 /* One implementation of each op; the glue calls these on slices. */

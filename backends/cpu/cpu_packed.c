@@ -33,20 +33,34 @@ static uint32_t layout_of(struct dray_wformat f, uint32_t uses, int half_ok)
     return f.scale == DRAY_WSCALE_F16 && half_ok && !(uses & DRAY_WUSE_EMBED) ? DRAY_Q4G32H : DRAY_Q4G32;
 }
 
-/* d and m' of every group as the interleave's float pairs ({d} for 8 bits);
- * *half_ok = 0 when some m' = -z*d is not an f16 value. */
-static void scales_of(const struct dray_weight_desc *w, uint64_t groups, float *sc, int *half_ok)
+/* Whether every m' = -z*d (or m) of the weight is an f16 value, so that the
+ * 4-bit kernels may read f16 pairs. */
+static int half_ok_of(const struct dray_weight_desc *w, uint64_t groups)
 {
-    int per = w->format.bits == 8 ? 1 : 2;
-    *half_ok = 1;
-    for (uint64_t i = 0; i < groups; i++) {
+    for (uint64_t i = 0; w->format.bits != 8 && i < groups; i++) {
         float d, m;
         dray_util_packed_dm(w->format, w->d, w->m, i, &d, &m);
+        if (dray_util_f16_to_f32(dray_util_f32_to_f16(m)) != m)
+            return 0;
+    }
+    return 1;
+}
+
+/* The 16 rows of block b: their codes (row-major, zero past n_out) into codes
+ * and d and m' of their groups as the interleave's float pairs ({d} for 8 bits). */
+static void block_of(const struct dray_weight_desc *w, uint64_t b, uint8_t *codes, float *sc)
+{
+    uint64_t G = w->k / 32, B = dray_util_wformat_group_bytes(w->format);
+    uint64_t per = w->format.bits == 8 ? 1 : 2, r0 = b * 16, n = w->n_out - r0 < 16 ? w->n_out - r0 : 16;
+    memcpy(codes, (const uint8_t *)w->codes + r0 * G * B, n * G * B);
+    memset(codes + n * G * B, 0, (16 - n) * G * B);
+    memset(sc, 0, 16 * G * per * sizeof(float));
+    for (uint64_t i = 0; i < n * G; i++) {
+        float d, m;
+        dray_util_packed_dm(w->format, w->d, w->m, r0 * G + i, &d, &m);
         sc[i * per] = d;
         if (per == 2)
             sc[i * per + 1] = m;
-        if (per == 2 && dray_util_f16_to_f32(dray_util_f32_to_f16(m)) != m)
-            *half_ok = 0;
     }
 }
 
@@ -62,34 +76,30 @@ int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     CHECK(dray_util_check_weight_desc(w, formats, ctx->err, sizeof(ctx->err)));
     /* whole 16-row blocks: the rows past n_out are zero codes, d and m */
     uint32_t rows = (w->n_out + 15u) & ~15u;
-    uint64_t G = w->k / 32, groups = (uint64_t)w->n_out * G, B = dray_util_wformat_group_bytes(w->format);
-    int per = w->format.bits == 8 ? 1 : 2, half_ok;
-    float *sc = calloc((size_t)rows * G * per, sizeof(float));
-    uint8_t *codes = rows != w->n_out ? calloc((size_t)rows * G, B) : NULL;
+    uint64_t G = w->k / 32, B = dray_util_wformat_group_bytes(w->format);
+    int per = w->format.bits == 8 ? 1 : 2, half_ok = half_ok_of(w, (uint64_t)w->n_out * G);
+    uint32_t layout = layout_of(w->format, w->uses, half_ok);
+    if (layout == DRAY_Q5G32 && !half_ok)
+        return dray_cpu_fail(ctx, DRAY_ENOTSUP, "weight_create: 5-bit groups whose -16*d is not an "
+                                                "f16 value (a scale of 4096 or more)");
+    /* one block at a time: no whole-matrix copy beside the packed one */
+    float *sc = malloc(16 * G * (size_t)per * sizeof(float));
+    uint8_t *codes = malloc(16 * G * B);
     struct dray_packed *p = calloc(1, sizeof(*p));
-    if (!sc || !p || (rows != w->n_out && !codes)) {
+    if (!sc || !p || !codes) {
         free(sc);
         free(codes);
         free(p);
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "weight_create: out of host memory");
     }
-    if (codes)
-        memcpy(codes, w->codes, groups * B);
-    scales_of(w, groups, sc, &half_ok);
-    p->layout = layout_of(w->format, w->uses, half_ok);
-    if (p->layout == DRAY_Q5G32 && !half_ok) {
-        free(sc);
-        free(codes);
-        free(p);
-        return dray_cpu_fail(ctx, DRAY_ENOTSUP, "weight_create: 5-bit groups whose -16*d is not an "
-                                                "f16 value (a scale of 4096 or more)");
-    }
+    p->layout = layout;
     p->n_out = w->n_out;
     p->rows = rows;
     p->k = w->k;
     p->uses = w->uses;
-    p->wbytes = (size_t)rows * dray_util_wrow_bytes(p->layout, w->k);
-    p->sbytes = (size_t)rows * dray_util_wscale_floats(p->layout, w->k) * 4;
+    size_t wblock = 16 * dray_util_wrow_bytes(p->layout, w->k), sblock = 16 * dray_util_wscale_floats(p->layout, w->k) * 4;
+    p->wbytes = (size_t)rows / 16 * wblock;
+    p->sbytes = (size_t)rows / 16 * sblock;
     p->w = aligned_alloc(64, (p->wbytes + 63) & ~(size_t)63);
     p->scale = aligned_alloc(64, (p->sbytes + 63) & ~(size_t)63);
     if (!p->w || !p->scale) {
@@ -99,7 +109,11 @@ int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
         dray_cpu_weight_free(ctx, p);
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "weight_create: out of memory for %zu bytes", want);
     }
-    dray_cpu_interleave(p->layout, rows, w->k, codes ? codes : w->codes, sc, p->w, p->scale);
+    for (uint64_t b = 0; b < rows / 16; b++) {
+        block_of(w, b, codes, sc);
+        dray_cpu_interleave(p->layout, 16, w->k, codes, sc, (uint8_t *)p->w + b * wblock,
+                            (uint8_t *)p->scale + b * sblock);
+    }
     free(sc);
     free(codes);
     if (device_bytes)

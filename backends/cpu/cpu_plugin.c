@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cpu_internal.h"
@@ -123,6 +124,10 @@ static const char *cpu_last_error(struct dray_ctx *ctx)
     return ctx ? ctx->err : "cpu: NULL context";
 }
 
+/* Buffers this large (KV pools, activations) are mapped pages, so that a KV
+ * sized for a whole context is resident only where tokens were written. */
+#define CPU_MAP_MIN ((size_t)1 << 20)
+
 static int cpu_alloc(struct dray_ctx *ctx, size_t nbytes, struct dray_buf **out)
 {
     ctx->err[0] = '\0';
@@ -134,7 +139,13 @@ static int cpu_alloc(struct dray_ctx *ctx, size_t nbytes, struct dray_buf **out)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "alloc: out of host memory");
     /* Round up to 64 so vector tails never read past the allocation. */
     size_t sz = nbytes + 63 < nbytes ? nbytes : (nbytes + 63) & ~(size_t)63;
-    if (sz < nbytes || posix_memalign(&b->p, 64, sz ? sz : 64) != 0) {
+    b->mapped = 0;
+    if (sz >= CPU_MAP_MIN) { /* pages of their own: a zero fill can give them back */
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (sz + page - 1) & ~(page - 1);
+        b->p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        b->mapped = b->p == MAP_FAILED ? 0 : len;
+    }
+    if (sz < nbytes || (!b->mapped && posix_memalign(&b->p, 64, sz ? sz : 64) != 0)) {
         free(b);
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "alloc: cannot allocate %zu bytes", nbytes);
     }
@@ -148,7 +159,10 @@ static void cpu_free(struct dray_ctx *ctx, struct dray_buf *buf)
     (void)ctx;
     if (!buf)
         return;
-    free(buf->p);
+    if (buf->mapped)
+        munmap(buf->p, buf->mapped);
+    else
+        free(buf->p);
     free(buf);
 }
 
@@ -202,6 +216,15 @@ static int cpu_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern
     int rc = dray_cpu_view(ctx, "fill dst", dst, nbytes, 1, &d);
     if (rc)
         return rc;
+    if (!pattern && dst.buf->mapped) { /* whole pages are handed back: zero, not resident */
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)d, b = a + nbytes;
+        uintptr_t lo = (a + page - 1) & ~(page - 1), hi = b & ~(page - 1);
+        if (hi > lo && !madvise((void *)lo, hi - lo, MADV_DONTNEED)) {
+            memset(d, 0, lo - a);
+            memset((void *)hi, 0, b - hi);
+            return 0;
+        }
+    }
     for (size_t i = 0; i < nbytes; i += 4)
         memcpy((char *)d + i, &pattern, 4);
     return 0;

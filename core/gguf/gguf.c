@@ -433,6 +433,7 @@ static int place_tensors(struct cursor *c, struct dray_gguf *g, const uint64_t *
                              "the end of the file (%" PRIu64 " bytes)", c->name, off_at[i],
                              t->name, t->nbytes, t->offset, g->data_start, c->size);
         t->data = c->p + start;
+        t->file = g;
     }
     return 0;
 }
@@ -651,6 +652,17 @@ out_free:
 out_close:
     close(fd);
     return rc;
+}
+
+void dray_gguf_release(const struct dray_gguf *g, const void *p, uint64_t n)
+{
+    const uint8_t *b = p, *map = g ? g->map : NULL;
+    if (!map || !n || b < map || b > map + g->size || n > (uint64_t)(map + g->size - b))
+        return;
+    /* the whole pages under the range: a private, read-only mapping's pages are
+     * the file's, so dropping one never loses data */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)b & ~(page - 1);
+    madvise((void *)lo, (uintptr_t)(b + n) - lo, MADV_DONTNEED);
 }
 
 /* ------------------------------------------------------------ lookup by name */

@@ -40,9 +40,29 @@ void dray_cache_bytes_hash(const void *p, size_t n, unsigned char out[16])
     memcpy(out, c.digest, 16);
 }
 
+void dray_cache_file_hash(const struct dray_gguf *g, const void *p, size_t n, unsigned char out[16])
+{
+    enum { CHUNK = 8u << 20 }; /* read, hashed, released: the file never stays resident */
+    XXH3_state_t *s = XXH3_createState();
+    if (!s || XXH3_128bits_reset(s)) {
+        XXH3_freeState(s);
+        dray_cache_bytes_hash(p, n, out);
+        return;
+    }
+    for (size_t at = 0; at < n; at += CHUNK) {
+        size_t len = n - at < CHUNK ? n - at : CHUNK;
+        XXH3_128bits_update(s, (const char *)p + at, len);
+        dray_gguf_release(g, (const char *)p + at, len);
+    }
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(s));
+    memcpy(out, c.digest, 16);
+    XXH3_freeState(s);
+}
+
 void dray_cache_model_hash(const struct dray_gguf *g, unsigned char out[16])
 {
-    dray_cache_bytes_hash(dray_gguf_bytes(g), (size_t)dray_gguf_file_size(g), out);
+    dray_cache_file_hash(g, dray_gguf_bytes(g), (size_t)dray_gguf_file_size(g), out);
 }
 
 bool dray_cache_path(char *path, size_t len, const char *prefix, const unsigned char hash[16],

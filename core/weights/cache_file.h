@@ -16,6 +16,9 @@ bool dray_cache_dir(char *dir, size_t len);
 /* The 128-bit XXH3 of n bytes, canonical byte order; of the model file's whole
  * content. */
 void dray_cache_bytes_hash(const void *p, size_t n, unsigned char out[16]);
+/* The same of n bytes at p inside g's file, read in chunks that leave the
+ * resident set as they are hashed (dray_gguf_release). */
+void dray_cache_file_hash(const struct dray_gguf *g, const void *p, size_t n, unsigned char out[16]);
 void dray_cache_model_hash(const struct dray_gguf *g, unsigned char out[16]);
 
 /* "<dir>/<prefix><hash in hex><suffix>" into path; false (path "") when the

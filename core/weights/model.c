@@ -303,6 +303,7 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     uint32_t row0 = 0;
     for (uint32_t i = 0; i < n_parts && !rc; i++) {
         rc = upload_part(dev, parts[i], pair_hd ? pair_hd[i] : 0, dtype, out, row0, &p, err, errlen);
+        dray_gguf_release(parts[i]->file, parts[i]->data, parts[i]->nbytes); /* read once */
         row0 += (uint32_t)parts[i]->ne[1];
     }
     if (!rc && dray_util_grouped(dtype))

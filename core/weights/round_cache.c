@@ -45,6 +45,34 @@ static uint64_t data_offset(const struct dray_round_cache *c, int scales, uint64
                                            : row * c->code_bytes);
 }
 
+/* Done with n mapped bytes at p for now: their pages leave the resident set
+ * (the mapping is the file's, read again if touched), so a hit never holds
+ * the whole file in memory beside the weights it becomes. */
+static void release(const void *p, uint64_t n)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p & ~(page - 1);
+    madvise((void *)lo, (uintptr_t)p + n - lo, MADV_DONTNEED);
+}
+
+/* XXH3_64 of n mapped bytes, released chunk by chunk as they are hashed. */
+static uint64_t sum_released(const unsigned char *p, uint64_t n)
+{
+    enum { CHUNK = 8u << 20 };
+    XXH3_state_t *s = XXH3_createState();
+    if (!s || XXH3_64bits_reset(s)) {
+        XXH3_freeState(s);
+        return XXH3_64bits(p, n);
+    }
+    for (uint64_t at = 0; at < n; at += CHUNK) {
+        uint64_t len = n - at < CHUNK ? n - at : CHUNK;
+        XXH3_64bits_update(s, p + at, len);
+        release(p + at, len);
+    }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
 /* Map path and check it against c->h; true when every row is there intact. */
 static bool map_valid(struct dray_round_cache *c, const char **why)
 {
@@ -68,8 +96,8 @@ static bool map_valid(struct dray_round_cache *c, const char **why)
     else if (memcmp(h->tensor_hash, c->h.tensor_hash, 16) || h->type != c->h.type || h->rows != c->h.rows ||
              h->k != c->h.k)
         *why = "made for another tensor";
-    else if (h->sum_codes != XXH3_64bits(base + data_offset(c, 0, 0), c->h.rows * c->code_bytes) ||
-             h->sum_scales != XXH3_64bits(base + data_offset(c, 1, 0), c->h.rows * c->scale_bytes))
+    else if (h->sum_codes != sum_released(base + data_offset(c, 0, 0), c->h.rows * c->code_bytes) ||
+             h->sum_scales != sum_released(base + data_offset(c, 1, 0), c->h.rows * c->scale_bytes))
         *why = "corrupt";
     if (*why) {
         munmap(m, want);
@@ -99,7 +127,7 @@ struct dray_round_cache *dray_round_cache_open(const struct dray_gguf_tensor *t,
     memcpy(c->h.magic, magic, sizeof(magic));
     c->code_bytes = k / 2;
     c->scale_bytes = k / 16 * sizeof(float);
-    dray_cache_bytes_hash(t->data, (size_t)t->nbytes, c->h.tensor_hash);
+    dray_cache_file_hash(t->file, t->data, (size_t)t->nbytes, c->h.tensor_hash);
     char suffix[320];
     snprintf(suffix, sizeof(suffix), "-%s-%s-v%u.bin", t->name, dtype == DRAY_Q4G32H ? "q4gh" : "q4g",
              DRAY_ROUND_VERSION);
@@ -133,6 +161,8 @@ void dray_round_cache_get(const struct dray_round_cache *c, uint64_t row0, uint6
 {
     memcpy(q, c->map + data_offset(c, 0, row0), n * c->code_bytes);
     memcpy(sc, c->map + data_offset(c, 1, row0), n * c->scale_bytes);
+    release(c->map + data_offset(c, 0, row0), n * c->code_bytes);
+    release(c->map + data_offset(c, 1, row0), n * c->scale_bytes);
 }
 
 /* Write all of buf at off; false on any failure. */

@@ -57,6 +57,7 @@ struct dray_gguf_tensor {
     uint64_t offset;    /* from the start of the data section */
     uint64_t nbytes;
     const void *data;   /* in the mapping; checked to lie inside the file */
+    const struct dray_gguf *file; /* the file it lies in (for dray_gguf_release) */
 };
 
 struct dray_gguf;
@@ -73,6 +74,10 @@ uint64_t dray_gguf_file_size(const struct dray_gguf *g);
 /* The whole file's bytes (dray_gguf_file_size of them), e.g. to hash its content. */
 const void *dray_gguf_bytes(const struct dray_gguf *g);
 const char *dray_gguf_name(const struct dray_gguf *g); /* path or name given at open */
+/* Done with bytes [p, p + n) for now: their pages leave the process's resident
+ * set and are read again (from the page cache) if touched. Only a hint: a range
+ * outside the mapped file (a copy, dray_gguf_open_mem's buffer) is left alone. */
+void dray_gguf_release(const struct dray_gguf *g, const void *p, uint64_t n);
 
 /* Metadata */
 uint64_t dray_gguf_n_kv(const struct dray_gguf *g);
