@@ -64,6 +64,33 @@ static void block_of(const struct dray_weight_desc *w, uint64_t b, uint8_t *code
     }
 }
 
+/* The blocks of one weight, split over the context's threads. */
+struct pack_task {
+    const struct dray_weight_desc *w;
+    struct dray_packed *p;
+    size_t wblock, sblock;
+    int failed; /* a thread without scratch memory */
+};
+
+static void pack_blocks(void *arg, uint32_t ith, uint32_t nth)
+{
+    struct pack_task *t = arg;
+    const struct dray_weight_desc *w = t->w;
+    uint64_t G = w->k / 32, B = dray_util_wformat_group_bytes(w->format), n = t->p->rows / 16;
+    uint64_t per = w->format.bits == 8 ? 1 : 2, b0 = n * ith / nth, b1 = n * (ith + 1) / nth;
+    float *sc = malloc(16 * G * per * sizeof(float));
+    uint8_t *codes = malloc(16 * G * B);
+    if (!sc || !codes)
+        __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED);
+    for (uint64_t b = b0; sc && codes && b < b1; b++) {
+        block_of(w, b, codes, sc);
+        dray_cpu_interleave(t->p->layout, 16, w->k, codes, sc, (uint8_t *)t->p->w + b * t->wblock,
+                            (uint8_t *)t->p->scale + b * t->sblock);
+    }
+    free(sc);
+    free(codes);
+}
+
 int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *w,
                            struct dray_packed **out, uint64_t *device_bytes)
 {
@@ -76,22 +103,14 @@ int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     CHECK(dray_util_check_weight_desc(w, formats, ctx->err, sizeof(ctx->err)));
     /* whole 16-row blocks: the rows past n_out are zero codes, d and m */
     uint32_t rows = (w->n_out + 15u) & ~15u;
-    uint64_t G = w->k / 32, B = dray_util_wformat_group_bytes(w->format);
-    int per = w->format.bits == 8 ? 1 : 2, half_ok = half_ok_of(w, (uint64_t)w->n_out * G);
+    int half_ok = half_ok_of(w, (uint64_t)w->n_out * (w->k / 32));
     uint32_t layout = layout_of(w->format, w->uses, half_ok);
     if (layout == DRAY_Q5G32 && !half_ok)
         return dray_cpu_fail(ctx, DRAY_ENOTSUP, "weight_create: 5-bit groups whose -16*d is not an "
                                                 "f16 value (a scale of 4096 or more)");
-    /* one block at a time: no whole-matrix copy beside the packed one */
-    float *sc = malloc(16 * G * (size_t)per * sizeof(float));
-    uint8_t *codes = malloc(16 * G * B);
     struct dray_packed *p = calloc(1, sizeof(*p));
-    if (!sc || !p || !codes) {
-        free(sc);
-        free(codes);
-        free(p);
+    if (!p)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "weight_create: out of host memory");
-    }
     p->layout = layout;
     p->n_out = w->n_out;
     p->rows = rows;
@@ -104,18 +123,16 @@ int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     p->scale = aligned_alloc(64, (p->sbytes + 63) & ~(size_t)63);
     if (!p->w || !p->scale) {
         size_t want = p->wbytes + p->sbytes;
-        free(sc);
-        free(codes);
         dray_cpu_weight_free(ctx, p);
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "weight_create: out of memory for %zu bytes", want);
     }
-    for (uint64_t b = 0; b < rows / 16; b++) {
-        block_of(w, b, codes, sc);
-        dray_cpu_interleave(p->layout, 16, w->k, codes, sc, (uint8_t *)p->w + b * wblock,
-                            (uint8_t *)p->scale + b * sblock);
+    /* block by block (no whole-matrix copy beside the packed one), on every thread */
+    struct pack_task task = {.w = w, .p = p, .wblock = wblock, .sblock = sblock};
+    dray_cpu_pool_run(ctx->pool, pack_blocks, &task);
+    if (task.failed) {
+        dray_cpu_weight_free(ctx, p);
+        return dray_cpu_fail(ctx, DRAY_ENOMEM, "weight_create: out of host memory");
     }
-    free(sc);
-    free(codes);
     if (device_bytes)
         *device_bytes = p->wbytes + p->sbytes;
     *out = p;

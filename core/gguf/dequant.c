@@ -239,11 +239,13 @@ int dray_gguf_tensor_row_q8g(const struct dray_gguf_tensor *t, uint64_t r, int8_
     const uint8_t *b = (const uint8_t *)t->data + r * (t->ne[0] / 32) * 34;
     for (uint64_t g = 0; g < t->ne[0] / 32; g++, b += 34) {
         float d = rd_half(b);
-        int amax = 0;
+        int8_t hi = 0, lo = 0; /* branch-free, so that the compiler vectorizes it */
         for (int e = 0; e < 32; e++) {
-            int v = (int8_t)b[2 + e];
-            amax = v < 0 ? (-v > amax ? -v : amax) : (v > amax ? v : amax);
+            int8_t v = (int8_t)b[2 + e];
+            hi = v > hi ? v : hi;
+            lo = v < lo ? v : lo;
         }
+        int amax = -lo > hi ? -lo : hi;
         if (amax == 0 || d == 0.0f) { /* max|w| = 0: scale 0, codes 0 */
             scale[g] = 0.0f;
             memset(q + g * 32, 0, 32);
@@ -254,8 +256,11 @@ int dray_gguf_tensor_row_q8g(const struct dray_gguf_tensor *t, uint64_t r, int8_
         if (amax != 127 || !(fabsf(d) < INFINITY))
             return DRAY_ENOTSUP;
         scale[g] = fabsf(d);
-        for (int e = 0; e < 32; e++)
-            q[g * 32 + e] = (int8_t)(d < 0 ? -(int8_t)b[2 + e] : (int8_t)b[2 + e]);
+        if (d < 0) /* codes -127..127: negating stays in range */
+            for (int e = 0; e < 32; e++)
+                q[g * 32 + e] = (int8_t)-(int8_t)b[2 + e];
+        else
+            memcpy(q + g * 32, b + 2, 32);
     }
     return 0;
 }
