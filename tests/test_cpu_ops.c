@@ -259,6 +259,34 @@ static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
     ops->free(cfast, b);
 }
 
+/* A large buffer's zero fill gives its whole pages back (they read as zero)
+ * and clears the partial pages at either end by hand; bytes outside the range
+ * keep their values. */
+static void test_cpu_zero_fill_of_a_large_buffer_clears_exactly_its_range(void **state)
+{
+    (void)state;
+    const size_t n = (size_t)3 << 20, off = 4096 * 3 + 100, len = ((size_t)2 << 20) + 1236;
+    struct dray_buf *b = NULL;
+    assert_int_equal(ops->alloc(cfast, n, &b), 0);
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < n; i++)
+        src[i] = (uint8_t)(i * 7 + 1);
+    assert_int_equal(ops->upload(cfast, V(b), src, n), 0);
+    assert_int_equal(ops->fill(cfast, (struct dray_view){b, off}, 0, len), 0);
+    down(cfast, b, dst, n);
+    memset(src + off, 0, len);
+    assert_memory_equal(dst, src, n);
+    /* and the pages given back take writes again */
+    assert_int_equal(ops->upload(cfast, (struct dray_view){b, off}, src + 5, 64), 0);
+    down(cfast, b, dst, n);
+    assert_memory_equal(dst + off, src + 5, 64);
+    free(src);
+    free(dst);
+    ops->free(cfast, b);
+}
+
 /* ------------------------------------------------------------ matmul */
 
 struct mm_case {
@@ -1418,6 +1446,7 @@ int main(void)
         KERNEL_SET_CASE("test_kernel_set_amx_runs_where_the_cpu_has_it", &isas[2]),
         cmocka_unit_test(test_cpu_plugin_describes_one_unified_device),
         cmocka_unit_test(test_cpu_memory_roundtrip_copy_fill_and_bounds),
+        cmocka_unit_test(test_cpu_zero_fill_of_a_large_buffer_clears_exactly_its_range),
         cmocka_unit_test(test_matmul_i8_matches_contract_and_reference),
         cmocka_unit_test(test_matmul_i8_outliers_are_excluded_and_added_in_f32),
         cmocka_unit_test(test_matmul_i8_extreme_values_are_exact_on_every_path),
