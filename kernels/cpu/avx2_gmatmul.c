@@ -8,7 +8,9 @@
  * saturate: Q8G32 multiplies |w| <= 128 by sign-adjusted q (|q| <= 127), Q4G32
  * nibbles <= 15 by q (Q5G32 codes <= 31: pairs within 2 * 31 * 127). The group's
  * int32 sums are exact; the f32 scale products are applied 8 rows at a time.
- * Q5G32's bit 4 arrives as 32 bits per half unit (one per byte), spread to
+ * Each dtype has its own inlined loop (one generic loop spilled its
+ * accumulators), and q rows go two at a time through one load and unpack of
+ * a block's weights. Q5G32's bit 4 arrives as 32 bits per half unit (one per byte), spread to
  * bytes with a byte shuffle and a compare against each byte's own bit. */
 #include <immintrin.h>
 #include <string.h>
@@ -28,12 +30,6 @@ static inline __m256i dot4_s8(__m256i w, __m256i a, __m256i ones)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w)), ones);
 }
 
-/* 4 products per lane: w (u8 0..15) . a (s8) */
-static inline __m256i dot4_u4(__m256i w, __m256i a, __m256i ones)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones);
-}
-
 /* 16 where bit i of m is set, for byte i (0..31). */
 static inline __m256i bits16(uint32_t m)
 {
@@ -42,31 +38,6 @@ static inline __m256i bits16(uint32_t m)
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), spread);
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(16));
-}
-
-/* Rows 16b .. 16b+7 (half 0) or 16b+8 .. 16b+15 (half 1) of one Q5G32 group of
- * token row q: the int32 sums of q * code, one row per lane. hib 0: a Q4G32H
- * group (the nibbles alone; inlined with a constant, the high unit's part is
- * compiled out). */
-static inline __attribute__((always_inline)) __m256i q5_half(const uint8_t *w, const int8_t *q, int half,
-                                                             __m256i ones, __m256i lo4, int hib)
-{
-    __m256i s = _mm256_setzero_si256();
-    for (uint32_t u = 0; u < 4; u++) {
-        __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * half));
-        __m256i l = _mm256_and_si256(z, lo4);
-        __m256i h = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
-        if (hib) {
-            uint32_t ml, mh; /* bits 32*half .. of words u and 4+u */
-            memcpy(&ml, w + 256 + 8 * u + 4 * half, 4);
-            memcpy(&mh, w + 256 + 32 + 8 * u + 4 * half, 4);
-            l = _mm256_or_si256(l, bits16(ml));
-            h = _mm256_or_si256(h, bits16(mh));
-        }
-        s = _mm256_add_epi32(s, dot4_u4(l, bcast4(q, 4 * u), ones));
-        s = _mm256_add_epi32(s, dot4_u4(h, bcast4(q, 16 + 4 * u), ones));
-    }
-    return s;
 }
 
 /* One group of 32 inputs into int8 as ref_gmatmul.c does it, bit for bit: the
@@ -152,75 +123,129 @@ static inline void prefetch_group(const struct dray_cpu_matmul *a, size_t bg, si
         _mm_prefetch(s + l, _MM_HINT_T0);
 }
 
+enum gkind { G_Q8, G_Q4, G_Q4H, G_Q5 };
+#define AI inline __attribute__((always_inline))
+
+/* The int32 sums of q * code for rows 16b+8h .. 16b+8h+7 (half h) of one group
+ * at w, one row per lane, for nt token rows q[0..nt) at once: the weights are
+ * loaded and unpacked once for all of them. 4- and 5-bit products are summed in
+ * int16 first (a lane's vpmaddubsw pair is at most 2 * 15 * 127 = 3810 for
+ * nibbles, so eight fit; 2 * 31 * 127 = 7874 for 5-bit codes, so four), then
+ * widened by one vpmaddwd: exact, as the reference's int32 sums. */
+static AI void half_sums(const uint8_t *w, const int8_t *const *q, int h, enum gkind kind, int nt,
+                         __m256i *s)
+{
+    const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0F);
+    if (kind == G_Q8) {
+        for (int j = 0; j < nt; j++)
+            s[j] = _mm256_setzero_si256();
+        for (uint32_t i = 0; i < 8; i++) {
+            __m256i z = _mm256_loadu_si256((const void *)(w + 64 * i + 32 * h));
+            for (int j = 0; j < nt; j++)
+                s[j] = _mm256_add_epi32(s[j], dot4_s8(z, bcast4(q[j], 4 * i), ones));
+        }
+        return;
+    }
+    __m256i lo[2], hi[2]; /* int16 sums of the units' low and high nibbles */
+    for (int j = 0; j < nt; j++)
+        lo[j] = hi[j] = _mm256_setzero_si256();
+    for (uint32_t u = 0; u < 4; u++) {
+        __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * h));
+        __m256i l = _mm256_and_si256(z, lo4);
+        __m256i m = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
+        if (kind == G_Q5) {
+            uint32_t ml, mh; /* bits 32*h .. of words u and 4+u */
+            memcpy(&ml, w + 256 + 8 * u + 4 * h, 4);
+            memcpy(&mh, w + 256 + 32 + 8 * u + 4 * h, 4);
+            l = _mm256_or_si256(l, bits16(ml));
+            m = _mm256_or_si256(m, bits16(mh));
+        }
+        for (int j = 0; j < nt; j++) {
+            lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(l, bcast4(q[j], 4 * u)));
+            hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(m, bcast4(q[j], 16 + 4 * u)));
+        }
+    }
+    for (int j = 0; j < nt; j++)
+        s[j] = kind == G_Q5 ? _mm256_add_epi32(_mm256_madd_epi16(lo[j], ones), _mm256_madd_epi16(hi[j], ones))
+                            : _mm256_madd_epi16(_mm256_add_epi16(lo[j], hi[j]), ones);
+}
+
+/* Block b (16 rows) for the nt (1 or 2) q rows from t: every group's sums, then
+ * the f32 scale products 8 rows at a time, in the reference's order. */
+static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, int nt, enum gkind kind)
+{
+    const uint32_t G = a->k / 32;
+    const size_t wb = kind == G_Q8 ? 512 : kind == G_Q5 ? 320 : 256, sb = kind == G_Q4 ? 128 : 64;
+    const int8_t *qt[2];
+    __m256 acc0[2], acc1[2];
+    for (int j = 0; j < nt; j++) {
+        qt[j] = a->q + (size_t)(t + j) * a->q_stride;
+        acc0[j] = acc1[j] = _mm256_setzero_ps();
+    }
+    for (uint32_t g = 0; g < G; g++) {
+        const size_t bg = (size_t)b * G + g;
+        if (t == 0) /* later tokens find this block's weights in cache */
+            prefetch_group(a, bg, wb, sb);
+        const uint8_t *w = (const uint8_t *)a->w + bg * wb;
+        const int8_t *q[2] = {qt[0] + 32 * g, nt > 1 ? qt[1] + 32 * g : NULL};
+        __m256i s0[2], s1[2];
+        half_sums(w, q, 0, kind, nt, s0);
+        half_sums(w, q, 1, kind, nt, s1);
+        for (int j = 0; j < nt; j++) {
+            const size_t tg = (size_t)(t + j) * G + g;
+            __m256 vs = _mm256_set1_ps(a->gsx[tg]);
+            if (kind == G_Q8) {
+                const float *ws = a->wscale + bg * 16;
+                acc0[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0[j]), _mm256_mul_ps(vs, _mm256_loadu_ps(ws)), acc0[j]);
+                acc1[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1[j]), _mm256_mul_ps(vs, _mm256_loadu_ps(ws + 8)), acc1[j]);
+                continue;
+            }
+            __m256 qs = _mm256_set1_ps((float)a->gsum[tg]), d0, d1, m0, m1;
+            if (kind == G_Q4) {
+                const float *dm = a->wscale + bg * 32;
+                d0 = _mm256_loadu_ps(dm), d1 = _mm256_loadu_ps(dm + 8);
+                m0 = _mm256_loadu_ps(dm + 16), m1 = _mm256_loadu_ps(dm + 24);
+            } else { /* f16 d and m */
+                const uint16_t *dm = (const uint16_t *)(const void *)a->wscale + bg * 32;
+                d0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)dm));
+                d1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 8)));
+                m0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 16)));
+                m1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 24)));
+            }
+            acc0[j] = _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0[j]), _mm256_mul_ps(m0, qs)), acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1[j]), _mm256_mul_ps(m1, qs)), acc1[j]);
+        }
+    }
+    for (int j = 0; j < nt; j++) {
+        float *out = dray_cpu_gout(a, t + j) + 16 * b; /* a residual row adds to its first */
+        if (dray_cpu_gadds(a, t + j)) {
+            acc0[j] = _mm256_add_ps(_mm256_loadu_ps(out), acc0[j]);
+            acc1[j] = _mm256_add_ps(_mm256_loadu_ps(out + 8), acc1[j]);
+        }
+        _mm256_storeu_ps(out, acc0[j]);
+        _mm256_storeu_ps(out + 8, acc1[j]);
+    }
+}
+
+/* Blocks o0/16 .. o1/16, the q rows two at a time (one weight load for both) */
+static AI void gmatmul_kind(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1, enum gkind kind)
+{
+    for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
+        uint32_t t = 0;
+        for (; t + 2 <= a->n_tok; t += 2)
+            block_rows(a, b, t, 2, kind);
+        if (t < a->n_tok)
+            block_rows(a, b, t, 1, kind);
+    }
+}
+
 /* o0 and o1 are multiples of 16 (the glue splits rows in 16s; n_out is one). */
 void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
 {
-    const uint32_t G = a->k / 32;
-    const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0F);
-    int q8 = a->wdtype == DRAY_Q8G32, q5 = a->wdtype == DRAY_Q5G32, q4h = a->wdtype == DRAY_Q4G32H;
-    /* bytes of one (b, g): weights, scales */
-    const size_t wb = q8 ? 512 : q5 ? 320 : 256, sb = q8 || q5 || q4h ? 64 : 128;
-    for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
-        for (uint32_t t = 0; t < a->n_tok; t++) {
-            const int8_t *qt = a->q + (size_t)t * a->q_stride;
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-            for (uint32_t g = 0; g < G; g++) {
-                const int8_t *q = qt + 32 * g;
-                if (t == 0) /* later tokens find this block's weights in cache */
-                    prefetch_group(a, (size_t)b * G + g, wb, sb);
-                __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-                float sx = a->gsx[(size_t)t * G + g];
-                if (q8) {
-                    const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 8 * 64;
-                    for (uint32_t i = 0; i < 8; i++) {
-                        __m256i av = bcast4(q, 4 * i);
-                        s0 = _mm256_add_epi32(s0, dot4_s8(_mm256_loadu_si256((const void *)(w + 64 * i)), av, ones));
-                        s1 = _mm256_add_epi32(s1, dot4_s8(_mm256_loadu_si256((const void *)(w + 64 * i + 32)), av, ones));
-                    }
-                    const float *ws = a->wscale + ((size_t)b * G + g) * 16;
-                    __m256 vs = _mm256_set1_ps(sx);
-                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(vs, _mm256_loadu_ps(ws)), acc0);
-                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(vs, _mm256_loadu_ps(ws + 8)), acc1);
-                } else if (q5 || q4h) { /* f16 d and m */
-                    const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * wb;
-                    s0 = q5 ? q5_half(w, q, 0, ones, lo4, 1) : q5_half(w, q, 0, ones, lo4, 0);
-                    s1 = q5 ? q5_half(w, q, 1, ones, lo4, 1) : q5_half(w, q, 1, ones, lo4, 0);
-                    const uint16_t *dm = (const uint16_t *)(const void *)a->wscale + ((size_t)b * G + g) * 32;
-                    __m256 vs = _mm256_set1_ps(sx), qs = _mm256_set1_ps((float)a->gsum[(size_t)t * G + g]);
-                    __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)dm));
-                    __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 8)));
-                    __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 16)));
-                    __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 24)));
-                    acc0 = _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), _mm256_mul_ps(m0, qs)), acc0);
-                    acc1 = _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), _mm256_mul_ps(m1, qs)), acc1);
-                } else {
-                    const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 4 * 64;
-                    for (uint32_t u = 0; u < 4; u++) {
-                        __m256i al = bcast4(q, 4 * u), ah = bcast4(q, 16 + 4 * u);
-                        __m256i z0 = _mm256_loadu_si256((const void *)(w + 64 * u));
-                        __m256i z1 = _mm256_loadu_si256((const void *)(w + 64 * u + 32));
-                        s0 = _mm256_add_epi32(s0, dot4_u4(_mm256_and_si256(z0, lo4), al, ones));
-                        s0 = _mm256_add_epi32(s0, dot4_u4(_mm256_and_si256(_mm256_srli_epi16(z0, 4), lo4), ah, ones));
-                        s1 = _mm256_add_epi32(s1, dot4_u4(_mm256_and_si256(z1, lo4), al, ones));
-                        s1 = _mm256_add_epi32(s1, dot4_u4(_mm256_and_si256(_mm256_srli_epi16(z1, 4), lo4), ah, ones));
-                    }
-                    const float *dm = a->wscale + ((size_t)b * G + g) * 32;
-                    __m256 vs = _mm256_set1_ps(sx), qs = _mm256_set1_ps((float)a->gsum[(size_t)t * G + g]);
-                    __m256 t0 = _mm256_fmadd_ps(_mm256_loadu_ps(dm), _mm256_cvtepi32_ps(s0),
-                                                _mm256_mul_ps(_mm256_loadu_ps(dm + 16), qs));
-                    __m256 t1 = _mm256_fmadd_ps(_mm256_loadu_ps(dm + 8), _mm256_cvtepi32_ps(s1),
-                                                _mm256_mul_ps(_mm256_loadu_ps(dm + 24), qs));
-                    acc0 = _mm256_fmadd_ps(vs, t0, acc0);
-                    acc1 = _mm256_fmadd_ps(vs, t1, acc1);
-                }
-            }
-            float *out = dray_cpu_gout(a, t) + 16 * b; /* a residual row adds to its first */
-            if (dray_cpu_gadds(a, t)) {
-                acc0 = _mm256_add_ps(_mm256_loadu_ps(out), acc0);
-                acc1 = _mm256_add_ps(_mm256_loadu_ps(out + 8), acc1);
-            }
-            _mm256_storeu_ps(out, acc0);
-            _mm256_storeu_ps(out + 8, acc1);
-        }
+    switch (a->wdtype) {
+    case DRAY_Q8G32: gmatmul_kind(a, o0, o1, G_Q8); break;
+    case DRAY_Q5G32: gmatmul_kind(a, o0, o1, G_Q5); break;
+    case DRAY_Q4G32H: gmatmul_kind(a, o0, o1, G_Q4H); break;
+    default: gmatmul_kind(a, o0, o1, G_Q4); break;
     }
 }
