@@ -1169,7 +1169,7 @@ static void att_build(struct dray_ctx *c, struct att_case *ac, const float *kf, 
 {
     uint32_t n_blocks = 0, bt_n = 0;
     int32_t bt[256];
-    int32_t slots[1024];
+    static int32_t slots[4096]; /* visible positions of all sequences */
     uint32_t n_kvtok = 0;
     uint32_t max_kv = 0;
     for (uint32_t s = 0; s < ac->n_seq; s++) {
@@ -1187,7 +1187,7 @@ static void att_build(struct dray_ctx *c, struct att_case *ac, const float *kf, 
     uint32_t n_slots = n_blocks * ac->bs;
     /* store every visible position's K/V; kf rows are per (seq, position) */
     size_t row = (size_t)ac->n_kv * ac->hd;
-    float *ks = malloc(1024 * row * 4), *vs = malloc(1024 * row * 4);
+    float *ks = malloc(4096 * row * 4), *vs = malloc(4096 * row * 4);
     uint32_t src = 0;
     for (uint32_t s = 0; s < ac->n_seq; s++)
         for (uint32_t p = 0; p < (uint32_t)ac->seqs[s][2]; p++, src++) {
@@ -1256,7 +1256,8 @@ static void att_naive(struct dray_ctx *c, const struct att_case *ac, const struc
             for (uint32_t h = 0; h < ac->n_head; h++) {
                 uint32_t g = h / grp;
                 const float *q = qf + ((size_t)t * ac->n_head + h) * ac->hd;
-                double sc[1024], m = -INFINITY, sum = 0;
+                static double sc[4096];
+                double m = -INFINITY, sum = 0;
                 for (uint32_t j = 0; j <= pos; j++) {
                     sc[j] = -INFINITY;
                     if (ac->window && pos - j >= ac->window)
@@ -1319,7 +1320,12 @@ static void att_case_run_amp(struct att_case *ac, float q_amp)
         if (!(fabs(res[0][i] - want[i]) <= tol * 0.1))
             fail_msg("attention ref vs naive: element %zu: %.9g vs %.9g", i, res[0][i], want[i]);
     near("attention avx2 vs ref", res[1], res[0], qn, tol, 0);
-    near("attention 1 thread vs 2", res[2], res[1], qn, 0, 0);
+    /* one thread or two: the same bits, unless two cut a long decode row's keys
+     * into chunks (cpu_attention_op.c), whose merge rounds differently */
+    int chunked = 0;
+    for (uint32_t s = 0; s < ac->n_seq; s++)
+        chunked |= ac->seqs[s][1] == 1 && ac->seqs[s][2] >= 256 && (!ac->window || ac->window >= 256);
+    near("attention 1 thread vs 2", res[2], res[1], qn, chunked ? tol : 0, 0);
     for (int ci = 0; ci < 3; ci++) {
         att_free(cs[ci], &e[ci]);
         free(res[ci]);
@@ -1342,7 +1348,7 @@ static void att_case_run_amp(struct att_case *ac, float q_amp)
         for (size_t k = 0; k < qn; k++)
             if (!(fabs(r2[0][k] - want[k]) <= tol))
                 fail_msg("attention %s vs naive: element %zu: %.9g vs %.9g", isas[i].env, k, r2[0][k], want[k]);
-        near("attention avx512 1 thread vs 2", r2[1], r2[0], qn, 0, 0);
+        near("attention avx512 1 thread vs 2", r2[1], r2[0], qn, chunked ? tol : 0, 0);
         free(r2[0]), free(r2[1]);
     }
     free(kf), free(vf), free(qf), free(want);
@@ -1401,6 +1407,23 @@ static void test_attention_odd_vector_count_and_peaked_softmax(void **state)
     struct att_case c2 = {DRAY_I8, 3, 1, 64, 24, 8, 4, MIXED};
     att_case_run_amp(&c2, 40.0f);
     struct att_case c3 = {DRAY_F16, 1, 1, 48, 0, 8, 4, MIXED};
+    att_case_run_amp(&c3, 40.0f);
+}
+
+/* A decode row over a long context has its keys cut into chunks for the
+ * threads (flash decoding: MQA's one kv head would otherwise run on one) and
+ * the partial sums merged: each path still matches the naive result, MQA and
+ * GQA, with a window, beside a short decode that stays whole, and with loud
+ * queries whose chunks have very different maxima. */
+static void test_attention_long_decode_rows_split_keys_across_threads(void **state)
+{
+    (void)state;
+    dray_test_seed(86);
+    struct att_case c = {DRAY_I8, 4, 1, 64, 0, 16, 1, {{0, 1, 1000, 0}}};
+    att_case_run(&c);
+    struct att_case c2 = {DRAY_F16, 9, 3, 64, 300, 16, 2, {{0, 1, 700, 0}, {1, 1, 90, 0}}};
+    att_case_run(&c2);
+    struct att_case c3 = {DRAY_I8, 4, 1, 256, 0, 16, 1, {{0, 1, 2000, 0}}};
     att_case_run_amp(&c3, 40.0f);
 }
 
@@ -1466,6 +1489,7 @@ int main(void)
         cmocka_unit_test(test_attention_gqa_f16_and_odd_head_dim),
         cmocka_unit_test(test_attention_sliding_window_with_block_holes),
         cmocka_unit_test(test_attention_odd_vector_count_and_peaked_softmax),
+        cmocka_unit_test(test_attention_long_decode_rows_split_keys_across_threads),
         cmocka_unit_test(test_attention_rejects_bad_sequences_and_reached_holes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

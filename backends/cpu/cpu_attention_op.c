@@ -1,5 +1,6 @@
 /* KV store and paged attention: argument checks (pool layout, sequence table,
  * block table entries the mask reaches) and the split into work items. */
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -101,33 +102,99 @@ static void att_task(void *arg, uint32_t ith, uint32_t nth)
     }
 }
 
-/* Items: (seq, query rows [r0, r1), kv head) in blocks of DRAY_CPU_ATT_QBLOCK rows. */
-static uint32_t count_items(const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head)
+/* Each call aims at this many items a thread, and a decode row's keys are cut
+ * into chunks of no fewer than ATT_CHUNK_MIN to get there. */
+#define ATT_ITEMS_PER_THREAD 2u
+#define ATT_CHUNK_MIN 128u
+#define ATT_MAX_CHUNKS 64u /* merge_chunks' weights array */
+
+/* Key chunks of each item of sequence sq (cpu_kernels.h, dray_cpu_att_chunk):
+ * one, unless it decodes one query row and the call's whole items (n_whole)
+ * are too few for the threads; then as many as make up the difference, each of
+ * at least ATT_CHUNK_MIN keys. */
+static uint32_t chunks_of(const int32_t *sq, uint32_t window, uint32_t n_whole, uint32_t n_threads)
+{
+    uint32_t want = n_threads > 1 ? (ATT_ITEMS_PER_THREAD * n_threads + n_whole - 1) / n_whole : 1;
+    if (sq[1] != 1 || want < 2)
+        return 1;
+    uint32_t pos = (uint32_t)sq[2] - 1, lo = (window > 0 && pos + 1 > window) ? pos + 1 - window : 0;
+    uint32_t len = pos + 1 - lo, n = len / ATT_CHUNK_MIN < want ? len / ATT_CHUNK_MIN : want;
+    n = n < ATT_MAX_CHUNKS ? n : ATT_MAX_CHUNKS;
+    if (n < 2)
+        return 1;
+    uint32_t cs = ((len + n - 1) / n + 31) / 32 * 32; /* as dray_cpu_att_chunk cuts */
+    return (len + cs - 1) / cs;
+}
+
+/* Items: (seq, query rows [r0, r1), kv head, key chunk c of n) in blocks of
+ * DRAY_CPU_ATT_QBLOCK rows; n_whole counts them with one chunk each. */
+static uint64_t count_items(const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head, uint32_t window,
+                            uint32_t n_whole, uint32_t n_threads)
 {
     uint64_t n = 0;
     for (uint32_t s = 0; s < n_seq; s++)
-        n += ((uint64_t)seqs[4 * s + 1] + DRAY_CPU_ATT_QBLOCK - 1) / DRAY_CPU_ATT_QBLOCK * n_kv_head;
-    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+        n += ((uint64_t)seqs[4 * s + 1] + DRAY_CPU_ATT_QBLOCK - 1) / DRAY_CPU_ATT_QBLOCK * n_kv_head *
+             (n_whole ? chunks_of(seqs + 4 * s, window, n_whole, n_threads) : 1);
+    return n;
 }
 
 /* Query blocks last to first: under the causal mask a later block sees more
  * keys, so the threads take the big items first and end on small ones (a
- * single-sequence prefill otherwise finishes on its most expensive item). */
-static void fill_items(uint32_t (*item)[4], const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head)
+ * single-sequence prefill otherwise finishes on its most expensive item). The
+ * chunks of one row and kv head are consecutive (merge_chunks). */
+static void fill_items(uint32_t (*item)[6], const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head,
+                       uint32_t window, uint32_t n_whole, uint32_t n_threads)
 {
     uint32_t n = 0;
-    for (uint32_t s = 0; s < n_seq; s++)
+    for (uint32_t s = 0; s < n_seq; s++) {
+        uint32_t nc = chunks_of(seqs + 4 * s, window, n_whole, n_threads);
         for (uint32_t nb = ((uint32_t)seqs[4 * s + 1] + DRAY_CPU_ATT_QBLOCK - 1) / DRAY_CPU_ATT_QBLOCK; nb-- > 0;)
-            for (uint32_t g = 0; g < n_kv_head; g++) {
-                uint32_t r = nb * DRAY_CPU_ATT_QBLOCK, r1 = r + DRAY_CPU_ATT_QBLOCK;
-                if (r1 > (uint32_t)seqs[4 * s + 1])
-                    r1 = (uint32_t)seqs[4 * s + 1];
-                item[n][0] = s;
-                item[n][1] = r;
-                item[n][2] = r1;
-                item[n][3] = g;
-                n++;
+            for (uint32_t g = 0; g < n_kv_head; g++)
+                for (uint32_t c = 0; c < nc; c++) {
+                    uint32_t r = nb * DRAY_CPU_ATT_QBLOCK, r1 = r + DRAY_CPU_ATT_QBLOCK;
+                    if (r1 > (uint32_t)seqs[4 * s + 1])
+                        r1 = (uint32_t)seqs[4 * s + 1];
+                    uint32_t it[6] = {s, r, r1, g, c, nc};
+                    memcpy(item[n++], it, sizeof(it));
+                }
+    }
+}
+
+/* out of each chunked row: sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c per
+ * query head, M the largest m_c (a chunk with nothing visible has m = -inf). */
+static void merge_chunks(const struct dray_cpu_attention *k, uint32_t group, uint32_t hd)
+{
+    for (uint32_t i = 0; i < k->n_item;) {
+        uint32_t n = k->item[i][5];
+        if (n == 1) {
+            i++;
+            continue;
+        }
+        const int32_t *sq = k->seqs + (size_t)k->item[i][0] * 4;
+        size_t t = (size_t)sq[0] + k->item[i][1];
+        for (uint32_t h = 0; h < group; h++) {
+            float M = -INFINITY, L = 0.0f, w[ATT_MAX_CHUNKS];
+            for (uint32_t c = 0; c < n; c++) {
+                float m = k->part[(i + c) * k->part_stride + (size_t)group * hd + h];
+                M = m > M ? m : M;
             }
+            for (uint32_t c = 0; c < n; c++) {
+                const float *pc = k->part + (i + c) * k->part_stride;
+                float m = pc[(size_t)group * hd + h];
+                w[c] = m == -INFINITY ? 0.0f : expf(m - M);
+                L += w[c] * pc[(size_t)group * (hd + 1) + h];
+            }
+            float inv = L > 0.0f ? 1.0f / L : 0.0f;
+            float *o = k->out + t * k->stride_out + (size_t)(k->item[i][3] * group + h) * hd;
+            for (uint32_t d = 0; d < hd; d++) {
+                float v = 0.0f;
+                for (uint32_t c = 0; c < n; c++)
+                    v += w[c] * k->part[(i + c) * k->part_stride + (size_t)h * hd + d];
+                o[d] = v * inv;
+            }
+        }
+        i += n;
+    }
 }
 
 int dray_cpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a)
@@ -147,30 +214,41 @@ int dray_cpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a
     if (!a->block_table.buf)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "attention block_table: NULL buffer");
 
-    uint32_t n_item = count_items(sq, a->n_seq, pool.n_kv_head);
-    if (n_item == 0)
+    uint64_t n_whole = count_items(sq, a->n_seq, pool.n_kv_head, a->window, 0, ctx->n_threads);
+    uint64_t n_all = n_whole > UINT32_MAX ? n_whole
+                                          : count_items(sq, a->n_seq, pool.n_kv_head, a->window, (uint32_t)n_whole,
+                                                        ctx->n_threads);
+    if (n_whole == 0)
         return 0;
-    uint32_t group = a->n_head / pool.n_kv_head;
-    size_t items_bytes = ((size_t)n_item * 16 + 63) & ~(size_t)63;
+    if (n_all > UINT32_MAX / 64)
+        return dray_cpu_fail(ctx, DRAY_ERANGE, "attention: %llu work items", (unsigned long long)n_all);
+    uint32_t n_item = (uint32_t)n_all, group = a->n_head / pool.n_kv_head;
+    size_t items_bytes = ((size_t)n_item * 24 + 63) & ~(size_t)63;
+    size_t part_stride = (size_t)group * (pool.head_dim + 2);
+    size_t part_bytes = n_item > n_whole ? ((size_t)n_item * part_stride * sizeof(float) + 63) & ~(size_t)63 : 0;
     size_t per = (dray_cpu_attention_scratch(a->max_kv_len, pool.head_dim, DRAY_CPU_ATT_QBLOCK * group) + 63) &
                  ~(size_t)63;
-    char *s = dray_cpu_scratch(ctx, items_bytes + per * ctx->n_threads);
+    char *s = dray_cpu_scratch(ctx, items_bytes + part_bytes + per * ctx->n_threads);
     if (!s)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "attention: no memory for scratch");
-    uint32_t(*item)[4] = (uint32_t(*)[4])s;
-    fill_items(item, sq, a->n_seq, pool.n_kv_head);
+    uint32_t(*item)[6] = (uint32_t(*)[6])s;
+    fill_items(item, sq, a->n_seq, pool.n_kv_head, a->window, (uint32_t)n_whole, ctx->n_threads);
 
-    struct att_job j = {ctx, {0}, s + items_bytes, per, 0};
+    struct att_job j = {ctx, {0}, s + items_bytes + part_bytes, per, 0};
     j.k = (struct dray_cpu_attention){.q = q, .out = out, .seqs = sq,
                                       .block_table = (const int32_t *)((char *)a->block_table.buf->p + a->block_table.offset),
                                       .pool = &pool, .n_seq = a->n_seq, .n_head = a->n_head,
                                       .stride_q = a->stride_q, .stride_out = a->stride_out,
                                       .window = a->window, .scale = a->scale,
-                                      .item = (const uint32_t(*)[4])item, .n_item = n_item};
+                                      .item = (const uint32_t(*)[6])item, .n_item = n_item,
+                                      .part = part_bytes ? (float *)(void *)(s + items_bytes) : NULL,
+                                      .part_stride = part_stride};
     atomic_init(&j.next, 0);
     if (ctx->n_threads == 1 || n_item == 1)
         ctx->k.attention(&j.k, 0, n_item, j.scratch);
     else
         dray_cpu_pool_run(ctx->pool, att_task, &j);
+    if (part_bytes)
+        merge_chunks(&j.k, group, pool.head_dim);
     return 0;
 }

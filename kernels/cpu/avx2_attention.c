@@ -371,8 +371,9 @@ static int softmax_tile(const struct dray_cpu_attention *a, struct item_state *s
     return any;
 }
 
-static void do_item(const struct dray_cpu_attention *a, const uint32_t it[4], void *scratch)
+static void do_item(const struct dray_cpu_attention *a, uint32_t i, void *scratch)
 {
+    const uint32_t *it = a->item[i];
     const struct dray_cpu_kv *p = a->pool;
     uint32_t hd = p->head_dim, group = a->n_head / p->n_kv_head;
     const int32_t *sq = a->seqs + (size_t)it[0] * 4;
@@ -396,9 +397,11 @@ static void do_item(const struct dray_cpu_attention *a, const uint32_t it[4], vo
         qv[r] = a->q + t * a->stride_q + (size_t)(g * group + r % group) * hd;
     }
     uint32_t pos_lo = st.first_pos + it[1], pos_hi = st.first_pos + it[2] - 1;
-    uint32_t j_lo = (a->window > 0 && pos_lo + 1 > a->window) ? pos_lo + 1 - a->window : 0;
-    for (uint32_t j0 = j_lo; j0 <= pos_hi; j0 += TILE) {
-        uint32_t nj = pos_hi + 1 - j0 < TILE ? pos_hi + 1 - j0 : TILE;
+    uint32_t j_lo = (a->window > 0 && pos_lo + 1 > a->window) ? pos_lo + 1 - a->window : 0, j_end = pos_hi + 1;
+    if (it[5] > 1) /* one chunk of one query row's keys */
+        dray_cpu_att_chunk(j_lo, pos_hi, it[4], it[5], &j_lo, &j_end);
+    for (uint32_t j0 = j_lo; j0 < j_end; j0 += TILE) {
+        uint32_t nj = j_end - j0 < TILE ? j_end - j0 : TILE;
         load_kscales(p, bt, g, j0, nj, st.ksc);
         load_tile(p, bt, 0, g, j0, nj, st.tile);
         scores(&st, qv, hd);
@@ -412,6 +415,13 @@ static void do_item(const struct dray_cpu_attention *a, const uint32_t it[4], vo
         if (r < st.rows)
             pv_block(st.acc + (size_t)r * hd, NULL, 0, cs[r], 1.0f, st.sc + (size_t)r * TILE, NULL, st.tile, nj,
                      hd);
+    }
+    if (it[5] > 1) { /* the chunk's partial sums, merged by the glue */
+        float *part = a->part + i * a->part_stride;
+        memcpy(part, st.acc, (size_t)st.rows * hd * sizeof(float));
+        memcpy(part + (size_t)st.rows * hd, st.m, st.rows * sizeof(float));
+        memcpy(part + (size_t)st.rows * (hd + 1), st.l, st.rows * sizeof(float));
+        return;
     }
     for (uint32_t r = 0; r < st.rows; r++) {
         size_t t = (size_t)q_start + it[1] + r / group;
@@ -433,5 +443,5 @@ void DRAY_ATT_ENTRY(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1
         return;
     }
     for (uint32_t i = i0; i < i1; i++)
-        do_item(a, a->item[i], scratch);
+        do_item(a, i, scratch);
 }

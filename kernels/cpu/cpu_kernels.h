@@ -236,11 +236,29 @@ struct dray_cpu_attention {
     uint32_t n_seq, n_head, stride_q, stride_out, window;
     float scale;
     /* Work items for the parallel split: item i covers sequence item[i][0],
-     * query rows item[i][1] .. item[i][2]-1 (relative to the sequence), and
-     * kv head item[i][3] (its query-head group). Built by the glue. */
-    const uint32_t (*item)[4];
+     * query rows item[i][1] .. item[i][2]-1 (relative to the sequence), kv head
+     * item[i][3] (its query-head group), and key chunk item[i][4] of
+     * item[i][5] (dray_cpu_att_chunk). Built by the glue. A whole item (one
+     * chunk) writes out; a chunk of several (one query row only) writes its
+     * partial sums to part + i * part_stride: acc [rows][head_dim] (the
+     * probability-weighted V, not divided), then the running max m [rows] and
+     * the sum of probabilities l [rows], rows = its query heads; the glue merges
+     * the chunks (flash decoding: one decode query otherwise runs on one thread
+     * per kv head, and MQA has one). */
+    const uint32_t (*item)[6];
     uint32_t n_item;
+    float *part;
+    size_t part_stride;
 };
+/* Keys [*k0, *k1) of chunk c of n over the visible keys [lo, hi] of one query
+ * row: chunks of whole 32-key tiles, the last one shorter. */
+static inline void dray_cpu_att_chunk(uint32_t lo, uint32_t hi, uint32_t c, uint32_t n, uint32_t *k0,
+                                      uint32_t *k1)
+{
+    uint32_t len = hi + 1 - lo, cs = ((len + n - 1) / n + 31) / 32 * 32;
+    *k0 = lo + c * cs < hi + 1 ? lo + c * cs : hi + 1;
+    *k1 = *k0 + cs < hi + 1 ? *k0 + cs : hi + 1;
+}
 /* Work items [i0, i1). scratch: per-thread, at least dray_cpu_attention_scratch() bytes. */
 void dray_cpu_ref_attention(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1,
                             void *scratch);

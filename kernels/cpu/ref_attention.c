@@ -40,34 +40,43 @@ static void load_row(const struct dray_cpu_kv *p, int is_v, size_t slot, uint32_
     }
 }
 
+/* Query q at position pos against the visible keys of chunk c of n: out the
+ * normalized result (n = 1), or the chunk's partial sums (acc not divided, its
+ * max *m and probability sum *l; cpu_kernels.h, struct dray_cpu_attention). */
 static void one_query(const struct dray_cpu_attention *a, const int32_t *bt, uint32_t pos, uint32_t g,
-                      const float *q, float *out, float *scores, float *row)
+                      uint32_t c, uint32_t n, const float *q, float *out, float *m_out, float *l_out,
+                      float *scores, float *row)
 {
     const struct dray_cpu_kv *p = a->pool;
-    uint32_t lo = (a->window > 0 && pos + 1 > a->window) ? pos + 1 - a->window : 0;
+    uint32_t lo = (a->window > 0 && pos + 1 > a->window) ? pos + 1 - a->window : 0, k0, k1;
+    dray_cpu_att_chunk(lo, pos, c, n, &k0, &k1);
     float m = -INFINITY;
-    for (uint32_t j = lo; j <= pos; j++) {
+    for (uint32_t j = k0; j < k1; j++) {
         load_row(p, 0, slot_of(p, bt, j), g, row);
         float s = 0.0f;
         for (uint32_t i = 0; i < p->head_dim; i++)
             s += q[i] * row[i];
         s *= a->scale;
-        scores[j - lo] = s;
+        scores[j - k0] = s;
         if (s > m)
             m = s;
     }
     float sum = 0.0f;
-    for (uint32_t j = lo; j <= pos; j++) {
-        scores[j - lo] = expf(scores[j - lo] - m);
-        sum += scores[j - lo];
+    for (uint32_t j = k0; j < k1; j++) {
+        scores[j - k0] = expf(scores[j - k0] - m);
+        sum += scores[j - k0];
     }
     for (uint32_t i = 0; i < p->head_dim; i++)
         out[i] = 0.0f;
-    for (uint32_t j = lo; j <= pos; j++) {
+    for (uint32_t j = k0; j < k1; j++) {
         load_row(p, 1, slot_of(p, bt, j), g, row);
-        float w = scores[j - lo] / sum;
+        float w = n == 1 ? scores[j - k0] / sum : scores[j - k0];
         for (uint32_t i = 0; i < p->head_dim; i++)
             out[i] += w * row[i];
+    }
+    if (n > 1) {
+        *m_out = m;
+        *l_out = sum;
     }
 }
 
@@ -81,13 +90,18 @@ void dray_cpu_ref_attention(const struct dray_cpu_attention *a, uint32_t i0, uin
         const int32_t *sq = a->seqs + (size_t)a->item[it][0] * 4;
         uint32_t q_start = (uint32_t)sq[0], n_q = (uint32_t)sq[1], kv_len = (uint32_t)sq[2];
         const int32_t *bt = a->block_table + sq[3];
-        uint32_t g = a->item[it][3];
+        uint32_t g = a->item[it][3], c = a->item[it][4], n = a->item[it][5];
+        float *part = n > 1 ? a->part + it * a->part_stride : NULL; /* one row: group heads */
         for (uint32_t r = a->item[it][1]; r < a->item[it][2]; r++) {
             uint32_t pos = kv_len - n_q + r;
             size_t t = (size_t)q_start + r;
-            for (uint32_t h = g * group; h < (g + 1) * group; h++)
-                one_query(a, bt, pos, g, a->q + t * a->stride_q + (size_t)h * p->head_dim,
-                          a->out + t * a->stride_out + (size_t)h * p->head_dim, scores, row);
+            for (uint32_t h = g * group; h < (g + 1) * group; h++) {
+                uint32_t j = h - g * group;
+                float *o = part ? part + (size_t)j * p->head_dim : a->out + t * a->stride_out + (size_t)h * p->head_dim;
+                one_query(a, bt, pos, g, c, n, a->q + t * a->stride_q + (size_t)h * p->head_dim, o,
+                          part ? part + (size_t)group * p->head_dim + j : NULL,
+                          part ? part + (size_t)group * (p->head_dim + 1) + j : NULL, scores, row);
+            }
         }
     }
 }
