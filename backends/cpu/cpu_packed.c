@@ -6,6 +6,7 @@
 
 #include "cpu_internal.h"
 #include "cpu_layout.h"
+#include "cpu_mem.h"
 
 /* The formats the kernels run. 4 bits: f32 or f16 d and m (Q4G32, Q4G32H); 5
  * bits: f16 (Q5G32); 8 bits: one scale (Q8G32, f16 widened exactly). Without a
@@ -119,8 +120,8 @@ int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     size_t wblock = 16 * dray_util_wrow_bytes(p->layout, w->k), sblock = 16 * dray_util_wscale_floats(p->layout, w->k) * 4;
     p->wbytes = (size_t)rows / 16 * wblock;
     p->sbytes = (size_t)rows / 16 * sblock;
-    p->w = aligned_alloc(64, (p->wbytes + 63) & ~(size_t)63);
-    p->scale = aligned_alloc(64, (p->sbytes + 63) & ~(size_t)63);
+    p->w = dray_cpu_big_alloc(p->wbytes);
+    p->scale = dray_cpu_big_alloc(p->sbytes);
     if (!p->w || !p->scale) {
         size_t want = p->wbytes + p->sbytes;
         dray_cpu_weight_free(ctx, p);
@@ -144,8 +145,8 @@ void dray_cpu_weight_free(struct dray_ctx *ctx, struct dray_packed *p)
     (void)ctx;
     if (!p)
         return;
-    free(p->w);
-    free(p->scale);
+    dray_cpu_big_free(p->w, p->wbytes);
+    dray_cpu_big_free(p->scale, p->sbytes);
     free(p);
 }
 
