@@ -170,6 +170,33 @@ static AI void half_sums(const uint8_t *w, const int8_t *const *q, int h, enum g
                             : _mm256_madd_epi16(_mm256_add_epi16(lo[j], hi[j]), ones);
 }
 
+/* Both halves of one 4-bit group (rows 0-7 into s0, 8-15 into s1) for nt q
+ * rows: each broadcast of 4 activation bytes feeds four vpmaddubsw, and a
+ * row's low and high nibble products share one int16 sum (eight pairs of at
+ * most 3810 each). */
+static AI void q4_sums(const uint8_t *w, const int8_t *const *q, int nt, __m256i *s0, __m256i *s1)
+{
+    const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0F);
+    __m256i a0[2], a1[2];
+    for (int j = 0; j < nt; j++)
+        a0[j] = a1[j] = _mm256_setzero_si256();
+    for (uint32_t u = 0; u < 4; u++) {
+        __m256i z0 = _mm256_loadu_si256((const void *)(w + 64 * u));
+        __m256i z1 = _mm256_loadu_si256((const void *)(w + 64 * u + 32));
+        __m256i l0 = _mm256_and_si256(z0, lo4), h0 = _mm256_and_si256(_mm256_srli_epi16(z0, 4), lo4);
+        __m256i l1 = _mm256_and_si256(z1, lo4), h1 = _mm256_and_si256(_mm256_srli_epi16(z1, 4), lo4);
+        for (int j = 0; j < nt; j++) {
+            __m256i bl = bcast4(q[j], 4 * u), bh = bcast4(q[j], 16 + 4 * u);
+            a0[j] = _mm256_add_epi16(a0[j], _mm256_add_epi16(_mm256_maddubs_epi16(l0, bl), _mm256_maddubs_epi16(h0, bh)));
+            a1[j] = _mm256_add_epi16(a1[j], _mm256_add_epi16(_mm256_maddubs_epi16(l1, bl), _mm256_maddubs_epi16(h1, bh)));
+        }
+    }
+    for (int j = 0; j < nt; j++) {
+        s0[j] = _mm256_madd_epi16(a0[j], ones);
+        s1[j] = _mm256_madd_epi16(a1[j], ones);
+    }
+}
+
 /* Block b (16 rows) for the nt (1 or 2) q rows from t: every group's sums, then
  * the f32 scale products 8 rows at a time, in the reference's order. */
 static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, int nt, enum gkind kind)
@@ -189,8 +216,12 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
         const uint8_t *w = (const uint8_t *)a->w + bg * wb;
         const int8_t *q[2] = {qt[0] + 32 * g, nt > 1 ? qt[1] + 32 * g : NULL};
         __m256i s0[2], s1[2];
-        half_sums(w, q, 0, kind, nt, s0);
-        half_sums(w, q, 1, kind, nt, s1);
+        if (kind == G_Q4 || kind == G_Q4H) {
+            q4_sums(w, q, nt, s0, s1);
+        } else {
+            half_sums(w, q, 0, kind, nt, s0);
+            half_sums(w, q, 1, kind, nt, s1);
+        }
         for (int j = 0; j < nt; j++) {
             const size_t tg = (size_t)(t + j) * G + g;
             __m256 vs = _mm256_set1_ps(a->gsx[tg]);
