@@ -197,9 +197,75 @@ static AI void q4_sums(const uint8_t *w, const int8_t *const *q, int nt, __m256i
     }
 }
 
+/* A batch of tokens (CODES_MIN_TOK or more) first unpacks each 16-row block of
+ * 4- and 5-bit codes to bytes, once, so that every token's pass is loads and
+ * vpmaddubsw only: group g's 512 bytes at codes + 512 g hold vector v (0..3 the
+ * low nibbles of unit v, 4..7 the high nibbles of unit v-4, with bit 4 added
+ * for 5-bit codes) at +64 v, its two 32-byte halves rows 0-7 and 8-15. Blocks of
+ * more than CODES_MAX_G groups keep the packed path. */
+#define CODES_MIN_TOK 4u
+#define CODES_MAX_G 128u
+
+static AI void unpack_block(const struct dray_cpu_matmul *a, uint32_t b, enum gkind kind, uint8_t *codes)
+{
+    const uint32_t G = a->k / 32;
+    const size_t wb = kind == G_Q5 ? 320 : 256, sb = kind == G_Q4 ? 128 : 64;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    for (uint32_t g = 0; g < G; g++) {
+        const size_t bg = (size_t)b * G + g;
+        prefetch_group(a, bg, wb, sb);
+        const uint8_t *w = (const uint8_t *)a->w + bg * wb;
+        for (uint32_t u = 0; u < 4; u++)
+            for (int h = 0; h < 2; h++) {
+                __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * h));
+                __m256i l = _mm256_and_si256(z, lo4), m = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
+                if (kind == G_Q5) {
+                    uint32_t ml, mh;
+                    memcpy(&ml, w + 256 + 8 * u + 4 * h, 4);
+                    memcpy(&mh, w + 256 + 32 + 8 * u + 4 * h, 4);
+                    l = _mm256_or_si256(l, bits16(ml));
+                    m = _mm256_or_si256(m, bits16(mh));
+                }
+                _mm256_store_si256((void *)(codes + 512 * g + 64 * u + 32 * h), l);
+                _mm256_store_si256((void *)(codes + 512 * g + 64 * (4 + u) + 32 * h), m);
+            }
+    }
+}
+
+/* Both halves' sums of one unpacked group c for nt q rows: int16 sums of at
+ * most eight nibble pairs (4-bit) or four 5-bit pairs, as in q4_sums. */
+static AI void codes_sums(const uint8_t *c, const int8_t *const *q, int nt, enum gkind kind, __m256i *s0,
+                          __m256i *s1)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i a0[2][2], a1[2][2]; /* [j][0]: vectors 0..3, [j][1]: 4..7 (5-bit codes only) */
+    for (int j = 0; j < nt; j++)
+        a0[j][0] = a1[j][0] = a0[j][1] = a1[j][1] = _mm256_setzero_si256();
+    for (uint32_t v = 0; v < 8; v++) {
+        const int p = kind == G_Q5 && v >= 4;
+        __m256i c0 = _mm256_load_si256((const void *)(c + 64 * v));
+        __m256i c1 = _mm256_load_si256((const void *)(c + 64 * v + 32));
+        for (int j = 0; j < nt; j++) {
+            __m256i bc = bcast4(q[j], v < 4 ? 4 * v : 16 + 4 * (v - 4));
+            a0[j][p] = _mm256_add_epi16(a0[j][p], _mm256_maddubs_epi16(c0, bc));
+            a1[j][p] = _mm256_add_epi16(a1[j][p], _mm256_maddubs_epi16(c1, bc));
+        }
+    }
+    for (int j = 0; j < nt; j++) {
+        s0[j] = _mm256_madd_epi16(a0[j][0], ones);
+        s1[j] = _mm256_madd_epi16(a1[j][0], ones);
+        if (kind == G_Q5) {
+            s0[j] = _mm256_add_epi32(s0[j], _mm256_madd_epi16(a0[j][1], ones));
+            s1[j] = _mm256_add_epi32(s1[j], _mm256_madd_epi16(a1[j][1], ones));
+        }
+    }
+}
+
 /* Block b (16 rows) for the nt (1 or 2) q rows from t: every group's sums, then
- * the f32 scale products 8 rows at a time, in the reference's order. */
-static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, int nt, enum gkind kind)
+ * the f32 scale products 8 rows at a time, in the reference's order. codes:
+ * the block unpacked (unpack_block), or NULL to read the packed weights. */
+static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, int nt, enum gkind kind,
+                          const uint8_t *codes)
 {
     const uint32_t G = a->k / 32;
     const size_t wb = kind == G_Q8 ? 512 : kind == G_Q5 ? 320 : 256, sb = kind == G_Q4 ? 128 : 64;
@@ -211,12 +277,14 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
     }
     for (uint32_t g = 0; g < G; g++) {
         const size_t bg = (size_t)b * G + g;
-        if (t == 0) /* later tokens find this block's weights in cache */
+        if (t == 0 && !codes) /* later tokens find this block's weights in cache */
             prefetch_group(a, bg, wb, sb);
         const uint8_t *w = (const uint8_t *)a->w + bg * wb;
         const int8_t *q[2] = {qt[0] + 32 * g, nt > 1 ? qt[1] + 32 * g : NULL};
         __m256i s0[2], s1[2];
-        if (kind == G_Q4 || kind == G_Q4H) {
+        if (codes) {
+            codes_sums(codes + 512 * g, q, nt, kind, s0, s1);
+        } else if (kind == G_Q4 || kind == G_Q4H) {
             q4_sums(w, q, nt, s0, s1);
         } else {
             half_sums(w, q, 0, kind, nt, s0);
@@ -261,12 +329,16 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
 /* Blocks o0/16 .. o1/16, the q rows two at a time (one weight load for both) */
 static AI void gmatmul_kind(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1, enum gkind kind)
 {
+    _Alignas(32) uint8_t codes[CODES_MAX_G * 512];
+    const int unpack = kind == G_Q5 && a->n_tok >= CODES_MIN_TOK && a->k / 32 <= CODES_MAX_G;
     for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
+        if (unpack)
+            unpack_block(a, b, kind, codes);
         uint32_t t = 0;
         for (; t + 2 <= a->n_tok; t += 2)
-            block_rows(a, b, t, 2, kind);
+            block_rows(a, b, t, 2, kind, unpack ? codes : NULL);
         if (t < a->n_tok)
-            block_rows(a, b, t, 1, kind);
+            block_rows(a, b, t, 1, kind, unpack ? codes : NULL);
     }
 }
 
