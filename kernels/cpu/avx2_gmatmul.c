@@ -204,7 +204,7 @@ static AI void q4_sums(const uint8_t *w, const int8_t *const *q, int nt, __m256i
  * for 5-bit codes) at +64 v, its two 32-byte halves rows 0-7 and 8-15. Blocks of
  * more than CODES_MAX_G groups keep the packed path. */
 #define CODES_MIN_TOK 4u
-#define CODES_MAX_G 128u
+#define CODES_MAX_G 64u /* 32 KiB of stack; k up to 2048 */
 
 static AI void unpack_block(const struct dray_cpu_matmul *a, uint32_t b, enum gkind kind, uint8_t *codes)
 {
