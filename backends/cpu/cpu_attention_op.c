@@ -65,7 +65,7 @@ static int check_seq(struct dray_ctx *ctx, const struct dray_attention_args *a, 
     if (n_q == 0)
         return 0;
     uint32_t first_pos = (uint32_t)(kv_len - n_q);
-    uint32_t lo = (a->window > 0 && first_pos + 1 > a->window) ? first_pos + 1 - a->window : 0;
+    uint32_t lo = dray_cpu_att_lo(first_pos, a->window);
     uint64_t b0 = lo / p->block_size, b1 = ((uint32_t)kv_len - 1) / p->block_size; /* blocks reached */
     uint64_t end = ((uint64_t)bt_start + b1 + 1) * 4;                              /* bytes of the table used */
     void *btp;
@@ -117,12 +117,11 @@ static uint32_t chunks_of(const int32_t *sq, uint32_t window, uint32_t n_whole, 
     uint32_t want = n_threads > 1 ? (ATT_ITEMS_PER_THREAD * n_threads + n_whole - 1) / n_whole : 1;
     if (sq[1] != 1 || want < 2)
         return 1;
-    uint32_t pos = (uint32_t)sq[2] - 1, lo = (window > 0 && pos + 1 > window) ? pos + 1 - window : 0;
-    uint32_t len = pos + 1 - lo, n = len / ATT_CHUNK_MIN < want ? len / ATT_CHUNK_MIN : want;
+    uint32_t pos = (uint32_t)sq[2] - 1, len = pos + 1 - dray_cpu_att_lo(pos, window), n = len / ATT_CHUNK_MIN < want ? len / ATT_CHUNK_MIN : want;
     n = n < ATT_MAX_CHUNKS ? n : ATT_MAX_CHUNKS;
     if (n < 2)
         return 1;
-    uint32_t cs = ((len + n - 1) / n + 31) / 32 * 32; /* as dray_cpu_att_chunk cuts */
+    uint32_t cs = dray_cpu_att_chunk_len(len, n);
     return (len + cs - 1) / cs;
 }
 

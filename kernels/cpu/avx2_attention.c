@@ -337,7 +337,7 @@ static int softmax_tile(const struct dray_cpu_attention *a, struct item_state *s
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (uint32_t r = 0; r < st->rows; r++) {
         uint32_t pos = st->first_pos + st->r0 + r / st->group;
-        uint32_t lo = (a->window > 0 && pos + 1 > a->window) ? pos + 1 - a->window : 0;
+        uint32_t lo = dray_cpu_att_lo(pos, a->window);
         __m256i vlo = _mm256_set1_epi32((int32_t)lo), vpos = _mm256_set1_epi32((int32_t)pos);
         float *s = st->sc + (size_t)r * TILE;
         __m256 sv[TILE / 8];
@@ -397,7 +397,7 @@ static void do_item(const struct dray_cpu_attention *a, uint32_t i, void *scratc
         qv[r] = a->q + t * a->stride_q + (size_t)(g * group + r % group) * hd;
     }
     uint32_t pos_lo = st.first_pos + it[1], pos_hi = st.first_pos + it[2] - 1;
-    uint32_t j_lo = (a->window > 0 && pos_lo + 1 > a->window) ? pos_lo + 1 - a->window : 0, j_end = pos_hi + 1;
+    uint32_t j_lo = dray_cpu_att_lo(pos_lo, a->window), j_end = pos_hi + 1;
     if (it[5] > 1) /* one chunk of one query row's keys */
         dray_cpu_att_chunk(j_lo, pos_hi, it[4], it[5], &j_lo, &j_end);
     for (uint32_t j0 = j_lo; j0 < j_end; j0 += TILE) {

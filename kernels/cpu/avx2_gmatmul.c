@@ -126,16 +126,34 @@ static inline void prefetch_group(const struct dray_cpu_matmul *a, size_t bg, si
 enum gkind { G_Q8, G_Q4, G_Q4H, G_Q5 };
 #define AI inline __attribute__((always_inline))
 
-/* The int32 sums of q * code for rows 16b+8h .. 16b+8h+7 (half h) of one group
- * at w, one row per lane, for nt token rows q[0..nt) at once: the weights are
- * loaded and unpacked once for all of them. 4- and 5-bit products are summed in
- * int16 first (a lane's vpmaddubsw pair is at most 2 * 15 * 127 = 3810 for
- * nibbles, so eight fit; 2 * 31 * 127 = 7874 for 5-bit codes, so four), then
- * widened by one vpmaddwd: exact, as the reference's int32 sums. */
+/* Unit u's codes of half h (rows 8h .. 8h+7) of one group at w: the low
+ * nibbles (inputs 4u + e) into *l and the high ones (16 + 4u + e) into *m,
+ * bit 4 added for 5-bit codes. */
+static AI void unit_codes(const uint8_t *w, uint32_t u, int h, enum gkind kind, __m256i *l, __m256i *m)
+{
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * h));
+    *l = _mm256_and_si256(z, lo4);
+    *m = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
+    if (kind == G_Q5) {
+        uint32_t ml, mh; /* bits 32*h .. of words u and 4+u */
+        memcpy(&ml, w + 256 + 8 * u + 4 * h, 4);
+        memcpy(&mh, w + 256 + 32 + 8 * u + 4 * h, 4);
+        *l = _mm256_or_si256(*l, bits16(ml));
+        *m = _mm256_or_si256(*m, bits16(mh));
+    }
+}
+
+/* The int32 sums of q * code for rows 16b+8h .. 16b+8h+7 (half h) of one
+ * 8-bit or 5-bit group at w, one row per lane, for nt token rows q[0..nt) at
+ * once: the weights are loaded and unpacked once for all of them. 5-bit
+ * products are summed in int16 first (a lane's vpmaddubsw pair is at most
+ * 2 * 31 * 127 = 7874, so four fit), then widened by one vpmaddwd: exact, as
+ * the reference's int32 sums. */
 static AI void half_sums(const uint8_t *w, const int8_t *const *q, int h, enum gkind kind, int nt,
                          __m256i *s)
 {
-    const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0F);
+    const __m256i ones = _mm256_set1_epi16(1);
     if (kind == G_Q8) {
         for (int j = 0; j < nt; j++)
             s[j] = _mm256_setzero_si256();
@@ -146,28 +164,19 @@ static AI void half_sums(const uint8_t *w, const int8_t *const *q, int h, enum g
         }
         return;
     }
-    __m256i lo[2], hi[2]; /* int16 sums of the units' low and high nibbles */
+    __m256i lo[2], hi[2]; /* int16 sums of the units' low and high codes */
     for (int j = 0; j < nt; j++)
         lo[j] = hi[j] = _mm256_setzero_si256();
     for (uint32_t u = 0; u < 4; u++) {
-        __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * h));
-        __m256i l = _mm256_and_si256(z, lo4);
-        __m256i m = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
-        if (kind == G_Q5) {
-            uint32_t ml, mh; /* bits 32*h .. of words u and 4+u */
-            memcpy(&ml, w + 256 + 8 * u + 4 * h, 4);
-            memcpy(&mh, w + 256 + 32 + 8 * u + 4 * h, 4);
-            l = _mm256_or_si256(l, bits16(ml));
-            m = _mm256_or_si256(m, bits16(mh));
-        }
+        __m256i l, m;
+        unit_codes(w, u, h, kind, &l, &m);
         for (int j = 0; j < nt; j++) {
             lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(l, bcast4(q[j], 4 * u)));
             hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(m, bcast4(q[j], 16 + 4 * u)));
         }
     }
     for (int j = 0; j < nt; j++)
-        s[j] = kind == G_Q5 ? _mm256_add_epi32(_mm256_madd_epi16(lo[j], ones), _mm256_madd_epi16(hi[j], ones))
-                            : _mm256_madd_epi16(_mm256_add_epi16(lo[j], hi[j]), ones);
+        s[j] = _mm256_add_epi32(_mm256_madd_epi16(lo[j], ones), _mm256_madd_epi16(hi[j], ones));
 }
 
 /* Both halves of one 4-bit group (rows 0-7 into s0, 8-15 into s1) for nt q
@@ -210,22 +219,14 @@ static AI void unpack_block(const struct dray_cpu_matmul *a, uint32_t b, enum gk
 {
     const uint32_t G = a->k / 32;
     const size_t wb = kind == G_Q5 ? 320 : 256, sb = kind == G_Q4 ? 128 : 64;
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
     for (uint32_t g = 0; g < G; g++) {
         const size_t bg = (size_t)b * G + g;
         prefetch_group(a, bg, wb, sb);
         const uint8_t *w = (const uint8_t *)a->w + bg * wb;
         for (uint32_t u = 0; u < 4; u++)
             for (int h = 0; h < 2; h++) {
-                __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * h));
-                __m256i l = _mm256_and_si256(z, lo4), m = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
-                if (kind == G_Q5) {
-                    uint32_t ml, mh;
-                    memcpy(&ml, w + 256 + 8 * u + 4 * h, 4);
-                    memcpy(&mh, w + 256 + 32 + 8 * u + 4 * h, 4);
-                    l = _mm256_or_si256(l, bits16(ml));
-                    m = _mm256_or_si256(m, bits16(mh));
-                }
+                __m256i l, m;
+                unit_codes(w, u, h, kind, &l, &m);
                 _mm256_store_si256((void *)(codes + 512 * g + 64 * u + 32 * h), l);
                 _mm256_store_si256((void *)(codes + 512 * g + 64 * (4 + u) + 32 * h), m);
             }

@@ -250,12 +250,22 @@ struct dray_cpu_attention {
     float *part;
     size_t part_stride;
 };
+/* The first key the query at position pos sees (window 0: no window). */
+static inline uint32_t dray_cpu_att_lo(uint32_t pos, uint32_t window)
+{
+    return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+}
+/* Keys of each chunk when len keys are cut into n: whole 32-key tiles. */
+static inline uint32_t dray_cpu_att_chunk_len(uint32_t len, uint32_t n)
+{
+    return ((len + n - 1) / n + 31) / 32 * 32;
+}
 /* Keys [*k0, *k1) of chunk c of n over the visible keys [lo, hi] of one query
  * row: chunks of whole 32-key tiles, the last one shorter. */
 static inline void dray_cpu_att_chunk(uint32_t lo, uint32_t hi, uint32_t c, uint32_t n, uint32_t *k0,
                                       uint32_t *k1)
 {
-    uint32_t len = hi + 1 - lo, cs = ((len + n - 1) / n + 31) / 32 * 32;
+    uint32_t cs = dray_cpu_att_chunk_len(hi + 1 - lo, n);
     *k0 = lo + c * cs < hi + 1 ? lo + c * cs : hi + 1;
     *k1 = *k0 + cs < hi + 1 ? *k0 + cs : hi + 1;
 }

@@ -48,7 +48,7 @@ static void one_query(const struct dray_cpu_attention *a, const int32_t *bt, uin
                       float *scores, float *row)
 {
     const struct dray_cpu_kv *p = a->pool;
-    uint32_t lo = (a->window > 0 && pos + 1 > a->window) ? pos + 1 - a->window : 0, k0, k1;
+    uint32_t lo = dray_cpu_att_lo(pos, a->window), k0, k1;
     dray_cpu_att_chunk(lo, pos, c, n, &k0, &k1);
     float m = -INFINITY;
     for (uint32_t j = k0; j < k1; j++) {
