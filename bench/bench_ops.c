@@ -263,18 +263,20 @@ static int att_call(struct bench *b, void *arg, uint32_t i)
     return b->ops->attention(b->ctx, &at->a);
 }
 
-/* One sequence: n_q new queries at the end of kv_len positions, MQA 4:1, hd 256. */
-static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_q, uint32_t kv_len, uint32_t window)
+/* One sequence: n_q new queries at the end of kv_len positions, n_head query
+ * heads on n_kv kv heads of hd dimensions (Gemma 3 270M: 4:1, 256; SmolLM2: 9:3, 64). */
+static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_q, uint32_t kv_len, uint32_t window,
+                            uint32_t n_head, uint32_t n_kv, uint32_t hd)
 {
-    const uint32_t n_head = 4, hd = 256, bs = 16;
+    const uint32_t bs = 16;
     struct att at;
     memset(&at, 0, sizeof(at));
     uint32_t n_blocks = (kv_len + bs - 1) / bs, n_slots = n_blocks * bs;
     size_t el = dtype == DRAY_I8 ? 1 : 2;
-    at.k = mkbuf(b, (size_t)n_slots * hd * el, dtype == DRAY_I8 ? 0 : 3);
-    at.v = mkbuf(b, (size_t)n_slots * hd * el, dtype == DRAY_I8 ? 0 : 3);
-    at.ks = mkbuf(b, (size_t)n_slots * 4, 1);
-    at.vs = mkbuf(b, (size_t)n_slots * 4, 1);
+    at.k = mkbuf(b, (size_t)n_slots * n_kv * hd * el, dtype == DRAY_I8 ? 0 : 3);
+    at.v = mkbuf(b, (size_t)n_slots * n_kv * hd * el, dtype == DRAY_I8 ? 0 : 3);
+    at.ks = mkbuf(b, (size_t)n_slots * n_kv * 4, 1);
+    at.vs = mkbuf(b, (size_t)n_slots * n_kv * 4, 1);
     at.q = mkbuf(b, (size_t)n_q * n_head * hd * 4, 1);
     at.out = mkbuf(b, (size_t)n_q * n_head * hd * 4, 1);
     at.seqs = mkbuf(b, 16, 2);
@@ -282,8 +284,8 @@ static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_q, uint3
     if (!at.k || !at.v || !at.ks || !at.vs || !at.q || !at.out || !at.seqs || !at.bt)
         goto out;
     if (dtype == DRAY_F16) { /* random bits would be NaNs: fill with 0x3c00 (1.0) - ish values */
-        b->ops->fill(b->ctx, (struct dray_view){at.k, 0}, 0x3a003c00u, (size_t)n_slots * hd * 2);
-        b->ops->fill(b->ctx, (struct dray_view){at.v, 0}, 0xb8003400u, (size_t)n_slots * hd * 2);
+        b->ops->fill(b->ctx, (struct dray_view){at.k, 0}, 0x3a003c00u, (size_t)n_slots * n_kv * hd * 2);
+        b->ops->fill(b->ctx, (struct dray_view){at.v, 0}, 0xb8003400u, (size_t)n_slots * n_kv * hd * 2);
     }
     int32_t seq[4] = {0, (int32_t)n_q, (int32_t)kv_len, 0};
     b->ops->upload(b->ctx, (struct dray_view){at.seqs, 0}, seq, 16);
@@ -292,17 +294,17 @@ static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_q, uint3
         bt[i] = (int32_t)(n_blocks - 1 - i); /* scattered, not identity */
     b->ops->upload(b->ctx, (struct dray_view){at.bt, 0}, bt, (size_t)n_blocks * 4);
     free(bt);
-    at.pool = (struct dray_kv_pool){{at.k, 0}, {at.v, 0}, {at.ks, 0}, {at.vs, 0}, dtype, 1, hd, bs, n_slots};
+    at.pool = (struct dray_kv_pool){{at.k, 0}, {at.v, 0}, {at.ks, 0}, {at.vs, 0}, dtype, n_kv, hd, bs, n_slots};
     at.a = (struct dray_attention_args){{at.q, 0}, {at.out, 0}, {at.seqs, 0}, {at.bt, 0}, &at.pool, n_q, 1, n_head,
                                         kv_len, n_head * hd, n_head * hd, window, 0.0625f};
     double t = timeit(att_call, b, &at, b->o->reference ? 0.05 : 0.2);
     uint32_t span = window && window < kv_len ? window : kv_len;
-    double gbs = 2.0 * span * hd * el / t / 1e9; /* K and V bytes read (once per kv head) */
-    printf("  attention %s n_q %3u kv_len %5u window %4u  %9.1f us %9.1f cpu-us  %6.1f GB/s of KV\n",
-           dtype == DRAY_I8 ? "i8 " : "f16", n_q, kv_len, window, t * 1e6, last_cpu * 1e6, gbs);
+    double gbs = 2.0 * span * n_kv * hd * el / t / 1e9; /* K and V bytes read (once per kv head) */
+    printf("  attention %s %u:%u x %3u n_q %3u kv_len %5u window %4u  %9.1f us %9.1f cpu-us  %6.1f GB/s of KV\n",
+           dtype == DRAY_I8 ? "i8 " : "f16", n_head, n_kv, hd, n_q, kv_len, window, t * 1e6, last_cpu * 1e6, gbs);
     char f[200];
-    snprintf(f, sizeof(f), "\"kv\":\"%s\",\"n_q\":%u,\"kv_len\":%u,\"window\":%u,\"us\":%.2f", dtype == DRAY_I8 ? "i8" : "f16",
-             n_q, kv_len, window, t * 1e6);
+    snprintf(f, sizeof(f), "\"kv\":\"%s\",\"heads\":%u,\"kv_heads\":%u,\"head_dim\":%u,\"n_q\":%u,\"kv_len\":%u,"
+             "\"window\":%u,\"us\":%.2f", dtype == DRAY_I8 ? "i8" : "f16", n_head, n_kv, hd, n_q, kv_len, window, t * 1e6);
     emit_json(b, "attention", f);
 out:
     b->ops->free(b->ctx, at.k), b->ops->free(b->ctx, at.v), b->ops->free(b->ctx, at.ks), b->ops->free(b->ctx, at.vs);
@@ -451,12 +453,15 @@ static void run_all(struct bench *b)
     for (uint32_t d = 0; !b->o->reference && d < 2 && (!only || !strcmp(only, "matmul")); d++)
         bench_matmul(b, 640, 262144, 1, d ? DRAY_Q4G32H : DRAY_Q4G32);
     if (!only || !strcmp(only, "attention")) {
-        bench_attention(b, DRAY_I8, 1, 512, 0);
-        bench_attention(b, DRAY_I8, 1, 4096, 0);
-        bench_attention(b, DRAY_F16, 1, 4096, 0);
-        bench_attention(b, DRAY_I8, 1, 4096, 512);
-        bench_attention(b, DRAY_I8, 64, 512, 0);
-        bench_attention(b, DRAY_F16, 64, 512, 0);
+        bench_attention(b, DRAY_I8, 1, 512, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 4096, 0, 4, 1, 256);
+        bench_attention(b, DRAY_F16, 1, 4096, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 4096, 512, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 64, 512, 0, 4, 1, 256);
+        bench_attention(b, DRAY_F16, 64, 512, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 512, 0, 9, 3, 64);
+        bench_attention(b, DRAY_F16, 1, 512, 0, 9, 3, 64);
+        bench_attention(b, DRAY_I8, 64, 512, 0, 9, 3, 64);
     }
     if (!only || !strcmp(only, "small")) {
         bench_small(b, 1);

@@ -28,35 +28,47 @@
 #define TILE 32u
 #define FLUSH (-60.0f) /* log of the smallest probability kept, relative to the max */
 
-/* Cache row (slot * n_kv_head + g) of position pos. */
-static size_t row_of(const struct dray_cpu_kv *p, const int32_t *bt, uint32_t g, uint32_t pos)
+/* Cache rows (slot * n_kv_head + g) of positions j0 .. j0+n-1 into rows[]:
+ * one division for the tile, then a walk through its blocks. */
+static void tile_rows(const struct dray_cpu_kv *p, const int32_t *bt, uint32_t g, uint32_t j0, uint32_t n,
+                      size_t *rows)
 {
-    return ((size_t)bt[pos / p->block_size] * p->block_size + pos % p->block_size) * p->n_kv_head + g;
+    uint32_t bs = p->block_size, b = j0 / bs, off = j0 % bs;
+    for (uint32_t jj = 0; jj < n; jj++) {
+        rows[jj] = ((size_t)bt[b] * bs + off) * p->n_kv_head + g;
+        if (++off == bs)
+            off = 0, b++;
+    }
 }
 
-/* K scales of positions j0 .. j0+n-1 (1 for f16, 0 past n). */
-static void load_kscales(const struct dray_cpu_kv *p, const int32_t *bt, uint32_t g, uint32_t j0, uint32_t n,
-                         float *ksc)
+/* K scales of the tile's rows (1 for f16, 0 past n). */
+static void load_kscales(const struct dray_cpu_kv *p, const size_t *rows, uint32_t n, float *ksc)
 {
     for (uint32_t jj = 0; jj < TILE; jj++)
-        ksc[jj] = jj >= n ? 0.0f : p->is_i8 ? p->k_scale[row_of(p, bt, g, j0 + jj)] : 1.0f;
+        ksc[jj] = jj >= n ? 0.0f : p->is_i8 ? p->k_scale[rows[jj]] : 1.0f;
 }
 
-/* K or V of kv head g for positions j0 .. j0+n-1 into tile[TILE][hd] as
- * floats: int8 K without its scale (applied to the scores), int8 V with it.
- * Rows n .. TILE-1 are zeroed so every dot product stays finite. */
-static void load_tile(const struct dray_cpu_kv *p, const int32_t *bt, int is_v, uint32_t g, uint32_t j0,
-                      uint32_t n, float *tile)
+/* K or V of the tile's n rows into tile[TILE][hd] as floats: int8 K without
+ * its scale (applied to the scores), int8 V with it. Rows n .. TILE-1 are
+ * zeroed so every dot product stays finite. */
+static void load_tile(const struct dray_cpu_kv *p, const size_t *rows, int is_v, uint32_t n, float *tile)
 {
     uint32_t hd = p->head_dim;
     const void *base = is_v ? p->v : p->k;
     for (uint32_t jj = 0; jj < n; jj++) {
-        size_t row = row_of(p, bt, g, j0 + jj);
+        size_t row = rows[jj];
         float *dst = tile + (size_t)jj * hd;
         uint32_t i = 0;
         if (p->is_i8) {
             const int8_t *q = (const int8_t *)base + row * hd;
             float s = is_v ? p->v_scale[row] : 1.0f;
+#ifdef DRAY_ATT_512
+            __m512 ws = _mm512_set1_ps(s);
+            for (; i + 16 <= hd; i += 16) {
+                __m512i b = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i)));
+                _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(b), ws));
+            }
+#endif
             __m256 vs = _mm256_set1_ps(s);
             for (; i + 16 <= hd; i += 16) {
                 __m128i b = _mm_loadu_si128((const __m128i *)(q + i));
@@ -69,6 +81,10 @@ static void load_tile(const struct dray_cpu_kv *p, const int32_t *bt, int is_v, 
                 dst[i] = (float)q[i] * s;
         } else {
             const uint16_t *h = (const uint16_t *)base + row * hd;
+#ifdef DRAY_ATT_512
+            for (; i + 16 <= hd; i += 16)
+                _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+#endif
             for (; i + 8 <= hd; i += 8)
                 _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
             for (; i < hd; i++)
@@ -402,12 +418,14 @@ static void do_item(const struct dray_cpu_attention *a, uint32_t i, void *scratc
         dray_cpu_att_chunk(j_lo, pos_hi, it[4], it[5], &j_lo, &j_end);
     for (uint32_t j0 = j_lo; j0 < j_end; j0 += TILE) {
         uint32_t nj = j_end - j0 < TILE ? j_end - j0 : TILE;
-        load_kscales(p, bt, g, j0, nj, st.ksc);
-        load_tile(p, bt, 0, g, j0, nj, st.tile);
+        size_t rows[TILE];
+        tile_rows(p, bt, g, j0, nj, rows);
+        load_kscales(p, rows, nj, st.ksc);
+        load_tile(p, rows, 0, nj, st.tile);
         scores(&st, qv, hd);
         if (!softmax_tile(a, &st, j0, cs))
             continue;
-        load_tile(p, bt, 1, g, j0, nj, st.tile);
+        load_tile(p, rows, 1, nj, st.tile);
         uint32_t r = 0;
         for (; r + 2 <= st.rows; r += 2)
             pv_block(st.acc + (size_t)r * hd, st.acc + (size_t)(r + 1) * hd, 1, cs[r], cs[r + 1],
