@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dray next to llama.cpp and ik_llama.cpp on the same GGUF with the same threads:
-# prefill of 512 tokens (pp512) and 128 decode steps (tg128, logits and a greedy
-# pick every step in dray, as llama-bench's tg does), plus dray's batch-8 decode.
+# prefill of 512 tokens (pp512) and 128 decode steps from an empty cache (tg128,
+# logits and a greedy pick every step in dray, as llama-bench's tg does), plus
+# dray's decode after the 512-token prompt and its batch-8 decode.
 # Medians of REPS runs. A peer runs only when its build folder is given (never
 # built here), at its best settings: llama.cpp over -fa 0,1, ik_llama.cpp over
 # -fa 0,1 and -rtr 0,1; each test reports the peer's best.
@@ -45,6 +46,8 @@ span, base = (v - 2000, 1000) if v > 3000 else (v - 1, 1)  # bench_model.c token
 print(','.join(str(base + (i * 2654435761 % 2**32) % span) for i in range(512)))" "$tmp/vocab.jsonl")"
 for _ in $(seq "$reps"); do
   "$dray" bench model -m "$model" -t "$threads" "${sets[@]}" --prefill 512 --decode 128 --json "$tmp/dray.jsonl" >/dev/null
+  # llama-bench's tg128 decodes from an empty cache: the same work is one token of prompt
+  "$dray" bench model -m "$model" -t "$threads" "${sets[@]}" --prefill 1 --decode 128 --json "$tmp/dray0.jsonl" >/dev/null
   "$dray" run -m "$model" -t "$threads" "${sets[@]}" -c 656 --prompt-ids "$ids" -n 128 --temp 0 2>>"$tmp/run.txt" >/dev/null
   "$dray" bench model -m "$model" -t "$threads" "${sets[@]}" --prefill 64 --decode 128 --batch 8 \
     --json "$tmp/dray8.jsonl" >/dev/null
@@ -62,7 +65,7 @@ tmp, threads, reps, model, sets = sys.argv[1:]
 def lines(name):
     with open(os.path.join(tmp, name)) as f:
         return [json.loads(l) for l in f if l.strip()]
-d1, d8 = lines("dray.jsonl"), lines("dray8.jsonl")
+d1, d0, d8 = lines("dray.jsonl"), lines("dray0.jsonl"), lines("dray8.jsonl")
 med = lambda rows, key: statistics.median(r[key] for r in rows)
 def peer(name):
     """A peer's best tok/s per test over the settings it ran with."""
@@ -79,7 +82,8 @@ import re
 runs = [tuple(map(float, m)) for m in re.findall(
     r"prefill \d+ tokens in [0-9.]+ s \(([0-9.]+) tok/s\); decode \d+ tokens in [0-9.]+ s \(([0-9.]+) tok/s\)",
     open(os.path.join(tmp, "run.txt")).read())]
-rows = [("pp512", med(d1, "prefill_tps")), ("tg128", med(d1, "decode_tps")),
+rows = [("pp512", med(d1, "prefill_tps")), ("tg128", med(d0, "decode_tps")),
+        ("tg128 after pp512 (context 512-640)", med(d1, "decode_tps")),
         ("tg128, batch 8 (tok/s of all 8)", med(d8, "decode_tps"))]
 if runs:
     rows += [("dray run: prefill 512", statistics.median(r[0] for r in runs)),
