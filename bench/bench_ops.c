@@ -5,8 +5,8 @@
  *   and 2 threads. Decode cycles through enough copies of the weights (>= 256 MB)
  *   that they come from memory, as in a real forward pass, not from cache.
  *   Attention (MQA 4:1, head_dim 256, int8 and f16 KV) and the small ops in us.
- * Limits printed next to them are the documented roofline of the reference
- * machine (--bw, --gops to change) and a read bandwidth measured here.
+ * Limits printed next to them are measured here: the read bandwidth of 1 and 2
+ * threads and one core's int8 dot-product peak (--bw, --gops to set them).
  * A plugin-level tool, like the conformance kit: there is no model, so it sees
  * the plugin through backend.h and the kit's loader only, never the engine
  * (docs/design.md, rooms; the `rooms` test holds it to that). */
@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "bench_ops.h"
+#include "int8_peak.h"
 #include "read_bw.h"
 #include "conf_loader.h" /* the conformance kit's loader: backend.h and dlopen only */
 #include "dray/backend.h"
@@ -26,7 +27,8 @@ struct opts {
     const char *plugin;
     uint32_t threads;      /* 0: 1 and 2 */
     int reference;
-    double bw, gops;       /* GB/s for all cores, int8 GOPS per core */
+    double bw, gops;       /* GB/s for all cores, int8 GOPS per core (0: measured) */
+    double bw1;            /* GB/s of one core (measured, or bw x 13/22 when bw is given) */
     const char *only;      /* NULL, "matmul", "attention" or "small" */
     FILE *json;
 };
@@ -228,15 +230,15 @@ static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n
     size_t read = wbytes + m.sbytes; /* per call, as a forward pass streams them */
     double gops = 2.0 * n_tok * n_out * k / t / 1e9, gbs = (double)read / t / 1e9;
     double c = last_cpu, cgops = 2.0 * n_tok * n_out * k / c / 1e9, cgbs = (double)read / c / 1e9;
-    double bw_lim = b->threads >= 2 ? b->o->bw : b->o->bw * 13.0 / 22.0;
-    double op_lim = b->o->gops * b->threads;
+    double bw_lim = b->threads >= 2 ? b->o->bw : b->o->bw1;
+    double op_lim = b->o->gops * b->threads, pct_ops = op_lim > 0 ? 100 * gops / op_lim : 0; /* 0: no peak known */
     printf("  matmul %-6s %5u -> %6u  n_tok %2u  %9.3f ms %9.3f cpu-ms  %6.1f GOPS (%3.0f%% of %3.0f)  %5.1f GB/s (%3.0f%% of %2.0f)"
            "  cpu-time rates: %6.1f GOPS %5.1f GB/s\n",
-           name, k, n_out, n_tok, t * 1e3, c * 1e3, gops, 100 * gops / op_lim, op_lim, gbs, 100 * gbs / bw_lim, bw_lim, cgops, cgbs);
+           name, k, n_out, n_tok, t * 1e3, c * 1e3, gops, pct_ops, op_lim, gbs, 100 * gbs / bw_lim, bw_lim, cgops, cgbs);
     char f[320], what[32];
     snprintf(f, sizeof(f), "\"k\":%u,\"n\":%u,\"n_tok\":%u,\"ms\":%.4f,\"cpu_ms\":%.4f,\"gops\":%.2f,\"gbs\":%.2f,"
              "\"pct_bw\":%.1f,\"pct_ops\":%.1f",
-             k, n_out, n_tok, t * 1e3, c * 1e3, gops, gbs, 100 * gbs / bw_lim, 100 * gops / op_lim);
+             k, n_out, n_tok, t * 1e3, c * 1e3, gops, gbs, 100 * gbs / bw_lim, pct_ops);
     snprintf(what, sizeof(what), "matmul_%s", name);
     emit_json(b, what, f);
 out:
@@ -379,14 +381,14 @@ static void usage(void)
            "  --reference    run the portable scalar reference kernels\n"
            "  --only WHAT    matmul, attention or small (default: all)\n"
            "  --plugin NAME  plugin to measure (default cpu)\n"
-           "  --bw GBPS      memory bandwidth of all cores for the roofline (default 22)\n"
-           "  --gops G       int8 GOPS per core for the roofline (default 118)\n"
+           "  --bw GBPS      memory bandwidth of all cores for the roofline (default: measured)\n"
+           "  --gops G       int8 GOPS per core for the roofline (default: measured)\n"
            "  --json FILE    append one JSON line per measurement\n");
 }
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.plugin = "cpu", .bw = 22.0, .gops = 118.0};
+    *o = (struct opts){.plugin = "cpu"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -484,10 +486,14 @@ int dray_bench_ops(int argc, char **argv)
     struct dray_device_props props;
     if (pl->ops->device_props(0, &props) == 0)
         printf("device: %s (%s)%s\n", props.name, pl->path, o.reference ? "  [reference kernels]" : "");
-    printf("machine limits (reference machine): %.0f GB/s all cores, %.0f GB/s one core, %.0f int8 GOPS per core\n",
-           o.bw, o.bw * 13.0 / 22.0, o.gops);
-    printf("measured read bandwidth here (512 MB): %.1f GB/s 1 thread, %.1f GB/s 2 threads\n",
-           dray_bench_read_bw(512u << 20, 1, 3), dray_bench_read_bw(512u << 20, 2, 3));
+    const char *isa = "--gops";
+    int bw_given = o.bw > 0, gops_given = o.gops > 0;
+    o.bw1 = bw_given ? o.bw * 13.0 / 22.0 : dray_bench_read_bw(512u << 20, 1, 3);
+    o.bw = bw_given ? o.bw : dray_bench_read_bw(512u << 20, 2, 3);
+    o.gops = gops_given ? o.gops : dray_bench_int8_peak(&isa);
+    printf("machine limits: %.1f GB/s 2 threads, %.1f GB/s 1 thread (%s), %.0f int8 GOPS per core (%s)\n",
+           o.bw, o.bw1, bw_given ? "--bw" : "measured: reads of 512 MB", o.gops,
+           gops_given ? "--gops" : isa);
     uint32_t tlist[2] = {1, 2}, nt = 2;
     if (o.threads)
         tlist[0] = o.threads, nt = 1;
