@@ -135,6 +135,7 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
         sub.q = a->q + (size_t)t0 * a->q_stride;
         sub.gsx = a->gsx + (size_t)t0 * (a->k / 32);
         sub.gsum = a->gsum + (size_t)t0 * (a->k / 32);
+        sub.gmin = a->gmin + (size_t)t0 * (a->k / 32);
     }
     matmul_rows(j->ctx, &sub, o0, o1);
 }
@@ -190,12 +191,13 @@ static int grouped_scratch(struct dray_ctx *ctx, struct matmul_job *j)
     size_t G = k->k / 32, up = 63, rows = (size_t)k->n_tok << k->pairs;
     k->q_stride = ((size_t)k->k + up) & ~up;
     size_t qb = k->q_stride * rows, gb = (G * 4 * rows + up) & ~up;
-    char *s = dray_cpu_scratch(ctx, qb + 2 * gb + 64);
+    char *s = dray_cpu_scratch(ctx, qb + 3 * gb + 64);
     if (!s)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %zu bytes of activations", qb);
     k->q = (int8_t *)s;
     k->gsx = (float *)(s + qb);
     k->gsum = (int32_t *)(s + qb + gb);
+    k->gmin = (float *)(s + qb + 2 * gb);
     dray_cpu_parallel(ctx, k->n_tok, 1, (double)rows * k->k, quantize_body, j);
     k->n_tok = (uint32_t)rows;
     return 0;

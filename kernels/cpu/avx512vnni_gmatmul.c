@@ -3,54 +3,93 @@
  * 64-byte unit, so one vpdpbusd against 4 activation bytes broadcast to all
  * lanes adds 4 products to each of 16 rows at once: a group of 32 inputs is 8
  * of them, and the group's int32 sums come out with one row per lane. Each
- * group then costs one conversion and one or two fused multiply-adds per 16
- * rows, against the f32 scales stored 16 to a vector. A pass covers one block
- * of 16 rows for up to four tokens, so a unit is loaded (and unpacked) once per
- * four tokens. The int32 group sums are exact as in the reference; only the f32
- * rounding of the scale products may differ (within the op's tolerance).
+ * group then costs one conversion and two or three fused multiply-adds per 16
+ * rows, against the f32 scales stored 16 to a vector; on Zen 4 each of those
+ * takes a vpdpbusd's slot, so they are kept to that floor. A pass covers one
+ * block of 16 rows for up to eight q rows, so a unit is loaded (and unpacked)
+ * once per eight. The int32 group sums are exact as in the reference; only the
+ * f32 rounding of the scale products may differ (within the op's tolerance).
  *   Q8G32: vpdpbusd takes u8 x s8, so the weights enter as w + 128 (xor 0x80)
  *          and each group's sum starts from -128 * (the group's q summed),
  *          which the quantize step keeps (gsum).
  *   Q4G32: the nibbles are already u8 0..15: the low and high nibbles of a unit
  *          are inputs 4u.. and 16+4u.. of the group; the min term adds
- *          m * sx * gsum per group.
+ *          m * gmin (sx * gsum, from the quantize step) per group.
  *   Q5G32: Q4G32's nibbles, and each of the 8 nibble vectors gets its bit 4 from
  *          one 64-bit word of the high unit loaded straight into a mask
  *          register: a masked byte add of 16 (no shuffles), then as Q4G32 with
  *          codes 0..31; d and m are f16, widened 16 at a time (vcvtph2ps).
  *   Q4G32H: Q5G32's pass without the high unit (Q4G32's nibbles, f16 d and m).
- * Two-pass activations (a->pairs) are two q rows per token: a pass of four
- * rows covers two tokens, both passes against one load of the weights. */
+ * Two-pass activations (a->pairs) are two q rows per token: a pass of eight
+ * rows covers four tokens, both passes against one load of the weights, and
+ * a token's two rows share one accumulator, so d, m and the output are
+ * applied once per token (docs/performance.md, "CPU grouped kernels"). */
 #include <immintrin.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 
-#define TB 4 /* q rows per pass (tokens, or halves of two-pass tokens) */
+#define TB 8 /* q rows per pass (tokens, or halves of two-pass tokens) */
 /* Groups ahead that each pass prefetches its weights and scales (a (b, g) is
  * contiguous after the one before, across blocks too, so this is a plain
  * stream; a prefetch past the end is a hint and never faults): the hardware
  * prefetcher alone left decode-shaped matmuls short of one core's bandwidth, in
  * every pass (docs/performance.md, "CPU grouped kernels"). */
 #define PF_AHEAD 16
+#define AI inline __attribute__((always_inline))
 
 /* 4 activation bytes of token row q at input c, in every lane. */
-static inline __m512i bcast4(const int8_t *q, uint32_t c)
+static AI __m512i bcast4(const int8_t *q, uint32_t c)
 {
     int32_t v;
     memcpy(&v, q + c, 4);
     return _mm512_set1_epi32(v);
 }
 
-/* Rows 16b .. 16b+15 for tokens t0 .. t0+nb-1 into y[j]. Always inlined with a
- * constant nb, so the accumulators stay in registers. */
-static inline __attribute__((always_inline)) void pass_q8g(const struct dray_cpu_matmul *a, uint32_t b,
-                                                           uint32_t t0, uint32_t nb, __m512 *y)
+/* sx * sum(q*code) of q row r and one group against unpacked codes (lo[u]:
+ * inputs 4u.., hi[u]: 16+4u.., one row per 32-bit lane), plus p. Two chains of
+ * 4 dependent vpdpbusd instead of one of 8; the int32 sum is exact either way. */
+static AI __m512 nibble_dot(const struct dray_cpu_matmul *a, size_t r, uint32_t g, const __m512i *lo,
+                            const __m512i *hi, __m512 p)
 {
     const uint32_t G = a->k / 32;
+    const int8_t *q = a->q + r * a->q_stride + 32 * g;
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int u = 0; u < 4; u++) {
+        s0 = _mm512_dpbusd_epi32(s0, lo[u], bcast4(q, 4u * (uint32_t)u));
+        s1 = _mm512_dpbusd_epi32(s1, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
+    }
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(a->gsx[r * G + g]), p);
+}
+
+/* One group of token j of the pass (q row r, and r + 1 too when P: two-pass)
+ * with scale d and min m: acc + d * sum over its rows of sx * sum(q*code)
+ * + m * gmin (the quantize step's sx * sum(q) of both rows). Per 16 rows that
+ * is one multiply and two multiply-adds a token, one more for a second row:
+ * on Zen 4 each costs a vpdpbusd slot, so that sum is the floor. */
+static AI __m512 nibble_group(const struct dray_cpu_matmul *a, size_t r, uint32_t g, const __m512i *lo,
+                              const __m512i *hi, __m512 d, __m512 m, __m512 acc, int P)
+{
+    const uint32_t G = a->k / 32;
+    __m512 p = nibble_dot(a, r, g, lo, hi, _mm512_setzero_ps());
+    float mt = a->gmin[r * G + g];
+    if (P) {
+        p = nibble_dot(a, r + 1, g, lo, hi, p);
+        mt += a->gmin[(r + 1) * G + g];
+    }
+    acc = _mm512_fmadd_ps(d, p, acc);
+    return _mm512_fmadd_ps(m, _mm512_set1_ps(mt), acc);
+}
+
+/* Rows 16b .. 16b+15 for q rows t0 .. t0+nb-1 into y[j], one per token: nb
+ * tokens, or nb / 2 two-pass ones when P. Always inlined with constant nb and
+ * P, so the accumulators stay in registers. */
+static AI void pass_q8g(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P)
+{
+    const uint32_t G = a->k / 32, nt = nb >> P;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m512 acc[TB];
-    for (uint32_t j = 0; j < nb; j++)
+    for (uint32_t j = 0; j < nt; j++)
         acc[j] = _mm512_setzero_ps();
     for (uint32_t g = 0; g < G; g++) {
         const int8_t *w = (const int8_t *)a->w + ((size_t)b * G + g) * 8 * 64;
@@ -61,48 +100,29 @@ static inline __attribute__((always_inline)) void pass_q8g(const struct dray_cpu
         for (int i = 0; i < 8; i++)
             wv[i] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w + 64 * i)), bias);
         __m512 ws = _mm512_loadu_ps(a->wscale + ((size_t)b * G + g) * 16);
-        for (uint32_t j = 0; j < nb; j++) {
-            size_t t = t0 + j;
-            const int8_t *q = a->q + t * a->q_stride + 32 * g;
-            __m512i isum = _mm512_set1_epi32(-128 * a->gsum[t * G + g]);
-            for (int i = 0; i < 8; i++)
-                isum = _mm512_dpbusd_epi32(isum, wv[i], bcast4(q, 4u * (uint32_t)i));
-            __m512 s = _mm512_mul_ps(_mm512_set1_ps(a->gsx[t * G + g]), ws);
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc[j]);
+        for (uint32_t j = 0; j < nt; j++) {
+            __m512 p = _mm512_setzero_ps();
+            for (uint32_t e = 0; e <= (uint32_t)P; e++) {
+                size_t t = t0 + (j << P) + e;
+                const int8_t *q = a->q + t * a->q_stride + 32 * g;
+                __m512i isum = _mm512_set1_epi32(-128 * a->gsum[t * G + g]);
+                for (int i = 0; i < 8; i++)
+                    isum = _mm512_dpbusd_epi32(isum, wv[i], bcast4(q, 4u * (uint32_t)i));
+                p = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a->gsx[t * G + g]), p);
+            }
+            acc[j] = _mm512_fmadd_ps(p, ws, acc[j]);
         }
     }
-    for (uint32_t j = 0; j < nb; j++)
+    for (uint32_t j = 0; j < nt; j++)
         y[j] = acc[j];
 }
 
-/* One group of 32 inputs of token row t against unpacked codes (lo[u]: inputs
- * 4u.., hi[u]: 16+4u.., one row per 32-bit lane) with scale d and min m:
- * acc + sx * (d * sum(q*code) + m * sum(q)). Two chains of 4 dependent vpdpbusd
- * instead of one of 8; the int32 sum is exact either way. */
-static inline __attribute__((always_inline)) __m512 nibble_group(const struct dray_cpu_matmul *a, size_t t,
-                                                                 uint32_t g, const __m512i *lo, const __m512i *hi,
-                                                                 __m512 d, __m512 m, __m512 acc)
+static AI void pass_q4g(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P)
 {
-    const uint32_t G = a->k / 32;
-    const int8_t *q = a->q + t * a->q_stride + 32 * g;
-    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-    for (int u = 0; u < 4; u++) {
-        s0 = _mm512_dpbusd_epi32(s0, lo[u], bcast4(q, 4u * (uint32_t)u));
-        s1 = _mm512_dpbusd_epi32(s1, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
-    }
-    __m512i isum = _mm512_add_epi32(s0, s1);
-    __m512 term = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum),
-                                  _mm512_mul_ps(m, _mm512_set1_ps((float)a->gsum[t * G + g])));
-    return _mm512_fmadd_ps(_mm512_set1_ps(a->gsx[t * G + g]), term, acc);
-}
-
-static inline __attribute__((always_inline)) void pass_q4g(const struct dray_cpu_matmul *a, uint32_t b,
-                                                           uint32_t t0, uint32_t nb, __m512 *y)
-{
-    const uint32_t G = a->k / 32;
+    const uint32_t G = a->k / 32, nt = nb >> P;
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     __m512 acc[TB];
-    for (uint32_t j = 0; j < nb; j++)
+    for (uint32_t j = 0; j < nt; j++)
         acc[j] = _mm512_setzero_ps();
     for (uint32_t g = 0; g < G; g++) {
         const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 4 * 64;
@@ -118,10 +138,10 @@ static inline __attribute__((always_inline)) void pass_q4g(const struct dray_cpu
         }
         const float *dm = a->wscale + ((size_t)b * G + g) * 32;
         __m512 d = _mm512_loadu_ps(dm), m = _mm512_loadu_ps(dm + 16);
-        for (uint32_t j = 0; j < nb; j++)
-            acc[j] = nibble_group(a, t0 + j, g, lo, hi, d, m, acc[j]);
+        for (uint32_t j = 0; j < nt; j++)
+            acc[j] = nibble_group(a, t0 + (j << P), g, lo, hi, d, m, acc[j], P);
     }
-    for (uint32_t j = 0; j < nb; j++)
+    for (uint32_t j = 0; j < nt; j++)
         y[j] = acc[j];
 }
 
@@ -129,15 +149,15 @@ static inline __attribute__((always_inline)) void pass_q4g(const struct dray_cpu
  * group, against 8 vpdpbusd per row of q. hib 0 is Q4G32H: the same pass
  * without the high unit (256 bytes of weights per 16 rows and group); always
  * inlined with a constant hib, so that part is compiled out. */
-static inline __attribute__((always_inline)) void pass_q5g(const struct dray_cpu_matmul *a, uint32_t b,
-                                                           uint32_t t0, uint32_t nb, __m512 *y, int hib)
+static AI void pass_q5g(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P,
+                        int hib)
 {
     const uint32_t units = hib ? 5 : 4;
-    const uint32_t G = a->k / 32;
+    const uint32_t G = a->k / 32, nt = nb >> P;
     const __m512i lo4 = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16);
     const uint16_t *sc = (const uint16_t *)(const void *)a->wscale;
     __m512 acc[TB];
-    for (uint32_t j = 0; j < nb; j++)
+    for (uint32_t j = 0; j < nt; j++)
         acc[j] = _mm512_setzero_ps();
     for (uint32_t g = 0; g < G; g++) {
         const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * units * 64;
@@ -162,37 +182,59 @@ static inline __attribute__((always_inline)) void pass_q5g(const struct dray_cpu
         __m512i dm16 = _mm512_loadu_si512((const void *)(sc + ((size_t)b * G + g) * 32));
         __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
         __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));
-        for (uint32_t j = 0; j < nb; j++)
-            acc[j] = nibble_group(a, t0 + j, g, lo, hi, d, m, acc[j]);
+        for (uint32_t j = 0; j < nt; j++)
+            acc[j] = nibble_group(a, t0 + (j << P), g, lo, hi, d, m, acc[j], P);
     }
-    for (uint32_t j = 0; j < nb; j++)
+    for (uint32_t j = 0; j < nt; j++)
         y[j] = acc[j];
 }
 
-#define PASS(NB)                                                                                   \
-    (q8 ? pass_q8g(a, b, t0, NB, y)                                                                \
-        : q5 ? pass_q5g(a, b, t0, NB, y, 1) : q4h ? pass_q5g(a, b, t0, NB, y, 0) : pass_q4g(a, b, t0, NB, y))
+/* One pass of nb q rows (constant) against block b, its tokens into y. */
+static AI void pass(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P)
+{
+    switch (a->wdtype) {
+    case DRAY_Q8G32: pass_q8g(a, b, t0, nb, y, P); break;
+    case DRAY_Q5G32: pass_q5g(a, b, t0, nb, y, P, 1); break;
+    case DRAY_Q4G32H: pass_q5g(a, b, t0, nb, y, P, 0); break;
+    default: pass_q4g(a, b, t0, nb, y, P); break;
+    }
+}
 
-/* o0 and o1 are multiples of 16 (the glue splits rows in 16s; n_out is one). */
-void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
+/* Rows o0 .. o1 of q rows [t0, t0 + nb) (nb even when P), into the output. */
+static AI void run_block(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1, uint32_t t0, uint32_t nb,
+                         int P)
 {
     __m512 y[TB];
-    int q8 = a->wdtype == DRAY_Q8G32, q5 = a->wdtype == DRAY_Q5G32, q4h = a->wdtype == DRAY_Q4G32H;
-    for (uint32_t t0 = 0; t0 < a->n_tok; t0 += TB) {
-        uint32_t nb = a->n_tok - t0 < TB ? a->n_tok - t0 : TB;
-        for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
-            switch (nb) { /* a constant count per call: see pass_q8g */
-            case 4: PASS(4); break;
-            case 3: PASS(3); break;
-            case 2: PASS(2); break;
-            default: PASS(1); break;
-            }
-            /* in row order: a two-pass token's residual row adds to its first */
-            for (uint32_t j = 0; j < nb; j++) {
-                float *out = dray_cpu_gout(a, t0 + j) + 16 * b;
-                __m512 v = dray_cpu_gadds(a, t0 + j) ? _mm512_add_ps(_mm512_loadu_ps(out), y[j]) : y[j];
-                _mm512_storeu_ps(out, v);
-            }
+    for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
+        pass(a, b, t0, nb, y, P);
+        for (uint32_t j = 0; j < nb >> P; j++) {
+            float *out = a->out + (size_t)((t0 >> P) + j) * a->stride_out + 16 * b;
+            __m512 v = a->accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), y[j]) : y[j];
+            _mm512_storeu_ps(out, v);
         }
+    }
+}
+
+/* o0 and o1 are multiples of 16 (the glue splits rows in 16s; n_out is one).
+ * The q rows go 8 at a time (the unpacked weights of a group serve 8 rows),
+ * then 4, 2 and 1; with two-pass activations the row count is even. */
+void dray_cpu_avx512vnni_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
+{
+    for (uint32_t t0 = 0, nb; t0 < a->n_tok; t0 += nb) {
+        uint32_t left = a->n_tok - t0;
+        nb = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        if (a->pairs)
+            switch (nb) { /* constants, so the passes keep their accumulators in registers */
+            case 8: run_block(a, o0, o1, t0, 8, 1); break;
+            case 4: run_block(a, o0, o1, t0, 4, 1); break;
+            default: run_block(a, o0, o1, t0, 2, 1); break;
+            }
+        else
+            switch (nb) {
+            case 8: run_block(a, o0, o1, t0, 8, 0); break;
+            case 4: run_block(a, o0, o1, t0, 4, 0); break;
+            case 2: run_block(a, o0, o1, t0, 2, 0); break;
+            default: run_block(a, o0, o1, t0, 1, 0); break;
+            }
     }
 }

@@ -81,10 +81,13 @@ struct dray_cpu_matmul {
      * through a cast).
      * The grouped quantize step fills q as above (unbiased, per-group scales),
      * gsx [n_tok][k/32] (each group's scale) and gsum [n_tok][k/32] (each group's
-     * sum of q); every kernel set shares that step. */
+     * sum of q); every kernel set shares that step. It also fills gmin (when
+     * not NULL) [n_tok][k/32] with gsx * gsum, the factor of each group's min
+     * term, so a kernel pays one multiply-add for it. */
     uint32_t wdtype;
     float *gsx;
     int32_t *gsum;
+    float *gmin;
     /* Two-pass activations (backend.h: DRAY_Q8G32_X2 / DRAY_Q4G32_X2 /
      * DRAY_Q5G32_X2 / DRAY_Q4G32H_X2; wdtype is then the layout): 1 when q, gsx and gsum hold two rows per
      * token of x, row 2t its first pass and row 2t+1 its residual's. gquantize

@@ -44,15 +44,17 @@ void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32
         float *sx = a->gsx + row * G;
         memset(q, 0, a->q_stride << a->pairs);
         quantize_groups(x, G, q, sx, a->gsum + row * G);
-        if (!a->pairs)
-            continue;
-        /* the residual, group by group, into the next row (backend.h: two-pass
-         * activations) */
-        for (uint32_t g = 0; g < G; g++) {
-            for (uint32_t c = 0; c < GROUP; c++)
-                r[c] = x[g * GROUP + c] - (float)q[g * GROUP + c] * sx[g];
-            quantize_groups(r, 1, q + a->q_stride + g * GROUP, sx + G + g, a->gsum + (row + 1) * G + g);
-        }
+        if (a->pairs)
+            /* the residual, group by group, into the next row (backend.h: two-pass
+             * activations) */
+            for (uint32_t g = 0; g < G; g++) {
+                for (uint32_t c = 0; c < GROUP; c++)
+                    r[c] = x[g * GROUP + c] - (float)q[g * GROUP + c] * sx[g];
+                quantize_groups(r, 1, q + a->q_stride + g * GROUP, sx + G + g, a->gsum + (row + 1) * G + g);
+            }
+        if (a->gmin)
+            for (size_t i = row * G; i < (row + 1 + a->pairs) * G; i++)
+                a->gmin[i] = a->gsx[i] * (float)a->gsum[i];
     }
 }
 
