@@ -104,9 +104,7 @@ void dray_cpu_avx2_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint3
             }
             a->gsum[(row + 1) * G + g] = quant_group(r, q + a->q_stride, sx + G);
         }
-        if (a->gmin)
-            for (size_t i = row * G; i < (row + 1 + a->pairs) * G; i++)
-                a->gmin[i] = a->gsx[i] * (float)a->gsum[i];
+        dray_cpu_gmin_fill(a, t);
     }
 }
 

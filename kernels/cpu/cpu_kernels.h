@@ -106,6 +106,15 @@ static inline int dray_cpu_gadds(const struct dray_cpu_matmul *a, uint32_t r)
 {
     return a->accumulate || (r & a->pairs);
 }
+/* The quantize step's last part for token t (its q row, or both rows with
+ * pairs): gmin = gsx * gsum per group, when gmin is set. */
+static inline void dray_cpu_gmin_fill(const struct dray_cpu_matmul *a, uint32_t t)
+{
+    size_t G = a->k / 32, row = (size_t)t << a->pairs;
+    if (a->gmin)
+        for (size_t i = row * G; i < (row + 1 + a->pairs) * G; i++)
+            a->gmin[i] = a->gsx[i] * (float)a->gsum[i];
+}
 /* Step 1 (I8 only): quantize tokens [t0, t1) of x into a->q / a->sx. */
 void dray_cpu_ref_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);
 void dray_cpu_avx2_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);

@@ -52,9 +52,7 @@ void dray_cpu_ref_gquantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32
                     r[c] = x[g * GROUP + c] - (float)q[g * GROUP + c] * sx[g];
                 quantize_groups(r, 1, q + a->q_stride + g * GROUP, sx + G + g, a->gsum + (row + 1) * G + g);
             }
-        if (a->gmin)
-            for (size_t i = row * G; i < (row + 1 + a->pairs) * G; i++)
-                a->gmin[i] = a->gsx[i] * (float)a->gsum[i];
+        dray_cpu_gmin_fill(a, t);
     }
 }
 
