@@ -460,10 +460,12 @@ static void run_all(struct bench *b)
         bench_attention(b, DRAY_F16, 1, 4096, 0, 4, 1, 256);
         bench_attention(b, DRAY_I8, 1, 4096, 512, 4, 1, 256);
         bench_attention(b, DRAY_I8, 64, 512, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 512, 512, 0, 4, 1, 256); /* a whole pp512 */
         bench_attention(b, DRAY_F16, 64, 512, 0, 4, 1, 256);
         bench_attention(b, DRAY_I8, 1, 512, 0, 9, 3, 64);
         bench_attention(b, DRAY_F16, 1, 512, 0, 9, 3, 64);
         bench_attention(b, DRAY_I8, 64, 512, 0, 9, 3, 64);
+        bench_attention(b, DRAY_I8, 512, 512, 0, 9, 3, 64);
     }
     if (!only || !strcmp(only, "small")) {
         bench_small(b, 1);
