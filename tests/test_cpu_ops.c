@@ -1021,6 +1021,59 @@ static void test_rope_matches_the_formula_at_long_positions(void **state)
     free(res[0]), free(res[1]), free(x);
 }
 
+/* Largest distance from the formula of a rope of random x at pos (already on
+ * bp, n_tok of them) with base, freq_scale and n_rot over 2 heads of 40. */
+static double rope_error(struct dray_ctx *c, struct dray_buf *bp, const int32_t *pos, uint32_t n_tok,
+                         uint32_t n_rot, float base, float fs)
+{
+    uint32_t hd = 40, n = n_tok * 2 * hd;
+    float *x = randv(n, -2, 2), *y = malloc(n * 4);
+    struct dray_buf *bx = up(c, x, n * 4);
+    struct dray_rope_args a = {V(bx), V(bp), n_tok, 2, hd, n_rot, 2 * hd, base, fs};
+    assert_int_equal(ops->rope(c, &a), 0);
+    down(c, bx, y, n * 4);
+    double worst = 0;
+    for (uint32_t t = 0; t < n_tok; t++)
+        for (uint32_t h = 0; h < 2; h++)
+            for (uint32_t i = 0; i < n_rot; i++) {
+                size_t b = (t * 2 + h) * hd;
+                uint32_t j = i % (n_rot / 2);
+                double th = pos[t] * (double)fs * pow(base, -2.0 * j / n_rot);
+                double x0 = x[b + j], x1 = x[b + j + n_rot / 2];
+                double want = i < n_rot / 2 ? x0 * cos(th) - x1 * sin(th) : x0 * sin(th) + x1 * cos(th);
+                worst = fmax(worst, fabs(y[b + i] - want));
+            }
+    ops->free(c, bx);
+    free(x), free(y);
+    return worst;
+}
+
+/* The CPU plugin keeps the angles of the last positions it rotated for the
+ * next layers of a step: a call with other positions (in the same buffer),
+ * another base, scale, rotated width or token count gets its own. */
+static void test_rope_angles_kept_between_calls_follow_their_inputs(void **state)
+{
+    (void)state;
+    dray_test_seed(43);
+    int32_t pos[6] = {0, 5, 9, 700, 4000, 90000};
+    struct dray_buf *bp = up(cfast, pos, sizeof(pos));
+    struct { uint32_t n_tok, n_rot; float base, fs; } run[] = {
+        {6, 32, 10000.0f, 1.0f}, {6, 32, 10000.0f, 1.0f}, {6, 32, 1000000.0f, 1.0f}, {6, 32, 10000.0f, 0.5f},
+        {6, 16, 10000.0f, 1.0f}, {4, 32, 10000.0f, 1.0f}, {6, 32, 10000.0f, 1.0f}, {6, 32, 1000000.0f, 1.0f},
+    };
+    for (size_t r = 0; r < sizeof(run) / sizeof(run[0]); r++)
+        assert_true(rope_error(cfast, bp, pos, run[r].n_tok, run[r].n_rot, run[r].base, run[r].fs) <= 1e-4);
+    for (int k = 0; k < 3; k++) { /* the same buffer, new positions: as after the next step's upload */
+        for (int t = 0; t < 6; t++)
+            pos[t] += 1 + k;
+        struct dray_view v = {bp, 0};
+        assert_int_equal(ops->upload(cfast, v, pos, sizeof(pos)), 0);
+        assert_true(rope_error(cfast, bp, pos, 6, 32, 10000.0f, 1.0f) <= 1e-4);
+        assert_true(rope_error(cfast, bp, pos, 6, 32, 1000000.0f, 1.0f) <= 1e-4);
+    }
+    ops->free(cfast, bp);
+}
+
 /* ------------------------------------------------------------ gated act, add */
 
 static void test_gated_act_gelu_and_silu_with_aliasing(void **state)
@@ -1380,6 +1433,44 @@ static void test_attention_gqa_f16_and_odd_head_dim(void **state)
     att_case_run(&c2);
 }
 
+/* A row's output must not depend on the rows that share its call: speculative
+ * drafts are verified in one step and must give exactly what one-at-a-time
+ * decoding gives, and a stream what the whole reply gives. Six rows at
+ * positions 34..39 (18 query vectors under 9:3 GQA) against each row alone. */
+static void test_attention_row_results_do_not_depend_on_the_batch(void **state)
+{
+    (void)state;
+    dray_test_seed(87);
+    const uint32_t n_head = 9, n_kv = 3, hd = 64, n_q = 6, kv = 40, qrow = n_head * hd;
+    float *kf = randv(kv * n_kv * hd, -1, 1), *vf = randv(kv * n_kv * hd, -1, 1);
+    float *qf = randv(n_q * qrow, -1.5f, 1.5f), *all = malloc(n_q * qrow * 4), *one = malloc(qrow * 4);
+    for (size_t k = 0; k < 2 * N_ISA; k++) { /* AVX2, then the AVX-512 sets the CPU has */
+        struct dray_ctx *c = k / 2 ? isas[k / 2].c2 : cfast;
+        uint32_t dt = k % 2, dtype = dt ? DRAY_F16 : DRAY_I8;
+        if (!c)
+            continue;
+        struct att_case whole = {dtype, n_head, n_kv, hd, 0, 8, 1, {{0, (int32_t)n_q, (int32_t)kv, 0}}};
+        struct att_env e;
+        att_build(c, &whole, kf, vf, qf, n_q, &e);
+        assert_int_equal(ops->attention(c, &e.a), 0);
+        down(c, e.out, all, n_q * qrow * 4);
+        att_free(c, &e);
+        for (uint32_t r = 0; r < n_q; r++) {
+            struct att_case alone = {dtype, n_head, n_kv, hd, 0, 8, 1, {{0, 1, (int32_t)(kv - n_q + r + 1), 0}}};
+            att_build(c, &alone, kf, vf, qf + r * qrow, 1, &e);
+            assert_int_equal(ops->attention(c, &e.a), 0);
+            down(c, e.out, one, qrow * 4);
+            att_free(c, &e);
+            for (uint32_t i = 0; i < qrow; i++)
+                if (memcmp(&one[i], &all[r * qrow + i], 4))
+                    fail_msg("%s %s row %u element %u: %.9g alone, %.9g among %u rows",
+                             k / 2 ? isas[k / 2].env : "avx2", dt ? "f16" : "int8", r, i, one[i],
+                             all[r * qrow + i], n_q);
+        }
+    }
+    free(kf), free(vf), free(qf), free(all), free(one);
+}
+
 /* Window edges at exact positions: with window 16, the decode query at position
  * 99 sees 84..99; blocks of 8 wholly below 84 are -1 holes. The chunked prefill
  * first query (35) sees 20..35. */
@@ -1482,11 +1573,13 @@ int main(void)
         cmocka_unit_test(test_embed_packed_tables_and_weight_create_refusals),
         cmocka_unit_test(test_rmsnorm_plain_per_head_and_in_place),
         cmocka_unit_test(test_rope_matches_the_formula_at_long_positions),
+        cmocka_unit_test(test_rope_angles_kept_between_calls_follow_their_inputs),
         cmocka_unit_test(test_gated_act_gelu_and_silu_with_aliasing),
         cmocka_unit_test(test_add_is_exact_and_allows_exact_aliasing),
         cmocka_unit_test(test_kv_store_quantizes_per_head_and_skips_padding),
         cmocka_unit_test(test_attention_mixed_batch_mqa_i8),
         cmocka_unit_test(test_attention_gqa_f16_and_odd_head_dim),
+        cmocka_unit_test(test_attention_row_results_do_not_depend_on_the_batch),
         cmocka_unit_test(test_attention_sliding_window_with_block_holes),
         cmocka_unit_test(test_attention_odd_vector_count_and_peaked_softmax),
         cmocka_unit_test(test_attention_long_decode_rows_split_keys_across_threads),

@@ -16,10 +16,9 @@
  * contribution is far below any tolerance, and products of ~1e-38 weights
  * would be denormals, which cost a microcode assist per FMA.
  *
- * avx512_attention.c builds this file a second time with DRAY_ATT_512 for its
- * narrow items (fewer than 16 query vectors): the two products then run
- * 16-lane steps first (qk_512, pv_512) and the 8-lane code takes what is left;
- * its wide items reuse the tile loads. */
+ * avx512_attention.c builds this file a second time with DRAY_ATT_512: the
+ * two products then run 16-lane steps first (qk_512, pv_512) and the 8-lane
+ * code takes what is left; everything else is shared. */
 #include <math.h>
 #include <string.h>
 
@@ -453,9 +452,8 @@ static void do_item(const struct dray_cpu_attention *a, uint32_t i, void *scratc
 
 #ifndef DRAY_ATT_ENTRY
 #define DRAY_ATT_ENTRY dray_cpu_avx2_attention
-#define DRAY_ATT_STATIC
 #endif
-DRAY_ATT_STATIC void DRAY_ATT_ENTRY(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1, void *scratch)
+void DRAY_ATT_ENTRY(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1, void *scratch)
 {
     uint32_t group = a->n_head / a->pool->n_kv_head;
     if (group > 64) { /* more query vectors than the stack arrays hold */

@@ -14,13 +14,6 @@ size_t dray_cpu_attention_scratch(uint32_t max_kv_len, uint32_t head_dim, uint32
      * up to 8 floats of alignment before each of the 6 areas. */
     size_t avx = ((size_t)max_rows * (head_dim + 2u) + 32u * head_dim + (size_t)max_rows * 32u + 64u + 64u) *
                  sizeof(float);
-    /* AVX-512 wide items: rows padded to 16 (stride), Q and the output
-     * transposed [head_dim][stride], scores [32][stride], the tile, K scales,
-     * max, sum and the visible range per row; 64 bytes of alignment before
-     * each of the 9 areas. */
-    size_t stride = ((size_t)max_rows + 15u) / 16u * 16u;
-    size_t wide = (stride * (2u * head_dim + 32u + 4u) + 32u * head_dim + 32u + 9u * 16u) * sizeof(float);
-    avx = avx > wide ? avx : wide;
     return (ref > avx ? ref : avx) + 64;
 }
 
