@@ -3,6 +3,7 @@
  * (the output head included) and picks the next token from them (greedy), next
  * to the memory roofline of that step (every byte it must read). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,14 +76,27 @@ static int32_t token_at(uint32_t i, uint32_t n_vocab)
     return (int32_t)((n_vocab > 3000 ? 1000 : 1) + (i * 2654435761u) % span);
 }
 
-/* The greedy pick of dray run at temperature 0: the first largest logit. */
+/* The greedy pick of dray run at temperature 0: the first largest logit, found
+ * as its sampler does (core/sampler.c, which this room cannot include): the
+ * maximum from eight running maxima, which vectorize, then its first index. A
+ * scalar chain of dependent compares cost 4% of a 16-sequence Gemma step. */
 static int32_t argmax(const float *x, uint32_t n)
 {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return (int32_t)best;
+    float lane[8], top = -INFINITY;
+    for (int j = 0; j < 8; j++)
+        lane[j] = -INFINITY;
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    for (; i < n; i++)
+        top = x[i] > top ? x[i] : top;
+    for (int j = 0; j < 8; j++)
+        top = lane[j] > top ? lane[j] : top;
+    for (i = 0; i < n; i++)
+        if (x[i] == top)
+            return (int32_t)i;
+    return 0; /* all NaN */
 }
 
 struct result {

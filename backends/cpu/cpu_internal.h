@@ -19,6 +19,7 @@ struct dray_buf {
     void *p;        /* 64-byte aligned host memory */
     size_t size;    /* bytes */
     size_t mapped;  /* bytes mmap'd for a large buffer (pages zero until touched); 0: heap */
+    size_t advised; /* bytes from the start advised for huge pages (cpu_upload) */
 };
 
 /* One implementation of each op; the glue calls these on slices. */
@@ -36,6 +37,17 @@ struct dray_cpu_kernels {
     void (*gmatmul)(const struct dray_cpu_matmul *, uint32_t, uint32_t);
 };
 
+/* The angle table of one rope configuration (cpu_ops.c): the cosines and sines
+ * for the positions pos[0..n_tok) at (base, freq_scale, n_rot). */
+struct dray_cpu_rope_table {
+    float *cs;         /* [n_tok][n_rot]: n_rot/2 cosines, then the sines */
+    int32_t *pos;
+    size_t cap_cs, cap_pos; /* floats and positions they hold */
+    uint32_t n_tok, n_rot;
+    float base, freq_scale;
+};
+#define DRAY_CPU_ROPE_TABLES 2 /* Gemma 3's local and global bases */
+
 struct dray_ctx {
     struct dray_cpu_pool *pool;
     uint32_t n_threads;
@@ -46,6 +58,9 @@ struct dray_ctx {
     /* Scratch grown on demand, kept between calls (ops run one at a time on a ctx). */
     void *scratch;
     size_t scratch_size;
+    /* Rope angles kept across the layers of a step, the oldest replaced first. */
+    struct dray_cpu_rope_table rope[DRAY_CPU_ROPE_TABLES];
+    uint32_t rope_next;
 };
 
 /* The device, for props and open (cpu_device.c). */

@@ -302,6 +302,42 @@ static void rope_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
     j->ctx->k.rope(&j->k, i0, i1);
 }
 
+/* The angle table for a's positions: one kept from an earlier call with the
+ * same positions and frequencies (*fill = 0: every layer of a step asks
+ * again), else the oldest one, taken over for them (*fill = 1). NULL when
+ * there is no memory for it: the kernel then computes its own. */
+static float *rope_table(struct dray_ctx *ctx, const struct dray_rope_args *a, const int32_t *pos, int *fill)
+{
+    for (uint32_t i = 0; i < DRAY_CPU_ROPE_TABLES; i++) {
+        struct dray_cpu_rope_table *t = &ctx->rope[i];
+        if (t->cs && t->n_tok == a->n_tok && t->n_rot == a->n_rot && t->base == a->base &&
+            t->freq_scale == a->freq_scale && !memcmp(t->pos, pos, (size_t)a->n_tok * sizeof(int32_t))) {
+            *fill = 0;
+            return t->cs;
+        }
+    }
+    struct dray_cpu_rope_table *t = &ctx->rope[ctx->rope_next];
+    ctx->rope_next = (ctx->rope_next + 1) % DRAY_CPU_ROPE_TABLES;
+    size_t floats = (size_t)a->n_tok * (a->n_rot / 2 * 2) + 1;
+    if (floats > t->cap_cs || a->n_tok > t->cap_pos) {
+        free(t->cs);
+        free(t->pos);
+        t->cs = malloc(floats * sizeof(float));
+        t->pos = malloc((size_t)a->n_tok * sizeof(int32_t));
+        if (!t->cs || !t->pos) {
+            free(t->cs);
+            free(t->pos);
+            *t = (struct dray_cpu_rope_table){0};
+            return NULL;
+        }
+        t->cap_cs = floats, t->cap_pos = a->n_tok;
+    }
+    memcpy(t->pos, pos, (size_t)a->n_tok * sizeof(int32_t));
+    t->n_tok = a->n_tok, t->n_rot = a->n_rot, t->base = a->base, t->freq_scale = a->freq_scale;
+    *fill = 1;
+    return t->cs;
+}
+
 int dray_cpu_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
 {
     ctx->err[0] = '\0';
@@ -314,7 +350,9 @@ int dray_cpu_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     if (!(a->base > 0.0f) || !isfinite(a->freq_scale))
         return dray_cpu_fail(ctx, DRAY_EINVAL, "rope: base %g, freq_scale %g", a->base, a->freq_scale);
     void *x = p[0], *pos = p[1];
-    struct rope_job j = {ctx, {x, pos, a->n_head, a->head_dim, a->n_rot, a->stride, a->base, a->freq_scale}};
+    struct rope_job j = {ctx, {x, pos, a->n_head, a->head_dim, a->n_rot, a->stride, a->base, a->freq_scale, NULL, 0}};
+    if (!ctx->reference)
+        j.k.table = rope_table(ctx, a, pos, &j.k.fill);
     dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->n_head * a->n_rot * 8, rope_body, &j);
     return 0;
 }

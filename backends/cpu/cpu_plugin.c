@@ -116,6 +116,10 @@ static void cpu_close(struct dray_ctx *ctx)
         return;
     dray_cpu_pool_destroy(ctx->pool);
     free(ctx->scratch);
+    for (uint32_t i = 0; i < DRAY_CPU_ROPE_TABLES; i++) {
+        free(ctx->rope[i].cs);
+        free(ctx->rope[i].pos);
+    }
     free(ctx);
 }
 
@@ -139,9 +143,11 @@ static int cpu_alloc(struct dray_ctx *ctx, size_t nbytes, struct dray_buf **out)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "alloc: out of host memory");
     /* Round up to 64 so vector tails never read past the allocation. */
     size_t sz = nbytes + 63 < nbytes ? nbytes : (nbytes + 63) & ~(size_t)63;
-    b->mapped = 0;
+    b->mapped = b->advised = 0;
     if (sz >= CPU_MAP_MIN) { /* pages of their own: a zero fill can give them back */
-        size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (sz + page - 1) & ~(page - 1);
+        /* whole 2 MiB pages from 2 MiB up: Linux then aligns the mapping for them */
+        size_t page = sz >= ((size_t)2 << 20) ? (size_t)2 << 20 : (size_t)sysconf(_SC_PAGESIZE);
+        size_t len = (sz + page - 1) & ~(page - 1);
         b->p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         b->mapped = b->p == MAP_FAILED ? 0 : len;
     }
@@ -166,6 +172,29 @@ static void cpu_free(struct dray_ctx *ctx, struct dray_buf *buf)
     free(buf);
 }
 
+/* A mapped buffer's uploaded range (weights, slab by slab) is resident anyway:
+ * advise it for huge pages before the copy first touches it, rounded out to
+ * 2 MiB. Gathers from a big table (the rescored head's rows) then miss the TLB
+ * 512 times less. What only kernels write (KV pools) keeps small pages, and is
+ * resident only where tokens were written. */
+static void advise_uploaded(struct dray_buf *b, size_t off, size_t n)
+{
+#ifdef MADV_HUGEPAGE
+    const size_t huge = (size_t)2 << 20;
+    uintptr_t base = (uintptr_t)b->p, lo = (base + off) & ~(uintptr_t)(huge - 1);
+    uintptr_t hi = (base + off + n + huge - 1) & ~(uintptr_t)(huge - 1);
+    lo = lo < base + b->advised ? base + b->advised : lo;
+    hi = hi > base + b->mapped ? base + b->mapped : hi;
+    if (b->mapped < huge || hi <= lo)
+        return;
+    madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: failing changes nothing */
+    if (lo <= base + b->advised)
+        b->advised = hi - base;
+#else
+    (void)b, (void)off, (void)n;
+#endif
+}
+
 static int cpu_upload(struct dray_ctx *ctx, struct dray_view dst, const void *src, size_t nbytes)
 {
     ctx->err[0] = '\0';
@@ -175,6 +204,8 @@ static int cpu_upload(struct dray_ctx *ctx, struct dray_view dst, const void *sr
         return rc;
     if (!src && nbytes)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "upload: src is NULL");
+    if (nbytes && dst.buf->mapped)
+        advise_uploaded(dst.buf, dst.offset, nbytes);
     if (nbytes)
         memcpy(d, src, nbytes);
     return 0;

@@ -95,7 +95,9 @@ void dray_cpu_avx2_rmsnorm(const struct dray_cpu_rmsnorm *a, uint32_t r0, uint32
     }
 }
 
-/* Angles in double (exact enough for long positions), rotation in f32 FMA. */
+/* Angles in double (exact enough for long positions), rotation in f32 FMA.
+ * Their cosines and sines come from a->table when the glue keeps one (every
+ * layer of a step rotates the same positions), computed into it when fill. */
 void dray_cpu_avx2_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1)
 {
     uint32_t half = a->n_rot / 2;
@@ -104,12 +106,14 @@ void dray_cpu_avx2_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1)
         return;
     }
     double inv_freq[512];
-    float cs[512], sn[512];
-    for (uint32_t i = 0; i < half; i++)
+    float own[1024];
+    int compute = !a->table || a->fill;
+    for (uint32_t i = 0; compute && i < half; i++)
         inv_freq[i] = (double)a->freq_scale * pow(a->base, -2.0 * i / a->n_rot);
     for (uint32_t t = t0; t < t1; t++) {
+        float *cs = a->table ? a->table + (size_t)t * 2 * half : own, *sn = cs + half;
         double p = (double)a->pos[t];
-        for (uint32_t i = 0; i < half; i++) {
+        for (uint32_t i = 0; compute && i < half; i++) {
             double th = p * inv_freq[i];
             cs[i] = (float)cos(th);
             sn[i] = (float)sin(th);

@@ -214,6 +214,11 @@ struct dray_cpu_rope {
     const int32_t *pos;
     uint32_t n_head, head_dim, n_rot, stride;
     float base, freq_scale;
+    /* AVX2: the angles' cosines and sines, [token][n_rot] (n_rot/2 of each),
+     * kept by the glue across the layers of a step; fill: compute them into it
+     * first (NULL: compute them on the stack). The reference ignores it. */
+    float *table;
+    int fill;
 };
 /* tokens [t0, t1) */
 void dray_cpu_ref_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1);
