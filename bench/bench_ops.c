@@ -454,6 +454,9 @@ static void run_all(struct bench *b)
      * f16 d and m, most of a decode step's bytes */
     for (uint32_t d = 0; !b->o->reference && d < 2 && (!only || !strcmp(only, "matmul")); d++)
         bench_matmul(b, 640, 262144, 1, d ? DRAY_Q4G32H : DRAY_Q4G32);
+    /* ... and at 16 tokens, a batch-16 decode step's candidate pass (compute-bound) */
+    if (!b->o->reference && (!only || !strcmp(only, "matmul")))
+        bench_matmul(b, 640, 262144, 16, DRAY_Q4G32H);
     if (!only || !strcmp(only, "attention")) {
         bench_attention(b, DRAY_I8, 1, 512, 0, 4, 1, 256);
         bench_attention(b, DRAY_I8, 1, 4096, 0, 4, 1, 256);

@@ -188,6 +188,73 @@ DRAY_AI void pv_512(float *y0, float *y1, int two, float c0, float c1, const flo
     }
     *dp = d;
 }
+
+/* Four query vectors q[0..3] against the 4 rows k[0..3] (stride hd, a
+ * multiple of 16) into o[r * TILE + 0..3]: 16 accumulators, so each K load
+ * serves four vectors instead of two. Per (vector, key) the same 16-lane sums
+ * in the same order, folded and reduced as qk_block does: the scores are
+ * bit for bit those of qk_block, whatever block a vector lands in. Not
+ * inlined, like pv_block4. */
+__attribute__((noinline)) static void qk_block4(const float *const *q, const float *k, uint32_t hd, float *o)
+{
+    const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
+    const float *k0 = k, *k1 = k + hd, *k2 = k + 2 * (size_t)hd, *k3 = k + 3 * (size_t)hd;
+    /* named, not an array: out of line, GCC 12 keeps an array of them in memory */
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+    __m512 c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+    for (uint32_t d = 0; d < hd; d += 16) {
+        __m512 v0 = _mm512_loadu_ps(k0 + d), v1 = _mm512_loadu_ps(k1 + d);
+        __m512 v2 = _mm512_loadu_ps(k2 + d), v3 = _mm512_loadu_ps(k3 + d);
+        __m512 x = _mm512_loadu_ps(q0 + d);
+        c00 = _mm512_fmadd_ps(x, v0, c00), c01 = _mm512_fmadd_ps(x, v1, c01);
+        c02 = _mm512_fmadd_ps(x, v2, c02), c03 = _mm512_fmadd_ps(x, v3, c03);
+        x = _mm512_loadu_ps(q1 + d);
+        c10 = _mm512_fmadd_ps(x, v0, c10), c11 = _mm512_fmadd_ps(x, v1, c11);
+        c12 = _mm512_fmadd_ps(x, v2, c12), c13 = _mm512_fmadd_ps(x, v3, c13);
+        x = _mm512_loadu_ps(q2 + d);
+        c20 = _mm512_fmadd_ps(x, v0, c20), c21 = _mm512_fmadd_ps(x, v1, c21);
+        c22 = _mm512_fmadd_ps(x, v2, c22), c23 = _mm512_fmadd_ps(x, v3, c23);
+        x = _mm512_loadu_ps(q3 + d);
+        c30 = _mm512_fmadd_ps(x, v0, c30), c31 = _mm512_fmadd_ps(x, v1, c31);
+        c32 = _mm512_fmadd_ps(x, v2, c32), c33 = _mm512_fmadd_ps(x, v3, c33);
+    }
+    _mm_storeu_ps(o, hsum4(fold_ps(c00), fold_ps(c01), fold_ps(c02), fold_ps(c03)));
+    _mm_storeu_ps(o + TILE, hsum4(fold_ps(c10), fold_ps(c11), fold_ps(c12), fold_ps(c13)));
+    _mm_storeu_ps(o + 2 * TILE, hsum4(fold_ps(c20), fold_ps(c21), fold_ps(c22), fold_ps(c23)));
+    _mm_storeu_ps(o + 3 * TILE, hsum4(fold_ps(c30), fold_ps(c31), fold_ps(c32), fold_ps(c33)));
+}
+
+/* Four vectors' y[r] = y[r]*c[r] + sum_j p[r * TILE + j] tile[j] (y rows
+ * hd apart, hd a multiple of 64): each V load serves four vectors. Per element
+ * pv_512's operations in its order. The probabilities are read at constant
+ * offsets from one pointer, and the function is never inlined: inside
+ * do_item, GCC 12 keeps the V vectors on the stack. */
+__attribute__((noinline)) static void pv_block4(float *y, const float *c, const float *p, const float *tile, uint32_t nj, uint32_t hd)
+{
+    for (uint32_t d = 0; d < hd; d += 64) {
+        __m512 a[4][4];
+        for (int r = 0; r < 4; r++) {
+            __m512 vc = _mm512_set1_ps(c[r]);
+            for (int i = 0; i < 4; i++)
+                a[r][i] = _mm512_mul_ps(_mm512_loadu_ps(y + (size_t)r * hd + d + 16 * i), vc);
+        }
+        const float *v = tile + d;
+        for (uint32_t j = 0; j < nj; j++, v += hd) {
+            __m512 w0 = _mm512_loadu_ps(v), w1 = _mm512_loadu_ps(v + 16);
+            __m512 w2 = _mm512_loadu_ps(v + 32), w3 = _mm512_loadu_ps(v + 48);
+            for (int r = 0; r < 4; r++) {
+                __m512 x = _mm512_set1_ps(p[r * TILE + j]);
+                a[r][0] = _mm512_fmadd_ps(x, w0, a[r][0]);
+                a[r][1] = _mm512_fmadd_ps(x, w1, a[r][1]);
+                a[r][2] = _mm512_fmadd_ps(x, w2, a[r][2]);
+                a[r][3] = _mm512_fmadd_ps(x, w3, a[r][3]);
+            }
+        }
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 4; i++)
+                _mm512_storeu_ps(y + (size_t)r * hd + d + 16 * i, a[r][i]);
+    }
+}
 #endif
 
 /* Dot products of q0 (and q1 when two) with the 4 rows k[0..3] (stride hd):
@@ -327,6 +394,11 @@ static float *align8(float *p)
 static void scores(const struct item_state *st, const float *const *qv, uint32_t hd)
 {
     uint32_t r = 0;
+#ifdef DRAY_ATT_512
+    for (; hd % 16 == 0 && r + 4 <= st->rows; r += 4)
+        for (uint32_t j = 0; j < TILE; j += 4)
+            qk_block4(qv + r, st->tile + (size_t)j * hd, hd, st->sc + (size_t)r * TILE + j);
+#endif
     for (; r + 2 <= st->rows; r += 2)
         for (uint32_t j = 0; j < TILE; j += 4)
             qk_block(qv[r], qv[r + 1], 1, st->tile + (size_t)j * hd, hd, st->sc + (size_t)r * TILE + j,
@@ -427,6 +499,10 @@ static void do_item(const struct dray_cpu_attention *a, uint32_t i, void *scratc
             continue;
         load_tile(p, rows, 1, nj, st.tile);
         uint32_t r = 0;
+#ifdef DRAY_ATT_512
+        for (; hd % 64 == 0 && r + 4 <= st.rows; r += 4)
+            pv_block4(st.acc + (size_t)r * hd, cs + r, st.sc + (size_t)r * TILE, st.tile, nj, hd);
+#endif
         for (; r + 2 <= st.rows; r += 2)
             pv_block(st.acc + (size_t)r * hd, st.acc + (size_t)(r + 1) * hd, 1, cs[r], cs[r + 1],
                      st.sc + (size_t)r * TILE, st.sc + (size_t)(r + 1) * TILE, st.tile, nj, hd);
