@@ -76,29 +76,6 @@ static int32_t token_at(uint32_t i, uint32_t n_vocab)
     return (int32_t)((n_vocab > 3000 ? 1000 : 1) + (i * 2654435761u) % span);
 }
 
-/* The greedy pick of dray run at temperature 0: the first largest logit, found
- * as its sampler does (core/sampler.c, which this room cannot include): the
- * maximum from eight running maxima, which vectorize, then its first index. A
- * scalar chain of dependent compares cost 4% of a 16-sequence Gemma step. */
-static int32_t argmax(const float *x, uint32_t n)
-{
-    float lane[8], top = -INFINITY;
-    for (int j = 0; j < 8; j++)
-        lane[j] = -INFINITY;
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
-    for (; i < n; i++)
-        top = x[i] > top ? x[i] : top;
-    for (int j = 0; j < 8; j++)
-        top = lane[j] > top ? lane[j] : top;
-    for (i = 0; i < n; i++)
-        if (x[i] == top)
-            return (int32_t)i;
-    return 0; /* all NaN */
-}
-
 struct result {
     double prefill_s, decode_s, bytes;
     double rescore_per_step; /* candidates a rescored head rescored per decode step */
@@ -169,7 +146,8 @@ static int decode_all(struct dray_engine *e, const struct model_opts *o, struct 
     for (uint32_t step = 0; !rc && step < o->decode; step++) {
         rc = dray_sessions_decode(ss, o->batch, ids, logits, err, errlen);
         for (uint32_t b = 0; !rc && b < o->batch; b++)
-            ids[b] = argmax(logits + (size_t)b * in->n_vocab, in->n_vocab);
+            /* dray run's pick at temperature 0 */
+            ids[b] = dray_greedy_token(logits + (size_t)b * in->n_vocab, in->n_vocab);
     }
     r->decode_s = now_s() - t0;
     dray_engine_rescore_stats(e, &rows1, &cand1);

@@ -232,31 +232,66 @@ static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, co
     bias(s, n, n_hist - gen_from);
 }
 
-float dray_max_f32(const float *x, uint32_t n)
+/* Sixteen floats, and their compare masks: GCC vector extensions, lowered to
+ * whatever each clone of DRAY_HOST_CLONES has (one zmm, two ymm, four xmm). */
+typedef float dray_v16f __attribute__((vector_size(64)));
+typedef int32_t dray_v16i __attribute__((vector_size(64)));
+
+DRAY_HOST_CLONES float dray_max_f32(const float *x, uint32_t n)
 {
-    float lane[8], top = -INFINITY; /* eight running maxima: no chain of dependent compares */
-    for (int j = 0; j < 8; j++)
+    /* sixteen running maxima, a select per block: the loop as written for
+     * scalars GCC 12 leaves scalar (maxss) */
+    dray_v16f lane;
+    for (int j = 0; j < 16; j++)
         lane[j] = -INFINITY;
     uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    for (; i + 16 <= n; i += 16) {
+        dray_v16f b;
+        memcpy(&b, x + i, sizeof(b));
+        dray_v16i gt = b > lane; /* false for NaN: ignored */
+        lane = (dray_v16f)(((dray_v16i)b & gt) | ((dray_v16i)lane & ~gt));
+    }
+    float top = -INFINITY;
     for (; i < n; i++)
         top = x[i] > top ? x[i] : top;
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < 16; j++)
         top = lane[j] > top ? lane[j] : top;
     return top;
 }
 
-/* The lowest id of the largest value (w holds no NaN: penalize maps it to -inf):
- * the maximum, then the first index holding it; two passes that vectorize. */
-static uint32_t argmax(const float *w, uint32_t n)
+/* The first index holding m (n if none), 16 at a time: one compare and one
+ * branch a block. */
+DRAY_HOST_CLONES static uint32_t first_of(const float *w, uint32_t n, float m)
 {
-    float m = dray_max_f32(w, n);
-    for (uint32_t i = 0; i < n; i++)
+    uint32_t i = 0;
+    const dray_v16f mv = {m, m, m, m, m, m, m, m, m, m, m, m, m, m, m, m};
+    for (; i + 16 <= n; i += 16) {
+        dray_v16f b;
+        memcpy(&b, w + i, sizeof(b));
+        dray_v16i eq = b == mv;
+        int64_t hit = 0;
+        for (int j = 0; j < 16; j++)
+            hit |= eq[j];
+        if (hit)
+            break;
+    }
+    for (; i < n; i++)
         if (w[i] == m)
             return i;
-    return 0;
+    return n;
+}
+
+/* The lowest id of the largest value, NaN never: the maximum, then the first
+ * index holding it; two passes that vectorize. */
+static uint32_t argmax(const float *w, uint32_t n)
+{
+    uint32_t i = first_of(w, n, dray_max_f32(w, n));
+    return i < n ? i : 0;
+}
+
+int32_t dray_greedy_token(const float *logits, uint32_t n_vocab)
+{
+    return (int32_t)argmax(logits, n_vocab);
 }
 
 /* a ranks before b: larger logit, then lower id */

@@ -75,6 +75,47 @@ void dec_rescore_free(struct dray_model *m)
     memset(r, 0, sizeof(*r));
 }
 
+/* Each token's bucket into bk (N_BUCKETS: none, for NaN and -inf too) and
+ * their counts into cnt[0..N_BUCKETS). */
+DRAY_HOST_CLONES static void bucket_counts(const float *x, uint32_t n, float top, uint8_t *bk, uint32_t *cnt)
+{
+    uint32_t i;
+    for (i = 0; i < n; i++) {
+        float t = (top - x[i]) * BUCKETS_PER_NAT;
+        bk[i] = t < (float)N_BUCKETS ? (uint8_t)t : (uint8_t)N_BUCKETS;
+    }
+    uint32_t cnt4[4][N_BUCKETS + 1] = {{0}}; /* four tables: no store-to-load chains */
+    for (i = 0; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++)
+            cnt4[j][bk[i + j]]++;
+    for (; i < n; i++)
+        cnt4[0][bk[i]]++;
+    for (uint32_t b = 0; b < N_BUCKETS; b++)
+        cnt[b] = cnt4[0][b] + cnt4[1][b] + cnt4[2][b] + cnt4[3][b];
+}
+
+/* The first (at most max) tokens whose bucket is below B, into idx; returns
+ * how many. Most are not: a block of 32 is skipped after one vectorized min. */
+DRAY_HOST_CLONES static uint32_t below(const uint8_t *bk, uint32_t n, uint8_t B, uint32_t max, int32_t *idx)
+{
+    uint32_t k = 0, t = 0;
+    for (; t + 32 <= n && k < max; t += 32) {
+        const uint8_t *b = bk + t; /* the block's smallest bucket: a byte min, which vectorizes */
+        uint8_t lo = UINT8_MAX;
+        for (int j = 0; j < 32; j++)
+            lo = b[j] < lo ? b[j] : lo;
+        if (lo >= B)
+            continue;
+        for (uint32_t j = t; j < t + 32 && k < max; j++)
+            if (bk[j] < B)
+                idx[k++] = (int32_t)j;
+    }
+    for (; t < n && k < max; t++)
+        if (bk[t] < B)
+            idx[k++] = (int32_t)t;
+    return k;
+}
+
 /* The candidates of one row x[0..n): every token whose logit is less than B/4
  * nats below the largest, B the fewest buckets that leave at most `tail` of the
  * probability outside (from bucket counts, each bucket's tokens taken at its
@@ -85,21 +126,8 @@ void dec_rescore_free(struct dray_model *m)
 static uint32_t candidates(const float *x, uint32_t n, float tail, uint32_t max, uint8_t *bk,
                            int32_t *idx)
 {
-    const float top = dray_max_f32(x, n);
-    uint32_t i;
-    for (i = 0; i < n; i++) {
-        float t = (top - x[i]) * BUCKETS_PER_NAT;
-        bk[i] = t < (float)N_BUCKETS ? (uint8_t)t : (uint8_t)N_BUCKETS; /* NaN, -inf: none */
-    }
-    uint32_t cnt4[4][N_BUCKETS + 1] = {{0}}; /* four tables: no store-to-load chains */
-    for (i = 0; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++)
-            cnt4[j][bk[i + j]]++;
-    for (; i < n; i++)
-        cnt4[0][bk[i]]++;
     uint32_t cnt[N_BUCKETS];
-    for (uint32_t b = 0; b < N_BUCKETS; b++)
-        cnt[b] = cnt4[0][b] + cnt4[1][b] + cnt4[2][b] + cnt4[3][b];
+    bucket_counts(x, n, dray_max_f32(x, n), bk, cnt);
     double w[N_BUCKETS], z = 0, left = 0;
     for (uint32_t b = 0; b < N_BUCKETS; b++)
         z += w[b] = cnt[b] * exp(-(b + 0.5) / BUCKETS_PER_NAT);
@@ -112,23 +140,7 @@ static uint32_t candidates(const float *x, uint32_t n, float tail, uint32_t max,
         count += cnt[B++];
     while (count > max && B > 1)
         count -= cnt[--B];
-    /* most bytes are >= B: skip 8 at a time unless one is below (each is 0..128
-     * and B <= 128, so a byte below B borrows into its own high bit only) */
-    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    uint32_t k = 0, t = 0;
-    for (; t + 8 <= n && k < max; t += 8) {
-        uint64_t w;
-        memcpy(&w, bk + t, 8);
-        if (!((w - ones * B) & ~w & highs))
-            continue;
-        for (uint32_t j = t; j < t + 8 && k < max; j++)
-            if (bk[j] < B)
-                idx[k++] = (int32_t)j;
-    }
-    for (; t < n && k < max; t++)
-        if (bk[t] < B)
-            idx[k++] = (int32_t)t;
-    return k;
+    return below(bk, n, (uint8_t)B, max, idx);
 }
 
 int dec_rescore(struct dray_model *m, uint32_t n, float *logits)

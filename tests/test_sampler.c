@@ -105,6 +105,32 @@ static void test_sampler_greedy_is_argmax_with_lowest_id_on_ties(void **state)
     dray_sampler_free(s);
 }
 
+/* dray_greedy_token (the public pick that bench model times) and dray_max_f32
+ * over every length up to two blocks of 16 and every place of the maximum:
+ * the vectorized blocks and the scalar tail agree, NaN never wins. */
+static void test_greedy_token_is_the_lowest_id_of_the_largest_at_every_length(void **state)
+{
+    (void)state;
+    float x[40];
+    for (uint32_t n = 1; n <= 40; n++)
+        for (uint32_t at = 0; at < n; at++) {
+            for (uint32_t i = 0; i < n; i++)
+                x[i] = i % 3 ? (float)i * -0.5f : NAN;
+            x[at] = 7.0f;
+            if (at + 1 < n)
+                x[n - 1] = 7.0f; /* a tie after it: the lower id */
+            assert_int_equal(dray_greedy_token(x, n), (int32_t)at);
+            assert_true(dray_max_f32(x, n) == 7.0f);
+        }
+    float nan3[3] = {NAN, NAN, NAN};
+    assert_int_equal(dray_greedy_token(nan3, 3), 0);
+    assert_true(dray_max_f32(nan3, 3) == -INFINITY);
+    float neg[20];
+    for (int i = 0; i < 20; i++)
+        neg[i] = -INFINITY;
+    assert_int_equal(dray_greedy_token(neg, 20), 0);
+}
+
 static void test_sampler_draws_follow_softmax_at_two_temperatures(void **state)
 {
     (void)state;
@@ -586,6 +612,7 @@ static void test_stop_releases_false_starts_and_flushes_at_end(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_sampler_greedy_is_argmax_with_lowest_id_on_ties),
+    cmocka_unit_test(test_greedy_token_is_the_lowest_id_of_the_largest_at_every_length),
     cmocka_unit_test(test_sampler_draws_follow_softmax_at_two_temperatures),
     cmocka_unit_test(test_sampler_top_k_keeps_only_k_best),
     cmocka_unit_test(test_sampler_top_p_keeps_smallest_prefix_reaching_p),

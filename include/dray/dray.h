@@ -324,6 +324,9 @@ int dray_session_prefill(struct dray_session *s, const int32_t *ids, size_t n, c
  * batching): session i takes ids[i]; logits (may be NULL) gets [n][n_vocab]. */
 int dray_sessions_decode(struct dray_session *const *ss, uint32_t n, const int32_t *ids,
                          float *logits, char *err, size_t errlen);
+/* The greedy pick of a row of logits: the lowest id of the largest, NaN never
+ * (0 if every one is NaN); what the sampler takes at temperature 0. */
+int32_t dray_greedy_token(const float *logits, uint32_t n_vocab);
 /* A session's KV as one host buffer, so that another engine on the same model,
  * on any plugin, continues from it (moving a conversation between devices, and
  * the certification's kv_transfer check). The buffer holds the session's first
