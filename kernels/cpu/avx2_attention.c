@@ -5,7 +5,8 @@
  * (MQA/GQA). Keys go in tiles of 32 positions: scores for all query vectors,
  * one rescale of the running sums per tile, then the V accumulation.
  *
- * Both products are register blocked over two query vectors at a time:
+ * Both products are register blocked over two query vectors at a time (four
+ * in the AVX-512 build where head_dim allows: qk_block4, pv_block4):
  *   scores  2 vectors x 4 keys, 8 independent accumulators along head_dim,
  *           reduced with hadd at the end (no dependent FMA chain, no per-key
  *           horizontal sum);
@@ -195,13 +196,15 @@ DRAY_AI void pv_512(float *y0, float *y1, int two, float c0, float c1, const flo
  * in the same order, folded and reduced as qk_block does: the scores are
  * bit for bit those of qk_block, whatever block a vector lands in. Not
  * inlined, like pv_block4. */
-__attribute__((noinline)) static void qk_block4(const float *const *q, const float *k, uint32_t hd, float *o)
+__attribute__((noinline)) static void qk_block4(const float *const *q, const float *k, uint32_t hd,
+                                                float *o)
 {
     const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
     const float *k0 = k, *k1 = k + hd, *k2 = k + 2 * (size_t)hd, *k3 = k + 3 * (size_t)hd;
     /* named, not an array: out of line, GCC 12 keeps an array of them in memory */
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-    __m512 c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
+    __m512 c10 = c00, c11 = c00, c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+    __m512 c30 = c00, c31 = c00, c32 = c00, c33 = c00;
     for (uint32_t d = 0; d < hd; d += 16) {
         __m512 v0 = _mm512_loadu_ps(k0 + d), v1 = _mm512_loadu_ps(k1 + d);
         __m512 v2 = _mm512_loadu_ps(k2 + d), v3 = _mm512_loadu_ps(k3 + d);
@@ -218,10 +221,13 @@ __attribute__((noinline)) static void qk_block4(const float *const *q, const flo
         c30 = _mm512_fmadd_ps(x, v0, c30), c31 = _mm512_fmadd_ps(x, v1, c31);
         c32 = _mm512_fmadd_ps(x, v2, c32), c33 = _mm512_fmadd_ps(x, v3, c33);
     }
-    _mm_storeu_ps(o, hsum4(fold_ps(c00), fold_ps(c01), fold_ps(c02), fold_ps(c03)));
-    _mm_storeu_ps(o + TILE, hsum4(fold_ps(c10), fold_ps(c11), fold_ps(c12), fold_ps(c13)));
-    _mm_storeu_ps(o + 2 * TILE, hsum4(fold_ps(c20), fold_ps(c21), fold_ps(c22), fold_ps(c23)));
-    _mm_storeu_ps(o + 3 * TILE, hsum4(fold_ps(c30), fold_ps(c31), fold_ps(c32), fold_ps(c33)));
+#define DRAY_QK4_ROW(r, a, b, c, d) \
+    _mm_storeu_ps(o + (r) * TILE, hsum4(fold_ps(a), fold_ps(b), fold_ps(c), fold_ps(d)))
+    DRAY_QK4_ROW(0, c00, c01, c02, c03);
+    DRAY_QK4_ROW(1, c10, c11, c12, c13);
+    DRAY_QK4_ROW(2, c20, c21, c22, c23);
+    DRAY_QK4_ROW(3, c30, c31, c32, c33);
+#undef DRAY_QK4_ROW
 }
 
 /* Four vectors' y[r] = y[r]*c[r] + sum_j p[r * TILE + j] tile[j] (y rows
@@ -229,7 +235,8 @@ __attribute__((noinline)) static void qk_block4(const float *const *q, const flo
  * pv_512's operations in its order. The probabilities are read at constant
  * offsets from one pointer, and the function is never inlined: inside
  * do_item, GCC 12 keeps the V vectors on the stack. */
-__attribute__((noinline)) static void pv_block4(float *y, const float *c, const float *p, const float *tile, uint32_t nj, uint32_t hd)
+__attribute__((noinline)) static void pv_block4(float *y, const float *c, const float *p,
+                                                const float *tile, uint32_t nj, uint32_t hd)
 {
     for (uint32_t d = 0; d < hd; d += 64) {
         __m512 a[4][4];
