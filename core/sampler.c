@@ -237,7 +237,7 @@ static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, co
 typedef float dray_v16f __attribute__((vector_size(64)));
 typedef int32_t dray_v16i __attribute__((vector_size(64)));
 
-DRAY_HOST_CLONES float dray_max_f32(const float *x, uint32_t n)
+DRAY_HOST_CLONES static float max_f32(const float *x, uint32_t n)
 {
     /* sixteen running maxima, a select per block: the loop as written for
      * scalars GCC 12 leaves scalar (maxss) */
@@ -257,6 +257,13 @@ DRAY_HOST_CLONES float dray_max_f32(const float *x, uint32_t n)
     for (int j = 0; j < 16; j++)
         top = lane[j] > top ? lane[j] : top;
     return top;
+}
+
+/* The clones stay static behind a plain function: clang resolves a clone set
+ * only for calls inside its own translation unit. */
+float dray_max_f32(const float *x, uint32_t n)
+{
+    return max_f32(x, n);
 }
 
 /* The first index holding m (n if none), 16 at a time: one compare and one
@@ -285,7 +292,7 @@ DRAY_HOST_CLONES static uint32_t first_of(const float *w, uint32_t n, float m)
  * index holding it; two passes that vectorize. */
 static uint32_t argmax(const float *w, uint32_t n)
 {
-    uint32_t i = first_of(w, n, dray_max_f32(w, n));
+    uint32_t i = first_of(w, n, max_f32(w, n));
     return i < n ? i : 0;
 }
 
