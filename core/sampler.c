@@ -8,6 +8,7 @@
 
 #include "dray/backend.h"
 #include "error.h"
+#include "host_clones.h"
 
 struct cand {
     float l;    /* logit after the penalty */

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "host_clones.h"
 #include "log.h"
 #include "sampler.h"
 
