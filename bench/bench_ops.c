@@ -123,7 +123,7 @@ static void emit_json(struct bench *b, const char *what, const char *fmt_fields)
 struct mm {
     struct dray_buf *x, *w, *ws, *out;
     struct dray_packed **pk; /* packed weights: one handle per copy */
-    uint32_t n_tok, n_out, k, copies, wdtype;
+    uint32_t n_tok, n_out, k, copies, wdtype, passes;
     size_t wbytes, sbytes; /* one copy of the weights and of their scales */
 };
 
@@ -134,7 +134,7 @@ static int mm_call(struct bench *b, void *arg, uint32_t i)
                                  .wscale = {m->ws, 0}, .out = {m->out, 0}, .n_tok = m->n_tok,
                                  .n_out = m->n_out, .k = m->k, .stride_x = m->k, .stride_out = m->n_out,
                                  .wdtype = m->pk ? DRAY_PACKED : m->wdtype,
-                                 .packed = m->pk ? m->pk[i % m->copies] : NULL, .passes = 1};
+                                 .packed = m->pk ? m->pk[i % m->copies] : NULL, .passes = m->passes};
     return b->ops->matmul(b->ctx, &a);
 }
 
@@ -191,10 +191,13 @@ static void free_packed(struct bench *b, struct mm *m)
 }
 
 /* wdtype: DRAY_I8 (per-row int8), or a grouped one, packed by the plugin (then
- * the GB/s count the scales too: they are read with the weights). */
-static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n_tok, uint32_t wdtype)
+ * the GB/s count the scales too: they are read with the weights). passes 2:
+ * two-pass activations (backend.h), named "x2"; GOPS count the op's
+ * multiply-adds once, so a second pass shows as the rate it costs. */
+static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n_tok, uint32_t wdtype,
+                         uint32_t passes)
 {
-    struct mm m = {.n_tok = n_tok, .n_out = n_out, .k = k, .wdtype = wdtype};
+    struct mm m = {.n_tok = n_tok, .n_out = n_out, .k = k, .wdtype = wdtype, .passes = passes};
     size_t wbytes = (size_t)n_out * k, sbytes = (size_t)n_out * 4;
     struct dray_wformat wf = wformat_of(wdtype);
     if (wdtype != DRAY_I8) {
@@ -210,7 +213,8 @@ static void bench_matmul(struct bench *b, uint32_t k, uint32_t n_out, uint32_t n
         m.copies = 1024;
     m.x = mkbuf(b, (size_t)n_tok * k * 4, 1);
     m.out = mkbuf(b, (size_t)n_tok * n_out * 4, 1);
-    const char *name = wdtype_name(wdtype);
+    char name[16];
+    snprintf(name, sizeof(name), "%s%s", wdtype_name(wdtype), passes == 2 ? "x2" : "");
     int packed_rc = 0;
     if (wdtype == DRAY_I8) {
         m.w = mkbuf(b, wbytes * m.copies, 0);
@@ -265,23 +269,26 @@ static int att_call(struct bench *b, void *arg, uint32_t i)
     return b->ops->attention(b->ctx, &at->a);
 }
 
-/* One sequence: n_q new queries at the end of kv_len positions, n_head query
- * heads on n_kv kv heads of hd dimensions (Gemma 3 270M: 4:1, 256; SmolLM2: 9:3, 64). */
-static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_q, uint32_t kv_len, uint32_t window,
-                            uint32_t n_head, uint32_t n_kv, uint32_t hd)
+/* n_seq sequences, each n_q new queries at the end of kv_len positions, n_head
+ * query heads on n_kv kv heads of hd dimensions (Gemma 3 270M: 4:1, 256;
+ * SmolLM2: 9:3, 64), their blocks shuffled through one pool as a server's are.
+ * 16 sequences of 4096 positions hold 32 MiB of int8 KV, more than this
+ * machine's L3, so that row reads from memory as a batched decode step does. */
+static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_seq, uint32_t n_q, uint32_t kv_len,
+                            uint32_t window, uint32_t n_head, uint32_t n_kv, uint32_t hd)
 {
     const uint32_t bs = 16;
     struct att at;
     memset(&at, 0, sizeof(at));
-    uint32_t n_blocks = (kv_len + bs - 1) / bs, n_slots = n_blocks * bs;
+    uint32_t per_seq = (kv_len + bs - 1) / bs, n_blocks = per_seq * n_seq, n_slots = n_blocks * bs;
     size_t el = dtype == DRAY_I8 ? 1 : 2;
     at.k = mkbuf(b, (size_t)n_slots * n_kv * hd * el, dtype == DRAY_I8 ? 0 : 3);
     at.v = mkbuf(b, (size_t)n_slots * n_kv * hd * el, dtype == DRAY_I8 ? 0 : 3);
     at.ks = mkbuf(b, (size_t)n_slots * n_kv * 4, 1);
     at.vs = mkbuf(b, (size_t)n_slots * n_kv * 4, 1);
-    at.q = mkbuf(b, (size_t)n_q * n_head * hd * 4, 1);
-    at.out = mkbuf(b, (size_t)n_q * n_head * hd * 4, 1);
-    at.seqs = mkbuf(b, 16, 2);
+    at.q = mkbuf(b, (size_t)n_seq * n_q * n_head * hd * 4, 1);
+    at.out = mkbuf(b, (size_t)n_seq * n_q * n_head * hd * 4, 1);
+    at.seqs = mkbuf(b, (size_t)n_seq * 16, 2);
     at.bt = mkbuf(b, (size_t)n_blocks * 4, 2);
     if (!at.k || !at.v || !at.ks || !at.vs || !at.q || !at.out || !at.seqs || !at.bt)
         goto out;
@@ -289,24 +296,38 @@ static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_q, uint3
         b->ops->fill(b->ctx, (struct dray_view){at.k, 0}, 0x3a003c00u, (size_t)n_slots * n_kv * hd * 2);
         b->ops->fill(b->ctx, (struct dray_view){at.v, 0}, 0xb8003400u, (size_t)n_slots * n_kv * hd * 2);
     }
-    int32_t seq[4] = {0, (int32_t)n_q, (int32_t)kv_len, 0};
-    b->ops->upload(b->ctx, (struct dray_view){at.seqs, 0}, seq, 16);
-    int32_t *bt = malloc((size_t)n_blocks * 4);
+    int32_t *seq = malloc((size_t)n_seq * 16), *bt = malloc((size_t)n_blocks * 4);
+    if (!seq || !bt) {
+        free(seq), free(bt);
+        goto out;
+    }
+    for (uint32_t i = 0; i < n_seq; i++) {
+        int32_t row[4] = {(int32_t)(i * n_q), (int32_t)n_q, (int32_t)kv_len, (int32_t)(i * per_seq)};
+        memcpy(seq + 4 * i, row, sizeof(row));
+    }
     for (uint32_t i = 0; i < n_blocks; i++)
         bt[i] = (int32_t)(n_blocks - 1 - i); /* scattered, not identity */
+    for (uint32_t i = n_blocks; n_seq > 1 && i > 1; i--) { /* and interleaved across sequences */
+        uint32_t j = rnd() % i;
+        int32_t x = bt[i - 1];
+        bt[i - 1] = bt[j], bt[j] = x;
+    }
+    b->ops->upload(b->ctx, (struct dray_view){at.seqs, 0}, seq, (size_t)n_seq * 16);
     b->ops->upload(b->ctx, (struct dray_view){at.bt, 0}, bt, (size_t)n_blocks * 4);
-    free(bt);
+    free(seq), free(bt);
     at.pool = (struct dray_kv_pool){{at.k, 0}, {at.v, 0}, {at.ks, 0}, {at.vs, 0}, dtype, n_kv, hd, bs, n_slots};
-    at.a = (struct dray_attention_args){{at.q, 0}, {at.out, 0}, {at.seqs, 0}, {at.bt, 0}, &at.pool, n_q, 1, n_head,
+    at.a = (struct dray_attention_args){{at.q, 0}, {at.out, 0}, {at.seqs, 0}, {at.bt, 0}, &at.pool, n_seq * n_q, n_seq, n_head,
                                         kv_len, n_head * hd, n_head * hd, window, 0.0625f};
     double t = timeit(att_call, b, &at, b->o->reference ? 0.05 : 0.2);
     uint32_t span = window && window < kv_len ? window : kv_len;
-    double gbs = 2.0 * span * n_kv * hd * el / t / 1e9; /* K and V bytes read (once per kv head) */
-    printf("  attention %s %u:%u x %3u n_q %3u kv_len %5u window %4u  %9.1f us %9.1f cpu-us  %6.1f GB/s of KV\n",
-           dtype == DRAY_I8 ? "i8 " : "f16", n_head, n_kv, hd, n_q, kv_len, window, t * 1e6, last_cpu * 1e6, gbs);
-    char f[200];
-    snprintf(f, sizeof(f), "\"kv\":\"%s\",\"heads\":%u,\"kv_heads\":%u,\"head_dim\":%u,\"n_q\":%u,\"kv_len\":%u,"
-             "\"window\":%u,\"us\":%.2f", dtype == DRAY_I8 ? "i8" : "f16", n_head, n_kv, hd, n_q, kv_len, window, t * 1e6);
+    double gbs = 2.0 * n_seq * span * n_kv * hd * el / t / 1e9; /* K and V bytes read (once per kv head) */
+    printf("  attention %s %u:%u x %3u n_seq %2u n_q %3u kv_len %5u window %4u  %9.1f us %9.1f cpu-us  %6.1f GB/s of KV\n",
+           dtype == DRAY_I8 ? "i8 " : "f16", n_head, n_kv, hd, n_seq, n_q, kv_len, window, t * 1e6, last_cpu * 1e6,
+           gbs);
+    char f[220];
+    snprintf(f, sizeof(f), "\"kv\":\"%s\",\"heads\":%u,\"kv_heads\":%u,\"head_dim\":%u,\"n_seq\":%u,\"n_q\":%u,"
+             "\"kv_len\":%u,\"window\":%u,\"us\":%.2f", dtype == DRAY_I8 ? "i8" : "f16", n_head, n_kv, hd, n_seq, n_q,
+             kv_len, window, t * 1e6);
     emit_json(b, "attention", f);
 out:
     b->ops->free(b->ctx, at.k), b->ops->free(b->ctx, at.v), b->ops->free(b->ctx, at.ks), b->ops->free(b->ctx, at.vs);
@@ -440,7 +461,7 @@ static void run_all(struct bench *b)
                        shapes[s][1], toks[t]);
                 continue;
             }
-            bench_matmul(b, shapes[s][0], shapes[s][1], toks[t], DRAY_I8);
+            bench_matmul(b, shapes[s][0], shapes[s][1], toks[t], DRAY_I8, 1);
         }
     /* grouped weights (version 2) at the layer shapes the default (w4a8) gives
      * them on Gemma 3 270M Q4_K_M: gate/up and q 5-bit, down and o 4- or 6->8-bit */
@@ -449,26 +470,34 @@ static void run_all(struct bench *b)
     for (size_t t = 0; t < 2 && (!only || !strcmp(only, "matmul")); t++)
         for (size_t s = 0; s < sizeof(gshapes) / sizeof(gshapes[0]); s++)
             for (size_t d = 0; d < sizeof(gtypes) / sizeof(gtypes[0]); d++)
-                bench_matmul(b, gshapes[s][0], gshapes[s][1], toks[t], gtypes[d]);
+                bench_matmul(b, gshapes[s][0], gshapes[s][1], toks[t], gtypes[d], 1);
     /* the rescored head's 4-bit copy (640 -> 262144, one decode token): f32 or
      * f16 d and m, most of a decode step's bytes */
     for (uint32_t d = 0; !b->o->reference && d < 2 && (!only || !strcmp(only, "matmul")); d++)
-        bench_matmul(b, 640, 262144, 1, d ? DRAY_Q4G32H : DRAY_Q4G32);
+        bench_matmul(b, 640, 262144, 1, d ? DRAY_Q4G32H : DRAY_Q4G32, 1);
     /* ... and at 16 tokens, a batch-16 decode step's candidate pass (compute-bound) */
     if (!b->o->reference && (!only || !strcmp(only, "matmul")))
-        bench_matmul(b, 640, 262144, 16, DRAY_Q4G32H);
+        bench_matmul(b, 640, 262144, 16, DRAY_Q4G32H, 1);
+    /* SmolLM2-135M Q4_1's layers (q/o, gate/up, down) with its default two-pass
+     * activations: the kernel a SmolLM2 prefill spends most of its time in */
+    static const uint32_t sshapes[][2] = {{576, 576}, {576, 1536}, {1536, 576}};
+    for (size_t t = 0; t < 2 && (!only || !strcmp(only, "matmul")); t++)
+        for (size_t s = 0; s < sizeof(sshapes) / sizeof(sshapes[0]); s++)
+            bench_matmul(b, sshapes[s][0], sshapes[s][1], toks[t], DRAY_Q4G32, 2);
     if (!only || !strcmp(only, "attention")) {
-        bench_attention(b, DRAY_I8, 1, 512, 0, 4, 1, 256);
-        bench_attention(b, DRAY_I8, 1, 4096, 0, 4, 1, 256);
-        bench_attention(b, DRAY_F16, 1, 4096, 0, 4, 1, 256);
-        bench_attention(b, DRAY_I8, 1, 4096, 512, 4, 1, 256);
-        bench_attention(b, DRAY_I8, 64, 512, 0, 4, 1, 256);
-        bench_attention(b, DRAY_I8, 512, 512, 0, 4, 1, 256); /* a whole pp512 */
-        bench_attention(b, DRAY_F16, 64, 512, 0, 4, 1, 256);
-        bench_attention(b, DRAY_I8, 1, 512, 0, 9, 3, 64);
-        bench_attention(b, DRAY_F16, 1, 512, 0, 9, 3, 64);
-        bench_attention(b, DRAY_I8, 64, 512, 0, 9, 3, 64);
-        bench_attention(b, DRAY_I8, 512, 512, 0, 9, 3, 64);
+        bench_attention(b, DRAY_I8, 1, 1, 512, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 1, 4096, 0, 4, 1, 256);
+        bench_attention(b, DRAY_F16, 1, 1, 4096, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 1, 4096, 512, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 64, 512, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 512, 512, 0, 4, 1, 256); /* a whole pp512 */
+        bench_attention(b, DRAY_F16, 1, 64, 512, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 1, 512, 0, 9, 3, 64);
+        bench_attention(b, DRAY_F16, 1, 1, 512, 0, 9, 3, 64);
+        bench_attention(b, DRAY_I8, 1, 64, 512, 0, 9, 3, 64);
+        bench_attention(b, DRAY_I8, 1, 512, 512, 0, 9, 3, 64);
+        bench_attention(b, DRAY_I8, 16, 1, 4096, 0, 4, 1, 256); /* a batch-16 decode step's layer */
+        bench_attention(b, DRAY_I8, 16, 1, 4096, 0, 9, 3, 64);
     }
     if (!only || !strcmp(only, "small")) {
         bench_small(b, 1);
