@@ -30,12 +30,34 @@ static void q8g_row(const int8_t *table, const float *rs, size_t r, uint32_t dim
     }
 }
 
+/* Rows of an I8 table asked for this many ids ahead: the rescored head's
+ * candidates are 20 group rows of 32 bytes each, contiguous per token but with
+ * the tokens anywhere in the table, so every candidate is a cold miss the
+ * hardware prefetcher cannot see coming (docs/performance.md, "Candidate rows
+ * prefetched"). */
+#define EMBED_PF_AHEAD 64u
+
+/* Ask for the first 512 bytes of I8 row ids[t] (and its scale). */
+static void prefetch_i8_row(const struct dray_cpu_embed *a, uint32_t t)
+{
+    const char *r = (const char *)a->table + (size_t)a->ids[t] * a->dim;
+    uint32_t n = a->dim < 512 ? a->dim : 512;
+    for (uint32_t o = 0; o < n; o += 64)
+        _mm_prefetch(r + o, _MM_HINT_T0);
+    _mm_prefetch((const char *)(a->row_scale + a->ids[t]), _MM_HINT_T0);
+}
+
 void dray_cpu_avx2_embed(const struct dray_cpu_embed *a, uint32_t t0, uint32_t t1)
 {
+    int pf = a->is_i8 && !a->gdtype;
+    for (uint32_t t = t0; pf && t < t1 && t < t0 + EMBED_PF_AHEAD; t++)
+        prefetch_i8_row(a, t);
     for (uint32_t t = t0; t < t1; t++) {
         size_t row = (size_t)a->ids[t];
         float *y = a->out + (size_t)t * a->dim;
         uint32_t i = 0;
+        if (pf && t + EMBED_PF_AHEAD < t1)
+            prefetch_i8_row(a, t + EMBED_PF_AHEAD);
         if (a->gdtype == DRAY_Q8G32) {
             q8g_row(a->table, a->row_scale, row, a->dim, a->scale, y);
         } else if (a->gdtype) { /* a few rows per step: the reference is plenty */
