@@ -233,30 +233,48 @@ static void penalize(struct dray_sampler *s, const float *logits, uint32_t n, co
     bias(s, n, n_hist - gen_from);
 }
 
-/* Sixteen floats, and their compare masks: GCC vector extensions, lowered to
- * whatever each clone of DRAY_HOST_CLONES has (one zmm, two ymm, four xmm). */
-typedef float dray_v16f __attribute__((vector_size(64)));
-typedef int32_t dray_v16i __attribute__((vector_size(64)));
+/* Four floats and their compare mask (GCC vector extensions). The loops below
+ * keep four of them in named variables, sixteen lanes in all: GCC 12 lowers a
+ * 16-float vector to scalar code for AVX2 and SSE2 (vcomiss and cmov per lane),
+ * while 4-float ones are native in every clone of DRAY_HOST_CLONES. */
+typedef float dray_v4f __attribute__((vector_size(16)));
+typedef int32_t dray_v4i __attribute__((vector_size(16)));
+
+static inline dray_v4f load4(const float *p)
+{
+    dray_v4f v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* m, each lane replaced by p's where p's is larger (never by NaN) */
+static inline dray_v4f max4(dray_v4f m, const float *p)
+{
+    dray_v4f b = load4(p);
+    dray_v4i gt = b > m;
+    return (dray_v4f)(((dray_v4i)b & gt) | ((dray_v4i)m & ~gt));
+}
 
 DRAY_HOST_CLONES static float max_f32(const float *x, uint32_t n)
 {
-    /* sixteen running maxima, a select per block: the loop as written for
-     * scalars GCC 12 leaves scalar (maxss) */
-    dray_v16f lane;
-    for (int j = 0; j < 16; j++)
-        lane[j] = -INFINITY;
+    /* sixteen running maxima, lane j taking x[16 b + j]: the loop as written
+     * for scalars GCC 12 leaves scalar (maxss) */
+    const dray_v4f ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    dray_v4f l0 = ninf, l1 = ninf, l2 = ninf, l3 = ninf;
     uint32_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        dray_v16f b;
-        memcpy(&b, x + i, sizeof(b));
-        dray_v16i gt = b > lane; /* false for NaN: ignored */
-        lane = (dray_v16f)(((dray_v16i)b & gt) | ((dray_v16i)lane & ~gt));
+        l0 = max4(l0, x + i);
+        l1 = max4(l1, x + i + 4);
+        l2 = max4(l2, x + i + 8);
+        l3 = max4(l3, x + i + 12);
     }
     float top = -INFINITY;
     for (; i < n; i++)
         top = x[i] > top ? x[i] : top;
-    for (int j = 0; j < 16; j++)
-        top = lane[j] > top ? lane[j] : top;
+    const dray_v4f lanes[4] = {l0, l1, l2, l3}; /* the tail first, then lanes 0..15 */
+    for (int v = 0; v < 4; v++)
+        for (int j = 0; j < 4; j++)
+            top = lanes[v][j] > top ? lanes[v][j] : top;
     return top;
 }
 
@@ -267,20 +285,16 @@ float dray_max_f32(const float *x, uint32_t n)
     return max_f32(x, n);
 }
 
-/* The first index holding m (n if none), 16 at a time: one compare and one
- * branch a block. */
+/* The first index holding m (n if none), 16 at a time: four compares, their
+ * OR and one branch a block. */
 DRAY_HOST_CLONES static uint32_t first_of(const float *w, uint32_t n, float m)
 {
     uint32_t i = 0;
-    const dray_v16f mv = {m, m, m, m, m, m, m, m, m, m, m, m, m, m, m, m};
+    const dray_v4f mv = {m, m, m, m};
     for (; i + 16 <= n; i += 16) {
-        dray_v16f b;
-        memcpy(&b, w + i, sizeof(b));
-        dray_v16i eq = b == mv;
-        int64_t hit = 0;
-        for (int j = 0; j < 16; j++)
-            hit |= eq[j];
-        if (hit)
+        dray_v4i eq = (load4(w + i) == mv) | (load4(w + i + 4) == mv) | (load4(w + i + 8) == mv) |
+                      (load4(w + i + 12) == mv);
+        if (eq[0] | eq[1] | eq[2] | eq[3])
             break;
     }
     for (; i < n; i++)
