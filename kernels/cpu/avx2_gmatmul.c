@@ -124,6 +124,12 @@ static inline void prefetch_group(const struct dray_cpu_matmul *a, size_t bg, si
         _mm_prefetch(s + l, _MM_HINT_T0);
 }
 
+/* Keeps v in a register as it is at this point. GCC 12 reassociates the
+ * unrolled int16 sums into a tree of all the products first, spilling most of
+ * them to the stack (perf annotate: a third of the 4-bit loop's samples on
+ * spills and reloads); a barrier after each add keeps the running sums. */
+#define KEEP(v) __asm__("" : "+x"(v))
+
 enum gkind { G_Q8, G_Q4, G_Q4H, G_Q5 };
 #define AI inline __attribute__((always_inline))
 
@@ -174,6 +180,8 @@ static AI void half_sums(const uint8_t *w, const int8_t *const *q, int h, enum g
         for (int j = 0; j < nt; j++) {
             lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(l, bcast4(q[j], 4 * u)));
             hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(m, bcast4(q[j], 16 + 4 * u)));
+            KEEP(lo[j]);
+            KEEP(hi[j]);
         }
     }
     for (int j = 0; j < nt; j++)
@@ -199,6 +207,8 @@ static AI void q4_sums(const uint8_t *w, const int8_t *const *q, int nt, __m256i
             __m256i bl = bcast4(q[j], 4 * u), bh = bcast4(q[j], 16 + 4 * u);
             a0[j] = _mm256_add_epi16(a0[j], _mm256_add_epi16(_mm256_maddubs_epi16(l0, bl), _mm256_maddubs_epi16(h0, bh)));
             a1[j] = _mm256_add_epi16(a1[j], _mm256_add_epi16(_mm256_maddubs_epi16(l1, bl), _mm256_maddubs_epi16(h1, bh)));
+            KEEP(a0[j]);
+            KEEP(a1[j]);
         }
     }
     for (int j = 0; j < nt; j++) {
@@ -251,6 +261,8 @@ static AI void codes_sums(const uint8_t *c, const int8_t *const *q, int nt, enum
             __m256i bc = bcast4(q[j], v < 4 ? 4 * v : 16 + 4 * (v - 4));
             a0[j][p] = _mm256_add_epi16(a0[j][p], _mm256_maddubs_epi16(c0, bc));
             a1[j][p] = _mm256_add_epi16(a1[j][p], _mm256_maddubs_epi16(c1, bc));
+            KEEP(a0[j][p]);
+            KEEP(a1[j][p]);
         }
     }
     for (int j = 0; j < nt; j++) {
