@@ -484,6 +484,9 @@ static void run_all(struct bench *b)
     for (size_t t = 0; t < 2 && (!only || !strcmp(only, "matmul")); t++)
         for (size_t s = 0; s < sizeof(sshapes) / sizeof(sshapes[0]); s++)
             bench_matmul(b, sshapes[s][0], sshapes[s][1], toks[t], DRAY_Q4G32, 2);
+    /* ... and its 8-bit head (tied Q8_0, 576 -> 49152), two passes, one decode token */
+    if (!only || !strcmp(only, "matmul"))
+        bench_matmul(b, 576, 49152, 1, DRAY_Q8G32, 2);
     if (!only || !strcmp(only, "attention")) {
         bench_attention(b, DRAY_I8, 1, 1, 512, 0, 4, 1, 256);
         bench_attention(b, DRAY_I8, 1, 1, 4096, 0, 4, 1, 256);
