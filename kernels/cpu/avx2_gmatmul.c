@@ -125,9 +125,9 @@ static inline void prefetch_group(const struct dray_cpu_matmul *a, size_t bg, si
 }
 
 /* Keeps v in a register as it is at this point. GCC 12 reassociates the
- * unrolled int16 sums into a tree of all the products first, spilling most of
- * them to the stack (perf annotate: a third of the 4-bit loop's samples on
- * spills and reloads); a barrier after each add keeps the running sums. */
+ * unrolled int16 sums into a tree over all the products first and spills most
+ * of them to the stack (docs/performance.md, "CPU grouped kernels"); a barrier
+ * after each add keeps the running sums. */
 #define KEEP(v) __asm__("" : "+x"(v))
 
 enum gkind { G_Q8, G_Q4, G_Q4H, G_Q5 };
