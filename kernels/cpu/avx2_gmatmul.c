@@ -253,18 +253,39 @@ static AI void codes_sums(const uint8_t *c, const int8_t *const *q, int nt, enum
     __m256i a0[2][2], a1[2][2]; /* [j][0]: vectors 0..3, [j][1]: 4..7 (5-bit codes only) */
     for (int j = 0; j < nt; j++)
         a0[j][0] = a1[j][0] = a0[j][1] = a1[j][1] = _mm256_setzero_si256();
-    for (uint32_t v = 0; v < 8; v++) {
-        const int p = kind == G_Q5 && v >= 4;
-        __m256i c0 = _mm256_load_si256((const void *)(c + 64 * v));
-        __m256i c1 = _mm256_load_si256((const void *)(c + 64 * v + 32));
-        for (int j = 0; j < nt; j++) {
-            __m256i bc = bcast4(q[j], v < 4 ? 4 * v : 16 + 4 * (v - 4));
-            a0[j][p] = _mm256_add_epi16(a0[j][p], _mm256_maddubs_epi16(c0, bc));
-            a1[j][p] = _mm256_add_epi16(a1[j][p], _mm256_maddubs_epi16(c1, bc));
-            KEEP(a0[j][p]);
-            KEEP(a1[j][p]);
-        }
-    }
+    /* each token's 16 activation bytes of a half group in both 128-bit lanes,
+     * and 4 of them broadcast to every lane by a shuffle: one load a half
+     * group instead of four broadcast loads. Loads are what an unpacked
+     * group's pass waits on (two code loads per two vpmaddubsw); the packed
+     * 4-bit path, which waits on its unpacking, keeps its broadcast loads
+     * (docs/performance.md, "CPU grouped kernels"). */
+    __m256i qb[2];
+#define CODES_STEP(v, imm)                                                                          \
+    do {                                                                                            \
+        const int p = kind == G_Q5 && (v) >= 4;                                                     \
+        __m256i c0 = _mm256_load_si256((const void *)(c + 64 * (v)));                               \
+        __m256i c1 = _mm256_load_si256((const void *)(c + 64 * (v) + 32));                          \
+        for (int j = 0; j < nt; j++) {                                                              \
+            __m256i bc = _mm256_shuffle_epi32(qb[j], imm);                                          \
+            a0[j][p] = _mm256_add_epi16(a0[j][p], _mm256_maddubs_epi16(c0, bc));                    \
+            a1[j][p] = _mm256_add_epi16(a1[j][p], _mm256_maddubs_epi16(c1, bc));                    \
+            KEEP(a0[j][p]);                                                                         \
+            KEEP(a1[j][p]);                                                                         \
+        }                                                                                           \
+    } while (0)
+    for (int j = 0; j < nt; j++)
+        qb[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const void *)q[j]));
+    CODES_STEP(0, 0x00);
+    CODES_STEP(1, 0x55);
+    CODES_STEP(2, 0xAA);
+    CODES_STEP(3, 0xFF);
+    for (int j = 0; j < nt; j++)
+        qb[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const void *)(q[j] + 16)));
+    CODES_STEP(4, 0x00);
+    CODES_STEP(5, 0x55);
+    CODES_STEP(6, 0xAA);
+    CODES_STEP(7, 0xFF);
+#undef CODES_STEP
     for (int j = 0; j < nt; j++) {
         s0[j] = _mm256_madd_epi16(a0[j][0], ones);
         s1[j] = _mm256_madd_epi16(a1[j][0], ones);
