@@ -260,13 +260,13 @@ static AI void codes_sums(const uint8_t *c, const int8_t *const *q, int nt, enum
      * 4-bit path, which waits on its unpacking, keeps its broadcast loads
      * (docs/performance.md, "CPU grouped kernels"). */
     __m256i qb[2];
-#define CODES_STEP(v, imm)                                                                          \
+#define CODES_STEP(v) /* vectors v of the group, the unit (v) % 4 of qb */                         \
     do {                                                                                            \
         const int p = kind == G_Q5 && (v) >= 4;                                                     \
         __m256i c0 = _mm256_load_si256((const void *)(c + 64 * (v)));                               \
         __m256i c1 = _mm256_load_si256((const void *)(c + 64 * (v) + 32));                          \
         for (int j = 0; j < nt; j++) {                                                              \
-            __m256i bc = _mm256_shuffle_epi32(qb[j], imm);                                          \
+            __m256i bc = _mm256_shuffle_epi32(qb[j], ((v) & 3) * 0x55);                             \
             a0[j][p] = _mm256_add_epi16(a0[j][p], _mm256_maddubs_epi16(c0, bc));                    \
             a1[j][p] = _mm256_add_epi16(a1[j][p], _mm256_maddubs_epi16(c1, bc));                    \
             KEEP(a0[j][p]);                                                                         \
@@ -275,16 +275,16 @@ static AI void codes_sums(const uint8_t *c, const int8_t *const *q, int nt, enum
     } while (0)
     for (int j = 0; j < nt; j++)
         qb[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const void *)q[j]));
-    CODES_STEP(0, 0x00);
-    CODES_STEP(1, 0x55);
-    CODES_STEP(2, 0xAA);
-    CODES_STEP(3, 0xFF);
+    CODES_STEP(0);
+    CODES_STEP(1);
+    CODES_STEP(2);
+    CODES_STEP(3);
     for (int j = 0; j < nt; j++)
         qb[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const void *)(q[j] + 16)));
-    CODES_STEP(4, 0x00);
-    CODES_STEP(5, 0x55);
-    CODES_STEP(6, 0xAA);
-    CODES_STEP(7, 0xFF);
+    CODES_STEP(4);
+    CODES_STEP(5);
+    CODES_STEP(6);
+    CODES_STEP(7);
 #undef CODES_STEP
     for (int j = 0; j < nt; j++) {
         s0[j] = _mm256_madd_epi16(a0[j][0], ones);
