@@ -9,8 +9,8 @@
  * nibbles <= 15 by q (Q5G32 codes <= 31: pairs within 2 * 31 * 127). The group's
  * int32 sums are exact; the f32 scale products are applied 8 rows at a time.
  * Each dtype has its own inlined loop (one generic loop spilled its
- * accumulators), and q rows go two at a time through one load and unpack of
- * a block's weights. Q5G32's bit 4 arrives as 32 bits per half unit (one per byte), spread to
+ * accumulators), and q rows go four at a time (4- and 5-bit) or two at a
+ * time through one load and unpack of a block's weights. Q5G32's bit 4 arrives as 32 bits per half unit (one per byte), spread to
  * bytes with a byte shuffle and a compare against each byte's own bit. */
 #include <immintrin.h>
 #include <string.h>
@@ -361,7 +361,146 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
     }
 }
 
-/* Blocks o0/16 .. o1/16, the q rows two at a time (one weight load for both) */
+/* The four rows' results of block b into their outputs. */
+static AI void quad_store(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, float acc[4][16])
+{
+    for (int j = 0; j < 4; j++) {
+        float *out = dray_cpu_gout(a, t + j) + 16 * b; /* a residual row adds to its first */
+        __m256 r0 = _mm256_load_ps(acc[j]), r1 = _mm256_load_ps(acc[j] + 8);
+        if (dray_cpu_gadds(a, t + j)) {
+            r0 = _mm256_add_ps(_mm256_loadu_ps(out), r0);
+            r1 = _mm256_add_ps(_mm256_loadu_ps(out + 8), r1);
+        }
+        _mm256_storeu_ps(out, r0);
+        _mm256_storeu_ps(out + 8, r1);
+    }
+}
+
+/* The f32 scale products of one group g of block row bg for four q rows from
+ * t, added to acc in memory: s0/s1 the int16 sums of rows 0-7 / 8-15, plus
+ * the int32 sums in lo when not NULL (a 5-bit group's first half). */
+static AI void quad_scale(const struct dray_cpu_matmul *a, size_t bg, uint32_t g, uint32_t t, enum gkind kind,
+                          const __m256i *s0, const __m256i *s1, int32_t (*lo)[16], float (*acc)[16])
+{
+    const uint32_t G = a->k / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int hh = 0; hh < 2; hh++) {
+        __m256 d, mn;
+        if (kind == G_Q4) {
+            const float *dm = a->wscale + bg * 32;
+            d = _mm256_loadu_ps(dm + 8 * hh), mn = _mm256_loadu_ps(dm + 16 + 8 * hh);
+        } else { /* f16 d and m */
+            const uint16_t *dm = (const uint16_t *)(const void *)a->wscale + bg * 32;
+            d = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 8 * hh)));
+            mn = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 16 + 8 * hh)));
+        }
+        for (int j = 0; j < 4; j++) {
+            const size_t tg = (size_t)(t + j) * G + g;
+            __m256 vs = _mm256_set1_ps(a->gsx[tg]), qs = _mm256_set1_ps((float)a->gsum[tg]);
+            __m256i si = _mm256_madd_epi16(hh ? s1[j] : s0[j], ones);
+            if (lo)
+                si = _mm256_add_epi32(_mm256_load_si256((const void *)(lo[j] + 8 * hh)), si);
+            _mm256_store_ps(acc[j] + 8 * hh, _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(si), _mm256_mul_ps(mn, qs)),
+                                                             _mm256_load_ps(acc[j] + 8 * hh)));
+        }
+    }
+}
+
+/* Four q rows from t against packed 4-bit block b: each 32-byte load and
+ * nibble unpack feeds eight vpmaddubsw, twice block_rows' four. The sums of a
+ * group (eight int16 vectors) and the unpacked codes take AVX2's registers, so
+ * the f32 accumulators live in memory (a load and a store per group and half).
+ * Same sums in the same order as block_rows: bit for bit the same. */
+static AI void quad_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, enum gkind kind)
+{
+    const uint32_t G = a->k / 32;
+    const size_t sb = kind == G_Q4 ? 128 : 64;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    const int8_t *qt[4];
+    _Alignas(32) float acc[4][16] = {{0}};
+    for (int j = 0; j < 4; j++)
+        qt[j] = a->q + (size_t)(t + j) * a->q_stride;
+    for (uint32_t g = 0; g < G; g++) {
+        const size_t bg = (size_t)b * G + g;
+        if (t == 0) /* later passes find this block's weights in cache */
+            prefetch_group(a, bg, 256, sb);
+        const uint8_t *w = (const uint8_t *)a->w + bg * 256;
+        __m256i s0[4], s1[4];
+        for (int j = 0; j < 4; j++)
+            s0[j] = s1[j] = _mm256_setzero_si256();
+        for (uint32_t u = 0; u < 4; u++) {
+            __m256i z0 = _mm256_loadu_si256((const void *)(w + 64 * u));
+            __m256i z1 = _mm256_loadu_si256((const void *)(w + 64 * u + 32));
+            __m256i l0 = _mm256_and_si256(z0, lo4), h0 = _mm256_and_si256(_mm256_srli_epi16(z0, 4), lo4);
+            __m256i l1 = _mm256_and_si256(z1, lo4), h1 = _mm256_and_si256(_mm256_srli_epi16(z1, 4), lo4);
+            for (int j = 0; j < 4; j++) {
+                __m256i bl = bcast4(qt[j] + 32 * g, 4 * u), bh = bcast4(qt[j] + 32 * g, 16 + 4 * u);
+                s0[j] = _mm256_add_epi16(s0[j], _mm256_add_epi16(_mm256_maddubs_epi16(l0, bl), _mm256_maddubs_epi16(h0, bh)));
+                s1[j] = _mm256_add_epi16(s1[j], _mm256_add_epi16(_mm256_maddubs_epi16(l1, bl), _mm256_maddubs_epi16(h1, bh)));
+                KEEP(s0[j]);
+                KEEP(s1[j]);
+            }
+        }
+        quad_scale(a, bg, g, t, kind, s0, s1, NULL, acc);
+    }
+    quad_store(a, b, t, acc);
+}
+
+/* Four q rows from t against unpacked 5-bit block b (codes, unpack_block):
+ * each code vector loaded feeds four vpmaddubsw, and each broadcast of 4
+ * activation bytes two. A group's vectors 0-3 are summed in int16, widened
+ * and kept in memory while 4-7 are (four 5-bit pairs fill an int16), as the
+ * f32 accumulators are: the registers hold one set of sums and the codes.
+ * Same sums in the same order as block_rows: bit for bit the same. */
+static AI void quad_codes(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, const uint8_t *codes)
+{
+    const uint32_t G = a->k / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *qt[4];
+    _Alignas(32) float acc[4][16] = {{0}};
+    _Alignas(32) int32_t lo[4][16];
+    for (int j = 0; j < 4; j++)
+        qt[j] = a->q + (size_t)(t + j) * a->q_stride;
+    for (uint32_t g = 0; g < G; g++) {
+        const size_t bg = (size_t)b * G + g;
+        const uint8_t *c = codes + 512 * g;
+        __m256i s0[4], s1[4];
+        for (int p = 0; p < 2; p++) { /* vectors 4p .. 4p+3 */
+            for (int j = 0; j < 4; j++)
+                s0[j] = s1[j] = _mm256_setzero_si256();
+            __m256i qb[4];
+            for (int j = 0; j < 4; j++)
+                qb[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const void *)(qt[j] + 32 * g + 16 * p)));
+#define QUAD_STEP(u) /* vector 4p + u, activations unit u of qb */                                    \
+    do {                                                                                            \
+        __m256i c0 = _mm256_load_si256((const void *)(c + 64 * (4 * p + (u))));                     \
+        __m256i c1 = _mm256_load_si256((const void *)(c + 64 * (4 * p + (u)) + 32));                \
+        for (int j = 0; j < 4; j++) {                                                               \
+            __m256i bc = _mm256_shuffle_epi32(qb[j], (u) * 0x55);                                   \
+            s0[j] = _mm256_add_epi16(s0[j], _mm256_maddubs_epi16(c0, bc));                          \
+            s1[j] = _mm256_add_epi16(s1[j], _mm256_maddubs_epi16(c1, bc));                          \
+            KEEP(s0[j]);                                                                            \
+            KEEP(s1[j]);                                                                            \
+        }                                                                                           \
+    } while (0)
+            QUAD_STEP(0);
+            QUAD_STEP(1);
+            QUAD_STEP(2);
+            QUAD_STEP(3);
+#undef QUAD_STEP
+            if (p == 0)
+                for (int j = 0; j < 4; j++) {
+                    _mm256_store_si256((void *)lo[j], _mm256_madd_epi16(s0[j], ones));
+                    _mm256_store_si256((void *)(lo[j] + 8), _mm256_madd_epi16(s1[j], ones));
+                }
+        }
+        quad_scale(a, bg, g, t, G_Q5, s0, s1, lo, acc);
+    }
+    quad_store(a, b, t, acc);
+}
+
+/* Blocks o0/16 .. o1/16, the q rows four at a time where the dtype has a quad
+ * path, then two at a time (one weight load for all of them) */
 static AI void gmatmul_kind(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1, enum gkind kind)
 {
     _Alignas(32) uint8_t codes[CODES_MAX_G * 512];
@@ -370,6 +509,12 @@ static AI void gmatmul_kind(const struct dray_cpu_matmul *a, uint32_t o0, uint32
         if (unpack)
             unpack_block(a, b, kind, codes);
         uint32_t t = 0;
+        for (; (unpack || kind == G_Q4 || kind == G_Q4H) && t + 4 <= a->n_tok; t += 4) {
+            if (unpack)
+                quad_codes(a, b, t, codes);
+            else
+                quad_rows(a, b, t, kind);
+        }
         for (; t + 2 <= a->n_tok; t += 2)
             block_rows(a, b, t, 2, kind, unpack ? codes : NULL);
         if (t < a->n_tok)
