@@ -7,7 +7,10 @@
  * vpmaddubsw (u8 x s8 into int16 pairs) then vpmaddwd by ones; the pairs cannot
  * saturate: Q8G32 multiplies |w| <= 128 by sign-adjusted q (|q| <= 127), Q4G32
  * nibbles <= 15 by q (Q5G32 codes <= 31: pairs within 2 * 31 * 127). The group's
- * int32 sums are exact; the f32 scale products are applied 8 rows at a time.
+ * int32 sums are exact; the f32 scale products are applied 8 rows at a time,
+ * each group's (d * sx) * sum + m * gmin (gmin = sx * sum(q) from the quantize
+ * step, as in the AVX-512 kernel), the same in every path so a token's
+ * result does not depend on the rows it shares a pass with.
  * Each dtype has its own inlined loop (one generic loop spilled its
  * accumulators), and q rows go four at a time (4- and 5-bit) or two at a
  * time through one load and unpack of a block's weights. Q5G32's bit 4 arrives as 32 bits per half unit (one per byte), spread to
@@ -297,7 +300,7 @@ static AI void codes_sums(const uint8_t *c, const int8_t *const *q, int nt, enum
 }
 
 /* Block b (16 rows) for the nt (1 or 2) q rows from t: every group's sums, then
- * the f32 scale products 8 rows at a time, in the reference's order. codes:
+ * the f32 scale products 8 rows at a time, group by group. codes:
  * the block unpacked (unpack_block), or NULL to read the packed weights. */
 static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, int nt, enum gkind kind,
                           const uint8_t *codes)
@@ -334,7 +337,7 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
                 acc1[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1[j]), _mm256_mul_ps(vs, _mm256_loadu_ps(ws + 8)), acc1[j]);
                 continue;
             }
-            __m256 qs = _mm256_set1_ps((float)a->gsum[tg]), d0, d1, m0, m1;
+            __m256 gm = _mm256_set1_ps(a->gmin[tg]), d0, d1, m0, m1;
             if (kind == G_Q4) {
                 const float *dm = a->wscale + bg * 32;
                 d0 = _mm256_loadu_ps(dm), d1 = _mm256_loadu_ps(dm + 8);
@@ -346,8 +349,8 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
                 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 16)));
                 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(dm + 24)));
             }
-            acc0[j] = _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0[j]), _mm256_mul_ps(m0, qs)), acc0[j]);
-            acc1[j] = _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1[j]), _mm256_mul_ps(m1, qs)), acc1[j]);
+            acc0[j] = _mm256_fmadd_ps(m0, gm, _mm256_fmadd_ps(_mm256_mul_ps(d0, vs), _mm256_cvtepi32_ps(s0[j]), acc0[j]));
+            acc1[j] = _mm256_fmadd_ps(m1, gm, _mm256_fmadd_ps(_mm256_mul_ps(d1, vs), _mm256_cvtepi32_ps(s1[j]), acc1[j]));
         }
     }
     for (int j = 0; j < nt; j++) {
@@ -396,12 +399,12 @@ static AI void quad_scale(const struct dray_cpu_matmul *a, size_t bg, uint32_t g
         }
         for (int j = 0; j < 4; j++) {
             const size_t tg = (size_t)(t + j) * G + g;
-            __m256 vs = _mm256_set1_ps(a->gsx[tg]), qs = _mm256_set1_ps((float)a->gsum[tg]);
+            __m256 vs = _mm256_set1_ps(a->gsx[tg]), gm = _mm256_set1_ps(a->gmin[tg]);
             __m256i si = _mm256_madd_epi16(hh ? s1[j] : s0[j], ones);
             if (lo)
                 si = _mm256_add_epi32(_mm256_load_si256((const void *)(lo[j] + 8 * hh)), si);
-            _mm256_store_ps(acc[j] + 8 * hh, _mm256_fmadd_ps(vs, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(si), _mm256_mul_ps(mn, qs)),
-                                                             _mm256_load_ps(acc[j] + 8 * hh)));
+            __m256 t = _mm256_fmadd_ps(_mm256_mul_ps(d, vs), _mm256_cvtepi32_ps(si), _mm256_load_ps(acc[j] + 8 * hh));
+            _mm256_store_ps(acc[j] + 8 * hh, _mm256_fmadd_ps(mn, gm, t));
         }
     }
 }
