@@ -3,9 +3,10 @@
 # prefill of 512 tokens (pp512) and 128 decode steps from an empty cache (tg128,
 # logits and a greedy pick every step in dray, as llama-bench's tg does), plus
 # dray's decode after the 512-token prompt and its batch-8 decode.
-# Medians of REPS runs. A peer runs only when its build folder is given (never
-# built here), at its best settings: llama.cpp over -fa 0,1, ik_llama.cpp over
-# -fa 0,1 and -rtr 0,1; each test reports the peer's best.
+# Medians of REPS rounds, each round running dray, then llama.cpp, then
+# ik_llama.cpp. A peer runs only when its build folder is given (never built
+# here), at its best settings: llama.cpp over -fa 0,1, ik_llama.cpp over -fa 0,1
+# and -rtr 0,1; each test reports the peer's best setting (by its median).
 #   bench/compare.sh [-m MODEL] [-t THREADS] [-r REPS] [-s KEY=VALUE]... [LLAMA_BUILD_DIR [IK_LLAMA_BUILD_DIR]]
 # -s passes a config setting to every dray command (e.g. -s activations=int8).
 # A build folder holds llama-bench (or bin/llama-bench); "-" skips llama.cpp.
@@ -44,20 +45,22 @@ ids="$(python3 -c "import json, sys
 v = json.loads(open(sys.argv[1]).readline())['n_vocab']
 span, base = (v - 2000, 1000) if v > 3000 else (v - 1, 1)  # bench_model.c token_at()
 print(','.join(str(base + (i * 2654435761 % 2**32) % span) for i in range(512)))" "$tmp/vocab.jsonl")"
-for _ in $(seq "$reps"); do
+# one round of every program after another, REPS rounds: a VM whose speed drifts
+# over minutes then moves all three alike instead of whichever ran last
+for i in $(seq "$reps"); do
   "$dray" bench model -m "$model" -t "$threads" "${sets[@]}" --prefill 512 --decode 128 --json "$tmp/dray.jsonl" >/dev/null
   # llama-bench's tg128 decodes from an empty cache: the same work is one token of prompt
   "$dray" bench model -m "$model" -t "$threads" "${sets[@]}" --prefill 1 --decode 128 --json "$tmp/dray0.jsonl" >/dev/null
   "$dray" run -m "$model" -t "$threads" "${sets[@]}" -c 656 --prompt-ids "$ids" -n 128 --temp 0 2>>"$tmp/run.txt" >/dev/null
   "$dray" bench model -m "$model" -t "$threads" "${sets[@]}" --prefill 64 --decode 128 --batch 8 \
     --json "$tmp/dray8.jsonl" >/dev/null
+  if [ -n "$llama_bench" ]; then
+    "$llama_bench" -m "$model" -t "$threads" -p 512 -n 128 -r 1 -fa 0,1 -o json >"$tmp/llama.$i.json"
+  fi
+  if [ -n "$ik_bench" ]; then
+    "$ik_bench" -m "$model" -t "$threads" -p 512 -n 128 -r 1 -fa 0,1 -rtr 0,1 -o json >"$tmp/ik.$i.json"
+  fi
 done
-if [ -n "$llama_bench" ]; then
-  "$llama_bench" -m "$model" -t "$threads" -p 512 -n 128 -r "$reps" -fa 0,1 -o json >"$tmp/llama.json"
-fi
-if [ -n "$ik_bench" ]; then
-  "$ik_bench" -m "$model" -t "$threads" -p 512 -n 128 -r "$reps" -fa 0,1 -rtr 0,1 -o json >"$tmp/ik.json"
-fi
 
 python3 - "$tmp" "$threads" "$reps" "$model" "${sets[*]:-}" <<'PY'
 import json, os, statistics, sys
@@ -68,16 +71,21 @@ def lines(name):
 d1, d0, d8 = lines("dray.jsonl"), lines("dray0.jsonl"), lines("dray8.jsonl")
 med = lambda rows, key: statistics.median(r[key] for r in rows)
 def peer(name):
-    """A peer's best tok/s per test over the settings it ran with."""
+    """A peer's best tok/s per test over the settings it ran with: the median of
+    each setting's rounds (entry i of every round's file), then the best."""
+    runs = {}
+    for i in range(1, int(reps) + 1):
+        path = os.path.join(tmp, f"{name}.{i}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                for n, r in enumerate(json.load(f)):
+                    test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+                    runs.setdefault((test, n), []).append(r["avg_ts"])
     best = {}
-    path = os.path.join(tmp, name)
-    if os.path.exists(path):
-        with open(path) as f:
-            for r in json.load(f):
-                test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
-                best[test] = max(best.get(test, 0), r["avg_ts"])
+    for (test, _), v in runs.items():
+        best[test] = max(best.get(test, 0), statistics.median(v))
     return best
-llama, ik = peer("llama.json"), peer("ik.json")
+llama, ik = peer("llama"), peer("ik")
 import re
 runs = [tuple(map(float, m)) for m in re.findall(
     r"prefill \d+ tokens in [0-9.]+ s \(([0-9.]+) tok/s\); decode \d+ tokens in [0-9.]+ s \(([0-9.]+) tok/s\)",
