@@ -197,15 +197,14 @@ static AI void half_sums(const uint8_t *w, const int8_t *const *q, int h, enum g
  * most 3810 each). */
 static AI void q4_sums(const uint8_t *w, const int8_t *const *q, int nt, __m256i *s0, __m256i *s1)
 {
-    const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0F);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i a0[2], a1[2];
     for (int j = 0; j < nt; j++)
         a0[j] = a1[j] = _mm256_setzero_si256();
     for (uint32_t u = 0; u < 4; u++) {
-        __m256i z0 = _mm256_loadu_si256((const void *)(w + 64 * u));
-        __m256i z1 = _mm256_loadu_si256((const void *)(w + 64 * u + 32));
-        __m256i l0 = _mm256_and_si256(z0, lo4), h0 = _mm256_and_si256(_mm256_srli_epi16(z0, 4), lo4);
-        __m256i l1 = _mm256_and_si256(z1, lo4), h1 = _mm256_and_si256(_mm256_srli_epi16(z1, 4), lo4);
+        __m256i l0, h0, l1, h1;
+        unit_codes(w, u, 0, G_Q4, &l0, &h0);
+        unit_codes(w, u, 1, G_Q4, &l1, &h1);
         for (int j = 0; j < nt; j++) {
             __m256i bl = bcast4(q[j], 4 * u), bh = bcast4(q[j], 16 + 4 * u);
             a0[j] = _mm256_add_epi16(a0[j], _mm256_add_epi16(_mm256_maddubs_epi16(l0, bl), _mm256_maddubs_epi16(h0, bh)));
@@ -418,7 +417,6 @@ static AI void quad_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t
 {
     const uint32_t G = a->k / 32;
     const size_t sb = kind == G_Q4 ? 128 : 64;
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
     const int8_t *qt[4];
     _Alignas(32) float acc[4][16] = {{0}};
     for (int j = 0; j < 4; j++)
@@ -432,10 +430,9 @@ static AI void quad_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t
         for (int j = 0; j < 4; j++)
             s0[j] = s1[j] = _mm256_setzero_si256();
         for (uint32_t u = 0; u < 4; u++) {
-            __m256i z0 = _mm256_loadu_si256((const void *)(w + 64 * u));
-            __m256i z1 = _mm256_loadu_si256((const void *)(w + 64 * u + 32));
-            __m256i l0 = _mm256_and_si256(z0, lo4), h0 = _mm256_and_si256(_mm256_srli_epi16(z0, 4), lo4);
-            __m256i l1 = _mm256_and_si256(z1, lo4), h1 = _mm256_and_si256(_mm256_srli_epi16(z1, 4), lo4);
+            __m256i l0, h0, l1, h1;
+            unit_codes(w, u, 0, G_Q4, &l0, &h0);
+            unit_codes(w, u, 1, G_Q4, &l1, &h1);
             for (int j = 0; j < 4; j++) {
                 __m256i bl = bcast4(qt[j] + 32 * g, 4 * u), bh = bcast4(qt[j] + 32 * g, 16 + 4 * u);
                 s0[j] = _mm256_add_epi16(s0[j], _mm256_add_epi16(_mm256_maddubs_epi16(l0, bl), _mm256_maddubs_epi16(h0, bh)));
