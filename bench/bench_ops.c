@@ -488,6 +488,7 @@ static void run_all(struct bench *b)
     if (!only || !strcmp(only, "matmul"))
         bench_matmul(b, 576, 49152, 1, DRAY_Q8G32, 2);
     if (!only || !strcmp(only, "attention")) {
+        bench_attention(b, DRAY_I8, 1, 1, 128, 0, 4, 1, 256); /* a tg128 step's layer */
         bench_attention(b, DRAY_I8, 1, 1, 512, 0, 4, 1, 256);
         bench_attention(b, DRAY_I8, 1, 1, 4096, 0, 4, 1, 256);
         bench_attention(b, DRAY_F16, 1, 1, 4096, 0, 4, 1, 256);
@@ -495,6 +496,7 @@ static void run_all(struct bench *b)
         bench_attention(b, DRAY_I8, 1, 64, 512, 0, 4, 1, 256);
         bench_attention(b, DRAY_I8, 1, 512, 512, 0, 4, 1, 256); /* a whole pp512 */
         bench_attention(b, DRAY_F16, 1, 64, 512, 0, 4, 1, 256);
+        bench_attention(b, DRAY_I8, 1, 1, 128, 0, 9, 3, 64);
         bench_attention(b, DRAY_I8, 1, 1, 512, 0, 9, 3, 64);
         bench_attention(b, DRAY_F16, 1, 1, 512, 0, 9, 3, 64);
         bench_attention(b, DRAY_I8, 1, 64, 512, 0, 9, 3, 64);
