@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "cpu_internal.h"
@@ -80,13 +81,19 @@ int dray_cpu_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a)
 
 /* ---------------------------------------------------------------- matmul */
 
+#define MM_MAX_GUIDED 128u /* guided row tiles of a job at most */
+
 struct matmul_job {
     struct dray_ctx *ctx;
     struct dray_cpu_matmul k;
     /* The output split into tiles of row_blk rows x tok_blk tokens, handed out
      * one at a time (tokens outer, so consecutive tiles share activations): a
-     * thread the VM descheduled for a while just takes fewer of them. */
+     * thread the VM descheduled for a while just takes fewer of them. When the
+     * tokens are not cut, row tiles shrink instead (guided): tile i is rows
+     * row0[i] .. row0[i+1], so the threads finish within 16 rows of each other. */
     uint32_t row_blk, tok_blk, n_rt, n_tile;
+    uint32_t row0[MM_MAX_GUIDED + 1]; /* n_tile + 1 entries when guided, else unused */
+    bool guided;
     atomic_uint next;
 };
 
@@ -118,6 +125,8 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
     const struct dray_cpu_matmul *a = &j->k;
     uint32_t o0 = (i % j->n_rt) * j->row_blk, t0 = (i / j->n_rt) * j->tok_blk;
     uint32_t o1 = o0 + j->row_blk < a->n_out ? o0 + j->row_blk : a->n_out;
+    if (j->guided)
+        o0 = j->row0[i], o1 = j->row0[i + 1], t0 = 0;
     uint32_t t1 = t0 + j->tok_blk < a->n_tok ? t0 + j->tok_blk : a->n_tok;
     struct dray_cpu_matmul sub = *a;
     sub.n_tok = t1 - t0;
@@ -167,6 +176,20 @@ static void matmul_split(struct matmul_job *j, uint32_t nth)
         j->tok_blk = tb < a->n_tok ? tb : a->n_tok;
     }
     j->n_tile = j->n_rt * ((a->n_tok + j->tok_blk - 1) / j->tok_blk);
+    j->guided = j->tok_blk == a->n_tok && j->n_rt > 1;
+    if (!j->guided)
+        return;
+    /* each tile a (2 nth)-th of the rows left, in 16s: the last ones are 16 */
+    uint32_t n = 0, o = 0;
+    for (; o < a->n_out && n < MM_MAX_GUIDED - 1; n++) {
+        uint32_t take = ((a->n_out - o + 2 * nth - 1) / (2 * nth) + 15) & ~15u;
+        j->row0[n] = o;
+        o = take < a->n_out - o ? o + take : a->n_out;
+    }
+    if (o < a->n_out) /* the table is full: the rest in one tile */
+        j->row0[n++] = o;
+    j->row0[n] = a->n_out;
+    j->n_tile = n;
 }
 
 /* Outlier channels (I8 only; ix and ow are the checked views). */
