@@ -3,6 +3,7 @@
 #ifndef DRAY_CPU_INTERNAL_H
 #define DRAY_CPU_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,16 @@ struct dray_cpu_rope_table {
 };
 #define DRAY_CPU_ROPE_TABLES 2 /* Gemma 3's local and global bases */
 
+/* One entry of the next-weights table: after the packed matmul whose w is
+ * key came the one at w / scale. Values, not pointers to the weight: a stale
+ * entry only fetches memory nobody reads (a prefetch never faults). */
+#define DRAY_CPU_NEXT_SLOTS 256u
+struct dray_cpu_next {
+    const void *key;
+    const char *w, *scale;
+    size_t wbytes, sbytes;
+};
+
 struct dray_ctx {
     struct dray_cpu_pool *pool;
     uint32_t n_threads;
@@ -61,6 +72,14 @@ struct dray_ctx {
     /* Rope angles kept across the layers of a step, the oldest replaced first. */
     struct dray_cpu_rope_table rope[DRAY_CPU_ROPE_TABLES];
     uint32_t rope_next;
+    /* Which packed weights followed which in the last step (cpu_ops.c,
+     * "the next weights"): the idle worker fetches them ahead. */
+    struct dray_cpu_next next[DRAY_CPU_NEXT_SLOTS];
+    const void *last_w; /* the last packed matmul's w */
+    struct {            /* what an idle worker fetches now (fields may mix: harmless) */
+        _Atomic(const char *) w, scale;
+        _Atomic size_t wbytes, sbytes;
+    } ahead;
 };
 
 /* The device, for props and open (cpu_device.c). */
@@ -80,6 +99,9 @@ DRAY_CPU_HIDDEN int dray_cpu_fail(struct dray_ctx *ctx, int rc, const char *fmt,
     __attribute__((format(printf, 3, 4)));
 /* A 64-byte aligned scratch area of at least nbytes owned by ctx, or NULL. */
 DRAY_CPU_HIDDEN void *dray_cpu_scratch(struct dray_ctx *ctx, size_t nbytes);
+
+/* The pool's idle hook (cpu_ops.c): a worker fetches ctx->ahead. */
+DRAY_CPU_HIDDEN void dray_cpu_fetch_ahead(void *ctx, const struct dray_cpu_pool *pool, unsigned gen);
 
 /* Ops (cpu_ops.c, cpu_attention_op.c). */
 DRAY_CPU_HIDDEN int dray_cpu_embed(struct dray_ctx *ctx, const struct dray_embed_args *a);

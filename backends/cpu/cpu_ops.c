@@ -226,6 +226,60 @@ static int grouped_scratch(struct dray_ctx *ctx, struct matmul_job *j)
     return 0;
 }
 
+/* ---------------------------------------------------- the next weights */
+
+/* A decode step runs the same matmuls in the same order every time, and
+ * between two of them the caller's thread runs the small ops alone while the
+ * workers wait: memory idles until the next matmul reads its weights from it.
+ * So each packed matmul notes which one came after it, and an idle worker
+ * fetches the start of what came next last time into its cache
+ * (docs/performance.md, "The next weights fetched while a worker waits"). */
+#define AHEAD_BYTES (192u << 10) /* of the next weights at most */
+
+static struct dray_cpu_next *next_slot(struct dray_ctx *ctx, const void *key)
+{
+    uint64_t h = (uint64_t)(uintptr_t)key * 0x9E3779B97F4A7C15ull;
+    return &ctx->next[(h >> 40) % DRAY_CPU_NEXT_SLOTS];
+}
+
+/* pk follows the last packed matmul; what followed pk last time goes ahead. */
+static void note_weights(struct dray_ctx *ctx, const struct dray_packed *pk)
+{
+    if (ctx->last_w)
+        *next_slot(ctx, ctx->last_w) = (struct dray_cpu_next){ctx->last_w, pk->w, pk->scale, pk->wbytes, pk->sbytes};
+    ctx->last_w = pk->w;
+    const struct dray_cpu_next *n = next_slot(ctx, pk->w);
+    int hit = n->key == pk->w;
+    atomic_store_explicit(&ctx->ahead.w, hit ? n->w : NULL, memory_order_relaxed);
+    atomic_store_explicit(&ctx->ahead.scale, hit ? n->scale : NULL, memory_order_relaxed);
+    atomic_store_explicit(&ctx->ahead.wbytes, hit ? n->wbytes : 0, memory_order_relaxed);
+    atomic_store_explicit(&ctx->ahead.sbytes, hit ? n->sbytes : 0, memory_order_relaxed);
+}
+
+/* The first AHEAD_BYTES of the next weights and the same share of their
+ * scales, into this core's L2, until a new task arrives. */
+void dray_cpu_fetch_ahead(void *arg, const struct dray_cpu_pool *pool, unsigned gen)
+{
+    struct dray_ctx *ctx = arg;
+    const char *w = atomic_load_explicit(&ctx->ahead.w, memory_order_relaxed);
+    const char *sc = atomic_load_explicit(&ctx->ahead.scale, memory_order_relaxed);
+    size_t wb = atomic_load_explicit(&ctx->ahead.wbytes, memory_order_relaxed);
+    size_t sb = atomic_load_explicit(&ctx->ahead.sbytes, memory_order_relaxed);
+    if (!w || !wb)
+        return;
+    size_t n = wb < AHEAD_BYTES ? wb : AHEAD_BYTES;
+    size_t ns = sc && sb ? (size_t)((double)n * sb / wb) : 0;
+    for (size_t off = 0; off < n; off += 64) {
+        if ((off & 2047) == 0) {
+            if (dray_cpu_pool_gen(pool) != gen)
+                return;
+            for (size_t so = off * ns / n; so < (off + 2048) * ns / n && so < ns; so += 64)
+                __builtin_prefetch(sc + so, 0, 2);
+        }
+        __builtin_prefetch(w + off, 0, 2);
+    }
+}
+
 /* The matmul over every row of k->n_out: inline when small, else tiles over the pool. */
 static void run_rows(struct dray_ctx *ctx, struct matmul_job *j, double work)
 {
@@ -299,6 +353,8 @@ int dray_cpu_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
         k->out = whole, k->n_out = k->stride_out = pk->rows, k->accumulate = 0;
     }
     int rc = k->wdtype ? grouped_scratch(ctx, &j) : 0;
+    if (pk && ctx->n_threads > 1)
+        note_weights(ctx, pk);
     if (!rc)
         run_rows(ctx, &j, work);
     for (uint32_t t = 0; whole && !rc && t < a->n_tok; t++) {

@@ -106,6 +106,7 @@ static int cpu_open(uint32_t index, const struct dray_open_options *opt, struct 
         free(ctx);
         return rc;
     }
+    dray_cpu_pool_set_idle(ctx->pool, dray_cpu_fetch_ahead, ctx);
     *out = ctx;
     return 0;
 }

@@ -31,6 +31,8 @@ struct dray_cpu_pool {
     atomic_int stop;
     dray_cpu_task_fn fn;    /* written before gen is bumped, read after */
     void *arg;
+    dray_cpu_idle_fn idle;  /* set before the first task */
+    void *idle_arg;
 };
 
 static inline void cpu_relax(void)
@@ -79,6 +81,8 @@ static void *worker_main(void *arg)
             break;
         p->fn(p->arg, w->ith, p->n);
         atomic_fetch_add(&p->done, 1);
+        if (p->idle)
+            p->idle(p->idle_arg, p, seen);
     }
     return NULL;
 }
@@ -137,6 +141,17 @@ void dray_cpu_pool_destroy(struct dray_cpu_pool *p)
     pthread_mutex_destroy(&p->mu);
     free(p->w);
     free(p);
+}
+
+void dray_cpu_pool_set_idle(struct dray_cpu_pool *p, dray_cpu_idle_fn fn, void *arg)
+{
+    p->idle = fn;
+    p->idle_arg = arg;
+}
+
+unsigned dray_cpu_pool_gen(const struct dray_cpu_pool *p)
+{
+    return atomic_load_explicit(&p->gen, memory_order_relaxed);
 }
 
 uint32_t dray_cpu_pool_size(const struct dray_cpu_pool *p)
