@@ -1373,8 +1373,9 @@ static void att_case_run_amp(struct att_case *ac, float q_amp)
         if (!(fabs(res[0][i] - want[i]) <= tol * 0.1))
             fail_msg("attention ref vs naive: element %zu: %.9g vs %.9g", i, res[0][i], want[i]);
     near("attention avx2 vs ref", res[1], res[0], qn, tol, 0);
-    /* one thread or two: the same bits, unless two cut a long decode row's keys
-     * into chunks (cpu_attention_op.c), whose merge rounds differently */
+    /* one thread or two: the same bits, unless two cut a decode row's keys into
+     * chunks (cpu_attention_op.c: two of at least 128 keys), whose merge rounds
+     * differently */
     int chunked = 0;
     for (uint32_t s = 0; s < ac->n_seq; s++)
         chunked |= ac->seqs[s][1] == 1 && ac->seqs[s][2] >= 256 && (!ac->window || ac->window >= 256);
@@ -1516,6 +1517,10 @@ static void test_attention_long_decode_rows_split_keys_across_threads(void **sta
     att_case_run(&c2);
     struct att_case c3 = {DRAY_I8, 4, 1, 256, 0, 16, 1, {{0, 1, 2000, 0}}};
     att_case_run_amp(&c3, 40.0f);
+    /* a tg128 row: 130 keys stay whole (chunks of at least 128), bit for bit
+     * the same on one thread and two */
+    struct att_case c4 = {DRAY_I8, 4, 1, 256, 0, 16, 1, {{0, 1, 130, 0}}};
+    att_case_run(&c4);
 }
 
 static void test_attention_rejects_bad_sequences_and_reached_holes(void **state)

@@ -105,7 +105,7 @@ static void att_task(void *arg, uint32_t ith, uint32_t nth)
 /* Each call aims at this many items a thread, and a decode row's keys are cut
  * into chunks of no fewer than ATT_CHUNK_MIN to get there. */
 #define ATT_ITEMS_PER_THREAD 2u
-#define ATT_CHUNK_MIN 64u
+#define ATT_CHUNK_MIN 128u
 #define ATT_MAX_CHUNKS 64u /* merge_chunks' weights array */
 
 /* Key chunks of each item of sequence sq (cpu_kernels.h, dray_cpu_att_chunk):
