@@ -102,22 +102,29 @@ static void att_task(void *arg, uint32_t ith, uint32_t nth)
     }
 }
 
-/* Each call aims at this many items a thread, and a decode row's keys are cut
- * into chunks of no fewer than ATT_CHUNK_MIN to get there. */
+/* A decode row's keys are cut into chunks of at least ATT_CHUNK_MIN keys, as
+ * many as make ATT_ITEMS_PER_THREAD items a thread (flash decoding: MQA's one
+ * kv head would otherwise run on one thread). */
 #define ATT_ITEMS_PER_THREAD 2u
 #define ATT_CHUNK_MIN 128u
 #define ATT_MAX_CHUNKS 64u /* merge_chunks' weights array */
+/* Sequences with at most this many new rows (a decode step, with lookup drafts
+ * of up to 32 tokens verified in it) are decode rows: each row long enough to
+ * be cut is an item of its own. */
+#define ATT_DECODE_ROWS 33u
 
-/* Key chunks of each item of sequence sq (cpu_kernels.h, dray_cpu_att_chunk):
- * one, unless it decodes one query row and the call's whole items (n_whole)
- * are too few for the threads; then as many as make up the difference, each of
- * at least ATT_CHUNK_MIN keys. */
-static uint32_t chunks_of(const int32_t *sq, uint32_t window, uint32_t n_whole, uint32_t n_threads)
+/* Key chunks of the decode row at position pos (cpu_kernels.h,
+ * dray_cpu_att_chunk), from its own length, the model's kv heads and the
+ * thread count only, never from the rows or sequences beside it: a row gives
+ * the same bits alone, among lookup drafts or in a batch (a chunked row's
+ * merge rounds differently from a whole one). */
+static uint32_t row_chunks(uint32_t pos, uint32_t window, uint32_t n_kv_head, uint32_t n_threads)
 {
-    uint32_t want = n_threads > 1 ? (ATT_ITEMS_PER_THREAD * n_threads + n_whole - 1) / n_whole : 1;
-    if (sq[1] != 1 || want < 2)
+    uint32_t want = (ATT_ITEMS_PER_THREAD * n_threads + n_kv_head - 1) / n_kv_head; /* a row's items */
+    if (n_threads < 2 || want < 2)
         return 1;
-    uint32_t pos = (uint32_t)sq[2] - 1, len = pos + 1 - dray_cpu_att_lo(pos, window), n = len / ATT_CHUNK_MIN < want ? len / ATT_CHUNK_MIN : want;
+    uint32_t len = pos + 1 - dray_cpu_att_lo(pos, window);
+    uint32_t n = len / ATT_CHUNK_MIN < want ? len / ATT_CHUNK_MIN : want;
     n = n < ATT_MAX_CHUNKS ? n : ATT_MAX_CHUNKS;
     if (n < 2)
         return 1;
@@ -125,38 +132,39 @@ static uint32_t chunks_of(const int32_t *sq, uint32_t window, uint32_t n_whole, 
     return (len + cs - 1) / cs;
 }
 
-/* Items: (seq, query rows [r0, r1), kv head, key chunk c of n) in blocks of
- * DRAY_CPU_ATT_QBLOCK rows; n_whole counts them with one chunk each. */
-static uint64_t count_items(const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head, uint32_t window,
-                            uint32_t n_whole, uint32_t n_threads)
+/* Items (seq, query rows [r0, r1), kv head, key chunk c of n) into item, or
+ * only counted when item is NULL; *cut tells whether any row is chunked. A
+ * sequence's cut rows are its last ones (a row's keys grow with it): each
+ * alone, largest first, then the rest in blocks of DRAY_CPU_ATT_QBLOCK rows,
+ * last to first. Under the causal mask a later block sees more keys, so the
+ * threads take the big items first and end on small ones (a single-sequence
+ * prefill otherwise finishes on its most expensive item). The chunks of one
+ * row and kv head are consecutive (merge_chunks). */
+static uint64_t list_items(uint32_t (*item)[6], const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head,
+                           uint32_t window, uint32_t n_threads, int *cut)
 {
     uint64_t n = 0;
-    for (uint32_t s = 0; s < n_seq; s++)
-        n += ((uint64_t)seqs[4 * s + 1] + DRAY_CPU_ATT_QBLOCK - 1) / DRAY_CPU_ATT_QBLOCK * n_kv_head *
-             (n_whole ? chunks_of(seqs + 4 * s, window, n_whole, n_threads) : 1);
-    return n;
-}
-
-/* Query blocks last to first: under the causal mask a later block sees more
- * keys, so the threads take the big items first and end on small ones (a
- * single-sequence prefill otherwise finishes on its most expensive item). The
- * chunks of one row and kv head are consecutive (merge_chunks). */
-static void fill_items(uint32_t (*item)[6], const int32_t *seqs, uint32_t n_seq, uint32_t n_kv_head,
-                       uint32_t window, uint32_t n_whole, uint32_t n_threads)
-{
-    uint32_t n = 0;
+    *cut = 0;
     for (uint32_t s = 0; s < n_seq; s++) {
-        uint32_t nc = chunks_of(seqs + 4 * s, window, n_whole, n_threads);
-        for (uint32_t nb = ((uint32_t)seqs[4 * s + 1] + DRAY_CPU_ATT_QBLOCK - 1) / DRAY_CPU_ATT_QBLOCK; nb-- > 0;)
+        uint32_t n_q = (uint32_t)seqs[4 * s + 1], first = (uint32_t)seqs[4 * s + 2] - n_q, whole = n_q;
+        while (n_q <= ATT_DECODE_ROWS && whole > 0 && row_chunks(first + whole - 1, window, n_kv_head, n_threads) > 1)
+            whole--;
+        for (uint32_t r = n_q; r-- > whole;) {
+            uint32_t nc = row_chunks(first + r, window, n_kv_head, n_threads);
+            *cut = 1;
             for (uint32_t g = 0; g < n_kv_head; g++)
-                for (uint32_t c = 0; c < nc; c++) {
-                    uint32_t r = nb * DRAY_CPU_ATT_QBLOCK, r1 = r + DRAY_CPU_ATT_QBLOCK;
-                    if (r1 > (uint32_t)seqs[4 * s + 1])
-                        r1 = (uint32_t)seqs[4 * s + 1];
-                    uint32_t it[6] = {s, r, r1, g, c, nc};
-                    memcpy(item[n++], it, sizeof(it));
-                }
+                for (uint32_t c = 0; c < nc; c++, n++)
+                    if (item)
+                        memcpy(item[n], (uint32_t[6]){s, r, r + 1, g, c, nc}, sizeof(item[n]));
+        }
+        for (uint32_t nb = (whole + DRAY_CPU_ATT_QBLOCK - 1) / DRAY_CPU_ATT_QBLOCK; nb-- > 0;) {
+            uint32_t r = nb * DRAY_CPU_ATT_QBLOCK, r1 = r + DRAY_CPU_ATT_QBLOCK < whole ? r + DRAY_CPU_ATT_QBLOCK : whole;
+            for (uint32_t g = 0; g < n_kv_head; g++, n++)
+                if (item)
+                    memcpy(item[n], (uint32_t[6]){s, r, r1, g, 0, 1}, sizeof(item[n]));
+        }
     }
+    return n;
 }
 
 /* out of each chunked row: sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c per
@@ -213,25 +221,23 @@ int dray_cpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a
     if (!a->block_table.buf)
         return dray_cpu_fail(ctx, DRAY_EINVAL, "attention block_table: NULL buffer");
 
-    uint64_t n_whole = count_items(sq, a->n_seq, pool.n_kv_head, a->window, 0, ctx->n_threads);
-    uint64_t n_all = n_whole > UINT32_MAX ? n_whole
-                                          : count_items(sq, a->n_seq, pool.n_kv_head, a->window, (uint32_t)n_whole,
-                                                        ctx->n_threads);
-    if (n_whole == 0)
+    int cut;
+    uint64_t n_all = list_items(NULL, sq, a->n_seq, pool.n_kv_head, a->window, ctx->n_threads, &cut);
+    if (n_all == 0)
         return 0;
     if (n_all > UINT32_MAX / 64)
         return dray_cpu_fail(ctx, DRAY_ERANGE, "attention: %llu work items", (unsigned long long)n_all);
     uint32_t n_item = (uint32_t)n_all, group = a->n_head / pool.n_kv_head;
     size_t items_bytes = ((size_t)n_item * 24 + 63) & ~(size_t)63;
     size_t part_stride = (size_t)group * (pool.head_dim + 2);
-    size_t part_bytes = n_item > n_whole ? ((size_t)n_item * part_stride * sizeof(float) + 63) & ~(size_t)63 : 0;
+    size_t part_bytes = cut ? ((size_t)n_item * part_stride * sizeof(float) + 63) & ~(size_t)63 : 0;
     size_t per = (dray_cpu_attention_scratch(a->max_kv_len, pool.head_dim, DRAY_CPU_ATT_QBLOCK * group) + 63) &
                  ~(size_t)63;
     char *s = dray_cpu_scratch(ctx, items_bytes + part_bytes + per * ctx->n_threads);
     if (!s)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "attention: no memory for scratch");
     uint32_t(*item)[6] = (uint32_t(*)[6])s;
-    fill_items(item, sq, a->n_seq, pool.n_kv_head, a->window, (uint32_t)n_whole, ctx->n_threads);
+    list_items(item, sq, a->n_seq, pool.n_kv_head, a->window, ctx->n_threads, &cut);
 
     struct att_job j = {ctx, {0}, s + items_bytes + part_bytes, per, 0};
     j.k = (struct dray_cpu_attention){.q = q, .out = out, .seqs = sq,
