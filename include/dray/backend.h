@@ -34,7 +34,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 
-#define DRAY_ABI_VERSION     3u /* newest ABI this header describes */
+#define DRAY_ABI_VERSION     4u /* newest ABI this header describes */
 #define DRAY_ABI_VERSION_MIN 1u /* oldest ABI a host built from this header accepts */
 
 /* True when table tab, of its own version, carries member m (added in version
@@ -357,16 +357,25 @@ struct dray_matmul_args {
 
 /* Rotary embedding, NEOX layout, in place, on n_head heads of each token:
  *   v = x + t*stride + h*head_dim, p = pos[t] (I32 [n_tok]),
- *   for i < n_rot/2: theta = p * freq_scale * base^(-2i/n_rot)
- *     (v[i], v[i+n_rot/2]) <- (v[i]cos - v[i+n_rot/2]sin, v[i]sin + v[i+n_rot/2]cos)
+ *   for i < n_rot/2: theta = p * freq_scale * base^(-2i/n_rot) / ff[i]
+ *     c = cos(theta) * mscale, s = sin(theta) * mscale
+ *     (v[i], v[i+n_rot/2]) <- (v[i]c - v[i+n_rot/2]s, v[i]s + v[i+n_rot/2]c)
  *   elements n_rot..head_dim-1 are left alone. n_rot is even, <= head_dim.
- * Tolerance: abs 1e-4 for |p| < 2^17 (angles are reduced in double or with an
- * exact cache; a plain f32 pow chain is not enough for long contexts). */
+ *   ff = freq_factors, F32 [n_rot/2] (v4; a NULL buffer means every ff[i] = 1),
+ *   mscale = attn_factor (v4; 0 means 1). Llama 3's rope_freqs, LongRoPE's
+ *   factor tables and YaRN's per-pair blend are all per-pair divisors of the
+ *   angle (the host turns YaRN into ff), and YaRN/LongRoPE scale the magnitude.
+ *   A host never sets either for a plugin of version < 4.
+ * Tolerance: abs 1e-4 * max(1, mscale) for |p| < 2^17 (angles are reduced in
+ * double or with an exact cache; a plain f32 pow chain is not enough for long
+ * contexts). */
 struct dray_rope_args {
     struct dray_view x, pos;
     uint32_t n_tok, n_head, head_dim, n_rot;
     uint32_t stride; /* elements between tokens */
     float base, freq_scale;
+    struct dray_view freq_factors; /* v4 */
+    float attn_factor;             /* v4 */
 };
 
 /* The paged KV pool one layer group writes and reads. A slot is one token of one
@@ -406,7 +415,10 @@ struct dray_kv_store_args {
  *   out    F32 [n_tok] rows of stride_out: [n_head][head_dim]; must not overlap q
  * Query head h reads kv head h / (n_head / n_kv_head) (MQA/GQA).
  * Mask: query at position p attends j with j <= p and, when window > 0, p - j < window.
- * o = sum_j softmax_j(scale * q.k_j) v_j, softmax in f32 with max subtraction.
+ * o = sum_j softmax_j(s_j) v_j with s_j = scale * q.k_j, softmax in f32 with max
+ * subtraction; with softcap > 0 (v4: Gemma 2's attention logit soft-capping)
+ * s_j = softcap * tanh(scale * q.k_j / softcap) instead. A host never sets
+ * softcap for a plugin of version < 4.
  * max_kv_len is the largest kv_len in seqs (for sizing grids).
  * Tolerance: abs 2e-3 relative to max|v| for I8 (dequantized k/v are the truth),
  * 1e-4 for F16. */
@@ -417,6 +429,7 @@ struct dray_attention_args {
     uint32_t stride_q, stride_out;
     uint32_t window; /* 0 = full causal attention */
     float scale;     /* usually 1/sqrt(head_dim) */
+    float softcap;   /* v4; 0 = none */
 };
 
 enum dray_act { DRAY_ACT_GELU_TANH = 0, DRAY_ACT_SILU = 1 };
@@ -499,7 +512,9 @@ struct dray_ops {
                          struct dray_packed **out, uint64_t *device_bytes);
     /* Release it; NULL is a no-op. The host frees every handle before close. */
     void (*weight_free)(struct dray_ctx *ctx, struct dray_packed *w);
-    /* members above: version 3. */
+    /* members above: version 3. Version 4 adds no member: it widens two ops'
+     * arguments (rope freq_factors and attn_factor, attention softcap), which a
+     * host sets only for a plugin of version 4 or newer. */
 };
 
 /*
