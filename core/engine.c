@@ -97,6 +97,7 @@ static int load_parts(struct dray_engine *e, const struct dray_model_opts *mo, c
 static int load_model(struct dray_engine *e, char *err, size_t errlen)
 {
     struct dray_model_opts mo = {.precision = e->cfg.precision, .max_batch = e->chunk, .progress = true,
+                                 .n_ctx = e->cfg.context,
                                  .smooth_k = wants_smooth_k(&e->cfg),
                                  .head_precision = e->cfg.head_precision,
                                  .head_rescore = e->cfg.head_rescore,

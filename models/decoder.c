@@ -28,8 +28,8 @@ static int common_hparams(struct dray_model *m, struct dray_gguf *g, char *err, 
     if (!rc) rc = dray_hparam_u32(g, A, "embedding_length", 1, DRAY_HP_MAX_EMBD, NULL, &in->n_embd, err, errlen);
     if (!rc) rc = dray_hparam_u32(g, A, "feed_forward_length", 1, DRAY_HP_MAX_FF, NULL, &in->n_ff, err, errlen);
     if (!rc) rc = dray_hparam_u32(g, A, "attention.head_count", 1, DRAY_HP_MAX_HEADS, NULL, &in->n_head, err, errlen);
-    if (!rc) rc = dray_hparam_u32(g, A, "attention.head_count_kv", 1, DRAY_HP_MAX_HEADS, NULL,
-                                  &in->n_kv_head, err, errlen);
+    if (!rc) rc = dray_hparam_u32(g, A, "attention.head_count_kv", 1, DRAY_HP_MAX_HEADS, &in->n_head,
+                                  &in->n_kv_head, err, errlen); /* absent: one per head, as llama.cpp */
     /* GQA: every kv head serves the same number of query heads */
     if (!rc) rc = dray_hparam_divides(g, A, "attention.head_count_kv", in->n_kv_head,
                                       "attention.head_count", in->n_head, err, errlen);
@@ -39,8 +39,15 @@ static int common_hparams(struct dray_model *m, struct dray_gguf *g, char *err, 
                                   &m->eps, err, errlen);
     if (rc)
         return rc;
-    for (uint32_t il = 0; il < in->n_layer; il++)
+    /* a Mixture of Experts file is refused as one, not by its first missing tensor */
+    uint32_t experts = 0, none = 0;
+    if (!dray_hparam_u32(g, A, "expert_count", 0, UINT32_MAX, &none, &experts, err, errlen) && experts > 0)
+        return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: a Mixture of Experts (%s.expert_count = %u) is not "
+                         "supported yet", dray_gguf_name(g), A, experts);
+    for (uint32_t il = 0; il < in->n_layer; il++) {
         in->share_kv[il] = -1;
+        m->layer[il].rope_on = true;
+    }
     struct dray_str name;
     if (!dray_gguf_get_str(g, "general.name", &name, NULL, 0))
         snprintf(in->name, sizeof(in->name), "%.*s", (int)(name.len > 127 ? 127 : name.len), name.ptr);
@@ -99,11 +106,13 @@ void dec_free(struct dray_model *m)
     dec_rescore_free(m);
     for (uint32_t il = m->l0; m->layer && il < m->l1; il++) {
         struct dec_layer *L = &m->layer[il];
-        struct dray_buf *v[] = {L->attn_norm, L->q_norm, L->k_norm, L->post_attn_norm,
-                                L->ffn_norm, L->post_ffw_norm, L->bqkv, L->bo};
-        for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
-            if (v[i])
-                dev->ops->free(dev->ctx, v[i]);
+        for (int i = 0; i < DEC_VEC_COUNT; i++)
+            if (L->vec[i])
+                dev->ops->free(dev->ctx, L->vec[i]);
+        if (L->bqkv)
+            dev->ops->free(dev->ctx, L->bqkv);
+        if (L->bo)
+            dev->ops->free(dev->ctx, L->bo);
         for (int w = 0; w < MM_COUNT; w++)
             dray_weight_release(dev, dec_layer_matrix(L, w));
     }
@@ -114,6 +123,8 @@ void dec_free(struct dray_model *m)
     free(m->gids_host);
     if (m->output_norm)
         dev->ops->free(dev->ctx, m->output_norm);
+    if (m->rope_ff)
+        dev->ops->free(dev->ctx, m->rope_ff);
     free(m->layer);
     free(m->calib);
     free(m->calib_host);
@@ -131,9 +142,10 @@ void dec_account(struct dray_model *m)
         in->n_params = (uint64_t)in->n_vocab * in->n_embd * (m->output.n_out && !m->head_copy ? 2 : 1) +
                        in->n_embd;
     }
-    uint64_t vec = 2ull * in->n_embd + (m->head_norms ? 2ull * in->head_dim : 0) +
-                   (m->post_norms ? 2ull * in->n_embd : 0);
     for (uint32_t il = m->l0; il < m->l1; il++) {
+        uint64_t vec = 0; /* the norms' lengths, from their slots */
+        for (int i = 0; i < DEC_VEC_COUNT; i++)
+            vec += m->layer[il].vec[i] ? dec_vec_len(m, dec_family_slot(m->fam, DEC_S_VEC, i, 0)) : 0;
         for (int w = 0; w < MM_COUNT; w++) {
             const struct dray_weight *mw = dec_layer_matrix(&m->layer[il], w);
             in->weight_bytes += dec_weight_bytes(mw);
@@ -158,9 +170,55 @@ void dec_account(struct dray_model *m)
         in->rescore_bytes = in->n_embd + in->n_embd / 8 + m->embd_groups * 4ull + 2ull * in->n_embd * 4;
 }
 
-int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_device *dev,
-             const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen)
+/* Every hyper-parameter, the tensors claimed, RoPE scaling: all a load knows
+ * before it reads a weight (m->dev NULL: only checking the file). */
+static int dec_read_hparams(struct dray_model *m, uint32_t n_ctx, char *err, size_t errlen)
 {
+    struct dray_model_info *in = &m->info;
+    const struct dec_family *fam = m->fam;
+    uint32_t n_layer = 0;
+    int rc = dray_hparam_u32(m->g, fam->arch, "block_count", 1, DRAY_MAX_LAYERS, NULL, &n_layer, err, errlen);
+    if (!rc) {
+        m->layer = calloc(n_layer, sizeof(*m->layer));
+        rc = m->layer ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
+    }
+    if (!rc) rc = common_hparams(m, m->g, err, errlen);
+    m->logit_div = m->embd_scale = 1.0f;
+    if (!rc) rc = fam->hparams(m, m->g, err, errlen);
+    if (rc)
+        return rc;
+    if (!m->n_rot)
+        m->n_rot = in->head_dim;
+    m->rope_unpermute = fam->rope_pairs;
+    const struct dec_slot *qn = dec_family_slot(fam, DEC_S_VEC, DEC_Q_NORM, 0);
+    m->head_norms = qn && qn->dim == DEC_DIM_HEAD;
+    rc = dec_claim_tensors(fam, m->g, in->n_layer, err, errlen);
+    if (!rc)
+        rc = dec_rope_scaling(m, n_ctx ? n_ctx : in->n_ctx_train, err, errlen);
+    if (!rc && m->dev && (m->attn_softcap > 0.0f) && m->dev->ops->version < 4)
+        rc = dray_fail(err, errlen, DRAY_ENOTSUP, "%s: attention soft-capping needs a plugin of ABI version 4; "
+                       "plugin %s speaks version %u", dray_gguf_name(m->g), m->dev->ops->name, m->dev->ops->version);
+    return rc;
+}
+
+int dec_check_file(const struct dray_arch *self, struct dray_gguf *g, char *err, size_t errlen)
+{
+    struct dray_model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
+    m->fam = self->family;
+    m->g = g;
+    m->info.arch = m->fam->arch;
+    int rc = dec_read_hparams(m, 0, err, errlen);
+    free(m->layer);
+    free(m);
+    return rc;
+}
+
+int dec_load_arch(const struct dray_arch *self, struct dray_gguf *g, struct dray_device *dev,
+                  const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen)
+{
+    const struct dec_family *fam = self->family;
     struct dray_model *m = calloc(1, sizeof(*m));
     *out = NULL;
     if (!m)
@@ -170,13 +228,7 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
     m->g = g;
     m->info.arch = fam->arch;
     struct dray_model_info *in = &m->info;
-    int rc = common_hparams(m, g, err, errlen);
-    if (!rc) {
-        m->layer = calloc(in->n_layer, sizeof(*m->layer));
-        rc = m->layer ? 0 : dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
-    }
-    if (!rc)
-        rc = fam->hparams(m, g, err, errlen);
+    int rc = dec_read_hparams(m, o->n_ctx, err, errlen);
     if (rc)
         goto fail;
     m->l0 = o->part ? o->layer_begin : 0;
@@ -191,7 +243,8 @@ int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_devi
     m->q_dim = m->tp.n_head * in->head_dim; /* this rank's slice under tensor parallel */
     m->kv_dim = m->tp.n_kv * in->head_dim;
     m->qkv_dim = m->q_dim + 2 * m->kv_dim;
-    m->attn_scale = 1.0f / sqrtf((float)in->head_dim);
+    if (m->attn_scale == 0.0f) /* the family did not set its own */
+        m->attn_scale = 1.0f / sqrtf((float)in->head_dim);
     m->max_batch = o->max_batch ? o->max_batch : 512;
     m->two_pass = o->two_pass;
     /* grouped: W4A8 asks for 4-bit, which weight preparation turns into Q8G32 for

@@ -1,9 +1,10 @@
-/* The decoder-only transformer both families are made of: the model state, the
- * loading of the tensors every family has, and the building blocks of a layer
- * (norms, projections, RoPE, attention, the gated FFN, residual adds), each one
- * call into the operator table. A family file (gemma3.c, llama.c) reads its
- * hyper-parameters, says which optional tensors it has, and writes its layer as
- * a short sequence of these blocks, so its forward pass reads like its math.
+/* The decoder-only transformer every family is made of: the model state, the
+ * loading of the tensors a family's table names (family.h), and the building
+ * blocks of a layer (norms, projections, RoPE, attention, the gated FFN,
+ * residual adds), each one call into the operator table. A family file
+ * (llama.c, qwen2.c, gemma3.c, ...) reads its hyper-parameters, lists its
+ * tensors, and writes its layer as a short sequence of these blocks, so its
+ * forward pass reads like its math.
  *
  * Activations are rows of tokens, F32, in device buffers sized for max_batch:
  *   x    [T][n_embd]        residual stream
@@ -29,16 +30,18 @@
 /* The four matmuls of a layer, in the order calibration records their inputs. */
 enum { MM_QKV, MM_O, MM_GU, MM_DOWN, MM_COUNT };
 
+#include "family.h"
+
 struct dec_layer {
-    struct dray_buf *attn_norm, *ffn_norm;             /* F32 [n_embd] */
-    struct dray_buf *q_norm, *k_norm;                  /* F32 [head_dim], or NULL */
-    struct dray_buf *post_attn_norm, *post_ffw_norm;   /* F32 [n_embd], or NULL */
+    struct dray_buf *vec[DEC_VEC_COUNT];               /* F32 norms by enum dec_vec, or NULL */
     struct dray_buf *bqkv, *bo;                        /* F32 biases [qkv_dim], [n_embd], or NULL */
     struct dray_weight wqkv;  /* [(n_head + 2 n_kv_head) head_dim][n_embd]: Q rows, K rows, V rows */
     struct dray_weight wo;    /* [n_embd][n_head head_dim] */
     struct dray_weight wgu;   /* [2 n_ff][n_embd]: gate rows then up rows */
     struct dray_weight wdown; /* [n_embd][n_ff] */
     float rope_base;
+    float rope_scale;         /* linear RoPE scaling: angles times this (1 = none) */
+    bool rope_on;             /* false: the layer's q and k are not rotated (SmolLM3) */
     uint32_t window;          /* 0 = global */
 };
 
@@ -64,17 +67,6 @@ struct dec_rescore {
     uint8_t *bucket;          /* [n_vocab] scratch of the selection */
 };
 
-struct dray_model;
-
-/* What a family adds to the shared decoder. */
-struct dec_family {
-    const char *arch;   /* general.architecture, also the metadata key prefix */
-    /* family hyper-parameters (after the common ones): head_dim, windows, rope
-     * bases, embd_scale, and which optional tensors exist */
-    int (*hparams)(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen);
-    /* one transformer layer over the T tokens in x */
-    int (*layer)(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T);
-};
 
 struct dray_model {
     struct dray_model_info info;
@@ -84,14 +76,19 @@ struct dray_model {
     uint32_t q_dim, kv_dim, qkv_dim;
     uint32_t max_batch;
     uint32_t act;              /* DRAY_ACT_GELU_TANH or DRAY_ACT_SILU */
-    bool head_norms;           /* per-head q/k norms (attn_q_norm, attn_k_norm) */
-    bool post_norms;           /* post_attention_norm, post_ffw_norm */
-    bool biases_allowed;       /* attn_{q,k,v,output}.bias are read when present */
-    bool output_allowed;       /* output.weight is the head when present (else tied) */
+    bool head_norms;           /* per-head q/k norms (attn_q_norm, attn_k_norm of head_dim) */
     bool two_pass;             /* grouped layer matmuls with two-pass activations (model opts) */
     bool head_two_pass;        /* ... and the head's too (not the bulk of a step: decoder_head.c) */
     bool head_copy;            /* output is a 4-bit copy of the tied embd (model opts head_precision) */
     bool rope_unpermute;       /* Q/K rows are stored for adjacent-pair RoPE (see llama.c) */
+    /* RoPE scaling of the whole model (decoder_rope.c): per-pair divisors of the
+     * angle (Llama 3, LongRoPE, YaRN; NULL = none) and the magnitude factor */
+    struct dray_buf *rope_ff;
+    float rope_mscale;
+    uint32_t n_rot;            /* rotated dims of a head (= head_dim unless partial) */
+    /* soft caps (Gemma 2): attention scores and final logits, 0 = none; the
+     * logits are also divided by logit_div (Granite's logit_scale; 1 = none) */
+    float attn_softcap, final_softcap, logit_div;
     struct dray_weight embd;   /* [n_vocab][n_embd]: embedding table (and tied output head) */
     struct dray_weight output; /* [n_vocab][n_embd] separate head; n_out 0 = tied to embd */
     struct dray_buf *output_norm;
@@ -134,8 +131,10 @@ struct dray_model {
 
 /* ---------------------------------------------------------------- the arch hooks */
 
-int dec_load(const struct dec_family *fam, struct dray_gguf *g, struct dray_device *dev,
-             const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen);
+/* The hooks of every family's struct dray_arch (family.h, DEC_FAMILY). */
+int dec_load_arch(const struct dray_arch *self, struct dray_gguf *g, struct dray_device *dev,
+                  const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen);
+int dec_check_file(const struct dray_arch *self, struct dray_gguf *g, char *err, size_t errlen);
 int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
                 size_t errlen);
 void dec_free(struct dray_model *m);
@@ -172,6 +171,13 @@ int dec_rescore_init(struct dray_model *m, uint32_t max, float tail, char *err, 
 int dec_rescore(struct dray_model *m, uint32_t n, float *logits);
 void dec_rescore_free(struct dray_model *m);
 
+/* ---------------------------------------------------------------- shared by families */
+
+/* llama.c: head size and one RoPE base from the llama keys (also granite, smollm3) */
+int dec_llama_attention(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen);
+/* llama.c: the pre-norm layer of llama, qwen2, qwen3 (with its q/k norms), ... */
+int dec_llama_layer(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T);
+
 /* ---------------------------------------------------------------- building blocks */
 
 struct dray_view dec_at(struct dray_buf *b, size_t floats);
@@ -180,7 +186,10 @@ struct dray_view dec_at(struct dray_buf *b, size_t floats);
 int dec_attn_input(struct dray_model *m, uint32_t il, uint32_t T);
 /* q, k = rmsnorm_head(q, q_norm), rmsnorm_head(k, k_norm), in place */
 int dec_qk_norms(struct dray_model *m, uint32_t il, uint32_t T);
-/* q, k = rope(q, pos), rope(k, pos) with the layer's base (NEOX pairs) */
+/* q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm) each over all its heads (OLMo 2) */
+int dec_qk_norms_full(struct dray_model *m, uint32_t il, uint32_t T);
+/* q, k = rope(q, pos), rope(k, pos) with the layer's base and scaling (NEOX
+ * pairs); nothing on a layer without RoPE */
 int dec_rope_qk(struct dray_model *m, uint32_t il, uint32_t T);
 /* K, V += k, v (this layer's cache); att = softmax(q K^T scale, causal [+ window]) V */
 int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T);
@@ -188,8 +197,10 @@ int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T
 int dec_attn_output(struct dray_model *m, uint32_t il, uint32_t T);
 /* o = Wdown (act(Wgate h) * Wup h) with h = rmsnorm(x, ffn_norm) */
 int dec_ffn(struct dray_model *m, uint32_t il, uint32_t T);
-/* o = rmsnorm(o, w), in place */
-int dec_norm_o(struct dray_model *m, struct dray_buf *w, uint32_t T);
+/* o = rmsnorm(o, vec[which] of layer il), in place */
+int dec_norm_o(struct dray_model *m, uint32_t il, int which, uint32_t T);
+/* x = x + o, the same with o = rmsnorm(o, ...) first: the common pair */
+int dec_norm_residual(struct dray_model *m, uint32_t il, int which, uint32_t T);
 /* x = x + o */
 int dec_residual(struct dray_model *m, uint32_t T);
 

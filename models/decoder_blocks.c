@@ -78,7 +78,7 @@ int dec_attn_input(struct dray_model *m, uint32_t il, uint32_t T)
 {
     const struct dec_layer *L = &m->layer[il];
     uint32_t d = m->info.n_embd;
-    int rc = norm_x(m, L->attn_norm, T);
+    int rc = norm_x(m, L->vec[DEC_ATTN_NORM], T);
     if (!rc) rc = dec_observe(m, il, MM_QKV, m->a.h, d, d, T);
     if (!rc) rc = dec_matmul(m, dec_at(m->a.h, 0), d, &L->wqkv, dec_at(m->a.qkv, 0), m->qkv_dim, T);
     if (!rc) rc = add_bias(m, m->a.qkv, m->qkv_dim, L->bqkv, m->qkv_dim, T);
@@ -90,29 +90,41 @@ int dec_qk_norms(struct dray_model *m, uint32_t il, uint32_t T)
     const struct dec_layer *L = &m->layer[il];
     const struct dray_model_info *in = &m->info;
     struct dray_view q = dec_at(m->a.qkv, 0), k = dec_at(m->a.qkv, m->q_dim);
-    int rc = dec_rmsnorm(m, q, m->qkv_dim, L->q_norm, q, m->qkv_dim, T, m->tp.n_head, in->head_dim);
+    int rc = dec_rmsnorm(m, q, m->qkv_dim, L->vec[DEC_Q_NORM], q, m->qkv_dim, T, m->tp.n_head, in->head_dim);
     if (!rc)
-        rc = dec_rmsnorm(m, k, m->qkv_dim, L->k_norm, k, m->qkv_dim, T, m->tp.n_kv, in->head_dim);
+        rc = dec_rmsnorm(m, k, m->qkv_dim, L->vec[DEC_K_NORM], k, m->qkv_dim, T, m->tp.n_kv, in->head_dim);
     if (!rc)
         rc = dec_kv_smooth_observe(m, il, T);
     return rc;
 }
 
-static int rope(struct dray_model *m, struct dray_view x, uint32_t n_head, uint32_t n_tok, float base)
+int dec_qk_norms_full(struct dray_model *m, uint32_t il, uint32_t T)
+{
+    const struct dec_layer *L = &m->layer[il];
+    struct dray_view q = dec_at(m->a.qkv, 0), k = dec_at(m->a.qkv, m->q_dim);
+    int rc = dec_rmsnorm(m, q, m->qkv_dim, L->vec[DEC_Q_NORM], q, m->qkv_dim, T, 1, m->q_dim);
+    return rc ? rc : dec_rmsnorm(m, k, m->qkv_dim, L->vec[DEC_K_NORM], k, m->qkv_dim, T, 1, m->kv_dim);
+}
+
+static int rope(struct dray_model *m, struct dray_view x, uint32_t n_head, uint32_t n_tok, const struct dec_layer *L)
 {
     struct dray_rope_args a = {
         .x = x, .pos = {m->a.meta, (size_t)m->max_batch * 4}, .n_tok = n_tok, .n_head = n_head,
-        .head_dim = m->info.head_dim, .n_rot = m->info.head_dim, .stride = m->qkv_dim,
-        .base = base, .freq_scale = 1.0f,
+        .head_dim = m->info.head_dim, .n_rot = m->n_rot, .stride = m->qkv_dim,
+        .base = L->rope_base, .freq_scale = L->rope_scale,
+        /* ABI v4 only (decoder_rope.c refused an older plugin that would need them) */
+        .freq_factors = {m->rope_ff, 0}, .attn_factor = m->rope_mscale == 1.0f ? 0.0f : m->rope_mscale,
     };
     return m->dev->ops->rope(m->dev->ctx, &a);
 }
 
 int dec_rope_qk(struct dray_model *m, uint32_t il, uint32_t T)
 {
-    float base = m->layer[il].rope_base;
-    int rc = rope(m, dec_at(m->a.qkv, 0), m->tp.n_head, T, base);
-    return rc ? rc : rope(m, dec_at(m->a.qkv, m->q_dim), m->tp.n_kv, T, base);
+    const struct dec_layer *L = &m->layer[il];
+    if (!L->rope_on)
+        return 0;
+    int rc = rope(m, dec_at(m->a.qkv, 0), m->tp.n_head, T, L);
+    return rc ? rc : rope(m, dec_at(m->a.qkv, m->q_dim), m->tp.n_kv, T, L);
 }
 
 int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T)
@@ -134,6 +146,7 @@ int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T
         .q = q, .out = dec_at(m->a.att, 0), .seqs = s->seqs, .block_table = s->block_table, .pool = s->pool,
         .n_tok = T, .n_seq = s->n_seq, .n_head = m->tp.n_head, .max_kv_len = s->max_kv_len,
         .stride_q = m->qkv_dim, .stride_out = m->q_dim, .window = m->layer[il].window, .scale = m->attn_scale,
+        .softcap = m->attn_softcap, /* ABI v4; 0 unless the family caps (then checked at load) */
     };
     return ops->attention(m->dev->ctx, &a);
 }
@@ -153,7 +166,7 @@ int dec_ffn(struct dray_model *m, uint32_t il, uint32_t T)
 {
     const struct dec_layer *L = &m->layer[il];
     uint32_t d = m->info.n_embd, ff = m->ff_dim;
-    int rc = norm_x(m, L->ffn_norm, T);
+    int rc = norm_x(m, L->vec[DEC_FFN_NORM], T);
     if (!rc) rc = dec_observe(m, il, MM_GU, m->a.h, d, d, T);
     if (!rc) rc = dec_matmul(m, dec_at(m->a.h, 0), d, &L->wgu, dec_at(m->a.gu, 0), 2 * ff, T);
     struct dray_gated_act_args g = {
@@ -167,10 +180,16 @@ int dec_ffn(struct dray_model *m, uint32_t il, uint32_t T)
     return rc;
 }
 
-int dec_norm_o(struct dray_model *m, struct dray_buf *w, uint32_t T)
+int dec_norm_o(struct dray_model *m, uint32_t il, int which, uint32_t T)
 {
     uint32_t d = m->info.n_embd;
-    return dec_rmsnorm(m, dec_at(m->a.o, 0), d, w, dec_at(m->a.o, 0), d, T, 1, d);
+    return dec_rmsnorm(m, dec_at(m->a.o, 0), d, m->layer[il].vec[which], dec_at(m->a.o, 0), d, T, 1, d);
+}
+
+int dec_norm_residual(struct dray_model *m, uint32_t il, int which, uint32_t T)
+{
+    int rc = dec_norm_o(m, il, which, T);
+    return rc ? rc : dec_residual(m, T);
 }
 
 int dec_residual(struct dray_model *m, uint32_t T)

@@ -2,6 +2,7 @@
  * the wanted rows. */
 #include "decoder_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,18 @@ int dec_embed(struct dray_model *m, const int32_t *ids, struct dray_view ids_dev
     return ops->embed(ctx, &e);
 }
 
+/* The family's last touch on the logits, on the host (a row is read there
+ * anyway): divided by logit_div (Granite), then soft-capped (Gemma 2). */
+static void shape_logits(const struct dray_model *m, float *l, size_t n)
+{
+    if (m->logit_div != 1.0f)
+        for (size_t i = 0; i < n; i++)
+            l[i] /= m->logit_div;
+    if (m->final_softcap > 0.0f)
+        for (size_t i = 0; i < n; i++)
+            l[i] = m->final_softcap * tanhf(l[i] / m->final_softcap);
+}
+
 /* logits of the wanted rows, DEC_LOGIT_SLAB rows at a time: gather, norm, head. */
 static int output_logits(struct dray_model *m, const struct dray_batch *b)
 {
@@ -74,6 +87,7 @@ static int output_logits(struct dray_model *m, const struct dray_batch *b)
             rc = dec_rescore(m, n, b->logits + (size_t)r0 * in->n_vocab);
         if (rc)
             return rc;
+        shape_logits(m, b->logits + (size_t)r0 * in->n_vocab, (size_t)n * in->n_vocab);
     }
     return 0;
 }

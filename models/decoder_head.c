@@ -95,12 +95,10 @@ int dec_load_embeddings(struct dray_model *m, uint32_t dtype, const struct dray_
     int vrc = vocab_of(m, &te, err, errlen);
     if (vrc)
         return vrc;
-    const struct dray_gguf_tensor *out = dec_find_tensor(g, -1, "output", "weight", false, err, errlen);
-    if (out && !m->output_allowed) {
-        dray_warn("%s: has output.weight; %s ties the output to token_embd, using token_embd",
-                  dray_gguf_name(g), m->fam->arch);
-        out = NULL;
-    }
+    /* a separate head where the family has one and the file carries it */
+    const struct dray_gguf_tensor *out = dec_family_slot(m->fam, DEC_S_OUTPUT, 0, 0)
+                                             ? dec_find_tensor(g, -1, "output", "weight", false, err, errlen)
+                                             : NULL;
     /* a 4-bit head: the head is the bulk of a decode step's weight bytes */
     /* the EMBED op gathers 8- and 4-bit grouped tables, not 5-bit ones: a 5-bit
      * table (Q5_0, Q5_1) becomes 8-bit groups */

@@ -19,7 +19,14 @@ int dec_alloc_acts(struct dray_model *m, char *err, size_t errlen);
 /* Parameter count and device bytes of the prepared weights. */
 void dec_account(struct dray_model *m);
 
+/* decoder_rope.c */
+/* RoPE scaling from the file's keys and tensors (rope_scale of the layers the
+ * family left at 0, rope_ff, rope_mscale); n_ctx picks LongRoPE's factors. */
+int dec_rope_scaling(struct dray_model *m, uint32_t n_ctx, char *err, size_t errlen);
+
 /* decoder_weights.c */
+/* The length of a vector slot's tensor in this model. */
+uint32_t dec_vec_len(const struct dray_model *m, const struct dec_slot *s);
 /* Tensor "<what>.<suffix>" (il < 0) or "blk.<il>.<what>.<suffix>"; NULL (and, when
  * required, the error) if the file has none. */
 const struct dray_gguf_tensor *dec_find_tensor(struct dray_gguf *g, int il, const char *what,
@@ -61,6 +68,8 @@ int dec_rmsnorm(struct dray_model *m, struct dray_view x, uint32_t stride_x, str
                 struct dray_view out, uint32_t stride_out, uint32_t n_tok, uint32_t n_head, uint32_t n);
 
 /* decoder_tp.c: tensor parallel slices (a no-op without) */
+/* Rows [r0, r0 + n) of t: the same bytes, fewer rows. */
+void dec_cut_rows(const struct dray_gguf_tensor *t, uint64_t r0, uint64_t n, struct dray_gguf_tensor *out);
 /* This rank's slice (m->tp, ff_dim) from the opts; the whole model without. */
 int dec_tp_setup(struct dray_model *m, const struct dray_model_opts *o, char *err, size_t errlen);
 /* Part `part` of layer matmul `which` cut to this rank's slice into *out: rows

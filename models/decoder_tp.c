@@ -36,8 +36,7 @@ int dec_tp_setup(struct dray_model *m, const struct dray_model_opts *o, char *er
     return 0;
 }
 
-/* Rows [r0, r0 + n) of t: the same bytes, fewer rows. */
-static void cut_rows(const struct dray_gguf_tensor *t, uint64_t r0, uint64_t n, struct dray_gguf_tensor *out)
+void dec_cut_rows(const struct dray_gguf_tensor *t, uint64_t r0, uint64_t n, struct dray_gguf_tensor *out)
 {
     uint64_t row = t->ne[0] / dray_ggml_block_elems(t->type) * dray_ggml_block_bytes(t->type);
     *out = *t;
@@ -82,10 +81,10 @@ int dec_tp_cut(struct dray_model *m, int which, uint32_t part, const struct dray
         return 0;
     switch (which) {
     case MM_QKV: /* Q rows of its heads, K and V rows of its KV heads */
-        cut_rows(t, (part ? s->kv0 : s->head0) * hd, (part ? s->n_kv : s->n_head) * hd, out);
+        dec_cut_rows(t, (part ? s->kv0 : s->head0) * hd, (part ? s->n_kv : s->n_head) * hd, out);
         break;
     case MM_GU:
-        cut_rows(t, s->ff0, s->n_ff, out);
+        dec_cut_rows(t, s->ff0, s->n_ff, out);
         break;
     case MM_O:
         rc = cut_cols(t, s->head0 * hd, s->n_head * hd, out, buf, err, errlen);

@@ -14,9 +14,9 @@ const struct dray_gguf_tensor *dec_find_tensor(struct dray_gguf *g, int il, cons
 {
     char name[96];
     if (il < 0)
-        snprintf(name, sizeof(name), "%s.%s", what, suffix);
+        snprintf(name, sizeof(name), "%s%s%s", what, suffix ? "." : "", suffix ? suffix : "");
     else
-        snprintf(name, sizeof(name), "blk.%d.%s.%s", il, what, suffix);
+        snprintf(name, sizeof(name), "blk.%d.%s%s%s", il, what, suffix ? "." : "", suffix ? suffix : "");
     const struct dray_gguf_tensor *t = dray_gguf_find_tensor(g, name);
     if (!t && required)
         dray_fail(err, errlen, DRAY_ENOTFOUND, "%s: tensor %s is missing", dray_gguf_name(g), name);
@@ -52,55 +52,72 @@ enum dray_precision dec_precision_of(uint32_t dtype)
                                  : DRAY_PRECISION_INT8;
 }
 
-/* Stack named weights of layer il along the output dimension into one matmul
- * (matmul `which`, cut to this rank's slice under tensor parallel); rows and k
- * are the file's shapes, pair_hd as in dray_weight_prepare_pairs (NULL = none). */
-static int load_matrix(struct dray_model *m, int il, int which, const char *const *names, const uint32_t *rows,
-                       const uint32_t *pair_hd, uint32_t n, uint32_t k, struct dray_weight *w,
-                       uint32_t dtype, const int32_t *outliers, uint32_t n_outlier, char *err,
-                       size_t errlen)
+/* The file's rows of each part of layer matmul `which` and its input width. */
+static uint32_t matrix_shape(const struct dray_model *m, int which, uint32_t *rows, uint32_t *k)
 {
-    struct dray_gguf_tensor cut[4];
-    const struct dray_gguf_tensor *parts[4];
-    void *bufs[4] = {0};
-    int rc = 0;
-    for (uint32_t i = 0; i < n && !rc; i++) {
-        const struct dray_gguf_tensor *t = dec_find_tensor(m->g, il, names[i], "weight", true, err, errlen);
-        rc = !t ? DRAY_ENOTFOUND : dec_check_shape(m->g, t, k, rows[i], err, errlen);
-        if (!rc)
-            rc = dec_tp_cut(m, which, i, t, &cut[i], &bufs[i], err, errlen);
-        parts[i] = &cut[i];
+    const struct dray_model_info *in = &m->info;
+    const uint32_t q = in->n_head * in->head_dim, kv = in->n_kv_head * in->head_dim; /* the file's */
+    switch (which) {
+    case MM_QKV: rows[0] = q, rows[1] = rows[2] = kv, *k = in->n_embd; return 3;
+    case MM_O: rows[0] = in->n_embd, *k = q; return 1;
+    case MM_GU: rows[0] = rows[1] = in->n_ff, *k = in->n_embd; return 2;
+    default: rows[0] = in->n_embd, *k = in->n_ff; return 1;
     }
+}
+
+/* Part i of layer matmul `which` as the file has it: its own tensor, or rows of
+ * the family's fused tensor (whole rows of blocks, so a view is exact). */
+static int matrix_part(struct dray_model *m, uint32_t il, int which, uint32_t i, const uint32_t *rows,
+                       uint32_t k, struct dray_gguf_tensor *out, char *err, size_t errlen)
+{
+    const struct dec_slot *fu = dec_family_slot(m->fam, DEC_S_MAT_FUSED, which, 0);
+    const struct dray_gguf_tensor *t = fu ? dec_find_tensor(m->g, (int)il, fu->name, NULL, false, err, errlen) : NULL;
+    if (t) {
+        uint32_t n = which == MM_QKV ? 3 : which == MM_GU ? 2 : 1, total = 0, r0 = 0;
+        for (uint32_t j = 0; j < n; j++)
+            total += rows[j], r0 += j < i ? rows[j] : 0;
+        int rc = dec_check_shape(m->g, t, k, total, err, errlen);
+        if (!rc)
+            dec_cut_rows(t, r0, rows[i], out);
+        return rc;
+    }
+    const struct dec_slot *sl = dec_family_slot(m->fam, DEC_S_MAT, which, (int)i);
+    t = sl ? dec_find_tensor(m->g, (int)il, sl->name, NULL, true, err, errlen) : NULL;
+    if (!sl)
+        return dray_fail(err, errlen, DRAY_EINVAL, "%s: family %s has no part %u of matmul %d", dray_gguf_name(m->g),
+                         m->fam->arch, i, which);
+    int rc = !t ? DRAY_ENOTFOUND : dec_check_shape(m->g, t, k, rows[i], err, errlen);
     if (!rc)
-        rc = dray_weight_prepare_pairs(m->dev, parts, n, pair_hd, dec_precision_of(dtype), DRAY_WROLE_MATMUL,
-                                       outliers, n_outlier, w, err, errlen);
-    for (uint32_t i = 0; i < n; i++)
-        free(bufs[i]);
+        *out = *t;
     return rc;
 }
 
+/* Layer matmul `which`: its parts stacked along the output dimension (cut to
+ * this rank's slice under tensor parallel), Q and K rows reordered for NEOX
+ * RoPE when the family stores them in pairs. */
 static int load_layer_matrix(struct dray_model *m, uint32_t il, int which, uint32_t dtype,
                              const int32_t *outliers, uint32_t n_outlier, char *err, size_t errlen)
 {
-    const struct dray_model_info *in = &m->info;
-    struct dec_layer *L = &m->layer[il];
-    static const char *const qkv[] = {"attn_q", "attn_k", "attn_v"};
-    static const char *const gate_up[] = {"ffn_gate", "ffn_up"};
-    static const char *const o[] = {"attn_output"}, *const down[] = {"ffn_down"};
-    const uint32_t q = in->n_head * in->head_dim, kv = in->n_kv_head * in->head_dim; /* the file's */
-    const uint32_t qkv_rows[] = {q, kv, kv};
-    const uint32_t gu_rows[] = {in->n_ff, in->n_ff};
-    const uint32_t hd = m->rope_unpermute ? in->head_dim : 0, pairs[] = {hd, hd, 0};
-    switch (which) {
-    case MM_QKV:
-        return load_matrix(m, (int)il, which, qkv, qkv_rows, pairs, 3, in->n_embd, &L->wqkv, dtype, outliers, n_outlier, err, errlen);
-    case MM_O:
-        return load_matrix(m, (int)il, which, o, &in->n_embd, NULL, 1, q, &L->wo, dtype, outliers, n_outlier, err, errlen);
-    case MM_GU:
-        return load_matrix(m, (int)il, which, gate_up, gu_rows, NULL, 2, in->n_embd, &L->wgu, dtype, outliers, n_outlier, err, errlen);
-    default:
-        return load_matrix(m, (int)il, which, down, &in->n_embd, NULL, 1, in->n_ff, &L->wdown, dtype, outliers, n_outlier, err, errlen);
+    struct dray_gguf_tensor file[3], cut[3];
+    const struct dray_gguf_tensor *parts[3];
+    void *bufs[3] = {0};
+    uint32_t rows[3], k;
+    const uint32_t n = matrix_shape(m, which, rows, &k);
+    const uint32_t hd = m->rope_unpermute ? m->info.head_dim : 0, pairs[] = {hd, hd, 0};
+    int rc = 0;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        rc = matrix_part(m, il, which, i, rows, k, &file[i], err, errlen);
+        if (!rc)
+            rc = dec_tp_cut(m, which, i, &file[i], &cut[i], &bufs[i], err, errlen);
+        parts[i] = &cut[i];
     }
+    if (!rc)
+        rc = dray_weight_prepare_pairs(m->dev, parts, n, which == MM_QKV ? pairs : NULL, dec_precision_of(dtype),
+                                       DRAY_WROLE_MATMUL, outliers, n_outlier, dec_layer_matrix(&m->layer[il], which),
+                                       err, errlen);
+    for (uint32_t i = 0; i < n; i++)
+        free(bufs[i]);
+    return rc;
 }
 
 struct dray_weight *dec_layer_matrix(struct dec_layer *L, int which)
@@ -114,14 +131,15 @@ struct dray_weight *dec_layer_matrix(struct dec_layer *L, int which)
  * absent. */
 static int load_qkv_bias(struct dray_model *m, uint32_t il, char *err, size_t errlen)
 {
-    static const char *const names[] = {"attn_q", "attn_k", "attn_v"};
     const uint32_t hd0 = m->info.head_dim, q = m->info.n_head * hd0, kv = m->info.n_kv_head * hd0;
     const uint32_t n[] = {q, kv, kv}, local[] = {m->q_dim, m->kv_dim, m->kv_dim};
     const uint32_t first[] = {m->tp.head0 * hd0, m->tp.kv0 * hd0, m->tp.kv0 * hd0};
     const struct dray_gguf_tensor *t[3];
     int found = 0;
-    for (int i = 0; i < 3; i++)
-        found += (t[i] = dec_find_tensor(m->g, (int)il, names[i], "bias", false, err, errlen)) != NULL;
+    for (int i = 0; i < 3; i++) {
+        const struct dec_slot *sl = dec_family_slot(m->fam, DEC_S_BIAS, MM_QKV, i);
+        found += (t[i] = sl ? dec_find_tensor(m->g, (int)il, sl->name, NULL, false, err, errlen) : NULL) != NULL;
+    }
     if (found == 0)
         return 0;
     if (found < 3)
@@ -164,21 +182,40 @@ int dec_load_layer_matrix_picked(struct dray_model *m, uint32_t il, int which, u
     return rc ? rc : load_layer_matrix(m, il, which, dtype, no ? m->pick : NULL, no, err, errlen);
 }
 
+uint32_t dec_vec_len(const struct dray_model *m, const struct dec_slot *s)
+{
+    const struct dray_model_info *in = &m->info;
+    switch (s->dim) {
+    case DEC_DIM_HEAD: return in->head_dim;
+    case DEC_DIM_Q: return in->n_head * in->head_dim;
+    case DEC_DIM_KV: return in->n_kv_head * in->head_dim;
+    default: return in->n_embd;
+    }
+}
+
+/* Every tensor of layer il its family's slots name: the vectors, the biases,
+ * the four matmuls. */
 int dec_load_layer(struct dray_model *m, uint32_t il, uint32_t dtype, char *err, size_t errlen)
 {
     const struct dray_model_info *in = &m->info;
     struct dec_layer *L = &m->layer[il];
-    int rc = dec_load_vector(m, (int)il, "attn_norm", in->n_embd, &L->attn_norm, err, errlen);
-    if (!rc) rc = dec_load_vector(m, (int)il, "ffn_norm", in->n_embd, &L->ffn_norm, err, errlen);
-    if (!rc && m->head_norms) rc = dec_load_vector(m, (int)il, "attn_q_norm", in->head_dim, &L->q_norm, err, errlen);
-    if (!rc && m->head_norms) rc = dec_load_vector(m, (int)il, "attn_k_norm", in->head_dim, &L->k_norm, err, errlen);
-    if (!rc && m->post_norms) rc = dec_load_vector(m, (int)il, "post_attention_norm", in->n_embd, &L->post_attn_norm, err, errlen);
-    if (!rc && m->post_norms) rc = dec_load_vector(m, (int)il, "post_ffw_norm", in->n_embd, &L->post_ffw_norm, err, errlen);
-    if (!rc && m->biases_allowed) rc = load_qkv_bias(m, il, err, errlen);
-    if (!rc && m->biases_allowed && m->tp_rank == 0) { /* a row split's bias: added once */
-        const struct dray_gguf_tensor *bo = dec_find_tensor(m->g, (int)il, "attn_output", "bias", false, err, errlen);
-        if (bo)
-            rc = dray_vector_prepare(m->dev, bo, in->n_embd, &L->bo, err, errlen);
+    int rc = 0;
+    for (const struct dec_slot *s = m->fam->slots; s->name && !rc; s++) {
+        if (s->kind != DEC_S_VEC)
+            continue;
+        const struct dray_gguf_tensor *t = dec_find_tensor(m->g, (int)il, s->name, NULL, s->required, err, errlen);
+        if (t)
+            rc = dray_vector_prepare(m->dev, t, dec_vec_len(m, s), &L->vec[s->role], err, errlen);
+        else if (s->required)
+            rc = DRAY_ENOTFOUND;
+    }
+    const struct dec_slot *bo = dec_family_slot(m->fam, DEC_S_BIAS, MM_O, 0);
+    if (!rc && dec_family_slot(m->fam, DEC_S_BIAS, MM_QKV, 0))
+        rc = load_qkv_bias(m, il, err, errlen);
+    if (!rc && bo && m->tp_rank == 0) { /* a row split's bias: added once */
+        const struct dray_gguf_tensor *t = dec_find_tensor(m->g, (int)il, bo->name, NULL, false, err, errlen);
+        if (t)
+            rc = dray_vector_prepare(m->dev, t, in->n_embd, &L->bo, err, errlen);
     }
     for (int w = 0; w < MM_COUNT && !rc; w++)
         rc = dec_load_layer_matrix_picked(m, il, w, dtype, err, errlen);

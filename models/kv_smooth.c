@@ -79,9 +79,9 @@ int dec_kv_smooth_apply(struct dray_model *m, char *err, size_t errlen)
             float p = (a[c] > a[c + half] ? a[c] : a[c + half]) / top;
             s[c] = s[c + half] = p > SMOOTH_FLOOR ? p : SMOOTH_FLOOR;
         }
-        rc = upload_scaled(m, il, "attn_q_norm", s, 1, m->layer[il].q_norm, err, errlen);
+        rc = upload_scaled(m, il, "attn_q_norm", s, 1, m->layer[il].vec[DEC_Q_NORM], err, errlen);
         if (!rc)
-            rc = upload_scaled(m, il, "attn_k_norm", s, -1, m->layer[il].k_norm, err, errlen);
+            rc = upload_scaled(m, il, "attn_k_norm", s, -1, m->layer[il].vec[DEC_K_NORM], err, errlen);
         /* a read of a few bytes maps a whole folio of the file: give it back */
         dray_gguf_release(m->g, dray_gguf_bytes(m->g), dray_gguf_file_size(m->g));
     }

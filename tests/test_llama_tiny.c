@@ -303,8 +303,8 @@ static void test_llama_bad_files_get_clear_errors(void **state)
     expect_open_error(t, "llama_heads.gguf", DRAY_EFORMAT, "llama.attention.head_count_kv = 3 does not divide", "4");
     t = llama_defaults();
     t.arch = "mamba";
-    expect_open_error(t, "mamba.gguf", DRAY_ENOTSUP, "architecture mamba is not supported",
-                      "supported: gemma3, llama");
+    expect_open_error(t, "mamba.gguf", DRAY_ENOTSUP, "architecture \"mamba\" is not supported",
+                      "dray runs: gemma3, llama");
 }
 
 int main(void)

@@ -223,7 +223,11 @@ int tiny_gemma_write(const struct tiny_gemma *t, const char *path)
             {"ffn_gate", t->n_embd, t->n_ff, -0.3f, 0.3f}, {"ffn_up", t->n_embd, t->n_ff, -0.3f, 0.3f},
             {"ffn_down", t->n_ff, t->n_embd, -0.3f, 0.3f},
         };
+        bool gemma = !strcmp(a, "gemma3"); /* q/k and post norms are Gemma's only */
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+            if (!gemma && (strstr(ts[i].what, "_q_norm") || strstr(ts[i].what, "_k_norm") ||
+                           !strncmp(ts[i].what, "post_", 5)))
+                continue;
             snprintf(name, sizeof(name), "blk.%u.%s.weight", il, ts[i].what);
             rc |= add_tensor(w, t, name, ts[i].ne0, ts[i].ne1, ts[i].lo, ts[i].hi, 0);
         }

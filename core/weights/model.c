@@ -37,19 +37,31 @@ const struct dray_arch *dray_model_arch_of(struct dray_gguf *g)
     return NULL;
 }
 
-int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
-                    const struct dray_arch **arch, struct dray_model **out, char *err, size_t errlen)
+/* Why the file's architecture is not one dray runs. */
+static int unsupported(struct dray_gguf *g, char *err, size_t errlen)
 {
     struct dray_str name;
-    *out = NULL;
-    if ((*arch = dray_model_arch_of(g)) != NULL)
-        return (*arch)->load(g, dev, o, out, err, errlen);
     if (dray_gguf_get_str(g, "general.architecture", &name, err, errlen))
         return dray_fail(err, errlen, DRAY_EFORMAT,
                          "%s: no general.architecture key: not a model file?", dray_gguf_name(g));
-    return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: architecture %.*s is not supported (supported: %s)",
-                     dray_gguf_name(g), (int)(name.len > 64 ? 64 : name.len), name.ptr,
-                     dray_model_supported());
+    return dray_fail(err, errlen, DRAY_ENOTSUP,
+                     "%s: architecture \"%.*s\" is not supported; dray runs: %s", dray_gguf_name(g),
+                     (int)(name.len > 64 ? 64 : name.len), name.ptr, dray_model_supported());
+}
+
+int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
+                    const struct dray_arch **arch, struct dray_model **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if ((*arch = dray_model_arch_of(g)) != NULL)
+        return (*arch)->load(*arch, g, dev, o, out, err, errlen);
+    return unsupported(g, err, errlen);
+}
+
+int dray_model_check(struct dray_gguf *g, char *err, size_t errlen)
+{
+    const struct dray_arch *a = dray_model_arch_of(g);
+    return a ? a->check(a, g, err, errlen) : unsupported(g, err, errlen);
 }
 
 /* Rows are converted in slabs so a 262144-row embedding never needs a full f32 copy. */

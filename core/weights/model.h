@@ -53,6 +53,7 @@ struct dray_model_opts {
     uint32_t outlier_channels; /* per matmul input, chosen by dray_arch.calibrate; 0 = off */
     uint32_t max_batch;        /* most tokens in one forward step (sizes the activations) */
     uint32_t max_logits;       /* most rows of logits in one step */
+    uint32_t n_ctx;            /* the context it will run at (LongRoPE picks its factors by it); 0 = trained */
     bool progress;             /* print weight preparation progress to stderr */
     /* Scores of an earlier calibration of the same file (calibrate.h's cache): the
      * layers are prepared in int8 with their outlier channels at once, and the
@@ -127,10 +128,17 @@ struct dray_batch_part {
 
 struct dray_model;
 
+/* The engine's handle on one architecture family. Every family is a table in
+ * models/ (models/family.h) run by the one shared decoder, so these hooks are
+ * the decoder's, and `family` is the table they read. */
 struct dray_arch {
     const char *name;          /* general.architecture */
-    int (*load)(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
-                struct dray_model **out, char *err, size_t errlen);
+    const void *family;        /* the family's table (models/family.h) */
+    int (*load)(const struct dray_arch *self, struct dray_gguf *g, struct dray_device *dev,
+                const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen);
+    /* Whether the file would load: its hyper-parameters and every tensor claimed
+     * and shaped as the family expects; 0, or why not. No device, no weights read. */
+    int (*check)(const struct dray_arch *self, struct dray_gguf *g, char *err, size_t errlen);
     int (*forward)(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
                    size_t errlen);
     void (*free)(struct dray_model *m);
@@ -168,7 +176,7 @@ extern const struct dray_arch *const dray_archs[];
 extern const size_t dray_n_archs;
 
 /* Picks the architecture from the file; "architecture X is not supported
- * (supported: gemma3, llama)" otherwise. */
+ * (supported: gemma3, llama, ...)" otherwise. */
 int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
                     const struct dray_arch **arch, struct dray_model **out, char *err, size_t errlen);
 /* The architecture of the file (general.architecture), or NULL when it is not
@@ -176,6 +184,10 @@ int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct d
 const struct dray_arch *dray_model_arch_of(struct dray_gguf *g);
 /* Comma-separated list of supported architectures. */
 const char *dray_model_supported(void);
+/* Whether dray can run the file, without a device: 0, or why not (an
+ * unsupported architecture, a Mixture of Experts, a missing, extra or misshapen
+ * tensor, a hyper-parameter out of range). */
+int dray_model_check(struct dray_gguf *g, char *err, size_t errlen);
 
 /* Helpers for model files: prepare one 2-D GGUF weight (or several stacked along
  * the output dimension, e.g. Q|K|V) on the device. */
