@@ -240,6 +240,12 @@ int dec_load_arch(const struct dray_arch *self, struct dray_gguf *g, struct dray
     }
     if ((rc = dec_tp_setup(m, o, err, errlen)))
         goto fail;
+    const struct dec_slot *qn = dec_family_slot(fam, DEC_S_VEC, DEC_Q_NORM, 0);
+    if (m->tp_size > 1 && qn && qn->dim != DEC_DIM_HEAD) { /* a norm over every head needs them all */
+        rc = dray_fail(err, errlen, DRAY_ENOTSUP, "%s: tensor parallel cannot cut %s's q/k norms, which span "
+                       "every head", dray_gguf_name(g), fam->arch);
+        goto fail;
+    }
     m->q_dim = m->tp.n_head * in->head_dim; /* this rank's slice under tensor parallel */
     m->kv_dim = m->tp.n_kv * in->head_dim;
     m->qkv_dim = m->q_dim + 2 * m->kv_dim;

@@ -42,6 +42,7 @@ struct dec_layer {
     float rope_base;
     float rope_scale;         /* linear RoPE scaling: angles times this (1 = none) */
     bool rope_on;             /* false: the layer's q and k are not rotated (SmolLM3) */
+    bool rope_plain;          /* the model's RoPE factors and mscale skip this layer (OLMo 3 SWA) */
     uint32_t window;          /* 0 = global */
 };
 
@@ -182,7 +183,7 @@ int dec_llama_layer(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint3
 
 struct dray_view dec_at(struct dray_buf *b, size_t floats);
 
-/* h = rmsnorm(x, attn_norm); qkv = Wqkv h (+ bias) */
+/* h = rmsnorm(x, attn_norm) (h = x without one: OLMo 2); qkv = Wqkv h (+ bias) */
 int dec_attn_input(struct dray_model *m, uint32_t il, uint32_t T);
 /* q, k = rmsnorm_head(q, q_norm), rmsnorm_head(k, k_norm), in place */
 int dec_qk_norms(struct dray_model *m, uint32_t il, uint32_t T);
@@ -195,7 +196,7 @@ int dec_rope_qk(struct dray_model *m, uint32_t il, uint32_t T);
 int dec_attend(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T);
 /* o = Wo att (+ bias) */
 int dec_attn_output(struct dray_model *m, uint32_t il, uint32_t T);
-/* o = Wdown (act(Wgate h) * Wup h) with h = rmsnorm(x, ffn_norm) */
+/* o = Wdown (act(Wgate h) * Wup h) with h = rmsnorm(x, ffn_norm) (h = x without one) */
 int dec_ffn(struct dray_model *m, uint32_t il, uint32_t T);
 /* o = rmsnorm(o, vec[which] of layer il), in place */
 int dec_norm_o(struct dray_model *m, uint32_t il, int which, uint32_t T);

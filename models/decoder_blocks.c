@@ -67,20 +67,23 @@ int dec_rmsnorm(struct dray_model *m, struct dray_view x, uint32_t stride_x, str
     return m->dev->ops->rmsnorm(m->dev->ctx, &a);
 }
 
-/* h = dec_rmsnorm(x, w) over the hidden state */
-static int norm_x(struct dray_model *m, struct dray_buf *w, uint32_t T)
+/* h = dec_rmsnorm(x, w) over the hidden state; *in = h, or x itself when the
+ * family has no norm there (OLMo 2 normalizes outputs only) */
+static int norm_x(struct dray_model *m, struct dray_buf *w, uint32_t T, struct dray_buf **in)
 {
     uint32_t d = m->info.n_embd;
-    return dec_rmsnorm(m, dec_at(m->a.x, 0), d, w, dec_at(m->a.h, 0), d, T, 1, d);
+    *in = w ? m->a.h : m->a.x;
+    return w ? dec_rmsnorm(m, dec_at(m->a.x, 0), d, w, dec_at(m->a.h, 0), d, T, 1, d) : 0;
 }
 
 int dec_attn_input(struct dray_model *m, uint32_t il, uint32_t T)
 {
     const struct dec_layer *L = &m->layer[il];
     uint32_t d = m->info.n_embd;
-    int rc = norm_x(m, L->vec[DEC_ATTN_NORM], T);
-    if (!rc) rc = dec_observe(m, il, MM_QKV, m->a.h, d, d, T);
-    if (!rc) rc = dec_matmul(m, dec_at(m->a.h, 0), d, &L->wqkv, dec_at(m->a.qkv, 0), m->qkv_dim, T);
+    struct dray_buf *h;
+    int rc = norm_x(m, L->vec[DEC_ATTN_NORM], T, &h);
+    if (!rc) rc = dec_observe(m, il, MM_QKV, h, d, d, T);
+    if (!rc) rc = dec_matmul(m, dec_at(h, 0), d, &L->wqkv, dec_at(m->a.qkv, 0), m->qkv_dim, T);
     if (!rc) rc = add_bias(m, m->a.qkv, m->qkv_dim, L->bqkv, m->qkv_dim, T);
     return rc;
 }
@@ -113,7 +116,8 @@ static int rope(struct dray_model *m, struct dray_view x, uint32_t n_head, uint3
         .head_dim = m->info.head_dim, .n_rot = m->n_rot, .stride = m->qkv_dim,
         .base = L->rope_base, .freq_scale = L->rope_scale,
         /* ABI v4 only (decoder_rope.c refused an older plugin that would need them) */
-        .freq_factors = {m->rope_ff, 0}, .attn_factor = m->rope_mscale == 1.0f ? 0.0f : m->rope_mscale,
+        .freq_factors = {L->rope_plain ? NULL : m->rope_ff, 0},
+        .attn_factor = L->rope_plain || m->rope_mscale == 1.0f ? 0.0f : m->rope_mscale,
     };
     return m->dev->ops->rope(m->dev->ctx, &a);
 }
@@ -166,9 +170,10 @@ int dec_ffn(struct dray_model *m, uint32_t il, uint32_t T)
 {
     const struct dec_layer *L = &m->layer[il];
     uint32_t d = m->info.n_embd, ff = m->ff_dim;
-    int rc = norm_x(m, L->vec[DEC_FFN_NORM], T);
-    if (!rc) rc = dec_observe(m, il, MM_GU, m->a.h, d, d, T);
-    if (!rc) rc = dec_matmul(m, dec_at(m->a.h, 0), d, &L->wgu, dec_at(m->a.gu, 0), 2 * ff, T);
+    struct dray_buf *h;
+    int rc = norm_x(m, L->vec[DEC_FFN_NORM], T, &h);
+    if (!rc) rc = dec_observe(m, il, MM_GU, h, d, d, T);
+    if (!rc) rc = dec_matmul(m, dec_at(h, 0), d, &L->wgu, dec_at(m->a.gu, 0), 2 * ff, T);
     struct dray_gated_act_args g = {
         .gate = dec_at(m->a.gu, 0), .up = dec_at(m->a.gu, ff), .out = dec_at(m->a.mid, 0), .n_tok = T,
         .n = ff, .stride_gate = 2 * ff, .stride_up = 2 * ff, .stride_out = ff, .act = m->act,

@@ -304,7 +304,7 @@ static void test_llama_bad_files_get_clear_errors(void **state)
     t = llama_defaults();
     t.arch = "mamba";
     expect_open_error(t, "mamba.gguf", DRAY_ENOTSUP, "architecture \"mamba\" is not supported",
-                      "dray runs: gemma3, llama");
+                      "dray runs: gemma2, gemma3, granite, llama, olmo2, phi3, qwen2, qwen3, smollm3");
 }
 
 int main(void)
