@@ -317,7 +317,7 @@ static void bench_attention(struct bench *b, uint32_t dtype, uint32_t n_seq, uin
     free(seq), free(bt);
     at.pool = (struct dray_kv_pool){{at.k, 0}, {at.v, 0}, {at.ks, 0}, {at.vs, 0}, dtype, n_kv, hd, bs, n_slots};
     at.a = (struct dray_attention_args){{at.q, 0}, {at.out, 0}, {at.seqs, 0}, {at.bt, 0}, &at.pool, n_seq * n_q, n_seq, n_head,
-                                        kv_len, n_head * hd, n_head * hd, window, 0.0625f};
+                                        kv_len, n_head * hd, n_head * hd, window, 0.0625f, 0.0f};
     double t = timeit(att_call, b, &at, b->o->reference ? 0.05 : 0.2);
     uint32_t span = window && window < kv_len ? window : kv_len;
     double gbs = 2.0 * n_seq * span * n_kv * hd * el / t / 1e9; /* K and V bytes read (once per kv head) */
@@ -353,7 +353,7 @@ static int small_call(struct bench *b, void *arg, uint32_t i)
         return b->ops->rmsnorm(b->ctx, &a);
     }
     case 1: {
-        struct dray_rope_args a = {{s->a, 0}, {s->pos, 0}, n, 4, 256, 256, 1024, 1e6f, 1.0f};
+        struct dray_rope_args a = {{s->a, 0}, {s->pos, 0}, n, 4, 256, 256, 1024, 1e6f, 1.0f, {NULL, 0}, 0.0f};
         return b->ops->rope(b->ctx, &a);
     }
     case 2: {

@@ -9,7 +9,7 @@
 #      only the pkg-config lines it printed (PKG_CONFIG_PATH + PKG_CONFIG_SYSROOT_DIR),
 #      warnings as errors, exporting exactly one symbol; install it into the stage;
 #   3. the installed `dray devices`, without DRAY_PLUGIN_PATH, lists it as acme, and
-#      `dray devices -v` shows it at ABI 3 (the skeleton's version: packed weights);
+#      `dray devices -v` shows it at ABI 4 (the skeleton's version: packed weights, rope factors, softcap);
 #   4. certify it by name with the installed standalone kit (dray-conformance): every
 #      packed format it declares has a passing row;
 #   5. with WRITE_TINY_GEMMA, certify its serving path with the installed
@@ -134,12 +134,12 @@ grep -A3 "^  acme " "$tmp/devices.log" | grep -q "acme (host memory" ||
 ! grep -qi template "$tmp/devices.log" ||
   { cat "$tmp/devices.log" >&2; fail "a renamed plugin reports itself as template"; }
 step "dray devices: $(grep -A1 "^  acme " "$tmp/devices.log" | tr -s ' ' | tr '\n' ' ')"
-# the skeleton fills ABI 3: packed weights (weight_create, every format declared)
+# the skeleton fills ABI 4: packed weights (weight_create, every format declared), rope factors, softcap
 env -u DRAY_PLUGIN_PATH "$installed" devices -v >"$tmp/devices-v.log" 2>&1 ||
   { cat "$tmp/devices-v.log" >&2; fail "$installed devices -v failed"; }
-grep -q "^  acme  (ABI 3) " "$tmp/devices-v.log" ||
-  { cat "$tmp/devices-v.log" >&2; fail "acme does not report ABI 3, the skeleton's version"; }
-step "dray devices -v: acme at ABI 3$(grep -A6 "^  acme " "$tmp/devices-v.log" | grep -m1 'packed' | tr -s ' ' | sed 's/^/;/')"
+grep -q "^  acme  (ABI 4) " "$tmp/devices-v.log" ||
+  { cat "$tmp/devices-v.log" >&2; fail "acme does not report ABI 4, the skeleton's version"; }
+step "dray devices -v: acme at ABI 4$(grep -A6 "^  acme " "$tmp/devices-v.log" | grep -m1 'packed' | tr -s ' ' | sed 's/^/;/')"
 
 # ---- 4. certify it with the installed kit, by name ------------------------------
 ikit=$(find "$stage" -path '*/bin/dray-conformance' -type f -print -quit)

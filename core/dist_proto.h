@@ -19,7 +19,7 @@
 #define DIST_BUILD                                                                                     \
     (((uint64_t)sizeof(struct dray_kv_layer_step) << 48 | (uint64_t)sizeof(struct dray_kv_pool) << 32 |  \
       (uint64_t)sizeof(struct dray_model_opts) << 16 | (uint64_t)sizeof(struct dray_device_props)) ^     \
-     (uint64_t)sizeof(struct dist_ans) << 56)
+     (uint64_t)sizeof(struct dist_ans) << 56 ^ (uint64_t)sizeof(struct dist_hello) << 40)
 
 /* A rank at work on a request says it is alive this often, so rank 0 tells a
  * long step from a dead rank within distributed_timeout, however long steps are. */
@@ -66,6 +66,11 @@ struct dist_ans {
 /* The greeting's answer: what rank 0 shows and plans with. */
 struct dist_hello {
     char plugin[64], host[64];
+    /* The rank's plugin's negotiated ABI: rank 0's proxy declares it, so a host
+     * that sets version-4 op arguments (rope freq_factors and attn_factor,
+     * attention softcap) only for plugins that take them sees what the rank's
+     * own forward will run on. */
+    uint32_t abi, pad;
     struct dray_device_props props;
     struct dray_op_caps caps;
 };

@@ -239,7 +239,10 @@ int dray_remote_open(struct dray_dist *t, uint32_t rank, struct dray_remote **ou
     hello.plugin[sizeof(hello.plugin) - 1] = hello.host[sizeof(hello.host) - 1] = 0;
     snprintf(r->host, sizeof(r->host), "%s", hello.host);
     snprintf(r->plugin.name, sizeof(r->plugin.name), "%.40s@rank%u", hello.plugin, rank);
-    r->ops = (struct dray_ops){.version = DRAY_ABI_VERSION, .name = r->plugin.name, .alloc = p_alloc,
+    /* the rank's plugin's ABI (its memory ops exist in every version) */
+    uint32_t abi = hello.abi >= DRAY_ABI_VERSION_MIN && hello.abi <= DRAY_ABI_VERSION ? hello.abi : DRAY_ABI_VERSION;
+    r->plugin.abi = abi;
+    r->ops = (struct dray_ops){.version = abi, .name = r->plugin.name, .alloc = p_alloc,
                                .free = p_free, .upload = p_upload, .download = p_download, .copy = p_copy,
                                .synchronize = p_sync, .last_error = p_last_error};
     r->plugin.ops = &r->ops;

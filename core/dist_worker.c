@@ -200,6 +200,7 @@ static int serve_one(struct worker *w, const void *msg, size_t n, bool *bye, cha
         snprintf(hello.host, sizeof(hello.host), "%s", w->t->host);
         hello.props = w->dev.props;
         hello.caps = w->dev.caps;
+        hello.abi = w->dev.plugin->abi ? w->dev.plugin->abi : w->dev.ops->version;
         a.a = DIST_BUILD;
         pay = &hello;
         pay_n = sizeof(hello);

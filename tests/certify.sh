@@ -2,7 +2,7 @@
 # Certification of the serving path (`dray conformance --model FILE --certify OUT`,
 # tools/certify.c and tools/cert_json.c) on a tiny Gemma 3 written by the tests'
 # GGUF writer: every in-tree plugin built here that has a device, and the template
-# (as ABI 3, its packed-weight rows included, and as ABI 1), must pass, and their certificates must say so; a
+# (as ABI 4, its packed-weight and version-4 rows included, and as ABI 1), must pass, and their certificates must say so; a
 # plugin with a wrong op must get a failing certificate that names why.
 # Certificates are kept in BUILD/certificates/ (CI can publish them).
 # Usage: tests/certify.sh DRAY WRITE_TINY_GEMMA BUILD_DIR
@@ -75,22 +75,25 @@ for so in "$build"/backends/*/libdray-*.so; do
   name=$(basename "$so" .so); name=${name#libdray-}
   "$dray" devices --plugin-path "$(dirname "$so")" 2>/dev/null | grep -q "^    $name: no device" && continue
   certify "$name" "$certs/$name.json" || { cat "$tmp/log" >&2; fail "$name does not certify"; }
-  check "$certs/$name.json" "$name" "2|3" pass # the in-tree plugins move to ABI 3 one by one
+  check "$certs/$name.json" "$name" "2|3|4" pass # the in-tree plugins move to a new ABI one by one
   n=$((n + 1))
 done
 [ "$n" -ge 1 ] || fail "no in-tree plugin certified"
 
-# the template, as built in tree for the tests (tests/plugins: tplv3, tplv1); as
-# ABI 3 it declares every packed format, and each has a passing row of its own
-certify "$build/tests/plugins/libdray-tplv3.so" "$certs/template.json" ||
+# the template, as built in tree for the tests (tests/plugins: tplv4, tplv1); as
+# ABI 4 it declares every packed format, and each has a passing row of its own,
+# as do version 4's rope factors and attention softcap
+certify "$build/tests/plugins/libdray-tplv4.so" "$certs/template.json" ||
   { cat "$tmp/log" >&2; fail "the template does not certify"; }
-check "$certs/template.json" tplv3 3 pass
-python3 - "$certs/template.json" <<'PY' || fail "the ABI-3 template's certificate lacks its packed-weight rows"
+check "$certs/template.json" tplv4 4 pass
+python3 - "$certs/template.json" <<'PY' || fail "the ABI-4 template's certificate lacks its packed-weight or v4 rows"
 import json, sys
 v = json.load(open(sys.argv[1]))["ops"]["variants"]
 packed = [r for r in v if r["dtype"].startswith("q")]
 assert len(packed) == 36 and all(r["passed"] for r in packed), packed  # 12 embed + 12 x 2 matmul
 assert any(r["op"] == "weight_create" and r["passed"] for r in v)
+v4 = {(r["op"], r["dtype"]): r["passed"] for r in v if r["dtype"] in ("f32-ff-mscale", "i8-softcap", "f16-softcap")}
+assert len(v4) == 3 and all(v4.values()), v4
 PY
 certify "$build/tests/plugins/libdray-tplv1.so" "$tmp/tplv1.json" --set prefix_cache=false ||
   { cat "$tmp/log" >&2; fail "the ABI-1 template does not certify"; }

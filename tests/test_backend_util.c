@@ -119,8 +119,28 @@ static void test_validators_return_documented_codes(void **state)
     assert_non_null(strstr(why, "n_rot = 7"));
     r.n_rot = 8;
     assert_int_equal(dray_util_check_rope(&r, &nd, why, sizeof(why)), DRAY_OK);
-    assert_int_equal(nd.n, 2);
+    assert_int_equal(nd.n, 3);
     assert_int_equal(nd.at[0].nbytes, (size_t)(1 * 16 + 16) * 4);
+    assert_int_equal(nd.at[2].nbytes, 0); /* v4: no freq_factors buffer, nothing to check */
+    /* v4: freq_factors spans n_rot/2 floats; attn_factor finite and >= 0 */
+    struct dray_buf small = {8, 1};
+    r.freq_factors = (struct dray_view){&big, 0};
+    assert_int_equal(dray_util_check_rope(&r, &nd, why, sizeof(why)), DRAY_OK);
+    assert_int_equal(nd.at[2].nbytes, 4 * 4);
+    r.freq_factors = (struct dray_view){&small, 0};
+    assert_int_equal(dray_util_check_rope(&r, &nd, why, sizeof(why)), DRAY_OK);
+    assert_int_equal(dray_util_check_views(&nd, fake_size, why, sizeof(why)), DRAY_EINVAL);
+    assert_non_null(strstr(why, "rope freq_factors"));
+    r.freq_factors = (struct dray_view){NULL, 0};
+    r.attn_factor = -1.0f;
+    assert_int_equal(dray_util_check_rope(&r, &nd, why, sizeof(why)), DRAY_EINVAL);
+    assert_non_null(strstr(why, "attn_factor"));
+    r.attn_factor = NAN;
+    assert_int_equal(dray_util_check_rope(&r, &nd, why, sizeof(why)), DRAY_EINVAL);
+    r.attn_factor = 0.0f;
+    assert_true(dray_util_rope_mscale(&r) == 1.0f);
+    r.attn_factor = 1.25f;
+    assert_true(dray_util_rope_mscale(&r) == 1.25f);
 
     struct dray_matmul_args m = {.x = v, .w = v, .wscale = v, .out = {&big, 4096}, .n_tok = 1,
                                  .n_out = 4, .k = 8, .stride_x = 8, .stride_out = 4,
@@ -210,6 +230,19 @@ static void test_validators_return_documented_codes(void **state)
     pool.dtype = DRAY_I8;
     pool.n_slots = 6; /* not a multiple of block_size */
     assert_int_equal(dray_util_check_kv_store(&ks, &nd, why, sizeof(why)), DRAY_EINVAL);
+    /* v4: attention softcap is finite and >= 0 (0 = none) */
+    pool.n_slots = 8;
+    struct dray_attention_args at = {.q = v, .out = {&big, 4096}, .seqs = v, .block_table = v,
+                                     .pool = &pool, .n_tok = 1, .n_seq = 1, .n_head = 1,
+                                     .stride_q = 4, .stride_out = 4, .scale = 0.5f};
+    assert_int_equal(dray_util_check_attention(&at, &nd, why, sizeof(why)), DRAY_OK);
+    at.softcap = 30.0f;
+    assert_int_equal(dray_util_check_attention(&at, &nd, why, sizeof(why)), DRAY_OK);
+    at.softcap = -1.0f;
+    assert_int_equal(dray_util_check_attention(&at, &nd, why, sizeof(why)), DRAY_EINVAL);
+    assert_non_null(strstr(why, "softcap"));
+    at.softcap = INFINITY;
+    assert_int_equal(dray_util_check_attention(&at, &nd, why, sizeof(why)), DRAY_EINVAL);
 
     struct dray_gated_act_args g = {.gate = v, .up = v, .out = v, .n_tok = 1, .n = 4,
                                     .stride_gate = 4, .stride_up = 4, .stride_out = 4, .act = 9};

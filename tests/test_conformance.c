@@ -75,7 +75,8 @@ static void test_conformance_cpu_fast_kernels_pass_against_reference(void **stat
     const char *ops[][2] = {{"embed", "i8"}, {"embed", "f32"}, {"rmsnorm", "f32"}, {"matmul", "i8"},
                             {"matmul", "f32"}, {"rope", "f32"}, {"kv_store", "i8"},
                             {"kv_store", "f16"}, {"attention", "i8"}, {"attention", "f16"},
-                            {"gated_act", "f32"}, {"add", "f32"}};
+                            {"gated_act", "f32"}, {"add", "f32"}, {"rope", "f32-ff-mscale"},
+                            {"attention", "i8-softcap"}, {"attention", "f16-softcap"}};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         const char *row = row_of(text, ops[i][0], ops[i][1]);
         const char *eol = strchr(row, '\n');
@@ -121,13 +122,15 @@ static void test_conformance_certifies_version_1_and_2_templates(void **state)
         assert_row(text, "matmul", "q5-f16-min-x2", " not supported ");
         assert_row(text, "embed", "q8-f32", " not supported ");
         assert_row(text, "weight_create", "refusals", " not supported ");
-        assert_contains(text, "PASS: 12 of 49 op variants ran, 12 passed");
+        assert_row(text, "attention", "i8-softcap", " not supported "); /* a version-4 argument */
+        assert_contains(text, "PASS: 12 of 52 op variants ran, 12 passed");
         free(text);
     }
 }
 
-/* The template as the version-3 plugin it is: every packed format, for matmul
- * (one pass and two) and embed, through weight_create, and its refusals. */
+/* The template as a version-3 plugin: every packed format, for matmul (one
+ * pass and two) and embed, through weight_create, and its refusals; the
+ * version-4 rows (rope factors, softcap) are not its ABI's and are skipped. */
 static void test_conformance_certifies_the_version_3_template(void **state)
 {
     (void)state;
@@ -140,6 +143,9 @@ static void test_conformance_certifies_the_version_3_template(void **state)
     if (rc != 0)
         fail_msg("tplv3 failed conformance (rc %d):\n%s", rc, text);
     assert_contains(text, "ABI 3)");
+    assert_row(text, "rope", "f32-ff-mscale", " not supported ");
+    assert_row(text, "attention", "i8-softcap", " not supported ");
+    assert_row(text, "attention", "f16-softcap", " not supported ");
     const char *fmts[] = {"q4-f32", "q4-f32-min", "q4-f16", "q4-f16-min", "q5-f32", "q5-f32-min",
                           "q5-f16", "q5-f16-min", "q8-f32", "q8-f32-min", "q8-f16", "q8-f16-min"};
     for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
@@ -150,7 +156,30 @@ static void test_conformance_certifies_the_version_3_template(void **state)
         assert_row(text, "matmul", x2, " pass ");
     }
     assert_row(text, "weight_create", "refusals", " pass ");
-    assert_contains(text, "PASS: 49 of 49 op variants ran, 49 passed");
+    assert_contains(text, "PASS: 49 of 52 op variants ran, 49 passed");
+    free(text);
+}
+
+/* The template as the version-4 plugin it is: rope with frequency factors and
+ * attn_factor (some with a partial n_rot), attention with a softcap over
+ * prefill and decode batches, windows and GQA, I8 and F16 KV, each against
+ * the CPU plugin's scalar reference; every other row as in version 3. */
+static void test_conformance_certifies_the_version_4_template(void **state)
+{
+    (void)state;
+    need_cpu_plugin();
+    char path[1024];
+    fake_path(path, sizeof(path), "tplv4");
+    struct dray_conformance_opts o = {.plugin = path, .seed = 9, .reps = 16, .no_timing = 1};
+    char *text = NULL;
+    int rc = run(&o, &text);
+    if (rc != 0)
+        fail_msg("tplv4 failed conformance (rc %d):\n%s", rc, text);
+    assert_contains(text, "ABI 4)");
+    assert_row(text, "rope", "f32-ff-mscale", " pass ");
+    assert_row(text, "attention", "i8-softcap", " pass ");
+    assert_row(text, "attention", "f16-softcap", " pass ");
+    assert_contains(text, "PASS: 52 of 52 op variants ran, 52 passed");
     free(text);
 }
 
@@ -178,7 +207,7 @@ static void test_conformance_skips_undeclared_packed_formats(void **state)
     assert_row(text, "embed", "q4-f32-min", " not supported ");
     assert_row(text, "weight_create", "refusals", " pass ");
     assert_contains(text, "refused undeclared format");
-    assert_contains(text, "PASS: 16 of 49 op variants ran, 16 passed");
+    assert_contains(text, "PASS: 16 of 52 op variants ran, 16 passed");
     free(text);
 }
 
@@ -209,7 +238,7 @@ static void test_conformance_fails_plugin_missing_mandatory_ops(void **state)
     assert_contains(row_of(text, "add", "f32"), "pass");
     assert_contains(row_of(text, "matmul", "i8"), "FAIL unsupported");
     assert_contains(row_of(text, "matmul", "f32"), "not supported");
-    assert_contains(text, "FAIL: 1 of 49 op variants ran, 1 passed");
+    assert_contains(text, "FAIL: 1 of 52 op variants ran, 1 passed");
     free(text);
 
     o.op = "add"; /* only add: the plugin passes what it was asked */
@@ -277,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_conformance_cpu_fast_kernels_pass_against_reference),
         cmocka_unit_test(test_conformance_certifies_version_1_and_2_templates),
         cmocka_unit_test(test_conformance_certifies_the_version_3_template),
+        cmocka_unit_test(test_conformance_certifies_the_version_4_template),
         cmocka_unit_test(test_conformance_skips_undeclared_packed_formats),
         cmocka_unit_test(test_conformance_detects_a_wrong_op),
         cmocka_unit_test(test_conformance_fails_plugin_missing_mandatory_ops),

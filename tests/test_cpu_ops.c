@@ -175,7 +175,7 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
 {
     (void)state;
     uint32_t n = 0;
-    assert_int_equal(ops->version, 3);
+    assert_int_equal(ops->version, 4);
     assert_string_equal(ops->name, "cpu");
     assert_int_equal(ops->device_count(&n), 0);
     assert_int_equal(n, 1);
@@ -224,12 +224,12 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     const struct dray_ops *o = NULL;
     char err[128];
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
-    v = 2; /* a version-2 host: the version-3 table is refused, naming both */
+    v = 3; /* a version-3 host (no rope factors, no softcap): the version-4 table is refused, naming both */
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
-    assert_non_null(strstr(err, "implements ABI 3"));
+    assert_non_null(strstr(err, "implements ABI 4"));
     v = 7;
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), 0);
-    assert_int_equal(v, 3);
+    assert_int_equal(v, 4);
 }
 
 static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
@@ -994,7 +994,7 @@ static void test_rope_matches_the_formula_at_long_positions(void **state)
     struct dray_ctx *cs[2] = {cref, cfast};
     for (int ci = 0; ci < 2; ci++) {
         struct dray_buf *bx = up(cs[ci], x, n_tok * stride * 4), *bp = up(cs[ci], pos, sizeof(pos));
-        struct dray_rope_args a = {V(bx), V(bp), n_tok, n_head, hd, n_rot, stride, 1000000.0f, 0.25f};
+        struct dray_rope_args a = {V(bx), V(bp), n_tok, n_head, hd, n_rot, stride, 1000000.0f, 0.25f, {NULL, 0}, 0.0f};
         assert_int_equal(ops->rope(cs[ci], &a), 0);
         res[ci] = malloc(n_tok * stride * 4);
         down(cs[ci], bx, res[ci], n_tok * stride * 4);
@@ -1022,30 +1022,85 @@ static void test_rope_matches_the_formula_at_long_positions(void **state)
 }
 
 /* Largest distance from the formula of a rope of random x at pos (already on
- * bp, n_tok of them) with base, freq_scale and n_rot over 2 heads of 40. */
-static double rope_error(struct dray_ctx *c, struct dray_buf *bp, const int32_t *pos, uint32_t n_tok,
-                         uint32_t n_rot, float base, float fs)
+ * bp, n_tok of them) with base, freq_scale and n_rot over 2 heads of 40; v4:
+ * frequency factors bf (holding ff, NULL: none) and attn_factor af. The
+ * elements past n_rot must come back untouched. */
+static double rope_error_v4(struct dray_ctx *c, struct dray_buf *bp, const int32_t *pos, uint32_t n_tok,
+                            uint32_t n_rot, float base, float fs, struct dray_buf *bf, const float *ff, float af)
 {
     uint32_t hd = 40, n = n_tok * 2 * hd;
     float *x = randv(n, -2, 2), *y = malloc(n * 4);
     struct dray_buf *bx = up(c, x, n * 4);
-    struct dray_rope_args a = {V(bx), V(bp), n_tok, 2, hd, n_rot, 2 * hd, base, fs};
+    struct dray_rope_args a = {V(bx), V(bp), n_tok, 2, hd, n_rot, 2 * hd, base, fs, {bf, 0}, af};
     assert_int_equal(ops->rope(c, &a), 0);
     down(c, bx, y, n * 4);
-    double worst = 0;
+    double worst = 0, ms = af == 0.0f ? 1.0 : af;
     for (uint32_t t = 0; t < n_tok; t++)
         for (uint32_t h = 0; h < 2; h++)
-            for (uint32_t i = 0; i < n_rot; i++) {
+            for (uint32_t i = 0; i < hd; i++) {
                 size_t b = (t * 2 + h) * hd;
-                uint32_t j = i % (n_rot / 2);
-                double th = pos[t] * (double)fs * pow(base, -2.0 * j / n_rot);
+                uint32_t j = i % (n_rot / 2 ? n_rot / 2 : 1);
+                double th = pos[t] * (double)fs * pow(base, -2.0 * j / n_rot) / (ff ? ff[j] : 1.0);
                 double x0 = x[b + j], x1 = x[b + j + n_rot / 2];
-                double want = i < n_rot / 2 ? x0 * cos(th) - x1 * sin(th) : x0 * sin(th) + x1 * cos(th);
-                worst = fmax(worst, fabs(y[b + i] - want));
+                double want = i >= n_rot       ? x[b + i]
+                              : i < n_rot / 2 ? ms * (x0 * cos(th) - x1 * sin(th))
+                                              : ms * (x0 * sin(th) + x1 * cos(th));
+                worst = fmax(worst, fabs(y[b + i] - want) / fmax(1.0, ms));
             }
     ops->free(c, bx);
     free(x), free(y);
     return worst;
+}
+
+static double rope_error(struct dray_ctx *c, struct dray_buf *bp, const int32_t *pos, uint32_t n_tok,
+                         uint32_t n_rot, float base, float fs)
+{
+    return rope_error_v4(c, bp, pos, n_tok, n_rot, base, fs, NULL, NULL, 0.0f);
+}
+
+/* v4: per-pair frequency divisors (Llama 3's rope_freqs: 1 for the fast
+ * pairs, up to 8 for the slow ones, a blend between) and a magnitude factor
+ * (YaRN's mscale), on every kernel set, at long positions and with a partial
+ * n_rot; the kept angle tables follow the factors' values (the same buffer
+ * rewritten) and the factor; freq_factors too short, or a negative
+ * attn_factor, are refused. */
+static void test_rope_freq_factors_and_attn_factor(void **state)
+{
+    (void)state;
+    dray_test_seed(44);
+    int32_t pos[5] = {0, 3, 1000, 30000, 131071};
+    float ff[16], ff2[16];
+    for (int i = 0; i < 16; i++) {
+        ff[i] = i < 5 ? 1.0f : i > 11 ? 8.0f : 1.0f + 7.0f * (float)(i - 5) / 7.0f;
+        ff2[i] = 1.0f + 0.37f * (float)i;
+    }
+    struct dray_ctx *cs[2 + N_ISA] = {cref, cfast};
+    for (size_t i = 0; i < N_ISA; i++)
+        cs[2 + i] = isas[i].c2;
+    for (size_t ci = 0; ci < 2 + N_ISA; ci++) {
+        struct dray_ctx *c = cs[ci];
+        if (!c)
+            continue;
+        struct dray_buf *bp = up(c, pos, sizeof(pos)), *bf = up(c, ff, sizeof(ff));
+        assert_true(rope_error_v4(c, bp, pos, 5, 32, 500000.0f, 1.0f, bf, ff, 0.0f) <= 1e-4);
+        assert_true(rope_error_v4(c, bp, pos, 5, 32, 500000.0f, 1.0f, bf, ff, 1.3466f) <= 1e-4);
+        assert_true(rope_error_v4(c, bp, pos, 5, 32, 10000.0f, 0.25f, NULL, NULL, 0.7f) <= 1e-4);
+        assert_true(rope_error_v4(c, bp, pos, 5, 24, 10000.0f, 1.0f, bf, ff, 1.1f) <= 1e-4); /* partial */
+        /* the same buffer, other factors: as a host that reuses it */
+        assert_int_equal(ops->upload(c, (struct dray_view){bf, 0}, ff2, sizeof(ff2)), 0);
+        assert_true(rope_error_v4(c, bp, pos, 5, 32, 500000.0f, 1.0f, bf, ff2, 1.3466f) <= 1e-4);
+        assert_true(rope_error_v4(c, bp, pos, 5, 32, 500000.0f, 1.0f, NULL, NULL, 1.3466f) <= 1e-4);
+        assert_true(rope_error_v4(c, bp, pos, 5, 32, 500000.0f, 1.0f, NULL, NULL, 0.0f) <= 1e-4);
+        /* refusals */
+        struct dray_buf *bx = up(c, NULL, 5 * 80 * 4), *small = up(c, ff, 8);
+        struct dray_rope_args a = {V(bx), V(bp), 5, 2, 40, 32, 80, 10000.0f, 1.0f, V(small), 0.0f};
+        assert_int_equal(ops->rope(c, &a), DRAY_EINVAL);
+        assert_non_null(strstr(ops->last_error(c), "freq_factors"));
+        a.freq_factors = V(bf);
+        a.attn_factor = -1.0f;
+        assert_int_equal(ops->rope(c, &a), DRAY_EINVAL);
+        ops->free(c, bx), ops->free(c, small), ops->free(c, bp), ops->free(c, bf);
+    }
 }
 
 /* The CPU plugin keeps the angles of the last positions it rotated for the
@@ -1206,6 +1261,7 @@ struct att_case {
     uint32_t dtype, n_head, n_kv, hd, window, bs;
     uint32_t n_seq;
     int32_t seqs[4][4]; /* q_start, n_q, kv_len, bt_start (bt_start filled here) */
+    float softcap;      /* v4: Gemma 2's logit soft-capping; 0 = none */
 };
 
 struct att_env {
@@ -1269,7 +1325,8 @@ static void att_build(struct dray_ctx *c, struct att_case *ac, const float *kf, 
     e->bt = up(c, bt, bt_n * 4);
     e->bt_n = bt_n;
     e->a = (struct dray_attention_args){V(e->q), V(e->out), V(e->seqs), V(e->bt), &e->pool, n_tok, ac->n_seq,
-                                        ac->n_head, max_kv, sq_row, sq_row, ac->window, 1.0f / sqrtf((float)ac->hd)};
+                                        ac->n_head, max_kv, sq_row, sq_row, ac->window, 1.0f / sqrtf((float)ac->hd),
+                                        ac->softcap};
 }
 
 static void att_free(struct dray_ctx *c, struct att_env *e)
@@ -1320,6 +1377,8 @@ static void att_naive(struct dray_ctx *c, const struct att_case *ac, const struc
                     for (uint32_t i = 0; i < ac->hd; i++)
                         d += q[i] * DEQ(kr, ks, slot, g, i);
                     sc[j] = d / sqrt((double)ac->hd);
+                    if (ac->softcap > 0) /* backend.h, v4: s = softcap * tanh(s / softcap) */
+                        sc[j] = ac->softcap * tanh(sc[j] / ac->softcap);
                     m = fmax(m, sc[j]);
                 }
                 for (uint32_t j = 0; j <= pos; j++)
@@ -1420,7 +1479,7 @@ static void test_attention_mixed_batch_mqa_i8(void **state)
 {
     (void)state;
     dray_test_seed(81);
-    struct att_case c = {DRAY_I8, 4, 1, 64, 0, 8, 4, MIXED};
+    struct att_case c = {DRAY_I8, 4, 1, 64, 0, 8, 4, MIXED, 0};
     att_case_run(&c);
 }
 
@@ -1428,9 +1487,9 @@ static void test_attention_gqa_f16_and_odd_head_dim(void **state)
 {
     (void)state;
     dray_test_seed(82);
-    struct att_case c = {DRAY_F16, 4, 2, 40, 0, 16, 4, MIXED};
+    struct att_case c = {DRAY_F16, 4, 2, 40, 0, 16, 4, MIXED, 0};
     att_case_run(&c);
-    struct att_case c2 = {DRAY_I8, 6, 3, 19, 0, 4, 4, MIXED};
+    struct att_case c2 = {DRAY_I8, 6, 3, 19, 0, 4, 4, MIXED, 0};
     att_case_run(&c2);
 }
 
@@ -1445,14 +1504,14 @@ static void rows_alone_and_together(uint32_t kv)
         uint32_t dt = k % 2, dtype = dt ? DRAY_F16 : DRAY_I8;
         if (!c)
             continue;
-        struct att_case whole = {dtype, n_head, n_kv, hd, 0, 8, 1, {{0, (int32_t)n_q, (int32_t)kv, 0}}};
+        struct att_case whole = {dtype, n_head, n_kv, hd, 0, 8, 1, {{0, (int32_t)n_q, (int32_t)kv, 0}}, 0};
         struct att_env e;
         att_build(c, &whole, kf, vf, qf, n_q, &e);
         assert_int_equal(ops->attention(c, &e.a), 0);
         down(c, e.out, all, n_q * qrow * 4);
         att_free(c, &e);
         for (uint32_t r = 0; r < n_q; r++) {
-            struct att_case alone = {dtype, n_head, n_kv, hd, 0, 8, 1, {{0, 1, (int32_t)(kv - n_q + r + 1), 0}}};
+            struct att_case alone = {dtype, n_head, n_kv, hd, 0, 8, 1, {{0, 1, (int32_t)(kv - n_q + r + 1), 0}}, 0};
             att_build(c, &alone, kf, vf, qf + r * qrow, 1, &e);
             assert_int_equal(ops->attention(c, &e.a), 0);
             down(c, e.out, one, qrow * 4);
@@ -1487,11 +1546,11 @@ static void test_attention_sliding_window_with_block_holes(void **state)
 {
     (void)state;
     dray_test_seed(83);
-    struct att_case c = {DRAY_I8, 4, 1, 64, 16, 8, 4, MIXED};
+    struct att_case c = {DRAY_I8, 4, 1, 64, 16, 8, 4, MIXED, 0};
     att_case_run(&c);
-    struct att_case c2 = {DRAY_F16, 2, 1, 256, 8, 4, 4, MIXED};
+    struct att_case c2 = {DRAY_F16, 2, 1, 256, 8, 4, 4, MIXED, 0};
     att_case_run(&c2);
-    struct att_case c3 = {DRAY_I8, 4, 1, 256, 1, 16, 4, MIXED}; /* window 1: only itself */
+    struct att_case c3 = {DRAY_I8, 4, 1, 256, 1, 16, 4, MIXED, 0}; /* window 1: only itself */
     att_case_run(&c3);
 }
 
@@ -1502,11 +1561,11 @@ static void test_attention_odd_vector_count_and_peaked_softmax(void **state)
 {
     (void)state;
     dray_test_seed(85);
-    struct att_case c = {DRAY_I8, 3, 1, 64, 0, 8, 4, MIXED};
+    struct att_case c = {DRAY_I8, 3, 1, 64, 0, 8, 4, MIXED, 0};
     att_case_run(&c);
-    struct att_case c2 = {DRAY_I8, 3, 1, 64, 24, 8, 4, MIXED};
+    struct att_case c2 = {DRAY_I8, 3, 1, 64, 24, 8, 4, MIXED, 0};
     att_case_run_amp(&c2, 40.0f);
-    struct att_case c3 = {DRAY_F16, 1, 1, 48, 0, 8, 4, MIXED};
+    struct att_case c3 = {DRAY_F16, 1, 1, 48, 0, 8, 4, MIXED, 0};
     att_case_run_amp(&c3, 40.0f);
 }
 
@@ -1519,23 +1578,57 @@ static void test_attention_long_decode_rows_split_keys_across_threads(void **sta
 {
     (void)state;
     dray_test_seed(86);
-    struct att_case c = {DRAY_I8, 4, 1, 64, 0, 16, 1, {{0, 1, 1000, 0}}};
+    struct att_case c = {DRAY_I8, 4, 1, 64, 0, 16, 1, {{0, 1, 1000, 0}}, 0};
     att_case_run(&c);
-    struct att_case c2 = {DRAY_F16, 9, 3, 64, 300, 16, 2, {{0, 1, 700, 0}, {1, 1, 90, 0}}};
+    struct att_case c2 = {DRAY_F16, 9, 3, 64, 300, 16, 2, {{0, 1, 700, 0}, {1, 1, 90, 0}}, 0};
     att_case_run(&c2);
-    struct att_case c3 = {DRAY_I8, 4, 1, 256, 0, 16, 1, {{0, 1, 2000, 0}}};
+    struct att_case c3 = {DRAY_I8, 4, 1, 256, 0, 16, 1, {{0, 1, 2000, 0}}, 0};
     att_case_run_amp(&c3, 40.0f);
     /* a tg128 row: 130 keys stay whole (chunks of at least 128), bit for bit
      * the same on one thread and two */
-    struct att_case c4 = {DRAY_I8, 4, 1, 256, 0, 16, 1, {{0, 1, 130, 0}}};
+    struct att_case c4 = {DRAY_I8, 4, 1, 256, 0, 16, 1, {{0, 1, 130, 0}}, 0};
     att_case_run(&c4);
+}
+
+/* v4 soft-capping (Gemma 2): loud queries put most raw scores far beyond the
+ * cap, so a kernel that skips the tanh, applies it after the mask or before
+ * the scale is off by whole probabilities. Prefill and decode, MQA and GQA,
+ * a window, I8 and F16, and a long decode row cut into key chunks. */
+static void test_attention_softcap_matches_the_formula(void **state)
+{
+    (void)state;
+    dray_test_seed(88);
+    struct att_case c = {DRAY_I8, 4, 1, 64, 0, 8, 4, MIXED, 2.5f};
+    att_case_run_amp(&c, 6.0f);
+    struct att_case c2 = {DRAY_F16, 6, 2, 64, 16, 8, 4, MIXED, 1.0f};
+    att_case_run_amp(&c2, 6.0f);
+    struct att_case c3 = {DRAY_F16, 4, 2, 40, 0, 16, 4, MIXED, 50.0f}; /* mostly below the cap */
+    att_case_run_amp(&c3, 40.0f);
+    struct att_case c4 = {DRAY_I8, 9, 3, 64, 300, 16, 2, {{0, 1, 700, 0}, {1, 1, 90, 0}}, 3.0f};
+    att_case_run_amp(&c4, 6.0f);
+    /* the cap changes the result: the same case without it is far off */
+    struct att_case c5 = {DRAY_F16, 1, 1, 32, 0, 8, 1, {{0, 1, 24, 0}}, 0.5f};
+    float *kf = randv(24 * 32, -2, 2), *vf = randv(24 * 32, -1, 1), *qf = randv(32, -6, 6), o[2][32];
+    for (int capped = 0; capped < 2; capped++) {
+        struct att_env e;
+        c5.softcap = capped ? 0.5f : 0.0f;
+        att_build(cfast, &c5, kf, vf, qf, 1, &e);
+        assert_int_equal(ops->attention(cfast, &e.a), 0);
+        down(cfast, e.out, o[capped], sizeof(o[capped]));
+        att_free(cfast, &e);
+    }
+    double diff = 0;
+    for (int i = 0; i < 32; i++)
+        diff = fmax(diff, fabs(o[0][i] - o[1][i]));
+    assert_true(diff > 0.05);
+    free(kf), free(vf), free(qf);
 }
 
 static void test_attention_rejects_bad_sequences_and_reached_holes(void **state)
 {
     (void)state;
     dray_test_seed(84);
-    struct att_case ac = {DRAY_I8, 4, 1, 32, 8, 4, 1, {{0, 2, 40, 0}}};
+    struct att_case ac = {DRAY_I8, 4, 1, 32, 8, 4, 1, {{0, 2, 40, 0}}, 0};
     float *kf = randv(40 * 32, -1, 1), *vf = randv(40 * 32, -1, 1), *qf = randv(2 * 4 * 32, -1, 1);
     struct att_env e;
     att_build(cfast, &ac, kf, vf, qf, 2, &e);
@@ -1556,6 +1649,12 @@ static void test_attention_rejects_bad_sequences_and_reached_holes(void **state)
     assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
     e.a.out = V(e.out);
     e.a.seqs.buf = NULL;
+    assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
+    e.a.seqs = V(e.seqs);
+    e.a.softcap = -1.0f; /* v4: finite and >= 0 */
+    assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
+    assert_non_null(strstr(ops->last_error(cfast), "softcap"));
+    e.a.softcap = NAN;
     assert_int_equal(ops->attention(cfast, &e.a), DRAY_EINVAL);
     att_free(cfast, &e);
     free(kf), free(vf), free(qf);
@@ -1587,6 +1686,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm_plain_per_head_and_in_place),
         cmocka_unit_test(test_rope_matches_the_formula_at_long_positions),
         cmocka_unit_test(test_rope_angles_kept_between_calls_follow_their_inputs),
+        cmocka_unit_test(test_rope_freq_factors_and_attn_factor),
         cmocka_unit_test(test_gated_act_gelu_and_silu_with_aliasing),
         cmocka_unit_test(test_add_is_exact_and_allows_exact_aliasing),
         cmocka_unit_test(test_kv_store_quantizes_per_head_and_skips_padding),
@@ -1596,6 +1696,7 @@ int main(void)
         cmocka_unit_test(test_attention_sliding_window_with_block_holes),
         cmocka_unit_test(test_attention_odd_vector_count_and_peaked_softmax),
         cmocka_unit_test(test_attention_long_decode_rows_split_keys_across_threads),
+        cmocka_unit_test(test_attention_softcap_matches_the_formula),
         cmocka_unit_test(test_attention_rejects_bad_sequences_and_reached_holes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

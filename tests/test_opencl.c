@@ -411,21 +411,55 @@ static void test_opencl_matmul_rejects_bad_arguments(void **state)
 static struct dray_rope_args g_rope[2];
 static const struct dray_rope_args *rope_of(int s) { return &g_rope[s]; }
 
-static void rope_case(void)
+/* Rope over 6 tokens up to position 2^17-1 on both sides, n_rot of 64; v4:
+ * with frequency factors ff (n_rot/2 of them, NULL: none) and attn_factor
+ * af. The subject is also held to the formula of backend.h, computed here. */
+static void rope_case_v4(uint32_t n_rot, const float *ff, float af)
 {
-    uint32_t n_tok = 6, n_head = 3, hd = 64, n_rot = 48, stride = n_head * hd + 5;
+    uint32_t n_tok = 6, n_head = 3, hd = 64, stride = n_head * hd + 5, half = n_rot / 2;
     float *x = randf((size_t)n_tok * stride, -2, 2);
     int32_t pos[6] = {0, 1, 77, 4095, 100000, 131071};
-    struct pbuf bx = pb_new(x, (size_t)n_tok * stride * 4), bp = pb_new(pos, sizeof(pos));
+    struct pbuf bx = pb_new(x, (size_t)n_tok * stride * 4), bp = pb_new(pos, sizeof(pos)),
+                bf = pb_new(ff, ff ? half * 4 : 4);
     for (int s = 0; s < 2; s++)
         g_rope[s] = (struct dray_rope_args){V(&bx, s, 0), V(&bp, s, 0), n_tok, n_head, hd, n_rot,
-                                            stride, 1000000.0f, 0.125f};
+                                            stride, 1000000.0f, 0.125f,
+                                            ff ? V(&bf, s, 0) : (struct dray_view){NULL, 0}, af};
     RUN_BOTH(rope, rope_of);
     float *o, *r;
     pb_get(&bx, (void **)&o, (void **)&r);
-    expect_close("rope", o, r, (size_t)n_tok * stride, 1e-4, 0);
+    double ms = af == 0.0f ? 1.0 : af, tol = 1e-4 * fmax(1.0, ms);
+    expect_close("rope", o, r, (size_t)n_tok * stride, tol, 0);
+    for (uint32_t t = 0; t < n_tok; t++) /* backend.h's formula */
+        for (uint32_t h = 0; h < n_head; h++)
+            for (uint32_t i = 0; i < hd; i++) {
+                size_t b = (size_t)t * stride + h * hd;
+                uint32_t j = i % half;
+                double th = pos[t] * 0.125 * pow(1000000.0, -2.0 * j / n_rot) / (ff ? ff[j] : 1.0);
+                double x0 = x[b + j], x1 = x[b + j + half];
+                double want = i >= n_rot  ? x[b + i]
+                              : i < half ? ms * (x0 * cos(th) - x1 * sin(th))
+                                         : ms * (x0 * sin(th) + x1 * cos(th));
+                if (!(fabs(o[b + i] - want) <= tol))
+                    fail_msg("rope token %u head %u element %u: %.9g, formula %.9g", t, h, i, o[b + i], want);
+            }
     free(o), free(r), free(x);
-    pb_free(&bx), pb_free(&bp);
+    pb_free(&bx), pb_free(&bp), pb_free(&bf);
+}
+
+static void rope_case(void)
+{
+    rope_case_v4(48, NULL, 0.0f);
+    /* v4: Llama 3-like factors (1 fast, 8 slow, a blend between) with a YaRN-like
+     * mscale, then LongRoPE-like factors over the whole head, then mscale alone */
+    float ff[32];
+    for (int i = 0; i < 32; i++)
+        ff[i] = i < 8 ? 1.0f : i > 20 ? 8.0f : 1.0f + 7.0f * (float)(i - 8) / 12.0f;
+    rope_case_v4(48, ff, 1.2f);
+    for (int i = 0; i < 32; i++)
+        ff[i] = 1.0f + 0.04f * (float)(i * i);
+    rope_case_v4(64, ff, 0.0f);
+    rope_case_v4(64, NULL, 1.37f);
 }
 
 static void test_opencl_rope_matches_reference_at_long_positions(void **state)
@@ -538,7 +572,7 @@ static const struct dray_attention_args *att_of(int s) { return &g_att[s]; }
 /* A mixed batch: a fresh prefill of 5, a decode at kv_len 23, a prefill chunk of 4
  * ending at kv_len 14. Blocks of 4, GQA 6 query heads on 2 kv heads. With a
  * window, blocks wholly before every visible position are -1 in the table. */
-static void attention_case(uint32_t dtype, uint32_t window, uint32_t hd)
+static void attention_case_capped(uint32_t dtype, uint32_t window, uint32_t hd, float softcap)
 {
     const uint32_t bs = 4, n_kv = 2, n_head = 6, n_blocks = 20;
     struct pool P;
@@ -560,24 +594,43 @@ static void attention_case(uint32_t dtype, uint32_t window, uint32_t hd)
         for (uint32_t b = 0; (b + 1) * bs <= 23 - window; b++)
             bt[2 + b] = -1;
     uint32_t n_tok = 10, sq = n_head * hd + 4, so = n_head * hd;
-    float *q = randf((size_t)n_tok * sq, -1, 1);
+    float q_amp = softcap > 0.0f ? 4.0f : 1.0f; /* louder: the cap bends most scores */
+    float *q = randf((size_t)n_tok * sq, -q_amp, q_amp);
     struct pbuf bq = pb_new(q, (size_t)n_tok * sq * 4), bo = pb_new(NULL, (size_t)n_tok * so * 4),
                 bseq = pb_new(seqs, sizeof(seqs)), bbt = pb_new(bt, sizeof(bt));
     for (int s = 0; s < 2; s++)
         g_att[s] = (struct dray_attention_args){V(&bq, s, 0), V(&bo, s, 0), V(&bseq, s, 0),
                                                 V(&bbt, s, 0), &P.p[s], n_tok, 3, n_head, 23,
-                                                sq, so, window, 1.0f / sqrtf((float)hd)};
+                                                sq, so, window, 1.0f / sqrtf((float)hd), softcap};
     RUN_BOTH(attention, att_of);
     float *o, *r;
     pb_get(&bo, (void **)&o, (void **)&r);
     char what[64];
-    snprintf(what, sizeof(what), "attention %s window %u head_dim %u", dtype == DRAY_I8 ? "I8" : "F16",
-             window, hd);
+    snprintf(what, sizeof(what), "attention %s window %u head_dim %u softcap %g", dtype == DRAY_I8 ? "I8" : "F16",
+             window, hd, (double)softcap);
     /* values are in [-2, 2]: I8 abs 2e-3 * max|v|, F16 1e-4 * max|v| */
     expect_close(what, o, r, (size_t)n_tok * so, dtype == DRAY_I8 ? 4e-3 : 2e-4, 0);
     free(o), free(r), free(q);
     pb_free(&bq), pb_free(&bo), pb_free(&bseq), pb_free(&bbt);
     pool_free(&P);
+}
+
+static void attention_case(uint32_t dtype, uint32_t window, uint32_t hd)
+{
+    attention_case_capped(dtype, window, hd, 0.0f);
+}
+
+/* v4: Gemma 2's logit soft-capping on the same mixed batches (prefill, decode
+ * and a prefill chunk, GQA), with and without a window, I8 and F16 KV. */
+static void test_opencl_attention_softcap_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(17);
+    attention_case_capped(DRAY_I8, 0, 64, 1.5f);
+    attention_case_capped(DRAY_F16, 0, 64, 3.0f);
+    attention_case_capped(DRAY_I8, 6, 80, 2.0f);
+    attention_case_capped(DRAY_F16, 6, 256, 50.0f);
 }
 
 static void test_opencl_attention_matches_reference_on_a_mixed_batch(void **state)
@@ -795,7 +848,7 @@ static void test_opencl_caps_declare_packed_weights(void **state)
 {
     (void)state;
     SKIP_IF_NO_DEVICE();
-    assert_int_equal(ocl.ops->version, 3);
+    assert_int_equal(ocl.ops->version, 4);
     assert_non_null(ocl.ops->weight_create);
     assert_non_null(ocl.ops->weight_free);
     struct dray_op_caps c = {.size = sizeof(c)};
@@ -918,6 +971,7 @@ int main(void)
         cmocka_unit_test(test_opencl_rope_without_fp64_stays_accurate),
         cmocka_unit_test(test_opencl_kv_store_matches_reference),
         cmocka_unit_test(test_opencl_attention_matches_reference_on_a_mixed_batch),
+        cmocka_unit_test(test_opencl_attention_softcap_matches_reference),
         cmocka_unit_test(test_opencl_eltwise_matches_reference),
         cmocka_unit_test(test_opencl_copy_and_fill_follow_memmove_and_pattern_rules),
         cmocka_unit_test(test_opencl_caps_declare_packed_weights),

@@ -227,13 +227,48 @@ static void test_vulkan_rope_matches_cpu_at_long_positions(void **state)
     struct { uint32_t n_rot; float base, fs; } cfg[2] = {{32, 10000.0f, 1.0f}, {64, 1e6f, 0.125f}};
     for (int c = 0; c < 2; c++) {
         struct pair x = pair_rand(6 * 200, -2, 2);
-        struct dray_rope_args ca = {VC(x, 0), VC(p, 0), 6, 3, 64, cfg[c].n_rot, 200, cfg[c].base, cfg[c].fs};
-        struct dray_rope_args va = {VV(x, 0), VV(p, 0), 6, 3, 64, cfg[c].n_rot, 200, cfg[c].base, cfg[c].fs};
+        struct dray_rope_args ca = {VC(x, 0), VC(p, 0), 6, 3, 64, cfg[c].n_rot, 200, cfg[c].base, cfg[c].fs,
+                                    {NULL, 0}, 0.0f};
+        struct dray_rope_args va = {VV(x, 0), VV(p, 0), 6, 3, 64, cfg[c].n_rot, 200, cfg[c].base, cfg[c].fs,
+                                    {NULL, 0}, 0.0f};
         BOTH(rope, c ? "6 tok x 3 x 64, n_rot 64" : "6 tok x 3 x 64, n_rot 32", ca, va);
         compare_f32(x, 1e-4, 0, "rope");
         pair_free(&x);
     }
     pair_free(&p);
+}
+
+/* v4: frequency factors (Llama 3-like, then the same buffer rewritten with
+ * LongRoPE-like ones: the kept table must follow the values) and attn_factor,
+ * full and partial n_rot, against the CPU plugin, whose kernels test_cpu_ops
+ * holds to the formula. */
+static void test_vulkan_rope_freq_factors_and_attn_factor(void **state)
+{
+    (void)state;
+    int32_t pos[6] = {0, 3, 131071, 30000, 4097, 77};
+    float ff[32];
+    for (int i = 0; i < 32; i++)
+        ff[i] = i < 8 ? 1.0f : i > 20 ? 8.0f : 1.0f + 7.0f * (float)(i - 8) / 12.0f;
+    struct pair p = pair_up(pos, sizeof(pos)), f = pair_up(ff, sizeof(ff));
+    struct { uint32_t n_rot; float af; int rewrite, use_ff; } cfg[] = {
+        {64, 1.2f, 0, 1}, {40, 0.0f, 0, 1}, {64, 1.2f, 1, 1}, {64, 1.37f, 0, 0}};
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+        if (cfg[c].rewrite) {
+            for (int i = 0; i < 32; i++)
+                ff[i] = 1.0f + 0.04f * (float)(i * i);
+            expect_ok(&cpu, cpu.ops->upload(cpu.ctx, (struct dray_view){f.c, 0}, ff, sizeof(ff)));
+            expect_ok(&vk, vk.ops->upload(vk.ctx, (struct dray_view){f.v, 0}, ff, sizeof(ff)));
+        }
+        struct pair x = pair_rand(6 * 200, -2, 2);
+        struct dray_view fc = cfg[c].use_ff ? VC(f, 0) : (struct dray_view){NULL, 0};
+        struct dray_view fv = cfg[c].use_ff ? VV(f, 0) : (struct dray_view){NULL, 0};
+        struct dray_rope_args ca = {VC(x, 0), VC(p, 0), 6, 3, 64, cfg[c].n_rot, 200, 500000.0f, 1.0f, fc, cfg[c].af};
+        struct dray_rope_args va = {VV(x, 0), VV(p, 0), 6, 3, 64, cfg[c].n_rot, 200, 500000.0f, 1.0f, fv, cfg[c].af};
+        BOTH(rope, "6 tok x 3 x 64, v4 factors", ca, va);
+        compare_f32(x, 1e-4 * (cfg[c].af > 1.0f ? cfg[c].af : 1.0), 0, "rope v4");
+        pair_free(&x);
+    }
+    pair_free(&p), pair_free(&f);
 }
 
 static void test_vulkan_embed_matches_cpu_i8_and_f32(void **state)
@@ -368,8 +403,9 @@ static uint16_t rand_half(void)
                       (dray_test_rand() & 0x3ffu));
 }
 
-/* Three sequences (prefill, decode, chunked prefill) plus a padding row, GQA 8/2. */
-static void attention_case(uint32_t dtype, uint32_t window)
+/* Three sequences (prefill, decode, chunked prefill) plus a padding row, GQA
+ * 8/2; v4: soft-capped scores when softcap > 0 (louder queries then). */
+static void attention_case_capped(uint32_t dtype, uint32_t window, float softcap)
 {
     uint32_t nh = 8, nkv = 2, hd = 64, bs = 4, nblk = 40, n_slots = nblk * bs, n_tok = 10;
     int32_t seqs[12] = {0, 5, 5, 0, 5, 1, 37, 2, 6, 3, 20, 12};
@@ -394,22 +430,38 @@ static void attention_case(uint32_t dtype, uint32_t window)
     struct pair pk = pair_up(kh, pe * esz), pv = pair_up(vh, pe * esz);
     struct pair ks = pair_rand(n_slots * nkv, 0.001f, 0.03f), vs = pair_rand(n_slots * nkv, 0.001f, 0.03f);
     struct pair sq = pair_up(seqs, sizeof(seqs)), bp = pair_up(bt, sizeof(bt));
-    struct pair q = pair_rand(n_tok * 520, -1, 1), o = pair_rand(n_tok * 530, -1, 1);
+    float q_amp = softcap > 0.0f ? 20.0f : 1.0f;
+    struct pair q = pair_rand(n_tok * 520, -q_amp, q_amp), o = pair_rand(n_tok * 530, -1, 1);
     struct dray_kv_pool cp = {VC(pk, 0), VC(pv, 0), VC(ks, 0), VC(vs, 0), dtype, nkv, hd, bs, n_slots};
     struct dray_kv_pool vp = {VV(pk, 0), VV(pv, 0), VV(ks, 0), VV(vs, 0), dtype, nkv, hd, bs, n_slots};
     struct dray_attention_args ca = {VC(q, 0), VC(o, 0), VC(sq, 0), VC(bp, 0), &cp, n_tok, 3, nh, 37,
-                                     520, 530, window, 0.125f};
+                                     520, 530, window, 0.125f, softcap};
     struct dray_attention_args va = {VV(q, 0), VV(o, 0), VV(sq, 0), VV(bp, 0), &vp, n_tok, 3, nh, 37,
-                                     520, 530, window, 0.125f};
-    char what[64];
-    snprintf(what, sizeof(what), "%s 10 tok 8/2 heads x 64 window %u",
-             dtype == DRAY_I8 ? "i8" : "f16", window);
+                                     520, 530, window, 0.125f, softcap};
+    char what[80];
+    snprintf(what, sizeof(what), "%s 10 tok 8/2 heads x 64 window %u softcap %g",
+             dtype == DRAY_I8 ? "i8" : "f16", window, (double)softcap);
     BOTH(attention, what, ca, va);
     /* max|v|: int8 127 * 0.03; f16 below 4 */
     compare_f32(o, dtype == DRAY_I8 ? 2e-3 * 127 * 0.03 : 1e-4 * 4, 0, what);
     free(kh), free(vh);
     pair_free(&pk), pair_free(&pv), pair_free(&ks), pair_free(&vs), pair_free(&sq), pair_free(&bp);
     pair_free(&q), pair_free(&o);
+}
+
+static void attention_case(uint32_t dtype, uint32_t window)
+{
+    attention_case_capped(dtype, window, 0.0f);
+}
+
+/* v4: Gemma 2's soft-capping, prefill and decode, GQA, with and without a window. */
+static void test_vulkan_attention_softcap_matches_cpu(void **state)
+{
+    (void)state;
+    attention_case_capped(DRAY_I8, 0, 1.5f);
+    attention_case_capped(DRAY_F16, 0, 3.0f);
+    attention_case_capped(DRAY_I8, 8, 2.0f);
+    attention_case_capped(DRAY_F16, 8, 50.0f);
 }
 
 static void test_vulkan_attention_matches_cpu_mixed_batch_gqa_window(void **state)
@@ -775,7 +827,7 @@ static void test_vulkan_caps_declare_packed_weights(void **state)
 {
     (void)state;
     struct dray_op_caps c = {.size = sizeof(c)};
-    assert_int_equal(vk.ops->version, 3);
+    assert_int_equal(vk.ops->version, 4);
     assert_int_equal(vk.ops->op_caps(0, &c), 0);
     assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF_ALL);
     assert_int_equal(c.embed_wformats, DRAY_UTIL_WF_ALL);
@@ -906,11 +958,13 @@ int main(void)
         cmocka_unit_test(test_vulkan_gated_act_matches_cpu),
         cmocka_unit_test(test_vulkan_rmsnorm_matches_cpu_per_head_and_in_place),
         cmocka_unit_test(test_vulkan_rope_matches_cpu_at_long_positions),
+        cmocka_unit_test(test_vulkan_rope_freq_factors_and_attn_factor),
         cmocka_unit_test(test_vulkan_embed_matches_cpu_i8_and_f32),
         cmocka_unit_test(test_vulkan_matmul_i8_matches_cpu),
         cmocka_unit_test(test_vulkan_matmul_f32_matches_cpu),
         cmocka_unit_test(test_vulkan_kv_store_matches_cpu_i8_and_f16),
         cmocka_unit_test(test_vulkan_attention_matches_cpu_mixed_batch_gqa_window),
+        cmocka_unit_test(test_vulkan_attention_softcap_matches_cpu),
         cmocka_unit_test(test_vulkan_table_larger_than_a_binding_embeds_and_multiplies),
         cmocka_unit_test(test_vulkan_copy_overlapping_and_fill),
         cmocka_unit_test(test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes),

@@ -244,7 +244,7 @@ int dray_cpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a
                                       .block_table = (const int32_t *)((char *)a->block_table.buf->p + a->block_table.offset),
                                       .pool = &pool, .n_seq = a->n_seq, .n_head = a->n_head,
                                       .stride_q = a->stride_q, .stride_out = a->stride_out,
-                                      .window = a->window, .scale = a->scale,
+                                      .window = a->window, .scale = a->scale, .softcap = a->softcap,
                                       .item = (const uint32_t(*)[6])item, .n_item = n_item,
                                       .part = part_bytes ? (float *)(void *)(s + items_bytes) : NULL,
                                       .part_stride = part_stride};

@@ -39,13 +39,16 @@ struct dray_cpu_kernels {
 };
 
 /* The angle table of one rope configuration (cpu_ops.c): the cosines and sines
- * for the positions pos[0..n_tok) at (base, freq_scale, n_rot). */
+ * for the positions pos[0..n_tok) at (base, freq_scale, n_rot, frequency
+ * factors, mscale). */
 struct dray_cpu_rope_table {
     float *cs;         /* [n_tok][n_rot]: n_rot/2 cosines, then the sines */
     int32_t *pos;
-    size_t cap_cs, cap_pos; /* floats and positions they hold */
+    float *ff;         /* a copy of the v4 freq_factors [n_rot/2] it was made with */
+    size_t cap_cs, cap_pos, cap_ff; /* floats, positions and factors they hold */
     uint32_t n_tok, n_rot;
-    float base, freq_scale;
+    float base, freq_scale, mscale;
+    int has_ff;        /* 0: made without factors (all 1) */
 };
 #define DRAY_CPU_ROPE_TABLES 2 /* Gemma 3's local and global bases */
 

@@ -381,38 +381,65 @@ static void rope_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
     j->ctx->k.rope(&j->k, i0, i1);
 }
 
-/* The angle table for a's positions: one kept from an earlier call with the
+/* Whether table t was made for k's configuration and positions pos: the
+ * frequency factors are compared by value (n_rot/2 floats, cheap next to the
+ * table), since the host may rewrite a buffer between steps. */
+static bool rope_table_fits(const struct dray_cpu_rope_table *t, const struct dray_cpu_rope *k, uint32_t n_tok,
+                            const int32_t *pos)
+{
+    if (!t->cs || t->n_tok != n_tok || t->n_rot != k->n_rot || t->base != k->base ||
+        t->freq_scale != k->freq_scale || t->mscale != k->mscale || t->has_ff != (k->ff != NULL))
+        return false;
+    if (k->ff && memcmp(t->ff, k->ff, (size_t)(k->n_rot / 2) * sizeof(float)))
+        return false;
+    return !memcmp(t->pos, pos, (size_t)n_tok * sizeof(int32_t));
+}
+
+/* Table t grown to hold n_tok positions of k's configuration; false (t
+ * emptied) when there is no memory. */
+static bool rope_table_grow(struct dray_cpu_rope_table *t, const struct dray_cpu_rope *k, uint32_t n_tok)
+{
+    size_t floats = (size_t)n_tok * (k->n_rot / 2 * 2) + 1, nff = k->n_rot / 2 + 1;
+    if (floats <= t->cap_cs && n_tok <= t->cap_pos && nff <= t->cap_ff)
+        return true;
+    free(t->cs);
+    free(t->pos);
+    free(t->ff);
+    t->cs = malloc(floats * sizeof(float));
+    t->pos = malloc((size_t)n_tok * sizeof(int32_t));
+    t->ff = malloc(nff * sizeof(float));
+    if (!t->cs || !t->pos || !t->ff) {
+        free(t->cs);
+        free(t->pos);
+        free(t->ff);
+        *t = (struct dray_cpu_rope_table){0};
+        return false;
+    }
+    t->cap_cs = floats, t->cap_pos = n_tok, t->cap_ff = nff;
+    return true;
+}
+
+/* The angle table for k's positions: one kept from an earlier call with the
  * same positions and frequencies (*fill = 0: every layer of a step asks
  * again), else the oldest one, taken over for them (*fill = 1). NULL when
  * there is no memory for it: the kernel then computes its own. */
-static float *rope_table(struct dray_ctx *ctx, const struct dray_rope_args *a, const int32_t *pos, int *fill)
+static float *rope_table(struct dray_ctx *ctx, const struct dray_cpu_rope *k, uint32_t n_tok, int *fill)
 {
     for (uint32_t i = 0; i < DRAY_CPU_ROPE_TABLES; i++) {
-        struct dray_cpu_rope_table *t = &ctx->rope[i];
-        if (t->cs && t->n_tok == a->n_tok && t->n_rot == a->n_rot && t->base == a->base &&
-            t->freq_scale == a->freq_scale && !memcmp(t->pos, pos, (size_t)a->n_tok * sizeof(int32_t))) {
+        if (rope_table_fits(&ctx->rope[i], k, n_tok, k->pos)) {
             *fill = 0;
-            return t->cs;
+            return ctx->rope[i].cs;
         }
     }
     struct dray_cpu_rope_table *t = &ctx->rope[ctx->rope_next];
     ctx->rope_next = (ctx->rope_next + 1) % DRAY_CPU_ROPE_TABLES;
-    size_t floats = (size_t)a->n_tok * (a->n_rot / 2 * 2) + 1;
-    if (floats > t->cap_cs || a->n_tok > t->cap_pos) {
-        free(t->cs);
-        free(t->pos);
-        t->cs = malloc(floats * sizeof(float));
-        t->pos = malloc((size_t)a->n_tok * sizeof(int32_t));
-        if (!t->cs || !t->pos) {
-            free(t->cs);
-            free(t->pos);
-            *t = (struct dray_cpu_rope_table){0};
-            return NULL;
-        }
-        t->cap_cs = floats, t->cap_pos = a->n_tok;
-    }
-    memcpy(t->pos, pos, (size_t)a->n_tok * sizeof(int32_t));
-    t->n_tok = a->n_tok, t->n_rot = a->n_rot, t->base = a->base, t->freq_scale = a->freq_scale;
+    if (!rope_table_grow(t, k, n_tok))
+        return NULL;
+    memcpy(t->pos, k->pos, (size_t)n_tok * sizeof(int32_t));
+    if (k->ff)
+        memcpy(t->ff, k->ff, (size_t)(k->n_rot / 2) * sizeof(float));
+    t->n_tok = n_tok, t->n_rot = k->n_rot, t->base = k->base, t->freq_scale = k->freq_scale;
+    t->mscale = k->mscale, t->has_ff = k->ff != NULL;
     *fill = 1;
     return t->cs;
 }
@@ -429,9 +456,12 @@ int dray_cpu_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     if (!(a->base > 0.0f) || !isfinite(a->freq_scale))
         return dray_cpu_fail(ctx, DRAY_EINVAL, "rope: base %g, freq_scale %g", a->base, a->freq_scale);
     void *x = p[0], *pos = p[1];
-    struct rope_job j = {ctx, {x, pos, a->n_head, a->head_dim, a->n_rot, a->stride, a->base, a->freq_scale, NULL, 0}};
+    struct rope_job j = {ctx, {.x = x, .pos = pos, .n_head = a->n_head, .head_dim = a->head_dim,
+                               .n_rot = a->n_rot, .stride = a->stride, .base = a->base,
+                               .freq_scale = a->freq_scale, .ff = p[2], /* NULL: no factors */
+                               .mscale = dray_util_rope_mscale(a)}};
     if (!ctx->reference)
-        j.k.table = rope_table(ctx, a, pos, &j.k.fill);
+        j.k.table = rope_table(ctx, &j.k, a->n_tok, &j.k.fill);
     dray_cpu_parallel(ctx, a->n_tok, 1, (double)a->n_tok * a->n_head * a->n_rot * 8, rope_body, &j);
     return 0;
 }

@@ -120,6 +120,7 @@ static void cpu_close(struct dray_ctx *ctx)
     for (uint32_t i = 0; i < DRAY_CPU_ROPE_TABLES; i++) {
         free(ctx->rope[i].cs);
         free(ctx->rope[i].pos);
+        free(ctx->rope[i].ff);
     }
     free(ctx);
 }
@@ -318,7 +319,7 @@ static void describe_kernel_sets(void)
 }
 
 static const struct dray_ops cpu_ops = {
-    .version = 3,
+    .version = 4, /* v4: rope freq_factors and attn_factor, attention softcap */
     .name = "cpu",
     .describe = describe_line,
     .device_count = cpu_device_count,

@@ -202,6 +202,8 @@ int dray_gpu_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     p.stride = a->stride;
     p.base = a->base;
     p.freq_scale = a->freq_scale;
+    p.ff = v[2]; /* v4; NULL when the host gives no factors */
+    p.mscale = dray_util_rope_mscale(a);
     dray_gpu_op_begin(ctx, &p, sizeof(p));
     return launched(ctx, dray_gk_rope(&p, ctx->stream), "rope");
 }
@@ -299,6 +301,7 @@ int dray_gpu_attention(struct dray_ctx *ctx, const struct dray_attention_args *a
     p.stride_out = a->stride_out;
     p.window = a->window;
     p.scale = a->scale;
+    p.softcap = a->softcap;
     p.max_split = att_max_split(ctx, a, nkh);
     p.flag = ctx->flag;
     if (a->n_seq && a->n_tok &&

@@ -495,7 +495,7 @@ static int gpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 }
 
 static const struct dray_ops gpu_ops = {
-    .version = 3, /* the ABI this code implements, not the header's newest */
+    .version = 4, /* the ABI this code implements, not the header's newest */
     .name = GPU_PLUGIN_NAME,
 #if defined(DRAY_GPU_HIP)
     .describe = "AMD GPUs through ROCm/HIP (gfx90a, gfx940; int8 dot kernels, packed 4/5/8-bit weights, "

@@ -218,6 +218,10 @@ int dray_ocl_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     if (!fp64)
         CHECK(rope_table(ctx, a));
     cl_mem tab = fp64 ? a->pos.buf->mem : ctx->rope_tab; /* unused with fp64 */
+    /* v4: the factors' view, or any valid buffer (never read) with has_ff 0 */
+    cl_uint has_ff = a->freq_factors.buf != NULL;
+    struct dray_view ff = has_ff ? a->freq_factors : (struct dray_view){a->pos.buf, 0};
+    float mscale = dray_util_rope_mscale(a);
 
     struct dray_ocl_args k = {.k = ctx->k[OCL_K_rope]};
     dray_ocl_arg_view(&k, a->x, 4);
@@ -230,6 +234,9 @@ int dray_ocl_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     DRAY_OCL_ARG(&k, a->n_tok);
     DRAY_OCL_ARG(&k, a->base);
     DRAY_OCL_ARG(&k, a->freq_scale);
+    dray_ocl_arg_view(&k, ff, 4);
+    DRAY_OCL_ARG(&k, has_ff);
+    DRAY_OCL_ARG(&k, mscale);
     size_t g[3] = {a->n_rot / 2, a->n_head, a->n_tok};
     return dray_ocl_launch(ctx, "rope", &k, 3, g, NULL);
 }
@@ -330,6 +337,7 @@ int dray_ocl_attention(struct dray_ctx *ctx, const struct dray_attention_args *a
     DRAY_OCL_ARG(&k, p->n_slots);
     DRAY_OCL_ARG(&k, a->window);
     DRAY_OCL_ARG(&k, a->scale);
+    DRAY_OCL_ARG(&k, a->softcap); /* v4; 0 = none */
     size_t g[3] = {DRAY_OCL_WG, a->n_tok, a->n_head}, l[3] = {DRAY_OCL_WG, 1, 1};
     return dray_ocl_launch(ctx, "attention", &k, 3, g, l);
 }

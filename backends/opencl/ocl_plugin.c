@@ -317,7 +317,7 @@ static int ocl_op_caps(uint32_t index, struct dray_op_caps *caps)
 }
 
 static const struct dray_ops ocl_ops = {
-    .version = 3, /* the ABI this code implements, not the header's newest */
+    .version = 4, /* the ABI this code implements, not the header's newest */
     .name = "opencl",
     .describe = "OpenCL 1.2+ devices through the ICD loader (kernels built from embedded "
                 "OpenCL C at open; int8 dots by hand or cl_khr_integer_dot_product; "

@@ -107,9 +107,9 @@ int dray_vk_attention(struct dray_ctx *ctx, const struct dray_attention_args *a)
     struct {
         uint32_t n_seq, n_head, n_kv_head, head_dim, stride_q, stride_o;
         uint32_t window, block_size, n_slots, n_bt, t_base;
-        float scale;
+        float scale, softcap;
     } pc = {a->n_seq,  a->n_head,      p->n_kv_head, p->head_dim,         a->stride_q, a->stride_out,
-            a->window, p->block_size, p->n_slots,   (uint32_t)(bt_bytes / 4), 0,           a->scale};
+            a->window, p->block_size, p->n_slots,   (uint32_t)(bt_bytes / 4), 0,           a->scale, a->softcap};
     for (uint32_t t = 0; !rc && t < a->n_tok; t += nt) {
         uint32_t c = a->n_tok - t < nt ? a->n_tok - t : nt;
         pc.t_base = t;

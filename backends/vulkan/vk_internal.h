@@ -82,6 +82,8 @@ struct vk_rope_key {
     uint32_t n_rot;
     float base, freq_scale;
     bool valid;
+    bool has_ff;                   /* v4: made with freq_factors (ff below) */
+    float ff[VK_ROPE_MAX_PAIRS];   /* their values, n_rot/2 of them */
 };
 
 struct dray_ctx {

@@ -115,17 +115,38 @@ int dray_vk_rmsnorm(struct dray_ctx *ctx, const struct dray_rmsnorm_args *a)
 
 /* ----------------------------------------------------------------- rope */
 
-/* Slot of the frequency table for (n_rot, base, freq_scale), uploading it if new.
- * Entry i = frac(freq_scale * base^(-2i/n_rot) / 2pi) as a 64-bit fraction. */
+/* Whether table slot k was made for a's frequencies (ff: its v4 factors, NULL
+ * for none). */
+static bool vk_rope_key_fits(const struct vk_rope_key *k, const struct dray_rope_args *a, const float *ff)
+{
+    if (!k->valid || k->n_rot != a->n_rot || k->base != a->base || k->freq_scale != a->freq_scale ||
+        k->has_ff != (ff != NULL))
+        return false;
+    return !ff || !memcmp(k->ff, ff, (size_t)(a->n_rot / 2) * sizeof(float));
+}
+
+/* Slot of the frequency table for (n_rot, base, freq_scale, freq_factors),
+ * uploading it if new. Entry i = frac(freq_scale * base^(-2i/n_rot) / ff[i] / 2pi)
+ * as a 64-bit fraction. The factors (v4) live in device memory and the exact
+ * angle reduction needs them on the host: they are read back, which waits for
+ * the queue (one wait per rope call that has them). */
 static int vk_rope_table(struct dray_ctx *ctx, const struct dray_rope_args *a, uint32_t *slot)
 {
     uint32_t half = a->n_rot / 2, words[2 * VK_ROPE_MAX_PAIRS];
+    float ffv[VK_ROPE_MAX_PAIRS], *ff = NULL;
     int rc;
 
+    if (a->freq_factors.buf) {
+        if ((rc = dray_vk_download(ctx, ffv, a->freq_factors, (size_t)half * sizeof(float))))
+            return rc;
+        for (uint32_t i = 0; i < half; i++)
+            if (!(ffv[i] > 0.0f) || !isfinite(ffv[i])) /* the table needs a finite angle */
+                return dray_vk_fail(ctx, DRAY_EINVAL, "rope: freq_factors[%u] = %g is not finite and > 0",
+                                    i, (double)ffv[i]);
+        ff = ffv;
+    }
     for (uint32_t s = 0; s < VK_ROPE_SLOTS; s++) {
-        const struct vk_rope_key *k = &ctx->rope_key[s];
-        if (k->valid && k->n_rot == a->n_rot && k->base == a->base &&
-            k->freq_scale == a->freq_scale) {
+        if (vk_rope_key_fits(&ctx->rope_key[s], a, ff)) {
             *slot = s;
             return 0;
         }
@@ -135,6 +156,8 @@ static int vk_rope_table(struct dray_ctx *ctx, const struct dray_rope_args *a, u
         return rc;
     for (uint32_t i = 0; i < half; i++) {
         double f = (double)a->freq_scale * pow((double)a->base, -2.0 * i / a->n_rot);
+        if (ff)
+            f /= ff[i];
         double g = f / (2.0 * M_PI);
         g -= floor(g);
         uint64_t G = (uint64_t)ldexp(g, 64);
@@ -146,7 +169,10 @@ static int vk_rope_table(struct dray_ctx *ctx, const struct dray_rope_args *a, u
     ctx->rope_next = (ctx->rope_next + 1) % VK_ROPE_SLOTS;
     struct dray_view v = {ctx->rope_tab, (size_t)*slot * VK_ROPE_MAX_PAIRS * 8};
     rc = dray_vk_upload(ctx, v, words, (size_t)half * 8);
-    ctx->rope_key[*slot] = (struct vk_rope_key){a->n_rot, a->base, a->freq_scale, rc == 0};
+    struct vk_rope_key *k = &ctx->rope_key[*slot];
+    *k = (struct vk_rope_key){a->n_rot, a->base, a->freq_scale, rc == 0, ff != NULL, {0}};
+    if (ff)
+        memcpy(k->ff, ff, (size_t)half * sizeof(float));
     return rc;
 }
 
@@ -173,7 +199,8 @@ int dray_vk_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
         return vk_no_room(ctx, "rope");
     struct {
         uint32_t n_head, head_dim, half, stride;
-    } pc = {a->n_head, a->head_dim, a->n_rot / 2, a->stride};
+        float mscale; /* v4 attn_factor, 0 turned into 1 */
+    } pc = {a->n_head, a->head_dim, a->n_rot / 2, a->stride, dray_util_rope_mscale(a)};
     struct dray_view tab = {ctx->rope_tab, (size_t)slot * VK_ROPE_MAX_PAIRS * 8};
     for (uint32_t t = 0; !rc && t < a->n_tok; t += nt) {
         uint32_t c = a->n_tok - t < nt ? a->n_tok - t : nt;

@@ -142,7 +142,7 @@ static int vk_op_caps(uint32_t index, struct dray_op_caps *caps)
 }
 
 static const struct dray_ops vk_ops = {
-    .version = 3,
+    .version = 4, /* v4: rope freq_factors and attn_factor, attention softcap */
     .name = "vulkan",
     .describe = "Vulkan compute (GLSL kernels compiled to SPIR-V at build time, "
                 "int8 storage and packed int8 dot products where the device has them; "

@@ -505,6 +505,27 @@ static inline int dray_util_check_matmul(const struct dray_matmul_args *a,
     return dray_util_check_matmul_g(a, 0, nd, why, len);
 }
 
+/* Version 4's rope arguments: attn_factor finite and >= 0 (0 means 1), and
+ * freq_factors, when its buffer is not NULL, n_rot/2 floats (the third view;
+ * 0 bytes, so no check, when NULL). A host never sets them below version 4,
+ * so a plugin of any version may run this check. */
+static inline int dray_util_check_rope_v4(const struct dray_rope_args *a, struct dray_util_needs *nd,
+                                          char *why, size_t len)
+{
+    if (!isfinite(a->attn_factor) || a->attn_factor < 0.0f)
+        return dray_util_fail(why, len, DRAY_EINVAL, "rope: attn_factor %g must be finite and >= 0",
+                              (double)a->attn_factor);
+    uint64_t n_ff = a->freq_factors.buf ? a->n_rot / 2 : 0;
+    return dray_util_need(nd, "rope freq_factors", a->freq_factors, 1, 0, n_ff, 4, why, len);
+}
+
+/* The magnitude factor rope applies: attn_factor, where 0 means 1. */
+static inline float dray_util_rope_mscale(const struct dray_rope_args *a)
+{
+    return a->attn_factor == 0.0f ? 1.0f : a->attn_factor;
+}
+
+/* Views: x, pos, freq_factors (0 bytes when its buffer is NULL). */
 static inline int dray_util_check_rope(const struct dray_rope_args *a, struct dray_util_needs *nd,
                                        char *why, size_t len)
 {
@@ -520,6 +541,7 @@ static inline int dray_util_check_rope(const struct dray_rope_args *a, struct dr
                               (unsigned long long)row);
     DRAY_UTIL_TRY(dray_util_need(nd, "rope x", a->x, a->n_tok, a->stride, row, 4, why, len));
     DRAY_UTIL_TRY(dray_util_need(nd, "rope pos", a->pos, 1, 0, a->n_tok, 4, why, len));
+    DRAY_UTIL_TRY(dray_util_check_rope_v4(a, nd, why, len));
     return DRAY_OK;
 }
 
@@ -574,6 +596,9 @@ static inline int dray_util_check_attention(const struct dray_attention_args *a,
     memset(nd, 0, sizeof(*nd));
     DRAY_UTIL_TRY(dray_util_check_pool("attention", a->pool, nd, why, len));
     const struct dray_kv_pool *p = a->pool;
+    if (!isfinite(a->softcap) || a->softcap < 0.0f) /* v4; 0 = none */
+        return dray_util_fail(why, len, DRAY_EINVAL, "attention: softcap %g must be finite and >= 0",
+                              (double)a->softcap);
     if (!a->n_head || a->n_head % p->n_kv_head)
         return dray_util_fail(why, len, DRAY_EINVAL,
                               "attention: n_head %u is not a positive multiple of n_kv_head %u",

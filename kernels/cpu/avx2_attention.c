@@ -13,6 +13,8 @@
  *   P.V     2 vectors x 32 dims held in 8 registers across all keys of the tile.
  * The int8 K scale is not applied to the tile but to the scores (with the
  * softmax scale), one multiply per key instead of one per element.
+ * With a softcap (v4, Gemma 2) the scaled scores of a tile go through
+ * cap * tanh(s / cap) before the mask; without one that step is skipped.
  * Probabilities below e^-60 of the running maximum are flushed to 0: their
  * contribution is far below any tolerance, and products of ~1e-38 weights
  * would be denormals, which cost a microcode assist per FMA.
@@ -415,6 +417,12 @@ static void scores(const struct item_state *st, const float *const *qv, uint32_t
             qk_block(qv[r], qv[r], 0, st->tile + (size_t)j * hd, hd, st->sc + (size_t)r * TILE + j, NULL);
 }
 
+/* Gemma 2's soft-capping of 8 scaled scores: cap * tanh(s / cap) (v4). */
+DRAY_AI __m256 softcap8(__m256 s, __m256 cap, __m256 inv_cap)
+{
+    return _mm256_mul_ps(cap, dray_tanh_ps(_mm256_mul_ps(s, inv_cap)));
+}
+
 /* The online-softmax update for keys j0 .. j0+TILE-1 from the raw scores:
  * masked keys (outside [lo, pos], which also covers the zeroed rows past the
  * tile's end) get probability exactly 0. Leaves in st->sc the probabilities
@@ -430,6 +438,8 @@ static int softmax_tile(const struct dray_cpu_attention *a, struct item_state *s
         ks[c] = _mm256_mul_ps(_mm256_loadu_ps(st->ksc + 8 * c), _mm256_set1_ps(a->scale));
     }
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    const int capped = a->softcap > 0.0f; /* one test per tile: uncapped scores pay nothing */
+    const __m256 cap = _mm256_set1_ps(a->softcap), inv_cap = _mm256_set1_ps(capped ? 1.0f / a->softcap : 0.0f);
     for (uint32_t r = 0; r < st->rows; r++) {
         uint32_t pos = st->first_pos + st->r0 + r / st->group;
         uint32_t lo = dray_cpu_att_lo(pos, a->window);
@@ -440,7 +450,10 @@ static int softmax_tile(const struct dray_cpu_attention *a, struct item_state *s
         for (uint32_t c = 0; c < TILE / 8; c++) {
             __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(vlo, jv[c]), _mm256_cmpgt_epi32(jv[c], vpos));
             __m256 bad = _mm256_castsi256_ps(out);
-            sv[c] = _mm256_blendv_ps(_mm256_mul_ps(_mm256_loadu_ps(s + 8 * c), ks[c]), ninf, bad);
+            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + 8 * c), ks[c]);
+            if (capped)
+                x = softcap8(x, cap, inv_cap);
+            sv[c] = _mm256_blendv_ps(x, ninf, bad);
             mxv = _mm256_max_ps(mxv, sv[c]);
         }
         float mx = dray_hmax_ps(mxv);

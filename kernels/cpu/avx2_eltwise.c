@@ -119,7 +119,9 @@ void dray_cpu_avx2_rmsnorm(const struct dray_cpu_rmsnorm *a, uint32_t r0, uint32
 
 /* Angles in double (exact enough for long positions), rotation in f32 FMA.
  * Their cosines and sines come from a->table when the glue keeps one (every
- * layer of a step rotates the same positions), computed into it when fill. */
+ * layer of a step rotates the same positions), computed into it when fill.
+ * Frequency factors and mscale (v4) only change what goes into the table, so
+ * the rotation costs the same with or without them. */
 void dray_cpu_avx2_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1)
 {
     uint32_t half = a->n_rot / 2;
@@ -131,14 +133,14 @@ void dray_cpu_avx2_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1)
     float own[1024];
     int compute = !a->table || a->fill;
     for (uint32_t i = 0; compute && i < half; i++)
-        inv_freq[i] = (double)a->freq_scale * pow(a->base, -2.0 * i / a->n_rot);
+        inv_freq[i] = dray_cpu_rope_freq(a, i);
     for (uint32_t t = t0; t < t1; t++) {
         float *cs = a->table ? a->table + (size_t)t * 2 * half : own, *sn = cs + half;
         double p = (double)a->pos[t];
         for (uint32_t i = 0; compute && i < half; i++) {
             double th = p * inv_freq[i];
-            cs[i] = (float)cos(th);
-            sn[i] = (float)sin(th);
+            cs[i] = (float)(cos(th) * a->mscale);
+            sn[i] = (float)(sin(th) * a->mscale);
         }
         for (uint32_t h = 0; h < a->n_head; h++) {
             float *v = a->x + (size_t)t * a->stride + (size_t)h * a->head_dim;

@@ -214,6 +214,8 @@ struct dray_cpu_rope {
     const int32_t *pos;
     uint32_t n_head, head_dim, n_rot, stride;
     float base, freq_scale;
+    const float *ff; /* v4 freq_factors [n_rot/2], the angles' divisors; NULL: all 1 */
+    float mscale;    /* v4 attn_factor resolved: cos and sin are scaled by it (1 = none) */
     /* AVX2: the angles' cosines and sines, [token][n_rot] (n_rot/2 of each),
      * kept by the glue across the layers of a step; fill: compute them into it
      * first (NULL: compute them on the stack). The reference ignores it. */
@@ -223,6 +225,13 @@ struct dray_cpu_rope {
 /* tokens [t0, t1) */
 void dray_cpu_ref_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1);
 void dray_cpu_avx2_rope(const struct dray_cpu_rope *a, uint32_t t0, uint32_t t1);
+/* Angle of pair i per unit of position: freq_scale * base^(-2i/n_rot) / ff[i],
+ * in double (shared by every kernel set, so the frequencies agree bit for bit). */
+static inline double dray_cpu_rope_freq(const struct dray_cpu_rope *a, uint32_t i)
+{
+    double f = (double)a->freq_scale * pow(a->base, -2.0 * i / a->n_rot);
+    return a->ff ? f / a->ff[i] : f;
+}
 
 /* ---------------------------------------------------------------- KV */
 
@@ -252,6 +261,7 @@ struct dray_cpu_attention {
     const struct dray_cpu_kv *pool;
     uint32_t n_seq, n_head, stride_q, stride_out, window;
     float scale;
+    float softcap; /* v4: scores become softcap * tanh(s / softcap); 0 = none */
     /* Work items for the parallel split: item i covers sequence item[i][0],
      * query rows item[i][1] .. item[i][2]-1 (relative to the sequence), kv head
      * item[i][3] (its query-head group), and key chunk item[i][4] of
@@ -285,6 +295,12 @@ static inline void dray_cpu_att_chunk(uint32_t lo, uint32_t hi, uint32_t c, uint
     uint32_t cs = dray_cpu_att_chunk_len(hi + 1 - lo, n);
     *k0 = lo + c * cs < hi + 1 ? lo + c * cs : hi + 1;
     *k1 = *k0 + cs < hi + 1 ? *k0 + cs : hi + 1;
+}
+/* Gemma 2's logit soft-capping of one scaled score (softcap > 0), in double so
+ * the reference stays the truth the vector kernels are measured against. */
+static inline float dray_cpu_softcap(float s, float softcap)
+{
+    return (float)(softcap * tanh((double)s / softcap));
 }
 /* Work items [i0, i1). scratch: per-thread, at least dray_cpu_attention_scratch() bytes. */
 void dray_cpu_ref_attention(const struct dray_cpu_attention *a, uint32_t i0, uint32_t i1,

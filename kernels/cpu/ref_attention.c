@@ -57,6 +57,8 @@ static void one_query(const struct dray_cpu_attention *a, const int32_t *bt, uin
         for (uint32_t i = 0; i < p->head_dim; i++)
             s += q[i] * row[i];
         s *= a->scale;
+        if (a->softcap > 0.0f)
+            s = dray_cpu_softcap(s, a->softcap);
         scores[j - k0] = s;
         if (s > m)
             m = s;

@@ -212,6 +212,8 @@ static __global__ void __launch_bounds__(256) k_att(struct gk_attention p, const
                 sc = 0.0f;
                 for (uint32_t i = 0; i < d; i++)
                     sc += qr[i] * kr[i];
+                if (p.softcap > 0.0f) /* v4, Gemma 2: q is pre-scaled, so sc = scale * q.k */
+                    sc = p.softcap * tanhf(sc / p.softcap);
             }
             ps[warp * bk + j] = sc;
             mt = fmaxf(mt, sc);

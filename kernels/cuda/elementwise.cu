@@ -91,7 +91,9 @@ extern "C" int dray_gk_rmsnorm(const struct gk_rmsnorm *p, void *stream)
 /* ----------------------------------------------------------------- rope */
 
 /* One thread per rotated pair. The angle is formed and reduced in double:
- * p * freq reaches 2^17 rad, where an f32 angle is off by ~1e-2. */
+ * p * freq reaches 2^17 rad, where an f32 angle is off by ~1e-2. Version 4:
+ * the angle is divided by the pair's frequency factor, cos and sin scaled by
+ * mscale. */
 static __global__ void k_rope(struct gk_rope p)
 {
     const uint32_t half = p.n_rot / 2;
@@ -104,9 +106,11 @@ static __global__ void k_rope(struct gk_rope p)
         float *v = p.x + (size_t)t * p.stride + (size_t)h * p.head_dim;
         double theta = (double)p.pos[t] * (double)p.freq_scale *
                        pow((double)p.base, -2.0 * (double)i / (double)p.n_rot);
+        if (p.ff)
+            theta /= (double)p.ff[i];
         double s, c;
         sincos(theta, &s, &c);
-        const float cf = (float)c, sf = (float)s;
+        const float cf = (float)(c * p.mscale), sf = (float)(s * p.mscale);
         const float a = v[i], b = v[i + half];
         v[i] = a * cf - b * sf;
         v[i + half] = a * sf + b * cf;

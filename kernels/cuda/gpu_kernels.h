@@ -57,6 +57,8 @@ struct gk_rope {
     const int32_t *pos;
     uint32_t n_tok, n_head, head_dim, n_rot, stride;
     float base, freq_scale;
+    const float *ff; /* v4 freq_factors [n_rot/2], the angles' divisors; NULL: all 1 */
+    float mscale;    /* v4 attn_factor, 0 turned into 1: cos and sin are scaled by it */
 };
 
 struct gk_gated_act {
@@ -108,6 +110,7 @@ struct gk_attention {
     struct gk_pool pool;
     uint32_t n_tok, n_seq, n_head, max_kv_len, stride_q, stride_out, window;
     float scale;
+    float softcap;            /* v4: scores become softcap * tanh(s / softcap); 0 = none */
     uint32_t max_split;       /* decode split-K factor cap, >= 1 */
     void *scratch;            /* dray_gk_attention_scratch() bytes */
     uint32_t *flag;

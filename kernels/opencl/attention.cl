@@ -4,7 +4,8 @@
  * small), then walks the visible positions in chunks of DRAY_WG keys with an
  * online softmax (running max m and sum l, f32):
  *   1. item i scores key c0+i: scale * sum_e q[e] * k[e] (k dequantized per
- *      element, summed in order, like the reference);
+ *      element, summed in order, like the reference), soft-capped to
+ *      softcap * tanh(s / softcap) when softcap > 0 (v4, Gemma 2);
  *   2. the chunk max updates m, item i stores p_i = exp(s_i - m);
  *   3. item i owns output dims i, i+DRAY_WG, ...: acc = acc*alpha + sum p_j v_j.
  * Keys whose block-table entry is -1 (or lies outside the table / the pool)
@@ -26,7 +27,7 @@ void attention(__global const float *q, ulong q_off, uint stride_q,
                __global const char *kc, ulong kc_off, __global const char *vc, ulong vc_off,
                __global const float *ks, ulong ks_off, __global const float *vs, ulong vs_off,
                uint is_i8, uint n_head, uint n_kv_head, uint head_dim, uint block_size,
-               uint n_slots, uint window, float scale)
+               uint n_slots, uint window, float scale, float softcap)
 {
     __local float qv[DRAY_HD_MAX];
     __local float sc[DRAY_WG];
@@ -80,6 +81,8 @@ void attention(__global const float *q, ulong q_off, uint stride_q,
                 for (uint e = 0; e < head_dim; e++)
                     d += qv[e] * dray_kv_load(kc, base + e, is_i8, ksc);
                 s = d * scale;
+                if (softcap > 0.0f)
+                    s = softcap * tanh(s / softcap);
             }
         }
         sc[lid] = s;

@@ -6,7 +6,22 @@
  * exactly like the CPU reference. Without fp64 the host passes each frequency
  * f_i = freq_scale * base^(-2i/n_rot), computed in double, as two floats
  * (hi + lo); the kernel forms p*hi exactly (fma), reduces it modulo 2*pi with a
- * three-part Cody-Waite constant, and adds the low parts: error ~1e-6 rad. */
+ * three-part Cody-Waite constant, and adds the low parts: error ~1e-6 rad.
+ *
+ * Version 4: with has_ff each frequency is divided by its factor ff[i] (in
+ * double with fp64; without, the quotient of (hi + lo) / ff is carried as a
+ * new (hi, lo) pair, its rounding error recovered with an fma), and cos and
+ * sin are scaled by mscale (attn_factor; the host turns 0 into 1). */
+
+/* (hi + lo) / f as a new (hi, lo) pair: q = hi / f, then the exact remainder
+ * hi - q*f (fma) and lo give the low part, so the pair keeps ~2^-40 relative
+ * accuracy whatever the division's rounding. */
+inline float2 dray_rope_div(float hi, float lo, float f)
+{
+    float q = hi / f;
+    float rem = fma(-q, f, hi);
+    return (float2)(q, (rem + lo) / f);
+}
 
 inline float dray_rope_reduce(int p, float hi, float lo)
 {
@@ -26,7 +41,8 @@ inline float dray_rope_reduce(int p, float hi, float lo)
 
 __kernel void rope(__global float *x, ulong x_off, __global const int *pos, ulong pos_off,
                    __global const float *tab, uint n_head, uint head_dim, uint n_rot,
-                   uint stride, uint n_tok, float base, float freq_scale)
+                   uint stride, uint n_tok, float base, float freq_scale,
+                   __global const float *ff, ulong ff_off, uint has_ff, float mscale)
 {
     uint i = get_global_id(0);
     size_t h = get_global_id(1), t = get_global_id(2);
@@ -38,15 +54,20 @@ __kernel void rope(__global float *x, ulong x_off, __global const int *pos, ulon
 #ifdef DRAY_OCL_FP64
     (void)tab;
     double th = (double)p * (double)freq_scale * pow((double)base, -2.0 * (double)i / (double)n_rot);
-    double c = cos(th), s = sin(th);
+    if (has_ff)
+        th /= (double)ff[ff_off + i];
+    double c = cos(th) * mscale, s = sin(th) * mscale;
     double x0 = v[i], x1 = v[i + half_rot];
     v[i] = (float)(x0 * c - x1 * s);
     v[i + half_rot] = (float)(x0 * s + x1 * c);
 #else
     (void)base;
     (void)freq_scale;
-    float r = dray_rope_reduce(p, tab[2 * i], tab[2 * i + 1]);
-    float c = cos(r), s = sin(r);
+    float2 f = (float2)(tab[2 * i], tab[2 * i + 1]);
+    if (has_ff)
+        f = dray_rope_div(f.x, f.y, ff[ff_off + i]);
+    float r = dray_rope_reduce(p, f.x, f.y);
+    float c = cos(r) * mscale, s = sin(r) * mscale;
     float x0 = v[i], x1 = v[i + half_rot];
     v[i] = x0 * c - x1 * s;
     v[i + half_rot] = x0 * s + x1 * c;

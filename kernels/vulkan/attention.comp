@@ -35,6 +35,7 @@ layout(push_constant) uniform P {
     uint n_seq, n_head, n_kv_head, head_dim, stride_q, stride_o;
     uint window, block_size, n_slots, n_bt, t_base;
     float scale;
+    float softcap; // v4 (Gemma 2): scores become softcap * tanh(s / softcap); 0 = none
 } pc;
 
 shared float qs[HD_MAX];
@@ -93,6 +94,8 @@ void main()
                 dot_ *= ks[pc.boff[6] + row];
 #endif
                 s = pc.scale * dot_;
+                if (pc.softcap > 0.0)
+                    s = pc.softcap * tanh(s / pc.softcap);
             }
         }
         red[lid] = s;

@@ -5,6 +5,8 @@
 // so frac(p * freq_i / 2pi) is p*G mod 1, kept to 32 bits of a turn. The
 // remaining angle in [-pi/4, pi/4) goes through Taylor polynomials (error
 // below 1e-10), then the quadrant is applied. No fp64, no large-argument sin.
+// Version 4: the host folds the frequency factors into the table; cos and sin
+// are scaled by mscale (attn_factor, 1 when unset).
 layout(local_size_x = 64) in;
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer POS { int pos[]; };
@@ -12,6 +14,7 @@ layout(binding = 2) readonly buffer TAB { uvec2 tab[]; };
 layout(push_constant) uniform P {
     uint boff[8];
     uint n_head, head_dim, half_rot, stride;
+    float mscale;
 } pc;
 
 void main()
@@ -48,6 +51,8 @@ void main()
         c = sn;
         s = -cs;
     }
+    c *= pc.mscale;
+    s *= pc.mscale;
     uint b = pc.boff[0] + t * pc.stride + h * pc.head_dim + i;
     float v0 = x[b], v1 = x[b + pc.half_rot];
     precise float r0 = v0 * c - v1 * s;

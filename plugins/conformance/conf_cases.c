@@ -738,24 +738,60 @@ int conf_make_weight_refusal(struct conf_rng *r, struct conf_case *c, int bench)
 
 /* ------------------------------------------------------------ rope */
 
+/* Params of rope: the arguments, and where the v4 frequency factors are among
+ * the case's arrays (-1: none, a NULL buffer). */
+struct rope_p {
+    struct dray_rope_args a;
+    int ff_idx;
+};
+
 static int launch_rope(const struct dray_ops *ops, struct dray_ctx *ctx, const struct dray_view *v,
                        struct dray_packed *w, const void *params)
 {
     (void)w;
-    struct dray_rope_args a = *(const struct dray_rope_args *)params;
+    const struct rope_p *p = params;
+    struct dray_rope_args a = p->a;
     a.x = v[0];
     a.pos = v[1];
+    if (p->ff_idx >= 0)
+        a.freq_factors = v[p->ff_idx];
     return ops->rope(ctx, &a);
 }
 
-int conf_make_rope(struct conf_rng *r, struct conf_case *c, int bench)
+/* Version 4's additions on top of a rope case: attn_factor (YaRN's mscale
+ * around 1.1-1.4, sometimes 0 = 1) and, most of the time, per-pair frequency
+ * factors shaped like Llama 3's rope_freqs (1 for the fast pairs, up to 8 for
+ * the slow ones, a blend between) or LongRoPE's (a smooth ramp of 1..~40). */
+static int add_rope_v4(struct conf_rng *r, struct conf_case *c, struct rope_p *p, int bench)
 {
-    struct dray_rope_args a;
-    memset(&a, 0, sizeof(a));
+    struct dray_rope_args *a = &p->a;
+    uint32_t half = a->n_rot / 2, kind = bench ? 1 : conf_range(r, 0, 3);
+    a->attn_factor = kind == 0 ? 0.0f : conf_randf(r, 0.9f, 1.45f);
+    c->scale_ref = a->attn_factor > 1.0f ? a->attn_factor : 1.0; /* abs 1e-4 * max(1, mscale) */
+    p->ff_idx = -1;
+    if (kind == 3 || half == 0)
+        return 0;
+    p->ff_idx = c->n;
+    float *ff = conf_arr_add(c, half * 4, 0);
+    OOM_IF(ff);
+    for (uint32_t i = 0; i < half; i++) {
+        float t = half > 1 ? (float)i / (float)(half - 1) : 0.0f;
+        ff[i] = kind == 2 ? 1.0f + 39.0f * t * t
+                          : t < 0.3f ? 1.0f : t > 0.7f ? 8.0f : 1.0f + 7.0f * (t - 0.3f) / 0.4f;
+    }
+    return 0;
+}
+
+static int make_rope(struct conf_rng *r, struct conf_case *c, int bench, int v4)
+{
+    struct rope_p p;
+    memset(&p, 0, sizeof(p));
+    p.ff_idx = -1;
+    struct dray_rope_args *ap = &p.a, a = {0};
     a.n_tok = bench ? 64 : conf_range(r, 1, 20);
     a.n_head = bench ? 4 : conf_range(r, 1, 8);
     a.head_dim = bench ? 256 : 2 * conf_range(r, 1, 128);
-    a.n_rot = bench || conf_range(r, 0, 2) ? a.head_dim : 2 * conf_range(r, 1, a.head_dim / 2);
+    a.n_rot = bench || conf_range(r, 0, v4 ? 1 : 2) ? a.head_dim : 2 * conf_range(r, 1, a.head_dim / 2);
     a.stride = a.n_head * a.head_dim + (bench ? 0 : conf_range(r, 0, 3));
     a.base = conf_range(r, 0, 1) ? 10000.0f : 1000000.0f;
     a.freq_scale = bench || conf_range(r, 0, 2) ? 1.0f : 0.125f;
@@ -767,10 +803,30 @@ int conf_make_rope(struct conf_rng *r, struct conf_case *c, int bench)
     for (uint32_t t = 0; t < a.n_tok; t++) /* the contract holds for |p| < 2^17 */
         pos[t] = (int32_t)(bench ? 1000 + t : conf_range(r, 0, 3) ? conf_range(r, 0, 4095)
                                                                 : conf_range(r, 0, (1u << 17) - 1));
-    snprintf(c->shape, sizeof(c->shape), "n_tok=%u n_head=%u head_dim=%u n_rot=%u base=%g fs=%g",
-             a.n_tok, a.n_head, a.head_dim, a.n_rot, (double)a.base, (double)a.freq_scale);
+    *ap = a;
+    if (v4) {
+        int rc = add_rope_v4(r, c, &p, bench);
+        if (rc)
+            return rc;
+    }
+    int n = snprintf(c->shape, sizeof(c->shape), "n_tok=%u n_head=%u head_dim=%u n_rot=%u base=%g fs=%g",
+                     a.n_tok, a.n_head, a.head_dim, a.n_rot, (double)a.base, (double)a.freq_scale);
+    if (v4 && n > 0 && (size_t)n < sizeof(c->shape))
+        snprintf(c->shape + n, sizeof(c->shape) - (size_t)n, "%s attn_factor=%g",
+                 p.ff_idx >= 0 ? " freq_factors" : "", (double)ap->attn_factor);
     c->launch = launch_rope;
-    return set_params(c, &a, sizeof(a));
+    return set_params(c, &p, sizeof(p));
+}
+
+int conf_make_rope(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_rope(r, c, bench, 0);
+}
+
+/* ABI v4: frequency factors and attn_factor, half the cases with a partial n_rot. */
+int conf_make_rope_v4(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_rope(r, c, bench, 1);
 }
 
 /* ------------------------------------------------------------ KV pool */
@@ -941,7 +997,7 @@ static int launch_attention(const struct dray_ops *ops, struct dray_ctx *ctx, co
 /* Sequences: decode (one query), fresh prefill (kv_len = n_q) and prefill chunks
  * with history, in one batch. Blocks are shuffled over the pool, a sliding
  * window leaves holes (-1) in the block table, and gaps separate the tables. */
-static int make_attention(struct conf_rng *r, struct conf_case *c, int bench, uint32_t dtype)
+static int make_attention(struct conf_rng *r, struct conf_case *c, int bench, uint32_t dtype, int v4)
 {
     static const uint32_t dims[] = {16, 24, 64, 80, 128, 256};
     struct kv_p p;
@@ -973,6 +1029,13 @@ static int make_attention(struct conf_rng *r, struct conf_case *c, int bench, ui
     a->stride_q = row + (bench ? 0 : conf_range(r, 0, 3));
     a->stride_out = row + (bench ? 0 : conf_range(r, 0, 3));
     a->scale = bench || conf_range(r, 0, 3) ? 1.0f / sqrtf((float)pool->head_dim) : conf_randf(r, 0.02f, 0.5f);
+    /* v4 soft-capping: Gemma 2's 50 when timed; random caps near the scores'
+     * size (queries 4x louder) so the tanh bends most of them */
+    float q_amp = 1.0f;
+    if (v4) {
+        a->softcap = bench ? 50.0f : conf_randf(r, 0.5f, 4.0f);
+        q_amp = bench ? 1.0f : 4.0f;
+    }
 
     float *q = conf_arr_add(c, (size_t)a->n_tok * a->stride_q * 4, 0);
     float *out = conf_arr_add(c, (size_t)a->n_tok * a->stride_out * 4, 1);
@@ -983,7 +1046,7 @@ static int make_attention(struct conf_rng *r, struct conf_case *c, int bench, ui
         free(perm);
         return DRAY_ENOMEM;
     }
-    fill_f32(r, q, (size_t)a->n_tok * a->stride_q, -1, 1);
+    fill_f32(r, q, (size_t)a->n_tok * a->stride_q, -q_amp, q_amp);
     fill_f32(r, out, (size_t)a->n_tok * a->stride_out, -1, 1);
     for (uint32_t b = 0; b < n_blocks; b++)
         perm[b] = b;
@@ -1023,9 +1086,9 @@ static int make_attention(struct conf_rng *r, struct conf_case *c, int bench, ui
     c->scale_ref = max_v > 0 ? max_v : 1.0;
     size_t used = 0;
     used += (size_t)snprintf(c->shape, sizeof(c->shape),
-                             "heads=%u/%u head_dim=%u block=%u window=%u holes=%u seqs(q/kv)=",
+                             "heads=%u/%u head_dim=%u block=%u window=%u holes=%u %sseqs(q/kv)=",
                              a->n_head, pool->n_kv_head, pool->head_dim, pool->block_size,
-                             a->window, holes);
+                             a->window, holes, v4 ? "softcap " : "");
     for (uint32_t s = 0; s < a->n_seq && used < sizeof(c->shape); s++)
         used += (size_t)snprintf(c->shape + used, sizeof(c->shape) - used, "%s%u/%u", s ? "," : "",
                                  n_q[s], kv_len[s]);
@@ -1035,12 +1098,23 @@ static int make_attention(struct conf_rng *r, struct conf_case *c, int bench, ui
 
 int conf_make_attention_i8(struct conf_rng *r, struct conf_case *c, int bench)
 {
-    return make_attention(r, c, bench, DRAY_I8);
+    return make_attention(r, c, bench, DRAY_I8, 0);
 }
 
 int conf_make_attention_f16(struct conf_rng *r, struct conf_case *c, int bench)
 {
-    return make_attention(r, c, bench, DRAY_F16);
+    return make_attention(r, c, bench, DRAY_F16, 0);
+}
+
+/* ABI v4: the same batches (prefill and decode, windows, GQA) with a softcap. */
+int conf_make_attention_softcap_i8(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_attention(r, c, bench, DRAY_I8, 1);
+}
+
+int conf_make_attention_softcap_f16(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    return make_attention(r, c, bench, DRAY_F16, 1);
 }
 
 /* ------------------------------------------------------------ gated_act */

@@ -145,10 +145,13 @@ int conf_make_matmul_packed(struct conf_rng *, struct conf_case *, int);
 int conf_make_embed_packed(struct conf_rng *, struct conf_case *, int);
 int conf_make_weight_refusal(struct conf_rng *, struct conf_case *, int);
 int conf_make_rope(struct conf_rng *, struct conf_case *, int);
+int conf_make_rope_v4(struct conf_rng *, struct conf_case *, int); /* ABI v4 */
 int conf_make_kv_store_i8(struct conf_rng *, struct conf_case *, int);
 int conf_make_kv_store_f16(struct conf_rng *, struct conf_case *, int);
 int conf_make_attention_i8(struct conf_rng *, struct conf_case *, int);
 int conf_make_attention_f16(struct conf_rng *, struct conf_case *, int);
+int conf_make_attention_softcap_i8(struct conf_rng *, struct conf_case *, int);  /* ABI v4 */
+int conf_make_attention_softcap_f16(struct conf_rng *, struct conf_case *, int); /* ABI v4 */
 int conf_make_gated_act(struct conf_rng *, struct conf_case *, int);
 int conf_make_add(struct conf_rng *, struct conf_case *, int);
 

@@ -61,6 +61,7 @@ enum variant_kind {
     V_PLAIN = 0, /* the op on views, against the CPU plugin's reference kernels */
     V_PACKED,    /* the op on a packed-weight handle, against the kit's reference */
     V_REFUSAL,   /* weight_create refusing bad descriptors, then a packed case */
+    V_ABI4,      /* as V_PLAIN, with arguments version 4 added: subjects of ABI >= 4 only */
 };
 
 static const struct variant {
@@ -124,6 +125,15 @@ static const struct variant {
      {1e-6, 1e-5, 0, "rel 1e-5 + abs 1e-6"}, V_PLAIN, 0, 0},
     /* add: "Exact" */
     {"add", DRAY_OP_ADD, DRAY_F32, 1, conf_make_add, conf_check_f32, {0, 0, 0, "exact"}, V_PLAIN, 0, 0},
+    /* version 4 (appended, so the earlier variants keep their seeds): rope with
+     * freq_factors and attn_factor, "abs 1e-4 * max(1, mscale)"; attention with
+     * a softcap, the op's tolerances */
+    {"rope", DRAY_OP_ROPE, DRAY_F32, 1, conf_make_rope_v4, conf_check_f32, {1e-4, 0, 0, "abs 1e-4*max(1,msc)"},
+     V_ABI4, 0, 0},
+    {"attention", DRAY_OP_ATTENTION, DRAY_I8, 1, conf_make_attention_softcap_i8, conf_check_f32,
+     {2e-3, 0, 0, "abs 2e-3*max|v|"}, V_ABI4, 0, 0},
+    {"attention", DRAY_OP_ATTENTION, DRAY_F16, 0, conf_make_attention_softcap_f16, conf_check_f32,
+     {1e-4, 0, 0, "abs 1e-4*max|v|"}, V_ABI4, 0, 0},
 };
 #define N_VARIANTS (sizeof(variants) / sizeof(variants[0]))
 
@@ -140,6 +150,8 @@ static const char *variant_dtype(const struct variant *v, char *buf, size_t len)
                  f.has_min ? "-min" : "", v->passes == 2 ? "-x2" : "");
         return buf;
     }
+    if (v->kind == V_ABI4) /* what version 4 adds to the op */
+        return v->id == DRAY_OP_ROPE ? "f32-ff-mscale" : v->dtype == DRAY_I8 ? "i8-softcap" : "f16-softcap";
     switch (v->dtype) {
     case DRAY_F32: return "f32";
     case DRAY_F16: return "f16";
@@ -337,7 +349,7 @@ struct row {
 static void case_inputs(struct conf_case *c, const struct variant *v, const struct conf_device *sub)
 {
     memset(c, 0, sizeof(*c));
-    if (v->kind == V_PLAIN)
+    if (v->kind == V_PLAIN || v->kind == V_ABI4)
         return;
     c->wformat = dray_util_wformat_of_bit(v->wbit);
     c->passes = v->passes ? v->passes : 1;
@@ -512,15 +524,18 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         uint32_t bit = DRAY_DTYPE_BIT(v->dtype);
         const char *verdict;
         int fail = 0;
+        int packed = v->kind == V_PACKED || v->kind == V_REFUSAL;
         int declared = v->kind == V_REFUSAL ? (pk_mm | pk_em) != 0
                        : v->id == DRAY_OP_EMBED ? (pk_em >> v->wbit) & 1u
                                                 : (pk_mm >> v->wbit & 1u) && (pk_passes >> (v->passes - 1) & 1u);
-        if (v->kind != V_PLAIN && !declared) {
+        if (packed && !declared) {
             verdict = "not supported";
-        } else if (v->kind != V_PLAIN && !pk_members) {
+        } else if (packed && !pk_members) {
             verdict = "FAIL no weight_create";
             fail = 1;
-        } else if (v->kind != V_PLAIN) { /* the kit's reference: no CPU plugin involved */
+        } else if (v->kind == V_ABI4 && sd.sub_p.abi < 4) { /* the host never sets them below 4 */
+            verdict = "not supported"; /* as an op the plugin leaves out */
+        } else if (packed) { /* the kit's reference: no CPU plugin involved */
             run_variant(o, i, &ref, &sub, subd, row, out);
             verdict = row->failed ? "FAIL" : "pass";
             fail = row->failed != 0;

@@ -22,13 +22,14 @@
 #endif
 
 /* The ABI version whose members the table fills (template_plugin.c). It is
- * pinned, not DRAY_ABI_VERSION: when backend.h grows a version 4, this plugin
- * still fills only the version-3 members until someone implements the new ones
- * and bumps it. dray's tests build it with -DTPL_ABI=1 (no op_caps) and
- * -DTPL_ABI=2 (no packed weights) to prove a newer host still takes older
- * plugins; the code of a newer version is compiled only when TPL_ABI asks. */
+ * pinned, not DRAY_ABI_VERSION: when backend.h grows a version 5, this plugin
+ * still fills only the version-4 members until someone implements the new ones
+ * and bumps it. dray's tests build it with -DTPL_ABI=1 (no op_caps),
+ * -DTPL_ABI=2 (no packed weights) and -DTPL_ABI=3 (no rope frequency factors
+ * or attention softcap) to prove a newer host still takes older plugins; the
+ * code of a newer version is compiled only when TPL_ABI asks. */
 #ifndef TPL_ABI
-#define TPL_ABI 3u
+#define TPL_ABI 4u
 #endif
 
 #if TPL_ABI >= 3

@@ -146,9 +146,22 @@ static void load_head(const struct dray_kv_pool *p, const struct pool_ptrs *pp, 
     }
 }
 
+/* The score of one key: scale * q.k, soft-capped to cap * tanh(s / cap) when
+ * the softcap argument (version 4, Gemma 2) is > 0. */
+static float score_of(const struct dray_attention_args *a, float dot)
+{
+    float s = dot * a->scale;
+#if TPL_ABI >= 4
+    if (a->softcap > 0.0f)
+        s = (float)(a->softcap * tanh((double)s / a->softcap));
+#endif
+    return s;
+}
+
 /* One query vector q (head h, kv head g) at position pos of sequence sq:
- * out = sum_j softmax_j(scale * q.k_j) v_j over lo <= j <= pos, in f32 with the
- * maximum subtracted. scores holds pos+1 floats, row head_dim floats. */
+ * out = sum_j softmax_j(s_j) v_j over lo <= j <= pos (s_j = score_of q.k_j),
+ * in f32 with the maximum subtracted. scores holds pos+1 floats, row head_dim
+ * floats. */
 static void one_query(const struct dray_attention_args *a, const struct pool_ptrs *pp,
                       const struct seq *sq, uint32_t pos, uint32_t g, const float *q,
                       float *out, float *scores, float *row)
@@ -162,7 +175,7 @@ static void one_query(const struct dray_attention_args *a, const struct pool_ptr
         float s = 0.0f;
         for (uint32_t i = 0; i < d; i++)
             s += q[i] * row[i];
-        scores[j - lo] = s * a->scale;
+        scores[j - lo] = score_of(a, s);
         m = scores[j - lo] > m ? scores[j - lo] : m;
     }
     for (uint32_t j = lo; j <= pos; j++) {

@@ -179,7 +179,9 @@ int dray_tpl_matmul(struct dray_ctx *ctx, const struct dray_matmul_args *a)
 /* ------------------------------------------------------------ rope */
 
 /* NEOX rotary embedding in place on n_head heads of each token: for i < n_rot/2,
- * theta = pos[t] * freq_scale * base^(-2i/n_rot) rotates (v[i], v[i+n_rot/2]).
+ * theta = pos[t] * freq_scale * base^(-2i/n_rot) / ff[i] rotates
+ * (v[i], v[i+n_rot/2]) with cos and sin scaled by mscale (version 4: ff the
+ * freq_factors, all 1 when its buffer is NULL; mscale the attn_factor, 0 = 1).
  * The angle and its sine and cosine are computed in double: a plain f32 chain
  * loses the 1e-4 tolerance at long positions. */
 int dray_tpl_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
@@ -189,6 +191,12 @@ int dray_tpl_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
     CHECK_ARGS(ctx, dray_util_check_rope, a, &nd);
     float *x = dray_tpl_at(a->x);
     const int32_t *pos = dray_tpl_at(a->pos);
+    const float *ff = NULL; /* a plugin of version < 4 never gets factors */
+    double mscale = 1.0;
+#if TPL_ABI >= 4
+    ff = a->freq_factors.buf && a->n_rot ? dray_tpl_at(a->freq_factors) : NULL;
+    mscale = dray_util_rope_mscale(a);
+#endif
 
     uint32_t half = a->n_rot / 2;
     for (uint32_t t = 0; t < a->n_tok; t++)
@@ -196,7 +204,9 @@ int dray_tpl_rope(struct dray_ctx *ctx, const struct dray_rope_args *a)
             float *v = x + (size_t)t * a->stride + (size_t)h * a->head_dim;
             for (uint32_t i = 0; i < half; i++) {
                 double theta = (double)pos[t] * a->freq_scale * pow(a->base, -2.0 * i / a->n_rot);
-                double c = cos(theta), s = sin(theta), x0 = v[i], x1 = v[i + half];
+                if (ff)
+                    theta /= ff[i];
+                double c = cos(theta) * mscale, s = sin(theta) * mscale, x0 = v[i], x1 = v[i + half];
                 v[i] = (float)(x0 * c - x1 * s);
                 v[i + half] = (float)(x0 * s + x1 * c);
             }
