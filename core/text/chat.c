@@ -67,7 +67,7 @@ struct piece {
     enum piece_kind kind;
     const char *s;
 };
-#define PIECES 4 /* at most 3 pieces, then P_END */
+#define PIECES 5 /* at most 4 pieces, then P_END */
 
 /* Where a system message goes. */
 enum sys_place {
@@ -92,6 +92,7 @@ struct style {
     bool trim_user, trim_model, trim_sys; /* Jinja |trim on those contents */
     enum sys_place sys;
     const char *no_gen_tail; /* marker ending a render without generation prompt */
+    bool skip_empty_system;  /* an empty system message writes no turn (Phi-3.5) */
 };
 
 #define M(s) {P_MARK, s}
@@ -114,11 +115,15 @@ static const struct style styles[] = {
                           .gen = {M("<|im_start|>"), T("assistant\n")},
                           .end = "<|im_end|>", .after_end = "\n"},
     [DRAY_CHAT_LLAMA3] = {.name = "llama3", .bos = M("<|begin_of_text|>"),
-                          .user = {M("<|start_header_id|>"), T("user"), M("<|end_header_id|>")},
-                          .model = {M("<|start_header_id|>"), T("assistant"), M("<|end_header_id|>")},
-                          .system = {M("<|start_header_id|>"), T("system"), M("<|end_header_id|>")},
+                          .user = {M("<|start_header_id|>"), T("user"), M("<|end_header_id|>"),
+                                   T("\n\n")},
+                          .model = {M("<|start_header_id|>"), T("assistant"), M("<|end_header_id|>"),
+                                   T("\n\n")},
+                          .system = {M("<|start_header_id|>"), T("system"), M("<|end_header_id|>"),
+                                   T("\n\n")},
                           .user_tail = {M("<|eot_id|>")},
-                          .gen = {M("<|start_header_id|>"), T("assistant"), M("<|end_header_id|>")},
+                          .gen = {M("<|start_header_id|>"), T("assistant"), M("<|end_header_id|>"),
+                                   T("\n\n")},
                           .end = "<|eot_id|>",
                           .trim_user = true, .trim_model = true, .trim_sys = true},
     [DRAY_CHAT_MISTRAL] = {.name = "mistral", .bos = M("<s>"),
@@ -137,7 +142,8 @@ static const struct style styles[] = {
                         .system = {M("<|system|>"), T("\n")},
                         .user_tail = {M("<|end|>"), T("\n")},
                         .gen = {M("<|assistant|>"), T("\n")},
-                        .end = "<|end|>", .after_end = "\n", .no_gen_tail = "<|endoftext|>"},
+                        .end = "<|end|>", .after_end = "\n", .no_gen_tail = "<|endoftext|>",
+                        .skip_empty_system = true},
     [DRAY_CHAT_GRANITE] = {.name = "granite",
                            .user = {M("<|start_of_role|>"), T("user"), M("<|end_of_role|>")},
                            .model = {M("<|start_of_role|>"), T("assistant"), M("<|end_of_role|>")},
@@ -296,6 +302,8 @@ static int render_full(const struct dray_chat_template *t, const struct style *s
     } else if (t && t->default_system) {
         system = t->default_system;
     }
+    if (system && !system[0] && st->skip_empty_system)
+        system = NULL;
     piece(o, st->bos);
     if (st->sys == SYS_TURN)
         system_turn(st, o, t ? t->system_prefix : NULL, system);
