@@ -1,6 +1,7 @@
 /* Chat segments to token ids (see chat_tokenize.h). */
 #include "chat_tokenize.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,13 @@ static int marker_id(const struct dray_tokenizer *tok, const struct dray_chat_se
     return 0;
 }
 
+/* Plain text, or a soft marker whose token this vocabulary lacks (Mistral v1's
+ * [INST]): tokenized with the text around it, as the model's template text is. */
+static bool is_text(const struct dray_tokenizer *tok, const struct dray_chat_seg *g)
+{
+    return !g->marker || (g->soft && dray_tokenizer_find(tok, g->s, g->n) < 0);
+}
+
 int dray_chat_tokenize_segs(const struct dray_tokenizer *tok, const struct dray_chat_segs *s,
                             int32_t **ids, size_t *n_ids, char *err, size_t errlen)
 {
@@ -79,7 +87,7 @@ int dray_chat_tokenize_segs(const struct dray_tokenizer *tok, const struct dray_
     size_t run = 0; /* first plain segment not yet tokenized */
     int rc = 0;
     for (size_t i = 0; i <= s->n && !rc; i++) {
-        if (i < s->n && !s->v[i].marker)
+        if (i < s->n && is_text(tok, &s->v[i]))
             continue;
         rc = text_run(tok, s, run, i, &o, err, errlen);
         if (!rc && i < s->n)
