@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 fams=${*:-llama llama:llama3 qwen2 qwen2:yarn qwen3 phi3 phi3:longrope gemma2 gemma3 gemma3:linear8 olmo2 granite smollm3}
-: "${LLAMA_BIN:?set LLAMA_BIN to llama.cpp's build/bin}"
+: "${LLAMA_BIN:?set LLAMA_BIN to the build/bin folder of llama.cpp}"
 ctx=${CTX:-128}
 chunks=${CHUNKS:-8}
 text=${TEXT:-bench/texts/varied.txt}

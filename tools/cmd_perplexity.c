@@ -236,7 +236,7 @@ static void print_compare(struct ppl_sums *s)
     printf("PPL                  : %.4f +/- %.4f\n", exp(lp), exp(lp) * se);
     printf("PPL(base)            : %.4f +/- %.4f\n", exp(lb), exp(lb) * se_base);
     printf("ln(PPL/PPL(base))    : %.6f +/- %.6f\n", d, se_d);
-    printf("mean KL              : %.6f +/- %.6f\n", kl, se_kl);
+    printf("mean KL              : %.4g +/- %.2g\n", kl, se_kl); /* tiny KLs keep their digits */
     for (size_t i = 0; i < sizeof(fr) / sizeof(fr[0]); i++)
         printf("KL %-7s           : %.6f\n", name[i], percentile(s->kl_values, s->n, fr[i]));
     printf("same top token       : %.2f +/- %.2f %%\n", 100 * top,

@@ -6,6 +6,7 @@
 
 #include <pcre2.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,14 +30,20 @@ struct pre_kind {
 #define GPT2_RE "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 
+/* Llama 3's regex (tiktoken cl100k's, which OLMo 2's dbrx and smaug-bpe share) */
+#define LLAMA3_RE CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
+                  "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 static const struct pre_kind kinds[] = {
     {"gpt2", {GPT2_RE, NULL}, false},
     {"smollm", {"\\p{N}", GPT2_RE}, false},
-    {"llama-bpe",
-     {CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-                   "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-      NULL},
-     true},
+    {"refact", {"\\p{N}", GPT2_RE}, false},    /* Granite 3 (llama.cpp groups it with smollm) */
+    {"starcoder", {"\\p{N}", GPT2_RE}, false},
+    {"llama-bpe", {LLAMA3_RE, NULL}, true},     /* Llama 3.x: whole-word tokens skip merges */
+    {"llama3", {LLAMA3_RE, NULL}, true},
+    {"llama-v3", {LLAMA3_RE, NULL}, true},
+    {"dbrx", {LLAMA3_RE, NULL}, false},         /* OLMo 2 */
+    {"smaug-bpe", {LLAMA3_RE, NULL}, false},
     {"qwen2",
      {CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
                    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
@@ -199,10 +206,13 @@ static int pick_kind(struct dray_bpe *b, const struct dray_gguf *g, char *err, s
             b->kind = &kinds[i];
             return 0;
         }
+    char names[256] = "";
+    for (size_t i = 0; i < N_KINDS; i++)
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "", kinds[i].name);
     return dray_fail(err, errlen, DRAY_ENOTSUP,
                      "%s: tokenizer.ggml.pre = \"%.*s\" is not supported for a gpt2 (byte-level BPE) "
-                     "tokenizer (supported: gpt2, smollm, llama-bpe, qwen2)",
-                     dray_gguf_name(g), (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
+                     "tokenizer (supported: %s)",
+                     dray_gguf_name(g), (int)(pre.len > 64 ? 64 : pre.len), pre.ptr, names);
 }
 
 int dray_bpe_load(const struct dray_gguf *g, const struct dray_tokenizer *t, struct dray_bpe **out,

@@ -14,8 +14,10 @@
  *     that is a vocabulary token as is;
  *  4. each final symbol is its vocabulary id; one that is not (cannot happen in
  *     a consistent vocabulary) is emitted character by character.
- * Supported pre-tokenizers: "gpt2", "smollm", "llama-bpe", "qwen2"; any other is
- * a DRAY_ENOTSUP error naming it. */
+ * Supported pre-tokenizers: "gpt2", "smollm" (also "refact", "starcoder"),
+ * "llama-bpe" (also "llama3", "llama-v3"), "dbrx" and "smaug-bpe" (Llama 3's
+ * regex without ignore_merges), "qwen2"; any other is a DRAY_ENOTSUP error
+ * naming it. */
 #ifndef DRAY_CORE_TOKENIZER_BPE_H
 #define DRAY_CORE_TOKENIZER_BPE_H
 

@@ -29,11 +29,13 @@ except ImportError:  # pragma: no cover
 ARCHS = ["llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "olmo2", "granite", "smollm3"]
 
 
-def copy_tokenizer(w, path):
-    """Every tokenizer.* key of a real GGUF, with its types."""
+def copy_tokenizer(w, path, pre=""):
+    """Every tokenizer.* key of a real GGUF, with its types (pre: another split rule)."""
     r = gguf.GGUFReader(path)
+    if pre:
+        w.add_string("tokenizer.ggml.pre", pre)
     for name, f in r.fields.items():
-        if not name.startswith("tokenizer."):
+        if not name.startswith("tokenizer.") or (pre and name == "tokenizer.ggml.pre"):
             continue
         t = f.types[0]
         if t == gguf.GGUFValueType.ARRAY:
@@ -72,7 +74,7 @@ def main():
     ap.add_argument("arch", choices=ARCHS)
     ap.add_argument("out")
     ap.add_argument("--embd", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=0, help="default 4; gemma3 6 (one global layer)")
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=0, help="default embd / heads (qwen3, gemma: 64)")
@@ -82,16 +84,18 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--variant", default="")
     ap.add_argument("--tokenizer", default=".models/smollm2-135m-instruct-q4_1.gguf")
+    ap.add_argument("--pre", default="", help="override tokenizer.ggml.pre (checks a pre-split rule)")
     a = ap.parse_args()
 
-    arch, d, L = a.arch, a.embd, a.layers
+    arch, d = a.arch, a.embd
+    L = a.layers or (6 if arch == "gemma3" else 4)
     H, KV = a.heads, a.kv_heads
     hd = a.head_dim or (64 if arch in ("qwen3", "gemma2", "gemma3") else d // H)
     q, kv, ff = H * hd, KV * hd, a.ff
     rng = np.random.default_rng(a.seed)
     w = gguf.GGUFWriter(a.out, arch)
-    w.add_name(f"random {arch} {a.variant}".strip())
-    vocab = copy_tokenizer(w, a.tokenizer)
+    w.add_name("random weights")  # llama.cpp keys vocab quirks off names such as "phi3"
+    vocab = copy_tokenizer(w, a.tokenizer, a.pre)
     p = arch + "."
     w.add_uint32(p + "block_count", L)
     w.add_uint32(p + "embedding_length", d)
