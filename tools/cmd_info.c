@@ -1,6 +1,7 @@
 /* dray info FILE [-v] [--dump-tensor NAME [--rows A:B]]
- * Describes a GGUF file: format, architecture, size, parameter and type counts and
- * the main hyper-parameters; -v adds the metadata and the tensor table.
+ * Describes a GGUF file: format, architecture, size, parameter and type counts,
+ * the main hyper-parameters and whether dray runs it (and if not, why); -v adds
+ * the metadata and the tensor table.
  * --dump-tensor prints rows A..B-1 (default all) of a tensor dequantized to f32,
  * one value per line with 9 significant digits (enough to round-trip an f32), so
  * tests/reference/check_dequant.py can compare them with an independent decoder.
@@ -159,6 +160,11 @@ static void print_summary(const struct dray_gguf *g)
     print_hparam(g, arch, "layers", "block_count");
     print_hparam(g, arch, "heads", "attention.head_count");
     print_hparam(g, arch, "kv heads", "attention.head_count_kv");
+    char why[512];
+    if (dray_model_check(g, why, sizeof(why)))
+        printf("runs with dray : no: %s\n", why);
+    else
+        printf("runs with dray : yes\n");
 }
 
 /* ------------------------------------------------------------ -v */

@@ -58,8 +58,9 @@ int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct d
     return unsupported(g, err, errlen);
 }
 
-int dray_model_check(struct dray_gguf *g, char *err, size_t errlen)
+int dray_model_check(const struct dray_gguf *gc, char *err, size_t errlen)
 {
+    struct dray_gguf *g = (struct dray_gguf *)gc; /* the check only reads it */
     const struct dray_arch *a = dray_model_arch_of(g);
     return a ? a->check(a, g, err, errlen) : unsupported(g, err, errlen);
 }

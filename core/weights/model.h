@@ -184,10 +184,7 @@ int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct d
 const struct dray_arch *dray_model_arch_of(struct dray_gguf *g);
 /* Comma-separated list of supported architectures. */
 const char *dray_model_supported(void);
-/* Whether dray can run the file, without a device: 0, or why not (an
- * unsupported architecture, a Mixture of Experts, a missing, extra or misshapen
- * tensor, a hyper-parameter out of range). */
-int dray_model_check(struct dray_gguf *g, char *err, size_t errlen);
+/* dray_model_check (dray.h): whether the file would load, without a device. */
 
 /* Helpers for model files: prepare one 2-D GGUF weight (or several stacked along
  * the output dimension, e.g. Q|K|V) on the device. */

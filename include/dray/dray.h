@@ -272,6 +272,13 @@ struct dray_gen_params {
                                * follow (finish "stop"). Compiled (copied) at submit */
 };
 
+/* Whether dray runs the model in GGUF file g (dray/gguf.h): 0, or an error with
+ * why (an architecture it does not run, a Mixture of Experts, a tensor missing,
+ * unclaimed or misshapen, a hyper-parameter out of range). No device, no
+ * weights read. */
+struct dray_gguf;
+int dray_model_check(const struct dray_gguf *g, char *why, size_t whylen);
+
 /* Whether text[0..len) is a GBNF grammar dray can follow: 0, or DRAY_EINVAL with
  * "line L, column C: what" in err. */
 int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen);
