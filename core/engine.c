@@ -207,13 +207,13 @@ static int open_kv(struct dray_engine *e, char *err, size_t errlen)
 
 /* The model's shapes against the limits the device declared (ABI version 2),
  * before the first forward pass: a refusal here names the limit instead of a
- * DRAY_ENOTSUP from an op mid-generation. Models rotate whole heads (n_rot =
- * head_dim); a family that rotates part of a head adds its n_rot here. */
+ * DRAY_ENOTSUP from an op mid-generation. A family may rotate part of a head
+ * (rope.dimension_count, mi->n_rot). */
 static int check_shapes(struct dray_engine *e, char *err, size_t errlen)
 {
     const struct dray_model_info *mi = e->arch->info(e->model);
     uint32_t q = mi->n_head * mi->head_dim;
-    struct dray_caps_shape sh = {.head_dim = mi->head_dim, .n_rot = mi->head_dim,
+    struct dray_caps_shape sh = {.head_dim = mi->head_dim, .n_rot = mi->n_rot ? mi->n_rot : mi->head_dim,
                                  .n_head = mi->n_head};
     sh.max_k = mi->n_embd > mi->n_ff ? mi->n_embd : mi->n_ff;
     sh.max_k = q > sh.max_k ? q : sh.max_k;

@@ -187,12 +187,29 @@ static int dec_read_hparams(struct dray_model *m, uint32_t n_ctx, char *err, siz
     if (!rc) rc = fam->hparams(m, m->g, err, errlen);
     if (rc)
         return rc;
-    if (!m->n_rot)
-        m->n_rot = in->head_dim;
+    /* V heads as wide as K heads (one attention kernel), and a rotary part of
+     * the head on NEOX families (adjacent pairs are reordered by whole heads) */
+    uint32_t v_len = in->head_dim, n_rot = in->head_dim;
+    rc = dec_get_u32(m, m->g, "attention.value_length", 1, DRAY_HP_MAX_HEAD_DIM, &v_len, &v_len, err, errlen);
+    if (!rc) rc = dec_get_u32(m, m->g, "rope.dimension_count", 2, DRAY_HP_MAX_HEAD_DIM, &n_rot, &n_rot, err, errlen);
+    if (rc)
+        return rc;
+    if (v_len != in->head_dim)
+        return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: %s.attention.value_length %u differs from the key "
+                         "length %u: not supported", dray_gguf_name(m->g), fam->arch, v_len, in->head_dim);
+    if (n_rot > in->head_dim || n_rot % 2 || (n_rot != in->head_dim && fam->rope_pairs))
+        return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: %s.rope.dimension_count %u: %s (head size %u)",
+                         dray_gguf_name(m->g), fam->arch, n_rot,
+                         n_rot > in->head_dim || n_rot % 2 ? "not an even part of the head"
+                                                           : "partial rotary embeddings are not supported here",
+                         in->head_dim);
+    m->n_rot = in->n_rot = n_rot;
     m->rope_unpermute = fam->rope_pairs;
     const struct dec_slot *qn = dec_family_slot(fam, DEC_S_VEC, DEC_Q_NORM, 0);
     m->head_norms = qn && qn->dim == DEC_DIM_HEAD;
-    rc = dec_claim_tensors(fam, m->g, in->n_layer, err, errlen);
+    rc = dec_claim_keys(fam, m->g, err, errlen);
+    if (!rc)
+        rc = dec_claim_tensors(fam, m->g, in->n_layer, err, errlen);
     if (!rc)
         rc = dec_rope_scaling(m, n_ctx ? n_ctx : in->n_ctx_train, err, errlen);
     if (!rc && m->dev && (m->attn_softcap > 0.0f) && m->dev->ops->version < 4)

@@ -75,6 +75,10 @@ struct dec_family {
     uint8_t rope_pairs;
     /* what config `activations: auto` means for the family (core/weights/model.h) */
     enum dray_activations activations;
+    /* "<arch>.<key>" keys its hparams hook reads beyond the ones every family
+     * reads (family_check.c, DEC_COMMON_KEYS); NULL ends. A file with a key of
+     * its prefix that no list names is refused: dray would not honour it. */
+    const char *const *keys;
 };
 
 /* The slot of tensor `name` in f's table (layer slots match blk.<il>.<rest> with
@@ -82,6 +86,9 @@ struct dec_family {
 const struct dec_slot *dec_slot_of(const struct dec_family *f, const char *name, uint32_t n_layer);
 /* Whether f has a slot of this kind and role (and part, for matmul parts). */
 const struct dec_slot *dec_family_slot(const struct dec_family *f, int kind, int role, int part);
+/* Every "<arch>." key of g is read by the decoder or by f (f->keys); else an
+ * error naming the first that is not. */
+int dec_claim_keys(const struct dec_family *f, struct dray_gguf *g, char *err, size_t errlen);
 /* Every tensor of g is claimed by a slot of f, and every required slot has its
  * tensor; else an error naming the first tensor that is not. */
 int dec_claim_tensors(const struct dec_family *f, struct dray_gguf *g, uint32_t n_layer, char *err,

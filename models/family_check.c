@@ -8,6 +8,48 @@
 #include "decoder_internal.h"
 #include "error.h"
 
+/* The keys the decoder reads for every family (decoder.c, decoder_rope.c),
+ * and the few a converter writes that change nothing dray computes. */
+static const char *const common_keys[] = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "attention.key_length",
+    "attention.value_length", "rope.dimension_count", "rope.freq_base", "rope.scaling.type",
+    "rope.scaling.factor", "rope.scale_linear", "rope.scaling.attn_factor",
+    "rope.scaling.original_context_length", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor",
+    "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow", "rope.scaling.yarn_log_multiplier",
+    "expert_count",
+    /* written, never changing the math: the vocabulary's size is token_embd's;
+     * llama.cpp itself only stores "finetuned" (Granite reads it: granite.c) */
+    "vocab_size", "rope.scaling.finetuned", "expert_used_count",
+    NULL,
+};
+
+static bool listed(const char *const *keys, const char *k, size_t n)
+{
+    for (; keys && *keys; keys++)
+        if (strlen(*keys) == n && !memcmp(*keys, k, n))
+            return true;
+    return false;
+}
+
+int dec_claim_keys(const struct dec_family *f, struct dray_gguf *g, char *err, size_t errlen)
+{
+    size_t pre = strlen(f->arch);
+    for (uint64_t i = 0; i < dray_gguf_n_kv(g); i++) {
+        const struct dray_str *k = &dray_gguf_kv_at(g, i)->key;
+        if (k->len <= pre || memcmp(k->ptr, f->arch, pre) || k->ptr[pre] != '.')
+            continue;
+        const char *rest = k->ptr + pre + 1;
+        size_t n = k->len - pre - 1;
+        if (!listed(common_keys, rest, n) && !listed(f->keys, rest, n))
+            return dray_fail(err, errlen, DRAY_ENOTSUP,
+                             "%s: metadata key %.*s is not one dray reads for %s (it would be ignored, so "
+                             "the file is refused)", dray_gguf_name(g), (int)(k->len > 96 ? 96 : k->len), k->ptr,
+                             f->arch);
+    }
+    return 0;
+}
+
 const struct dec_slot *dec_slot_of(const struct dec_family *f, const char *name, uint32_t n_layer)
 {
     const char *rest = NULL;

@@ -82,4 +82,8 @@ static int gemma2_layer(struct dray_model *m, struct dray_kv *kv, uint32_t il, u
 }
 
 /* One pass, as Gemma 3: every block's output is normalized. */
-DEC_FAMILY(gemma2, DRAY_ACTIVATIONS_INT8, gemma2_slots, gemma2_hparams, gemma2_layer);
+static const char *const gemma2_keys[] = {"attention.sliding_window", "attention.sliding_window_pattern",
+                                          "rope.freq_base_swa", "attn_logit_softcapping",
+                                          "final_logit_softcapping", NULL};
+
+DEC_FAMILY(gemma2, DRAY_ACTIVATIONS_INT8, gemma2_slots, gemma2_hparams, gemma2_layer, .keys = gemma2_keys);

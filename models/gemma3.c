@@ -95,4 +95,7 @@ static int gemma3_layer(struct dray_model *m, struct dray_kv *kv, uint32_t il, u
 /* One pass: Gemma 3 normalizes every block's output as well as its input, so
  * one int8 pass per group of 32 is close enough, and a second costs more speed
  * than its accuracy is worth (docs/performance.md, "Two-pass activations"). */
-DEC_FAMILY(gemma3, DRAY_ACTIVATIONS_INT8, gemma3_slots, gemma3_hparams, gemma3_layer);
+static const char *const gemma3_keys[] = {"attention.sliding_window", "attention.sliding_window_pattern",
+                                          "rope.freq_base_swa", "final_logit_softcapping", NULL};
+
+DEC_FAMILY(gemma3, DRAY_ACTIVATIONS_INT8, gemma3_slots, gemma3_hparams, gemma3_layer, .keys = gemma3_keys);

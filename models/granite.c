@@ -49,4 +49,8 @@ static int granite_hparams(struct dray_model *m, struct dray_gguf *g, char *err,
     return 0;
 }
 
-DEC_FAMILY(granite, DRAY_ACTIVATIONS_INT8X2, granite_slots, granite_hparams, dec_llama_layer, .rope_pairs = 1);
+static const char *const granite_keys[] = {"logit_scale", "residual_scale", "embedding_scale", "attention.scale",
+                                           NULL};
+
+DEC_FAMILY(granite, DRAY_ACTIVATIONS_INT8X2, granite_slots, granite_hparams, dec_llama_layer, .rope_pairs = 1,
+           .keys = granite_keys);

@@ -45,16 +45,16 @@ static const struct dec_slot llama_slots[] = {
     DEC_SLOTS_END,
 };
 
-/* Head size and RoPE of the llama-shaped families (llama, granite, smollm3):
- * head_dim from key_length or n_embd / n_head, full rotary, one base. */
+/* Head size and RoPE base of the llama-shaped families (llama, qwen2, qwen3,
+ * phi3, olmo2, granite, smollm3): head_dim from key_length or n_embd / n_head,
+ * one base (the rotary part and the scaling are read by the decoder). */
 int dec_llama_attention(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen)
 {
     struct dray_model_info *in = &m->info;
     const char *A = m->fam->arch;
-    uint32_t head_dim = 0, n_rot = 0, none = 0;
+    uint32_t head_dim = 0, none = 0;
     float base = 10000.0f; /* llama.cpp's default when rope.freq_base is absent */
     int rc = dec_get_u32(m, g, "attention.key_length", 0, DRAY_HP_MAX_HEAD_DIM, &none, &head_dim, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "rope.dimension_count", 0, DRAY_HP_MAX_HEAD_DIM, &none, &n_rot, err, errlen);
     if (!rc) rc = dray_hparam_f32(g, A, "rope.freq_base", 1.0f, 1e10f, &base, &base, err, errlen);
     if (rc)
         return rc;
@@ -68,10 +68,6 @@ int dec_llama_attention(struct dray_model *m, struct dray_gguf *g, char *err, si
     if (head_dim == 0 || head_dim % 2)
         return dray_fail(err, errlen, DRAY_EFORMAT, "%s: head size %u (must be even)", dray_gguf_name(g),
                          head_dim);
-    if (n_rot && n_rot != head_dim) /* llama.cpp refuses it for llama as well */
-        return dray_fail(err, errlen, DRAY_ENOTSUP,
-                         "%s: %s.rope.dimension_count %u: partial rotary embeddings are not "
-                         "supported here (head size %u)", dray_gguf_name(g), A, n_rot, head_dim);
     in->head_dim = head_dim;
     for (uint32_t il = 0; il < in->n_layer; il++) {
         in->window[il] = m->layer[il].window = 0;

@@ -64,4 +64,7 @@ static int olmo2_layer(struct dray_model *m, struct dray_kv *kv, uint32_t il, ui
     return rc;
 }
 
-DEC_FAMILY(olmo2, DRAY_ACTIVATIONS_INT8X2, olmo2_slots, olmo2_hparams, olmo2_layer);
+static const char *const olmo2_keys[] = {"attention.sliding_window", "attention.sliding_window_pattern",
+                                         "rope.freq_base_swa", NULL};
+
+DEC_FAMILY(olmo2, DRAY_ACTIVATIONS_INT8X2, olmo2_slots, olmo2_hparams, olmo2_layer, .keys = olmo2_keys);

@@ -36,4 +36,6 @@ static int phi3_hparams(struct dray_model *m, struct dray_gguf *g, char *err, si
     return rc;
 }
 
-DEC_FAMILY(phi3, DRAY_ACTIVATIONS_INT8X2, phi3_slots, phi3_hparams, dec_llama_layer);
+static const char *const phi3_keys[] = {"attention.sliding_window", NULL};
+
+DEC_FAMILY(phi3, DRAY_ACTIVATIONS_INT8X2, phi3_slots, phi3_hparams, dec_llama_layer, .keys = phi3_keys);

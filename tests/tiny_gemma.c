@@ -204,7 +204,8 @@ int tiny_gemma_write(const struct tiny_gemma *t, const char *path)
     rc |= dray_gguf_add_u32(w, KEY("attention.head_count_kv"), t->n_kv_head);
     rc |= dray_gguf_add_u32(w, KEY("attention.key_length"), t->head_dim);
     rc |= dray_gguf_add_u32(w, KEY("attention.value_length"), t->head_dim);
-    rc |= dray_gguf_add_u32(w, KEY("attention.sliding_window"), t->window);
+    if (!strcmp(a, "gemma3")) /* llama has no window key */
+        rc |= dray_gguf_add_u32(w, KEY("attention.sliding_window"), t->window);
     rc |= dray_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
     rc |= dray_gguf_add_f32(w, KEY("rope.freq_base"), 1000000.0f);
 #undef KEY

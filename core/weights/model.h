@@ -24,6 +24,7 @@ struct dray_model_info {
     const char *arch;          /* "gemma3" */
     char name[128];            /* general.name */
     uint32_t n_layer, n_embd, n_ff, n_head, n_kv_head, head_dim, n_vocab;
+    uint32_t n_rot;            /* dimensions of a head RoPE turns (head_dim unless partial) */
     uint32_t n_ctx_train;
     uint32_t window[DRAY_MAX_LAYERS]; /* per layer, 0 = global attention */
     int32_t share_kv[DRAY_MAX_LAYERS]; /* per layer: earlier layer whose KV it reads, or -1 */

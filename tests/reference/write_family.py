@@ -13,7 +13,8 @@ SmolLM2's by default), so llama.cpp and dray tokenize text the same way.
 Variants: llama3 (rope_freqs of Llama 3.1's rule), linear8 (gemma3's 4B+
 RoPE scaling), yarn (qwen2, factor 4), longrope (phi3 factor tables), fused
 (phi3's fused QKV) and the odd ones the refusal tests need: extra (a tensor no
-family has), moe (llama with expert_count).
+family has), moe (llama with expert_count). --drop NAME (repeatable) leaves that
+tensor out (the other weights stay as they would be).
 """
 import argparse
 import math
@@ -84,6 +85,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--variant", default="")
     ap.add_argument("--tokenizer", default=".models/smollm2-135m-instruct-q4_1.gguf")
+    ap.add_argument("--drop", action="append", default=[], metavar="NAME",
+                    help="leave tensor NAME out of the file (repeatable)")
     ap.add_argument("--pre", default="", help="override tokenizer.ggml.pre (checks a pre-split rule)")
     a = ap.parse_args()
 
@@ -94,6 +97,15 @@ def main():
     q, kv, ff = H * hd, KV * hd, a.ff
     rng = np.random.default_rng(a.seed)
     w = gguf.GGUFWriter(a.out, arch)
+    dropped = set()
+    add_tensor = w.add_tensor
+
+    def add_or_drop(name, arr):  # the weights are drawn either way: the rest stay the same
+        if name in a.drop:
+            dropped.add(name)
+        else:
+            add_tensor(name, arr)
+    w.add_tensor = add_or_drop
     w.add_name("random weights")  # llama.cpp keys vocab quirks off names such as "phi3"
     vocab = copy_tokenizer(w, a.tokenizer, a.pre)
     p = arch + "."
@@ -180,6 +192,8 @@ def main():
             w.add_tensor(b + "ffn_gate.weight", mat(ff, d))
             w.add_tensor(b + "ffn_up.weight", mat(ff, d))
         w.add_tensor(b + "ffn_down.weight", mat(d, ff))
+    if set(a.drop) - dropped:
+        sys.exit(f"write_family.py: --drop {sorted(set(a.drop) - dropped)}: no such tensor in a {arch} file")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
