@@ -384,6 +384,8 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     }
     if (!rc)
         rc = dray_gguf_open(e->cfg.model, &e->gguf, err, errlen);
+    if (!rc) /* the architecture, tensors and keys first: a file dray cannot run says so */
+        rc = dray_model_check(e->gguf, err, errlen);
     if (!rc) {
         char why[256];
         const struct dray_arch *arch = dray_model_arch_of(e->gguf);

@@ -105,8 +105,13 @@ int dec_claim_tensors(const struct dec_family *f, struct dray_gguf *g, uint32_t 
                 snprintf(name, sizeof(name), "blk.%u.%s", il, s->name);
             else
                 snprintf(name, sizeof(name), "%s", s->name);
-            if (!dray_gguf_find_tensor(g, name) && !fused_in_file(f, g, s, il))
-                return dray_fail(err, errlen, DRAY_ENOTFOUND, "%s: tensor %s is missing", dray_gguf_name(g), name);
+            if (dray_gguf_find_tensor(g, name) || fused_in_file(f, g, s, il))
+                continue;
+            const struct dec_slot *fu = s->kind == DEC_S_MAT ? dec_family_slot(f, DEC_S_MAT_FUSED, s->role, 0) : NULL;
+            if (fu) /* either form would do: name both */
+                return dray_fail(err, errlen, DRAY_ENOTFOUND, "%s: tensor blk.%u.%s is missing (and so is %s, "
+                                 "which the fused one would replace)", dray_gguf_name(g), il, fu->name, name);
+            return dray_fail(err, errlen, DRAY_ENOTFOUND, "%s: tensor %s is missing", dray_gguf_name(g), name);
         }
     }
     return 0;

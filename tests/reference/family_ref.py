@@ -34,7 +34,7 @@ Common skeleton, per layer (rmsnorm(x, w) = x / sqrt(mean(x^2) + eps) * w):
 Sliding windows: gemma2 layer il is local when il % 2 == 0 (pattern 2), gemma3
 when il % 6 < 5; key attention.sliding_window_pattern overrides; a local layer
 attends to positions p - j < window. gemma3's local layers use base 10000 and no
-RoPE scaling.
+RoPE scaling (olmo2 with a window, i.e. OLMo 3: pattern 4, local layers unscaled).
 
 RoPE, as ggml computes it (ggml-cpu ops.cpp rope_yarn, ggml_rope_yarn_corr_dims),
 pair i of n_rot/2: theta_extrap = pos * base^(-2i/n_rot) / ff_i (ff: rope_freqs,
@@ -140,7 +140,7 @@ class Model:
         self.attn_factor = attn * field(r, p + "rope.scaling.attn_factor", 1.0)
         self.window = field(r, p + "attention.sliding_window", 0) or 0
         self.swa_pattern = field(r, p + "attention.sliding_window_pattern",
-                                 {"gemma2": 2, "gemma3": 6}.get(arch, 0))
+                                 {"gemma2": 2, "gemma3": 6, "olmo2": 4}.get(arch, 0))
         self.attn_softcap = field(r, p + "attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0
         self.final_softcap = field(r, p + "final_logit_softcapping",
                                    30.0 if arch == "gemma2" else 0.0) if arch.startswith("gemma") else 0.0
@@ -309,6 +309,8 @@ def forward(m, ids, all_logits=True):
         if L["rope"]:
             if a == "gemma3" and L["local"]:
                 kw = dict(base=10000.0)  # llama.cpp: rope_freq_base_train_swa, no scaling
+            elif a == "olmo2" and L["local"]:  # OLMo 3's local layers: no scaling
+                kw = dict(base=m.base)
             else:
                 kw = dict(base=m.base, freq_scale=m.freq_scale, factors=m.freq_factors(),
                           ext_factor=m.ext_factor, corr_dims=corr, attn_factor=m.attn_factor)

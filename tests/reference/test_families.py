@@ -17,20 +17,35 @@ Checks per case:
       (refcommon.greedy_first_difference, one reference pass);
   (c) plugins   the same greedy tokens from the opencl and vulkan plugins at f32
       (a plugin that reports no device here is skipped);
-  (d) default   dray's default precision (int8 weights/activations, int8 KV):
-      mean KL(ref || dray) over the prompt positions < DEFAULT_KL.
+  (d) default   dray's default precision (no flags: quantized weights and
+      activations, int8 KV), against the exact reference (K/V in f32): mean
+      KL(ref || dray) over the prompt positions < DEFAULT_KL.
 
-Measured (2026-12-07, CPU AVX-512, PoCL, lavapipe): see the table the test
-prints; the bounds below are set from it:
-  f32 argmax 40/40 at every case; max |dlogit| 1.3e-4 .. 7e-4 (logits of these
-  files reach |5|; granite's are /8, gemma2's capped at 30). The f32 error is the
-  summation order of f32 dot products over 64..128 terms and 2..6 layers, and the
-  f16 rounding of K/V done identically on both sides: a few 1e-4. F32_MAX_ABS
-  = 0.005 is ~7x the largest measured and still ~100x below what one wrongly
-  rotated pair or a missed norm gives (those move logits by O(0.1..1)).
-  Greedy 16 tokens identical for every case, cpu, opencl and vulkan.
-  Default-precision mean KL 0.0004 .. 0.0035 per case; DEFAULT_KL = 0.008 (~2x).
-Whole test: about 2 minutes on 2 cores.
+Measured (2026-12-07, CPU avx512-vnni, PoCL, lavapipe), printed as a table:
+  f32   argmax 40/40 in every case; max |dlogit| 2.4e-7 (granite, logits / 8)
+        and 4e-5 .. 5.3e-4 elsewhere (logits reach |5..6|): f32 summation order
+        over 64..128-term dots and 2..6 layers, the f16 rounding of K/V being the
+        same on both sides. F32_MAX_ABS = 0.003 is ~6x the largest. What it
+        catches (the reference changed, against the same dray logits): NORM/NEOX
+        pairs swapped 5.4, YaRN as plain linear 4.8, YaRN without its mscale 2.4,
+        corr dims off by one 1.3, LongRoPE long/short factors swapped 5.7, its
+        attn_factor dropped 2.5, Llama 3 rope_freqs ignored 0.046, gemma3 linear
+        scaling dropped 0.51, qwen2 biases 1.1, qwen3 q/k norms 1.0, phi3 gate/up
+        halves swapped 5.0, gemma2 no sliding window 1.9, its attention softcap
+        dropped 0.0078 (scores here are far below 50), final softcap 0.063,
+        olmo2 post-attention norm 1.2, granite residual_scale 0.32 / attention
+        scale 0.058 / embedding_scale 0.62, smollm3 RoPE on its 4th layer 0.91;
+        K/V not rounded to f16 0.0031 (so the rounding is needed); gelu erf for
+        gelu tanh 0.0012 (below the bound: the two are that close).
+  greedy 16 tokens identical to the reference in every case, and the opencl and
+        vulkan plugins' identical to the CPU's.
+  default mean KL(ref || dray) 0.0003 .. 0.0005, gemma2/gemma3 0.0021 .. 0.0025
+        (gelu and the post-norms amplify int8 errors); granite 0.00000 (its
+        logits / 8 are near-uniform: KL says little there, f32 checks it).
+        Bounds at ~2x: DEFAULT_KL. Top-1 of the default path (34..40 of 40) is
+        printed, not asserted: random weights give near-ties.
+Whole test: 170 s on 2 busy cores (load 5); without the plugins about 35 s.
+lavapipe is most of it (~0.7 s a decoded token), run in the background.
 """
 import argparse
 import os
@@ -132,17 +147,19 @@ def greedy(dray, model, ids, backend, ctx):
 
 
 class Pending:
-    """Plugin greedy runs in the background, at most one per plugin at a time, so
-    that lavapipe's start-up (seconds per process) overlaps the rest of the test.
-    check(tag, plugin, cmd, want) queues one; finish() waits for all. Files stay
-    until then (the caller deletes them after finish)."""
+    """Plugin greedy runs in the background, at most IN_FLIGHT per plugin at a time,
+    so that lavapipe's slow decoding (~0.7 s a token here, one thread) overlaps the
+    rest of the test. check(tag, plugin, cmd, want) queues one; finish() waits for
+    all. Files stay until then (the caller deletes them after finish)."""
+
+    IN_FLIGHT = 2
 
     def __init__(self):
-        self.running = {}  # plugin -> (tag, cmd, want, Popen)
+        self.running = {}  # plugin -> [(tag, cmd, want, Popen)]
         self.results = []  # (tag, plugin, same, detail)
 
     def _collect(self, plugin):
-        tag, cmd, want, proc = self.running.pop(plugin)
+        tag, cmd, want, proc = self.running[plugin].pop(0)
         out, err = proc.communicate()
         try:
             got = greedy_tokens(cmd, proc.returncode, out.decode(errors="replace"),
@@ -152,14 +169,16 @@ class Pending:
             self.results.append((tag, plugin, False, str(e)))
 
     def check(self, tag, plugin, cmd, want):
-        if plugin in self.running:
+        q = self.running.setdefault(plugin, [])
+        if len(q) >= self.IN_FLIGHT:
             self._collect(plugin)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.running[plugin] = (tag, cmd, want, proc)
+        q.append((tag, cmd, want, proc))
 
     def finish(self):
-        for plugin in list(self.running):
-            self._collect(plugin)
+        for plugin, q in self.running.items():
+            while q:
+                self._collect(plugin)
         return self.results
 
 
