@@ -14,8 +14,6 @@
 #include "error.h"
 #include "grammar_internal.h"
 
-#define GRAM_DFA_BUDGET (8u << 20) /* bytes of DFA per matcher before a rebuild */
-
 
 /* The same for uint32_t capacities. */
 static int grow32(void **p, uint32_t *cap, size_t need, size_t sz)
@@ -119,10 +117,16 @@ static int scratch_push(struct gram_scratch *x, const uint32_t *ext, size_t w_of
 }
 
 /* Expand the work list until every stack has a terminal on top or is empty;
- * those go to x->out. */
-static int closure(const struct dray_grammar *g, struct gram_scratch *x)
+ * those go to x->out. Within the step's budget (grammar_budget.c): the stacks
+ * of an ambiguous grammar can multiply with every character. */
+static int closure(struct dray_grammar_matcher *m)
 {
+    const struct dray_grammar *g = m->g;
+    struct gram_scratch *x = &m->x;
     while (x->n_work > 0) {
+        int over = dray_gram_budget(m, x->n_w);
+        if (over)
+            return over;
         uint32_t k = x->work[--x->n_work];
         struct gram_ref r = x->refs[k];
         if (r.len == 0 || g->el[x->w[r.off + r.len - 1]].kind != GRAM_REF) {
@@ -306,7 +310,8 @@ static bool term_match(const struct dray_grammar *g, uint32_t pos, uint32_t cp)
 }
 
 /* The state after code point cp from state s: its id + GRAM_OK, or GRAM_REJECT
- * when no stack takes cp; DRAY_ENOMEM (negative) on failure. */
+ * when no stack takes cp; DRAY_ENOMEM or DRAY_ERANGE (over the step's budget;
+ * negative) on failure. */
 static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
 {
     const struct dray_grammar *g = m->g;
@@ -315,6 +320,9 @@ static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
     const struct gram_state *st = &m->d.st[s];
     for (uint32_t k = 0, o = st->off; k < st->n_stacks; k++, o += 1 + m->d.pool[o]) {
         uint32_t len = m->d.pool[o];
+        int over = dray_gram_budget(m, x->n_w);
+        if (over)
+            return over;
         if (len == 0 || !term_match(g, m->d.pool[o + len], cp))
             continue;
         uint32_t top = m->d.pool[o + len];
@@ -324,8 +332,9 @@ static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
     }
     if (x->n_work == 0)
         return GRAM_REJECT;
-    if (closure(g, x))
-        return DRAY_ENOMEM;
+    int rc = closure(m);
+    if (rc)
+        return rc;
     uint32_t id;
     if (intern_out(m, &id))
         return DRAY_ENOMEM;
@@ -336,9 +345,10 @@ static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
 static int initial_state(struct dray_grammar_matcher *m, uint32_t *id)
 {
     scratch_reset(&m->x);
-    if (scratch_push(&m->x, NULL, 0, 0, m->g->start, UINT32_MAX) || closure(m->g, &m->x))
+    if (scratch_push(&m->x, NULL, 0, 0, m->g->start, UINT32_MAX))
         return DRAY_ENOMEM;
-    return intern_out(m, id);
+    int rc = closure(m);
+    return rc ? rc : intern_out(m, id);
 }
 
 /* ------------------------------------------------------------ the byte step */
@@ -501,10 +511,12 @@ int dray_grammar_matcher_new(const struct dray_grammar *g, struct dray_grammar_m
     m->g = g;
     m->d.row_len = g->n_atoms + 128; /* 256 byte entries + atoms 128.. */
     size_t row_bytes = m->d.row_len * sizeof(uint32_t);
-    m->d.budget = GRAM_DFA_BUDGET > 256 * row_bytes ? GRAM_DFA_BUDGET : 256 * row_bytes;
-    if (initial_state(m, &m->pos.s)) {
+    m->d.budget = g->lim.cache > 256 * row_bytes ? g->lim.cache : 256 * row_bytes;
+    int rc = dray_gram_enter(m);
+    rc = rc ? rc : initial_state(m, &m->pos.s);
+    if (rc) {
         dray_grammar_matcher_free(m);
-        return DRAY_ENOMEM;
+        return rc;
     }
     *out = m;
     return 0;
@@ -533,6 +545,8 @@ int dray_grammar_matcher_clone(const struct dray_grammar_matcher *m,
     const struct gram_dfa *d = &m->d;
     c->g = m->g;
     c->pos = m->pos;
+    c->failed = m->failed;
+    memcpy(c->why, m->why, sizeof(c->why));
     c->tick = m->tick;
     c->d.row_len = d->row_len;
     c->d.budget = d->budget;
@@ -580,6 +594,9 @@ static int feed(struct dray_grammar_matcher *m, const char *bytes, size_t n, boo
 {
     uint32_t keep[2] = {m->pos.s, m->pos.s}; /* where it started, where it is */
     struct gram_pos p = m->pos;
+    int rc = dray_gram_enter(m);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < n; i++) {
         int r = dray_gram_step(m, &p, (uint8_t)bytes[i]);
         if (r <= 0) {
@@ -611,7 +628,7 @@ int dray_grammar_peek_bytes(struct dray_grammar_matcher *m, const char *bytes, s
 
 bool dray_grammar_can_end(const struct dray_grammar_matcher *m)
 {
-    return m->pos.rem == 0 && m->d.st[m->pos.s].accept;
+    return !m->failed && m->pos.rem == 0 && m->d.st[m->pos.s].accept;
 }
 
 bool dray_grammar_must_end(const struct dray_grammar_matcher *m)
