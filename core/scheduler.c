@@ -400,6 +400,10 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
         s->grammar_s += dt;
         s->st.grammar_tokens++;
     }
+    if (id < 0 && r->con && dray_constraint_error(r->con)) { /* this one only: the batch goes on */
+        finish(s, r, "error", DRAY_ERANGE, dray_constraint_error(r->con));
+        return;
+    }
     if (id < 0) {
         finish(s, r, "error", id, id == DRAY_ENOMEM ? "out of memory for sampling" : "sampling failed");
         return;
@@ -422,6 +426,10 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     int refused = r->con ? dray_constraint_accept(r->con, id) : 0;
     if (r->con)
         s->grammar_s += dray_now_s() - t0;
+    if (refused && dray_constraint_error(r->con)) {
+        finish(s, r, "error", DRAY_ERANGE, dray_constraint_error(r->con));
+        return;
+    }
     if (refused) {
         finish(s, r, "error", DRAY_EINVAL, "the grammar refused a token its mask allowed");
         return;
