@@ -158,14 +158,17 @@ static int ref_cmp(const struct gram_scratch *x, uint32_t a, uint32_t b)
     return 0;
 }
 
-/* Sort x->out[0..n) (merge sort, tmp of n). */
-static void sort_out(const struct gram_scratch *x, uint32_t *v, uint32_t *tmp, uint32_t n)
+/* Sort v[0..n) (merge sort, tmp of n), within the step's budget: a million
+ * stacks take a while. */
+static int sort_out(struct dray_grammar_matcher *m, uint32_t *v, uint32_t *tmp, uint32_t n)
 {
+    const struct gram_scratch *x = &m->x;
     if (n < 2)
-        return;
+        return 0;
     uint32_t h = n / 2;
-    sort_out(x, v, tmp, h);
-    sort_out(x, v + h, tmp, n - h);
+    int rc = dray_gram_budget(m, 0);
+    if (rc || (rc = sort_out(m, v, tmp, h)) || (rc = sort_out(m, v + h, tmp, n - h)))
+        return rc;
     uint32_t i = 0, j = h, k = 0;
     while (i < h && j < n)
         tmp[k++] = ref_cmp(x, v[j], v[i]) < 0 ? v[j++] : v[i++];
@@ -174,6 +177,7 @@ static void sort_out(const struct gram_scratch *x, uint32_t *v, uint32_t *tmp, u
     while (j < n)
         tmp[k++] = v[j++];
     memcpy(v, tmp, n * sizeof(*v));
+    return 0;
 }
 
 /* ------------------------------------------------------------ DFA states */
@@ -287,7 +291,9 @@ static int intern_out(struct dray_grammar_matcher *m, uint32_t *id)
     for (uint32_t k = 0; k < n; k++)
         len += x->refs[x->out[k]].len;
     /* the tail of x->work is free: n_work is 0 after the closure */
-    sort_out(x, x->out, x->work, n);
+    int rc = sort_out(m, x->out, x->work, n);
+    if (rc)
+        return rc;
     uint32_t *c = malloc((len ? len : 1) * sizeof(*c));
     if (!c)
         return DRAY_ENOMEM;
@@ -298,7 +304,7 @@ static int intern_out(struct dray_grammar_matcher *m, uint32_t *id)
         memcpy(c + o, x->w + r->off, r->len * sizeof(*c));
         o += r->len;
     }
-    int rc = intern(m->g, &m->d, c, (uint32_t)len, n, id);
+    rc = intern(m->g, &m->d, c, (uint32_t)len, n, id);
     free(c);
     return rc;
 }
@@ -336,8 +342,8 @@ static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
     if (rc)
         return rc;
     uint32_t id;
-    if (intern_out(m, &id))
-        return DRAY_ENOMEM;
+    if ((rc = intern_out(m, &id)))
+        return rc;
     return (long)id + GRAM_OK;
 }
 
