@@ -165,7 +165,7 @@ const struct key dray_config_keys[] = {
      "context are verified in one step (the output is unchanged); 0 = off", KEY_EXPERT},
     {"grammar_max_elements", "sampling", "grammar_max_elements", T_U32, F(grammar_max_elements), 16, 65536, NULL, 0,
      "most elements of a grammar (a request's `grammar`, or what `response_format` and `tools` "
-     "compile to) once repetitions are expanded; more → 400 ([Grammars](server.md#hostile-grammars))",
+     "compile to) once repetitions are expanded; more → 400 ([Hostile grammars](server.md#hostile-grammars))",
      KEY_USER},
     {"grammar_max_alternatives", "sampling", "grammar_max_alternatives", T_U32, F(grammar_max_alternatives), 2, 65536, NULL, 0,
      "most alternatives of one grammar rule (a group is a rule); more → 400", KEY_USER},
