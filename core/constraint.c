@@ -138,6 +138,11 @@ const char *dray_constraint_error(const struct dray_constraint *c)
     return dray_grammar_matcher_error(c->m);
 }
 
+void dray_constraint_watch(struct dray_constraint *c, const atomic_bool *stop)
+{
+    dray_grammar_matcher_watch(c->m, stop);
+}
+
 bool dray_constraint_must_end(const struct dray_constraint *c)
 {
     return dray_grammar_must_end(c->m);
@@ -207,7 +212,11 @@ int32_t dray_constraint_sample(struct dray_constraint *c, struct dray_sampler *s
     *dead = false;
     dray_grammar_step_begin(c->m); /* one budget for the tests, the mask and the accept */
     int32_t id = sample(c, smp, logits, n_vocab, hist, n_hist, whole, dead);
-    return dray_grammar_matcher_error(c->m) ? DRAY_ERANGE : id;
+    /* a failed matcher answered DRAY_ERANGE or DRAY_ECANCELED to the first call
+     * that saw it, and to each later one: the peek of the draw tells which */
+    if (dray_grammar_matcher_error(c->m))
+        return dray_grammar_peek_bytes(c->m, "", 0);
+    return id;
 }
 
 uint64_t dray_constraint_full_masks(const struct dray_constraint *c)

@@ -6,6 +6,7 @@
 #ifndef DRAY_CORE_CONSTRAINT_H
 #define DRAY_CORE_CONSTRAINT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -47,6 +48,9 @@ bool dray_constraint_allowed(const struct dray_constraint *c, int32_t id);
 int dray_constraint_accept(struct dray_constraint *c, int32_t id);
 /* NULL, or why c failed: one line naming the step budget it went over. */
 const char *dray_constraint_error(const struct dray_constraint *c);
+/* Let *stop (the request's cancel flag) end a grammar step from inside its
+ * loops: dray_constraint_sample then returns DRAY_ECANCELED. */
+void dray_constraint_watch(struct dray_constraint *c, const atomic_bool *stop);
 /* The output so far is complete and nothing can follow: end it now. */
 bool dray_constraint_must_end(const struct dray_constraint *c);
 /* The output so far is a complete sentence of the grammar. */

@@ -400,6 +400,10 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
         s->grammar_s += dt;
         s->st.grammar_tokens++;
     }
+    if (id < 0 && atomic_load(&r->stop)) { /* cancelled inside its grammar step */
+        finish(s, r, "cancelled", DRAY_ECANCELED, "cancelled");
+        return;
+    }
     if (id < 0 && r->con && dray_constraint_error(r->con)) { /* this one only: the batch goes on */
         finish(s, r, "error", DRAY_ERANGE, dray_constraint_error(r->con));
         return;
@@ -426,6 +430,10 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     int refused = r->con ? dray_constraint_accept(r->con, id) : 0;
     if (r->con)
         s->grammar_s += dray_now_s() - t0;
+    if (refused && atomic_load(&r->stop)) {
+        finish(s, r, "cancelled", DRAY_ECANCELED, "cancelled");
+        return;
+    }
     if (refused && dray_constraint_error(r->con)) {
         finish(s, r, "error", DRAY_ERANGE, dray_constraint_error(r->con));
         return;
@@ -677,6 +685,8 @@ static int request_new(struct dray_sched *s, const struct dray_request_params *p
         rc = dray_constraint_new(s->e, g, &r->con, err, errlen);
     if (rc)
         goto fail;
+    if (r->con)
+        dray_constraint_watch(r->con, &r->stop);
     if (g->n_stop_ids) {
         if (!(r->stop_ids = malloc(sizeof(*r->stop_ids) * g->n_stop_ids))) {
             rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
@@ -792,6 +802,7 @@ int dray_request_poll(struct dray_request *r, struct dray_request_output *out, i
 void dray_request_cancel(struct dray_request *r)
 {
     struct dray_sched *s = r->s;
+    atomic_store(&r->stop, true); /* a grammar step holding s->mu ends at its next check */
     pthread_mutex_lock(&s->mu);
     r->cancel = true;
     pthread_cond_signal(&s->work);
@@ -803,6 +814,7 @@ void dray_request_free(struct dray_request *r)
     if (!r)
         return;
     struct dray_sched *s = r->s;
+    atomic_store(&r->stop, true);
     pthread_mutex_lock(&s->mu);
     bool now = r->state == REQ_DONE;
     if (!now) {

@@ -5,6 +5,7 @@
  * which fails the matcher for good with DRAY_ERANGE instead of pinning the
  * thread. The three inputs of issue 51 are pinned here. */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -230,6 +231,28 @@ static void test_a_step_past_its_time_fails_the_matcher(void **state)
     free(s);
 }
 
+/* A watched stop flag ends the step from inside its loops, for good. */
+static void test_a_set_stop_flag_ends_the_step(void **state)
+{
+    (void)state;
+    char *s = square(200);
+    struct dray_grammar *g = compiled(s, NULL);
+    struct dray_grammar_matcher *m = NULL, *c = NULL;
+    atomic_bool stop = false;
+    assert_int_equal(dray_grammar_matcher_new(g, &m), 0);
+    dray_grammar_matcher_watch(m, &stop);
+    assert_int_equal(dray_grammar_matcher_clone(m, &c), 0); /* a clone watches nothing */
+    atomic_store(&stop, true);
+    assert_int_equal(dray_grammar_accept_bytes(m, "q", 1), DRAY_ECANCELED);
+    assert_non_null(strstr(dray_grammar_matcher_error(m), "cancelled"));
+    assert_int_equal(dray_grammar_peek_bytes(m, "", 0), DRAY_ECANCELED);
+    assert_int_equal(dray_grammar_accept_bytes(c, "qaza", 4), 0);
+    dray_grammar_matcher_free(c);
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_over_the_stack_budget_the_matcher_fails_for_good),
         cmocka_unit_test(test_a_start_over_the_budget_is_refused_at_admission),
         cmocka_unit_test(test_a_step_past_its_time_fails_the_matcher),
+        cmocka_unit_test(test_a_set_stop_flag_ends_the_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

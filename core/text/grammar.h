@@ -22,6 +22,7 @@
 #ifndef DRAY_CORE_GRAMMAR_H
 #define DRAY_CORE_GRAMMAR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -88,10 +89,15 @@ void dray_grammar_step_begin(struct dray_grammar_matcher *m);
 void dray_grammar_step_end(struct dray_grammar_matcher *m);
 /* NULL, or why the matcher failed: "grammar: one step went over ..." */
 const char *dray_grammar_matcher_error(const struct dray_grammar_matcher *m);
+/* Make m's loops watch *stop (NULL: nothing), where the budget reads the
+ * clock: once it is set, the call in progress and every later one return
+ * DRAY_ECANCELED (the matcher has failed). A clone watches nothing. */
+void dray_grammar_matcher_watch(struct dray_grammar_matcher *m, const atomic_bool *stop);
 
 /* Advance over bytes[0..n). 0 when the grammar allows them all (the matcher moved);
  * DRAY_EINVAL when it does not (the matcher is unchanged); DRAY_ENOMEM (also
- * unchanged). Bytes ending inside a character are allowed when some completion
+ * unchanged); DRAY_ERANGE or DRAY_ECANCELED when the matcher has failed (the
+ * step budget, the watched stop flag: see below; so for every call). Bytes ending inside a character are allowed when some completion
  * of it could be. */
 int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n);
 /* Advance over token id's bytes, as accept_bytes; an eog id is accepted when the

@@ -61,6 +61,11 @@ static int fail(struct dray_grammar_matcher *m, const char *why)
     return DRAY_ERANGE;
 }
 
+void dray_grammar_matcher_watch(struct dray_grammar_matcher *m, const atomic_bool *stop)
+{
+    m->stop = stop;
+}
+
 int dray_gram_budget(struct dray_grammar_matcher *m, size_t words)
 {
     char why[120];
@@ -71,10 +76,16 @@ int dray_gram_budget(struct dray_grammar_matcher *m, size_t words)
                  "grammar_step_stacks)", m->g->lim.step_stacks);
         return fail(m, why);
     }
-    if (!m->step_open || --m->clock_in > 0)
+    if (m->clock_in > 1) {
+        m->clock_in--;
         return 0;
+    }
     m->clock_in = CLOCK_EVERY;
-    if (now_ns() <= m->deadline)
+    if (m->stop && atomic_load_explicit(m->stop, memory_order_relaxed)) {
+        snprintf(m->why, sizeof(m->why), "grammar: cancelled inside a step");
+        return m->failed = DRAY_ECANCELED;
+    }
+    if (!m->step_open || now_ns() <= m->deadline)
         return 0;
     snprintf(why, sizeof(why), "one step took over %u ms (config key grammar_step_ms)",
              m->g->lim.step_ms);

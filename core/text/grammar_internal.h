@@ -136,6 +136,7 @@ struct gram_dfa {
     uint32_t *tab; /* interning: open addressing of state id + 1 */
     uint32_t tab_cap;
     size_t budget; /* bytes; over it, the DFA is rebuilt from the states in use */
+    uint64_t *mark; /* a bit per grammar element, all clear between uses (state_tops) */
 };
 
 /* Scratch of one transition: stacks under construction and a set of them. */
@@ -182,7 +183,9 @@ struct dray_grammar_matcher {
     uint64_t deadline;  /* CLOCK_MONOTONIC ns the open step must end by */
     uint32_t clock_in;  /* budget checks left before the clock is read again */
     bool step_open;     /* dray_grammar_step_begin was called: calls share one budget */
-    int failed;         /* 0, or DRAY_ERANGE once over the budget: sticky */
+    int failed;         /* 0, or DRAY_ERANGE once over the budget, DRAY_ECANCELED
+                         * once *stop was seen: sticky */
+    const atomic_bool *stop; /* the owner's cancel flag, or NULL */
     char why[200];      /* what the budget was, when failed */
 };
 
@@ -190,8 +193,8 @@ struct dray_grammar_matcher {
 int dray_gram_enter(struct dray_grammar_matcher *m);
 /* Inside the loops: 0, or DRAY_ERANGE (and the matcher fails) when words, the
  * stack entries the transition has built, is over the budget, or a step is
- * open (dray_grammar_step_begin) and its time is up. The clock is read every
- * 64 calls. */
+ * open (dray_grammar_step_begin) and its time is up; DRAY_ECANCELED when the
+ * watched stop flag is set. The clock and the flag are read every 64 calls. */
 int dray_gram_budget(struct dray_grammar_matcher *m, size_t words);
 
 /* The whole step over byte b, computing what is not memoised yet: 1 moved (*p

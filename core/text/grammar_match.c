@@ -218,30 +218,35 @@ static int tab_grow(struct gram_dfa *d)
     return 0;
 }
 
-/* The distinct terminals atop state s's stacks, appended to the pool. */
+/* The distinct terminals atop state s's stacks, appended to the pool: linear
+ * in the stacks (a million of them may share a thousand tops), marking each
+ * top seen in d->mark and clearing the marks after. */
 static int state_tops(const struct dray_grammar *g, struct gram_dfa *d, struct gram_state *s)
 {
     (void)g;
     s->tops = (uint32_t)d->n_pool;
     s->n_tops = 0;
-    for (uint32_t k = 0, o = s->off; k < s->n_stacks; k++, o += 1 + d->pool[o]) {
+    int rc = 0;
+    for (uint32_t k = 0, o = s->off; k < s->n_stacks && !rc; k++, o += 1 + d->pool[o]) {
         uint32_t len = d->pool[o];
         if (len == 0) {
             s->accept = true;
             continue;
         }
         uint32_t top = d->pool[o + len];
-        bool dup = false;
-        for (uint32_t t = 0; t < s->n_tops && !dup; t++)
-            dup = d->pool[s->tops + t] == top;
-        if (dup)
+        if (d->mark[top >> 6] >> (top & 63) & 1)
             continue;
-        if (dray_gram_grow((void **)&d->pool, &d->cap_pool, d->n_pool + 1, sizeof(*d->pool)))
-            return DRAY_ENOMEM;
+        if (dray_gram_grow((void **)&d->pool, &d->cap_pool, d->n_pool + 1, sizeof(*d->pool))) {
+            rc = DRAY_ENOMEM;
+            break;
+        }
+        d->mark[top >> 6] |= 1ull << (top & 63);
         d->pool[d->n_pool++] = top;
         s->n_tops++;
     }
-    return 0;
+    for (uint32_t t = 0; t < s->n_tops; t++)
+        d->mark[d->pool[s->tops + t] >> 6] = 0;
+    return rc;
 }
 
 /* The id of the state whose canonical stacks are c[0..len) (n stacks), added
@@ -518,7 +523,8 @@ int dray_grammar_matcher_new(const struct dray_grammar *g, struct dray_grammar_m
     m->d.row_len = g->n_atoms + 128; /* 256 byte entries + atoms 128.. */
     size_t row_bytes = m->d.row_len * sizeof(uint32_t);
     m->d.budget = g->lim.cache > 256 * row_bytes ? g->lim.cache : 256 * row_bytes;
-    int rc = dray_gram_enter(m);
+    m->d.mark = calloc(((size_t)g->n_el + 63) / 64, sizeof(*m->d.mark));
+    int rc = m->d.mark ? dray_gram_enter(m) : DRAY_ENOMEM;
     rc = rc ? rc : initial_state(m, &m->pos.s);
     if (rc) {
         dray_grammar_matcher_free(m);
@@ -564,6 +570,8 @@ int dray_grammar_matcher_clone(const struct dray_grammar_matcher *m,
                              sizeof(*d->trans));
     rc = rc ? rc : dup_array((void **)&c->d.pool, d->pool, d->n_pool, sizeof(*d->pool));
     rc = rc ? rc : dup_array((void **)&c->d.tab, d->tab, d->tab_cap, sizeof(*d->tab));
+    if (!rc && !(c->d.mark = calloc(((size_t)m->g->n_el + 63) / 64, sizeof(*c->d.mark))))
+        rc = DRAY_ENOMEM;
     c->lru_words = m->lru_words;
     for (int k = 0; k < GRAM_MASK_LRU && !rc; k++) {
         c->lru[k] = m->lru[k];
@@ -586,7 +594,7 @@ void dray_grammar_matcher_free(struct dray_grammar_matcher *m)
 {
     if (!m)
         return;
-    free(m->d.st), free(m->d.trans), free(m->d.pool), free(m->d.tab);
+    free(m->d.st), free(m->d.trans), free(m->d.pool), free(m->d.tab), free(m->d.mark);
     free(m->x.w), free(m->x.refs), free(m->x.work), free(m->x.out), free(m->x.seen);
     for (int k = 0; k < GRAM_MASK_LRU; k++)
         free(m->lru[k].bits);
