@@ -378,7 +378,7 @@ static void end_constrained(struct dray_sched *s, struct dray_request *r, const 
         finish(s, r, "error", DRAY_EINVAL, why);
 }
 
-/* Sample r's next token from its logits row (mu held). */
+/* Sample r's next token from its logits row (mu held; dropped around a grammar's draw). */
 static void advance(struct dray_sched *s, struct dray_request *r, const float *row)
 {
     const struct dray_engine *e = s->e;
@@ -390,9 +390,18 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     }
     bool dead = false;
     double t0 = dray_now_s();
-    int32_t id = r->con ? dray_constraint_sample(r->con, r->smp, row, e->info.n_vocab, r->toks,
-                                                 r->n_toks, r->lp, &dead)
-                        : dray_sampler_sample(r->smp, row, e->info.n_vocab, r->toks, r->n_toks);
+    int32_t id;
+    if (r->con) {
+        /* a grammar step may take up to grammar_step_ms: without the lock, so that
+         * clients can poll, cancel and read /metrics meanwhile (what it reads is
+         * the loop thread's alone: the constraint, the sampler, the row, toks) */
+        pthread_mutex_unlock(&s->mu);
+        id = dray_constraint_sample(r->con, r->smp, row, e->info.n_vocab, r->toks, r->n_toks, r->lp,
+                                    &dead);
+        pthread_mutex_lock(&s->mu);
+    } else {
+        id = dray_sampler_sample(r->smp, row, e->info.n_vocab, r->toks, r->n_toks);
+    }
     double dt = dray_now_s() - t0;
     s->sample_s += dt;
     s->st.sampled_tokens++;

@@ -12,8 +12,11 @@
   fields    a grammar over the element limit (lowered to 300) from `tools` or
             `response_format`:
             `param` names the field, the message has one "grammar:" at most
+  gone      a client that disconnects while its request is inside a long
+            grammar step (grammar_step_ms 3000): the request ends "cancelled"
+            (not "failed" by the budget) within that step
   sigterm   SIGTERM while a request is inside a long grammar step: the process
-            ends within shutdown_grace + grammar_step_ms (+ 3 s of slack)
+            ends within shutdown_grace + grammar_step_ms (+ 2 s of slack)
 and /health answers after each.
 
 Python's standard library only. usage: test_serve_grammar.py --dray DRAY --writer WRITE_TINY_GEMMA
@@ -148,12 +151,43 @@ def start(dray, model, tmp, sets):
     return proc, port, log
 
 
+def outcomes(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        page = r.read().decode()
+    got = {}
+    for line in page.splitlines():
+        if line.startswith("dray_scheduler_requests_total{"):
+            got[line.split('outcome="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+    return got
+
+
+def check_gone(port, step_ms):
+    before = outcomes(port)
+    body = json.dumps(completion(costly())).encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.5)  # inside its first step
+    t0 = time.time()
+    s.close()
+    now = before
+    while time.time() - t0 < step_ms / 1000 + 2 and now.get("cancelled", 0) == before.get("cancelled", 0) \
+            and now.get("failed", 0) == before.get("failed", 0):
+        time.sleep(0.05)
+        now = outcomes(port)
+    secs = time.time() - t0
+    check(now.get("cancelled", 0) == before.get("cancelled", 0) + 1 and secs < step_ms / 1000,
+          f"a client gone inside a {step_ms} ms step: its request ended cancelled after {secs:.2f} s "
+          f"(outcomes {now})")
+
+
 def check_sigterm(dray, model, tmp):
     grace, step_ms = 1, 3000
     # no stack budget to speak of: only the clock ends the step
     proc, port, log = start(dray, model, tmp, [f"shutdown_grace={grace}", f"grammar_step_ms={step_ms}",
                                                "grammar_step_stacks=268435456"])
     try:
+        check_gone(port, step_ms)
         got = {}
 
         def send():
@@ -168,7 +202,7 @@ def check_sigterm(dray, model, tmp):
         t0 = time.time()
         proc.terminate()
         try:
-            rc = proc.wait(grace + step_ms / 1000 + 3)
+            rc = proc.wait(grace + step_ms / 1000 + 2)
         except subprocess.TimeoutExpired:
             rc = None
         secs = time.time() - t0
