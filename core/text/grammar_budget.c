@@ -11,12 +11,13 @@
 
 #define CLOCK_EVERY 64 /* budget checks between two reads of the clock */
 
-void dray_gram_limits_resolve(const struct dray_grammar_limits *lim, struct dray_grammar_limits *out)
+void dray_gram_limits_resolve(const struct dray_grammar_limits *lim,
+                              struct dray_grammar_limits *out)
 {
     static const struct dray_grammar_limits none;
     const struct dray_grammar_limits *l = lim ? lim : &none;
-    out->max_elements = l->max_elements && l->max_elements < GRAM_MAX_ELEMENTS ? l->max_elements
-                                                                             : GRAM_MAX_ELEMENTS;
+    bool lower = l->max_elements && l->max_elements < GRAM_MAX_ELEMENTS;
+    out->max_elements = lower ? l->max_elements : GRAM_MAX_ELEMENTS;
     out->max_alternatives = l->max_alternatives ? l->max_alternatives : GRAM_DEF_ALTERNATIVES;
     out->max_depth = l->max_depth ? l->max_depth : GRAM_DEF_DEPTH;
     out->step_stacks = l->step_stacks ? l->step_stacks : GRAM_DEF_STEP_STACKS;

@@ -178,10 +178,16 @@ static int rule_id(struct parser *p, size_t at, size_t n, uint32_t *id)
 }
 
 /* ------------------------------------------------------------ elements */
+static int too_large(struct parser *p)
+{
+    return dray_gram_fail_at(p, p->i, "grammar too large: over %u elements (config key "
+                             "grammar_max_elements)", p->lim.max_elements);
+}
+
 static int seq_push(struct parser *p, struct seq *q, uint32_t kind, uint32_t val)
 {
     if (q->n >= p->lim.max_elements)
-        return dray_gram_fail_at(p, p->i, "grammar too large: over %u elements (config key grammar_max_elements)", p->lim.max_elements);
+        return too_large(p);
     if (dray_gram_grow((void **)&q->e, &q->cap, q->n + 1, sizeof(*q->e)))
         return dray_gram_nomem(p);
     q->e[q->n++] = (struct gram_el){kind, val};
@@ -204,13 +210,14 @@ static int commit_rule(struct parser *p, uint32_t id, const struct seq *q)
     size_t n_alt = 0;
     for (size_t k = 0; k < q->n; k++)
         n_alt += q->e[k].kind == GRAM_END;
+    const struct prule *r = &p->rules[id];
     if (n_alt > p->lim.max_alternatives)
-        return dray_gram_fail_at(p, p->i, "rule '%.*s'%s has %zu alternatives, over the limit of %u "
-                                 "(config key grammar_max_alternatives)", (int)p->rules[id].name_len,
-                                 p->s + p->rules[id].name, p->rules[id].helper ? " (a group in it)" : "",
-                                 n_alt, p->lim.max_alternatives);
+        return dray_gram_fail_at(p, p->i, "rule '%.*s'%s has %zu alternatives, over the limit of "
+                                 "%u (config key grammar_max_alternatives)", (int)r->name_len,
+                                 p->s + r->name, r->helper ? " (a group in it)" : "", n_alt,
+                                 p->lim.max_alternatives);
     if (p->n_el + q->n + 2 > p->lim.max_elements)
-        return dray_gram_fail_at(p, p->i, "grammar too large: over %u elements (config key grammar_max_elements)", p->lim.max_elements);
+        return too_large(p);
     if (dray_gram_grow((void **)&p->el, &p->cap_el, p->n_el + q->n, sizeof(*p->el)) ||
         dray_gram_grow((void **)&p->alts, &p->cap_alts, p->n_alts + n_alt, sizeof(*p->alts)))
         return dray_gram_nomem(p);
@@ -529,7 +536,7 @@ static int repeat_tail(struct parser *p, uint32_t origin, const struct gram_el *
     for (uint32_t k = 0; k < n_opt && !rc; k++) {
         q.n = 0;
         if (p->n_el + (len + 3) * (uint64_t)(n_opt - k) > p->lim.max_elements) {
-            rc = dray_gram_fail_at(p, p->i, "grammar too large: over %u elements (config key grammar_max_elements)", p->lim.max_elements);
+            rc = too_large(p);
             break;
         }
         if (dray_gram_grow((void **)&q.e, &q.cap, len + 3, sizeof(*q.e))) {
@@ -564,7 +571,7 @@ static int apply_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t
     uint32_t n_opt = unbounded ? 1 : max - min;
     if (q->n + len * (uint64_t)(min ? min - 1 : 0) + 1 > p->lim.max_elements ||
         p->n_el + (len + 3) * (uint64_t)n_opt > p->lim.max_elements)
-        return dray_gram_fail_at(p, p->i, "grammar too large: over %u elements (config key grammar_max_elements)", p->lim.max_elements);
+        return too_large(p);
     struct gram_el *s = malloc((len ? len : 1) * sizeof(*s));
     if (!s)
         return dray_gram_nomem(p);
