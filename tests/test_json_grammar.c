@@ -806,6 +806,8 @@ static void test_unsupported_values(void **state)
     assert_refused("{'type':'string','pattern':'a$b'}", "pattern", "'$'");
     assert_refused("{'type':'string','pattern':'\\\\p{L}'}", "pattern", "\\p");
     assert_refused("{'type':'string','pattern':'(a*)*'}", "pattern", "empty string");
+    assert_refused("{'type':'string','pattern':'^(?:[a-z]+){7,}$'}", "pattern", "one already");
+    assert_refused("{'type':'string','pattern':'((a+))*'}", "pattern", "one already");
     assert_refused("{'type':'string','pattern':'[a'}", "pattern", "not closed");
     assert_refused("{'type':'string','pattern':'a{2'}", "pattern", "quantifier");
     assert_refused("{'type':'string','pattern':'^a{1001}$'}", "pattern", "1000");
