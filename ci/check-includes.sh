@@ -38,6 +38,7 @@ rules='
 ^(core|models)/                           dray/* core
 ^bench/bench_ops\.[ch]$                   dray/backend.h conf_loader.h flags.h
 ^bench/grammar_mask\.c$                   dray/* core
+^bench/grammar_worst\.c$                  dray/* core
 ^bench/                                   dray/dray.h flags.h
 ^tools/flags/                             -
 ^tools/cmd_devices\.c$                    dray/dray.h dray/plugins.h

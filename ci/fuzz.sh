@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz one parser with clang's libFuzzer under ASan + UBSan.
-#   ci/fuzz.sh TARGET SECONDS [WORK_DIR]   TARGET: gguf | config | tokenizer | request | schema
+#   ci/fuzz.sh TARGET SECONDS [WORK_DIR]   TARGET: gguf | config | tokenizer | request | schema | grammar
 #   ci/fuzz.sh smoke [SECONDS] [WORK_DIR]  every target for SECONDS (default 5) each (CI)
 # Builds tests/fuzz/fuzz_TARGET.c with the core sources it needs into WORK_DIR
 # (default build-fuzz/), runs it on a scratch corpus seeded from
@@ -11,7 +11,7 @@
 # runtime in libclang-common-14-dev).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-target="${1:?usage: ci/fuzz.sh gguf|config|tokenizer|request|schema|smoke SECONDS [WORK_DIR]}"
+target="${1:?usage: ci/fuzz.sh gguf|config|tokenizer|request|schema|grammar|smoke SECONDS [WORK_DIR]}"
 secs="${2:-5}"
 work="${3:-$root/build-fuzz}"
 cc="${CC_FUZZ:-clang}"
@@ -21,13 +21,18 @@ declare -A srcs=(
   [gguf]="core/gguf/gguf.c core/gguf/gguf_get.c core/gguf/ggml_types.c core/gguf/dequant.c core/error.c core/log.c"
   [config]="core/config.c core/config_print.c core/error.c core/log.c"
   [tokenizer]="core/text/tokenizer.c core/text/tokenizer_encode.c core/text/tokenizer_detok.c core/text/tokenizer_bpe.c core/text/utf8.c core/gguf/gguf.c core/gguf/gguf_get.c core/gguf/ggml_types.c tests/gguf_write.c core/gguf/dequant.c core/error.c core/log.c"
-  [request]="server/request.c server/tools.c server/json_grammar.c server/json_values.c server/json_pattern.c server/json_range.c core/text/grammar_parse.c core/text/grammar_check.c core/text/utf8.c server/buf.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
-  [schema]="server/json_grammar.c server/json_values.c server/json_pattern.c server/json_range.c server/buf.c server/apierr.c server/jfield.c core/text/grammar_parse.c core/text/grammar_check.c core/text/grammar_match.c core/text/utf8.c core/error.c core/log.c"
+  [request]="server/request.c server/tools.c server/json_grammar.c server/json_values.c server/json_pattern.c server/json_range.c core/text/grammar_parse.c core/text/grammar_check.c core/text/grammar_match.c core/text/grammar_mask.c core/text/grammar_budget.c core/text/utf8.c server/buf.c server/fields.c server/jfield.c server/sampling.c server/logprobs.c server/logprobs_json.c server/apierr.c server/mhderr.c core/config.c core/config_print.c core/error.c core/log.c"
+  [schema]="server/json_grammar.c server/json_values.c server/json_pattern.c server/json_range.c server/buf.c server/apierr.c server/jfield.c core/text/grammar_parse.c core/text/grammar_check.c core/text/grammar_match.c core/text/grammar_mask.c core/text/grammar_budget.c core/text/utf8.c core/error.c core/log.c"
+  [grammar]="core/text/grammar_parse.c core/text/grammar_check.c core/text/grammar_match.c core/text/grammar_mask.c core/text/grammar_budget.c core/text/utf8.c core/error.c core/log.c"
 )
-declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm" [request]="-ljansson -lyaml -lm" [schema]="-ljansson -lxxhash -lm")
+declare -A libs=([gguf]="-lm" [config]="-lyaml -lm" [tokenizer]="-lpcre2-8 -lm" [request]="-ljansson -lyaml -lxxhash -lm" [schema]="-ljansson -lxxhash -lm" [grammar]="-lxxhash -lm")
 # Longest input: headers and configs are small; the tokenizer takes MiBs so that
-# size-dependent memory blow-ups are reachable.
-declare -A maxlen=([gguf]=65536 [config]=65536 [tokenizer]=4194304 [request]=65536 [schema]=65536)
+# size-dependent memory blow-ups are reachable; grammars, schemas and request
+# bodies take enough for nesting past every depth limit (a grammar's 1024
+# parentheses are 2 KiB, 45,000 were 90 KiB), and their lengths grow without
+# libFuzzer's slow ramp (len_control 0: any length up to max_len at once).
+declare -A maxlen=([gguf]=65536 [config]=65536 [tokenizer]=4194304 [request]=262144 [schema]=131072 [grammar]=131072)
+declare -A lenctl=([gguf]=100 [config]=100 [tokenizer]=100 [request]=0 [schema]=0 [grammar]=0)
 
 have_fuzzer() {
   command -v "$cc" >/dev/null 2>&1 || return 1
@@ -55,7 +60,7 @@ run() { # TARGET SECONDS
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$work/fuzz_$t" "$dir/corpus" "$root/tests/fuzz/corpus/$t" \
-      -max_total_time="$s" -max_len="${maxlen[$t]}" -timeout=20 -rss_limit_mb=2048 \
+      -max_total_time="$s" -max_len="${maxlen[$t]}" -len_control="${lenctl[$t]}" -timeout=20 -rss_limit_mb=2048 \
       -artifact_prefix="$dir/artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
   local execs
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
@@ -74,7 +79,7 @@ if ! have_fuzzer; then
   exit 77
 fi
 case "$target" in
-  smoke) fail=0; for name in gguf config tokenizer request schema; do run "$name" "$secs" || fail=1; done; exit $fail ;;
-  gguf|config|tokenizer|request|schema) run "$target" "$secs" ;;
-  *) echo "ci/fuzz.sh: unknown target '$target' (gguf, config, tokenizer, request, schema, smoke)" >&2; exit 2 ;;
+  smoke) fail=0; for name in gguf config tokenizer request schema grammar; do run "$name" "$secs" || fail=1; done; exit $fail ;;
+  gguf|config|tokenizer|request|schema|grammar) run "$target" "$secs" ;;
+  *) echo "ci/fuzz.sh: unknown target '$target' (gguf, config, tokenizer, request, schema, grammar, smoke)" >&2; exit 2 ;;
 esac

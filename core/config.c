@@ -163,6 +163,24 @@ const struct key dray_config_keys[] = {
     {"lookup_draft", "sampling", "lookup_draft", T_U32, F(lookup_draft), 0, 32, NULL, 0,
      "speculative decoding by prompt lookup in `dray run`: up to this many tokens copied from the "
      "context are verified in one step (the output is unchanged); 0 = off", KEY_EXPERT},
+    {"grammar_max_elements", "sampling", "grammar_max_elements", T_U32, F(grammar_max_elements), 16, 65536, NULL, 0,
+     "most elements of a grammar (a request's `grammar`, or what `response_format` and `tools` "
+     "compile to) once repetitions are expanded; more → 400 ([Hostile grammars](server.md#hostile-grammars))",
+     KEY_USER},
+    {"grammar_max_alternatives", "sampling", "grammar_max_alternatives", T_U32, F(grammar_max_alternatives), 2, 65536, NULL, 0,
+     "most alternatives of one grammar rule (a group is a rule); more → 400", KEY_USER},
+    {"grammar_max_depth", "sampling", "grammar_max_depth", T_U32, F(grammar_max_depth), 1, 4096, NULL, 0,
+     "deepest nesting of parentheses in a grammar; deeper → 400", 
+     KEY_USER},
+    {"grammar_step_stacks", "sampling", "grammar_step_stacks", T_U32, F(grammar_step_stacks), 1024, 1 << 28, NULL, 0,
+     "most parse-stack entries (4 bytes each) a grammar may build in one transition; a request "
+     "over it ends with an error (400 when its start state is)", KEY_USER},
+    {"grammar_step_ms", "sampling", "grammar_step_ms", T_U32, F(grammar_step_ms), 1, 60000, NULL, 0,
+     "most milliseconds of grammar work (tests, mask, advance) for one token; a request over it "
+     "ends with an error, the others in the batch go on", KEY_USER},
+    {"grammar_cache", "sampling", "grammar_cache", T_SIZE, F(grammar_cache), 65536, 0, NULL, 0,
+     "bytes of one sequence's grammar automaton (its cache of states and masks' transitions); "
+     "over it, the automaton is rebuilt from the states in use", KEY_EXPERT},
     {"host", "server", "host", T_STR, F(host), 0, 0, NULL, 1,
      "address `dray serve` listens on; `0.0.0.0` or `::` opens it to other machines", KEY_USER},
     {"port", "server", "port", T_U32, F(port), 1, 65535, NULL, 0,
@@ -240,6 +258,12 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->min_p = 0.05f;
     cfg->repeat_penalty = 1.0f;
     cfg->max_tokens = 256;
+    cfg->grammar_max_elements = 65536;
+    cfg->grammar_max_alternatives = 1024;
+    cfg->grammar_max_depth = 1024;
+    cfg->grammar_step_stacks = 1u << 22;
+    cfg->grammar_step_ms = 200;
+    cfg->grammar_cache = 8u << 20;
     snprintf(cfg->host, sizeof(cfg->host), "127.0.0.1");
     cfg->port = 8080;
     cfg->replicas = 1;
@@ -799,6 +823,15 @@ void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_
     p->seed = cfg->seed;
     p->max_tokens = cfg->max_tokens;
     p->lookup_draft = cfg->lookup_draft;
+    dray_grammar_limits_from_config(cfg, &p->grammar_limits);
+}
+
+void dray_grammar_limits_from_config(const struct dray_config *cfg, struct dray_grammar_limits *l)
+{
+    *l = (struct dray_grammar_limits){
+        .max_elements = cfg->grammar_max_elements, .max_alternatives = cfg->grammar_max_alternatives,
+        .max_depth = cfg->grammar_max_depth, .step_stacks = cfg->grammar_step_stacks,
+        .step_ms = cfg->grammar_step_ms, .cache = cfg->grammar_cache};
 }
 
 uint32_t dray_config_list_len(const char *list)

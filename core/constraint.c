@@ -79,15 +79,22 @@ int dray_constraint_new(struct dray_engine *e, const struct dray_gen_params *g,
     if (!c)
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for the grammar");
     char why[400];
-    int rc = dray_grammar_parse(g->grammar, strlen(g->grammar), &c->g, why, sizeof(why));
+    int rc = dray_grammar_parse_limited(g->grammar, strlen(g->grammar), &g->grammar_limits, &c->g,
+                                        why, sizeof(why));
     if (rc) {
         dray_constraint_free(c);
-        return dray_fail(err, errlen, rc, "grammar: %s", why);
+        return dray_fail(err, errlen, rc, "%s", why); /* it says "grammar: " itself */
     }
     c->v = dray_engine_grammar_vocab(e);
     c->allow = malloc((e->info.n_vocab + 31) / 32 * sizeof(*c->allow));
     c->best = malloc(BEST_MAX * sizeof(*c->best));
-    if (!c->v || !c->allow || !c->best || dray_grammar_matcher_new(c->g, &c->m)) {
+    rc = !c->v || !c->allow || !c->best ? DRAY_ENOMEM : dray_grammar_matcher_new(c->g, &c->m);
+    if (rc == DRAY_ERANGE) {
+        dray_constraint_free(c);
+        return dray_fail(err, errlen, DRAY_EINVAL, "grammar: its start state alone is over the "
+                         "step budget (config keys grammar_step_stacks, grammar_step_ms)");
+    }
+    if (rc) {
         dray_constraint_free(c);
         return dray_fail(err, errlen, DRAY_ENOMEM, "out of memory for the grammar");
     }
@@ -121,7 +128,19 @@ bool dray_constraint_allowed(const struct dray_constraint *c, int32_t id)
 
 int dray_constraint_accept(struct dray_constraint *c, int32_t id)
 {
-    return dray_grammar_accept_token(c->m, c->v, id);
+    int rc = dray_grammar_accept_token(c->m, c->v, id);
+    dray_grammar_step_end(c->m);
+    return rc;
+}
+
+const char *dray_constraint_error(const struct dray_constraint *c)
+{
+    return dray_grammar_matcher_error(c->m);
+}
+
+void dray_constraint_watch(struct dray_constraint *c, const atomic_bool *stop)
+{
+    dray_grammar_matcher_watch(c->m, stop);
 }
 
 bool dray_constraint_must_end(const struct dray_constraint *c)
@@ -163,23 +182,20 @@ static uint32_t best_allowed(struct dray_constraint *c, struct dray_sampler *smp
     m = m > BEST_MAX ? BEST_MAX : m;
     long n = dray_sampler_best(smp, logits, n_vocab, hist, n_hist, c->best, m);
     uint32_t found = 0;
-    for (long i = 0; i < n && found < k; i++)
+    for (long i = 0; i < n && found < k && !dray_grammar_matcher_error(c->m); i++)
         if (!dray_grammar_peek_token(c->m, c->v, c->best[i]))
             c->best[found++] = c->best[i];
     return found == k || (found > 0 && n < (long)m) ? found : 0;
 }
 
-int32_t dray_constraint_sample(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
-                               uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool whole,
-                               bool *dead)
+static int32_t sample(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
+                      uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool whole, bool *dead)
 {
     uint32_t k;
-    *dead = false;
     enum dray_sampler_shape shape = whole ? DRAY_SAMPLER_WHOLE : dray_sampler_shape(smp, &k);
     if (shape == DRAY_SAMPLER_PLAIN) { /* keep a free draw the grammar allows: exact */
         int32_t id = dray_sampler_sample(smp, logits, n_vocab, hist, n_hist);
-        bool kept = id >= 0 && dray_grammar_peek_token(c->m, c->v, id) == 0;
-        if (id < 0 || kept)
+        if (id < 0 || dray_grammar_peek_token(c->m, c->v, id) == 0)
             return id;
     } else if (shape == DRAY_SAMPLER_TOP_K && k <= BEST_MAX) {
         uint32_t n = best_allowed(c, smp, logits, n_vocab, hist, n_hist, k);
@@ -187,6 +203,20 @@ int32_t dray_constraint_sample(struct dray_constraint *c, struct dray_sampler *s
             return dray_sampler_draw_among(smp, c->best, n);
     }
     return draw_masked(c, smp, logits, n_vocab, hist, n_hist, dead);
+}
+
+int32_t dray_constraint_sample(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
+                               uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool whole,
+                               bool *dead)
+{
+    *dead = false;
+    dray_grammar_step_begin(c->m); /* one budget for the tests, the mask and the accept */
+    int32_t id = sample(c, smp, logits, n_vocab, hist, n_hist, whole, dead);
+    /* a failed matcher answered DRAY_ERANGE or DRAY_ECANCELED to the first call
+     * that saw it, and to each later one: the peek of the draw tells which */
+    if (dray_grammar_matcher_error(c->m))
+        return dray_grammar_peek_bytes(c->m, "", 0);
+    return id;
 }
 
 uint64_t dray_constraint_full_masks(const struct dray_constraint *c)

@@ -6,6 +6,7 @@
 #ifndef DRAY_CORE_CONSTRAINT_H
 #define DRAY_CORE_CONSTRAINT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,7 +28,9 @@ void dray_constraint_free(struct dray_constraint *c);
  * whole mask is computed only when that cannot settle it, or when whole (the
  * caller needs the constrained row for logprobs: dray_sampler_row). The matcher
  * does not move (dray_constraint_accept does). *dead: nothing allowed can be
- * drawn (the returned id means nothing). A negative DRAY_E* on failure. */
+ * drawn (the returned id means nothing). A negative DRAY_E* on failure:
+ * DRAY_ERANGE when the grammar's step went over its budget (dray_constraint_error
+ * says which); the step ends with dray_constraint_accept. */
 struct dray_sampler;
 int32_t dray_constraint_sample(struct dray_constraint *c, struct dray_sampler *smp, const float *logits,
                                uint32_t n_vocab, const int32_t *hist, size_t n_hist, bool whole,
@@ -41,8 +44,13 @@ uint64_t dray_constraint_full_masks(const struct dray_constraint *c);
 const uint32_t *dray_constraint_mask(struct dray_constraint *c, long *n, int *rc);
 /* Whether id was allowed by the last mask. */
 bool dray_constraint_allowed(const struct dray_constraint *c, int32_t id);
-/* Advance over the sampled id (which the mask allowed). */
+/* Advance over the sampled id (which the mask allowed); ends the step. */
 int dray_constraint_accept(struct dray_constraint *c, int32_t id);
+/* NULL, or why c failed: one line naming the step budget it went over. */
+const char *dray_constraint_error(const struct dray_constraint *c);
+/* Let *stop (the request's cancel flag) end a grammar step from inside its
+ * loops: dray_constraint_sample then returns DRAY_ECANCELED. */
+void dray_constraint_watch(struct dray_constraint *c, const atomic_bool *stop);
 /* The output so far is complete and nothing can follow: end it now. */
 bool dray_constraint_must_end(const struct dray_constraint *c);
 /* The output so far is a complete sentence of the grammar. */

@@ -6,6 +6,7 @@
 #define DRAY_CORE_SCHED_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,6 +61,8 @@ struct dray_request {
     pthread_cond_t cv;
     struct outbuf pend, given;
     bool done, cancel, client_gone;
+    atomic_bool stop;                /* cancel, set before taking s->mu: a grammar step
+                                      * in progress sees it (dray_constraint_watch) */
     int rc;
     char error[256];
     const char *finish;

@@ -378,7 +378,7 @@ static void end_constrained(struct dray_sched *s, struct dray_request *r, const 
         finish(s, r, "error", DRAY_EINVAL, why);
 }
 
-/* Sample r's next token from its logits row (mu held). */
+/* Sample r's next token from its logits row (mu held; dropped around a grammar's draw). */
 static void advance(struct dray_sched *s, struct dray_request *r, const float *row)
 {
     const struct dray_engine *e = s->e;
@@ -390,15 +390,32 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     }
     bool dead = false;
     double t0 = dray_now_s();
-    int32_t id = r->con ? dray_constraint_sample(r->con, r->smp, row, e->info.n_vocab, r->toks,
-                                                 r->n_toks, r->lp, &dead)
-                        : dray_sampler_sample(r->smp, row, e->info.n_vocab, r->toks, r->n_toks);
+    int32_t id;
+    if (r->con) {
+        /* a grammar step may take up to grammar_step_ms: without the lock, so that
+         * clients can poll, cancel and read /metrics meanwhile (what it reads is
+         * the loop thread's alone: the constraint, the sampler, the row, toks) */
+        pthread_mutex_unlock(&s->mu);
+        id = dray_constraint_sample(r->con, r->smp, row, e->info.n_vocab, r->toks, r->n_toks, r->lp,
+                                    &dead);
+        pthread_mutex_lock(&s->mu);
+    } else {
+        id = dray_sampler_sample(r->smp, row, e->info.n_vocab, r->toks, r->n_toks);
+    }
     double dt = dray_now_s() - t0;
     s->sample_s += dt;
     s->st.sampled_tokens++;
     if (r->con) {
         s->grammar_s += dt;
         s->st.grammar_tokens++;
+    }
+    if (id < 0 && atomic_load(&r->stop)) { /* cancelled inside its grammar step */
+        finish(s, r, "cancelled", DRAY_ECANCELED, "cancelled");
+        return;
+    }
+    if (id < 0 && r->con && dray_constraint_error(r->con)) { /* this one only: the batch goes on */
+        finish(s, r, "error", DRAY_ERANGE, dray_constraint_error(r->con));
+        return;
     }
     if (id < 0) {
         finish(s, r, "error", id, id == DRAY_ENOMEM ? "out of memory for sampling" : "sampling failed");
@@ -422,6 +439,14 @@ static void advance(struct dray_sched *s, struct dray_request *r, const float *r
     int refused = r->con ? dray_constraint_accept(r->con, id) : 0;
     if (r->con)
         s->grammar_s += dray_now_s() - t0;
+    if (refused && atomic_load(&r->stop)) {
+        finish(s, r, "cancelled", DRAY_ECANCELED, "cancelled");
+        return;
+    }
+    if (refused && dray_constraint_error(r->con)) {
+        finish(s, r, "error", DRAY_ERANGE, dray_constraint_error(r->con));
+        return;
+    }
     if (refused) {
         finish(s, r, "error", DRAY_EINVAL, "the grammar refused a token its mask allowed");
         return;
@@ -669,6 +694,8 @@ static int request_new(struct dray_sched *s, const struct dray_request_params *p
         rc = dray_constraint_new(s->e, g, &r->con, err, errlen);
     if (rc)
         goto fail;
+    if (r->con)
+        dray_constraint_watch(r->con, &r->stop);
     if (g->n_stop_ids) {
         if (!(r->stop_ids = malloc(sizeof(*r->stop_ids) * g->n_stop_ids))) {
             rc = dray_fail(err, errlen, DRAY_ENOMEM, "out of memory");
@@ -784,6 +811,7 @@ int dray_request_poll(struct dray_request *r, struct dray_request_output *out, i
 void dray_request_cancel(struct dray_request *r)
 {
     struct dray_sched *s = r->s;
+    atomic_store(&r->stop, true); /* a grammar step holding s->mu ends at its next check */
     pthread_mutex_lock(&s->mu);
     r->cancel = true;
     pthread_cond_signal(&s->work);
@@ -795,6 +823,7 @@ void dray_request_free(struct dray_request *r)
     if (!r)
         return;
     struct dray_sched *s = r->s;
+    atomic_store(&r->stop, true);
     pthread_mutex_lock(&s->mu);
     bool now = r->state == REQ_DONE;
     if (!now) {

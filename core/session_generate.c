@@ -127,6 +127,10 @@ static int decode(struct dray_session *s, const struct dray_gen_params *p, struc
         bool dead = false, in_kv;
         int32_t id = next >= 0 ? next : draw(smp, con, row, V, s->hist, s->n_hist, &dead);
         next = -1;
+        if (id < 0 && con && dray_constraint_error(con)) { /* over the grammar's step budget */
+            rc = dray_fail(err, errlen, id, "%s", dray_constraint_error(con));
+            break;
+        }
         if (id < 0) {
             rc = dray_fail(err, errlen, id, "sampling failed: %s", dray_strerror(id));
             break;

@@ -61,6 +61,11 @@ void dray_srv_gen_observe(const struct dray_srv_gen *g, uint32_t i, const struct
 
 bool dray_srv_gen_ended_badly(const struct dray_request_output *o, struct dray_srv_error *e)
 {
+    if (o->rc == DRAY_ERANGE) { /* the client's grammar went over its step budget */
+        dray_srv_fail(e, 400, "invalid_request_error", "grammar_budget_exceeded", NULL, "%s",
+                      o->error ? o->error : "the grammar went over its step budget");
+        return true;
+    }
     if (o->rc && o->rc != DRAY_ECANCELED) {
         dray_srv_fail(e, 500, "server_error", NULL, NULL, "generation failed: %s",
                       o->error ? o->error : dray_strerror(o->rc));

@@ -53,7 +53,8 @@ void dray_srv_gen_usage(const struct dray_srv_gen *g, const uint32_t *completion
 void dray_srv_gen_observe(const struct dray_srv_gen *g, uint32_t i,
                           const struct dray_request_output *o);
 /* How a choice that ended without finishing normally is reported: true with e
- * filled (500 for a failure, 503 when the server cancelled it). */
+ * filled (400 when its grammar went over the step budget, 500 for a failure,
+ * 503 when the server cancelled it). */
 bool dray_srv_gen_ended_badly(const struct dray_request_output *o, struct dray_srv_error *e);
 /* The salt of choice i's tool-call ids ("call_<salt>_<n>"): the response id's
  * suffix and i, so ids differ across requests and choices. */

@@ -21,6 +21,9 @@
 
 #define DRAY_SRV_SCHEMA_MAX_DEPTH 32       /* nested schemas deeper than this: 400 */
 #define DRAY_SRV_GRAMMAR_MAX (64 * 1024)   /* bytes of GBNF one schema may become */
+#define DRAY_SRV_SCHEMA_MAX_KEY 128        /* code points of a property name when other
+                                            * keys are refused: the grammar nests a group
+                                            * per code point */
 #define DRAY_SRV_SCHEMA_MAX_REPEAT 1000    /* largest minLength, maxItems, {m,n}, ... */
 #define DRAY_SRV_JSON_WS_MAX 20            /* whitespace between two tokens: [ \t\n]{0,20} */
 

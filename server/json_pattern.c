@@ -613,6 +613,8 @@ static long rx_count(struct rxp *p)
     return v;
 }
 
+static bool rx_nullable(const struct rx *x);
+
 /* the quantifier after an atom, if any */
 static struct rx *rx_quant(struct rxp *p, struct rx *atom)
 {
@@ -652,6 +654,12 @@ static struct rx *rx_quant(struct rxp *p, struct rx *atom)
         p->i++;
     if (p->i < p->n && strchr("*+?{", p->s[p->i]))
         return rx_fail(p, "a quantifier cannot follow a quantifier");
+    const struct rx *in = atom; /* through groups of one branch of one item */
+    while ((in->kind == RX_ALT || in->kind == RX_SEQ) && in->n == 1)
+        in = in->kid[0];
+    if (max < 0 && in->kind == RX_REP && in->max < 0 && !rx_nullable(in)) /* (x*)*: below */
+        return rx_fail(p, "an unbounded quantifier on a group that is one already ((x+)*): "
+                       "its ambiguity grows with every character; write one quantifier");
     struct rx *r = rx_new(p, RX_REP);
     if (!r || !rx_push(p, r, atom))
         return NULL;

@@ -218,6 +218,12 @@ static int gen_extra_key(struct gen *g, json_t *props, struct dray_srv_buf *out)
             rc = jg_oom(g);
             goto done;
         }
+        if (keys[i - 1].n > DRAY_SRV_SCHEMA_MAX_KEY) { /* gen_not_keys recurses per code point */
+            rc = jg_bad(g, "properties", "a property name of %zu characters: at most %d are "
+                        "supported when other properties are allowed too", keys[i - 1].n,
+                        DRAY_SRV_SCHEMA_MAX_KEY);
+            goto done;
+        }
     }
     qsort(keys, n, sizeof(*keys), key_cmp);
     jg_put(g, out, "\"\\\"\" ");

@@ -166,13 +166,33 @@ static int parse_prompt(struct dray_srv_request *req, struct dray_srv_error *e)
 
 /* ------------------------------------------------------------ generation */
 
+/* Whether the grammar req->grammar is one dray can follow under the request's
+ * limits; else a 400 naming field, the grammar's field or the one it was
+ * compiled from (tools, response_format), with the parser's reason once. */
+static int check_grammar(struct dray_srv_request *req, const char *field, struct dray_srv_error *e)
+{
+    char why[400];
+    const char *g = req->grammar;
+    if (!dray_grammar_check_limits(g, strlen(g), &req->gen.grammar_limits, why, sizeof(why)))
+        return 0;
+    const char *what = !strncmp(why, "grammar: ", 9) ? why + 9 : why;
+    if (!strcmp(field, "grammar"))
+        return dray_srv_bad(e, field, "'grammar' is not a GBNF grammar dray can follow: %s", what);
+    return dray_srv_bad(e, field, "the grammar '%s' compiles to is not one dray can follow: %s",
+                        field, what);
+}
+
 /* What the reply must follow: response_format (json_grammar.h), tools (tools.h)
  * or a GBNF 'grammar' of the client's own (llama-server's field); one of them. */
 static int parse_structured(struct dray_srv_request *req, struct dray_srv_error *e)
 {
     json_t *rf = dray_srv_field(req->root, "response_format"), *gr = dray_srv_field(req->root, "grammar");
-    char *g = NULL, why[400];
-    if (dray_srv_parse_tools(req, e) || (rf && dray_srv_response_format_grammar(rf, &g, e)))
+    char *g = NULL;
+    if (dray_srv_parse_tools(req, e))
+        return -1;
+    if (req->grammar && check_grammar(req, "tools", e))
+        return -1;
+    if (rf && dray_srv_response_format_grammar(rf, &g, e))
         return -1;
     if (g && req->grammar) {
         free(g);
@@ -180,16 +200,19 @@ static int parse_structured(struct dray_srv_request *req, struct dray_srv_error 
                             "called: ask for one or the other (or 'tool_choice': \"none\")",
                             json_string_value(json_object_get(rf, "type")));
     }
-    if (g)
+    if (g) {
         req->grammar = g;
+        if (check_grammar(req, "response_format", e))
+            return -1;
+    }
     if (gr && !json_is_string(gr))
         return dray_srv_bad(e, "grammar", "'grammar' must be a string of GBNF, got %s", dray_srv_kind_of(gr));
     if (gr && req->grammar)
         return dray_srv_bad(e, "grammar", "'grammar' with %s: ask for one", rf ? "'response_format'" : "'tools'");
-    if (gr && dray_grammar_check(json_string_value(gr), json_string_length(gr), why, sizeof(why)))
-        return dray_srv_bad(e, "grammar", "'grammar' is not valid GBNF: %s", why);
     if (gr && !(req->grammar = strdup(json_string_value(gr))))
         return dray_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (gr && check_grammar(req, "grammar", e))
+        return -1;
     req->gen.grammar = req->grammar;
     return req->kind == DRAY_SRV_CHAT ? dray_srv_render_tools(req, e) : 0;
 }

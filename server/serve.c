@@ -50,8 +50,32 @@ static int wait_signal(int ms)
     return sig > 0 ? sig : 0;
 }
 
+/* Seconds the teardown may take once the grace is over: cancelled requests
+ * end at their next step (a grammar's step is bounded by grammar_step_ms), so
+ * this is only reached when something does not let go; then the process ends
+ * anyway. */
+#define DRAY_SRV_STOP_S 15
+
+static void *force_exit(void *arg)
+{
+    (void)arg;
+    sleep(DRAY_SRV_STOP_S);
+    fprintf(stderr, "dray serve: still stopping %d s after the grace: exiting now\n", DRAY_SRV_STOP_S);
+    _exit(1);
+    return NULL;
+}
+
+/* Shutdown always wins: a detached timer ends the process if the teardown
+ * hangs. */
+static void arm_force_exit(void)
+{
+    pthread_t t;
+    if (!pthread_create(&t, NULL, force_exit, NULL))
+        pthread_detach(t);
+}
+
 /* Stop accepting; in-flight requests get shutdown_grace seconds, then are
- * cancelled; a second signal cancels at once. */
+ * cancelled at their next step; a second signal cancels at once. */
 static void drain(struct dray_srv *s, int sig)
 {
     fprintf(stderr, "dray serve: %s: no new requests; %u in flight get %u s to finish\n",
@@ -68,6 +92,7 @@ static void drain(struct dray_srv *s, int sig)
             fprintf(stderr, "dray serve: second signal: cancelling now\n");
             break;
         }
+    arm_force_exit();
     if (dray_srv_in_flight(s))
         fprintf(stderr, "dray serve: cancelling %u requests\n", dray_srv_in_flight(s));
     /* cancelled requests end at the scheduler's next step; their handlers then

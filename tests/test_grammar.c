@@ -142,7 +142,7 @@ static void test_grammar_parse_rejects_left_recursion(void **state)
 static void test_grammar_parse_refuses_huge_grammars(void **state)
 {
     (void)state;
-    parse_fails("root ::= \"ab\"{40000}", "grammar too large (over 65536 elements)");
+    parse_fails("root ::= \"ab\"{40000}", "grammar too large: over 65536 elements (config key grammar_max_elements)");
     parse_fails("root ::= [a-z]{0,60000}", "grammar too large");
     size_t n = (1u << 20) + 1;
     char *big = malloc(n + 1);

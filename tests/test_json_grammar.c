@@ -806,6 +806,8 @@ static void test_unsupported_values(void **state)
     assert_refused("{'type':'string','pattern':'a$b'}", "pattern", "'$'");
     assert_refused("{'type':'string','pattern':'\\\\p{L}'}", "pattern", "\\p");
     assert_refused("{'type':'string','pattern':'(a*)*'}", "pattern", "empty string");
+    assert_refused("{'type':'string','pattern':'^(?:[a-z]+){7,}$'}", "pattern", "one already");
+    assert_refused("{'type':'string','pattern':'((a+))*'}", "pattern", "one already");
     assert_refused("{'type':'string','pattern':'[a'}", "pattern", "not closed");
     assert_refused("{'type':'string','pattern':'a{2'}", "pattern", "quantifier");
     assert_refused("{'type':'string','pattern':'^a{1001}$'}", "pattern", "1000");
@@ -870,6 +872,39 @@ static void test_limits(void **state)
     /* the param keeps its end when the path is too long for the field */
     assert_true(strlen(e.param) < sizeof(e.param));
     assert_non_null(strstr(e.param, ".items"));
+    json_decref(s);
+
+    /* a chain of $ref is nesting too: each link one level deeper */
+    json_t *defs = json_object();
+    for (int i = 0; i < DRAY_SRV_SCHEMA_MAX_DEPTH + 8; i++) {
+        char name[16], ref[32];
+        snprintf(name, sizeof(name), "d%d", i);
+        snprintf(ref, sizeof(ref), "#/$defs/d%d", i + 1);
+        json_object_set_new(defs, name, json_pack("{s:s}", "$ref", ref));
+    }
+    json_object_set_new(defs, "d40", json_pack("{s:s}", "type", "integer"));
+    s = json_pack("{s:s,s:o}", "$ref", "#/$defs/d0", "$defs", defs);
+    assert_int_equal(dray_srv_schema_grammar(s, "schema", &g, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "nested more than"));
+    json_decref(s);
+
+    /* the rule of the other keys nests a group per code point of a declared key */
+    char key[DRAY_SRV_SCHEMA_MAX_KEY + 2];
+    memset(key, 'k', sizeof(key) - 1);
+    key[sizeof(key) - 1] = 0;
+    s = json_pack("{s:s,s:{s:{}},s:{s:s}}", "type", "object", "properties", key,
+                  "additionalProperties", "type", "integer");
+    assert_int_equal(dray_srv_schema_grammar(s, "schema", &g, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "at most 128 are supported"));
+    json_decref(s);
+    key[DRAY_SRV_SCHEMA_MAX_KEY] = 0; /* 128: still compiles */
+    s = json_pack("{s:s,s:{s:{}},s:{s:s}}", "type", "object", "properties", key,
+                  "additionalProperties", "type", "integer");
+    assert_int_equal(dray_srv_schema_grammar(s, "schema", &g, &e), 0);
+    dray_grammar_free(compile(g));
+    free(g);
     json_decref(s);
 
     /* size: an enum of 8000 strings */

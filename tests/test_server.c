@@ -345,7 +345,7 @@ static void test_what_cannot_be_honoured_is_refused(void **state)
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":"
          "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}", "tool_choice", "does not list"},
         {"\"grammar\":\"root ::= \\\"a\\\"\"", NULL, NULL},
-        {"\"grammar\":\"root ::= (\"", "grammar", "not valid GBNF"},
+        {"\"grammar\":\"root ::= (\"", "grammar", "not a GBNF grammar dray can follow: line 1, column 10"},
         {"\"grammar\":3", "grammar", "must be a string"},
         {"\"n\":1", NULL, NULL},
         {"\"n\":3", NULL, NULL},

@@ -22,9 +22,12 @@
 #ifndef DRAY_CORE_GRAMMAR_H
 #define DRAY_CORE_GRAMMAR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "dray/dray.h"
 
 /* A compiled grammar: immutable once built, shared by any number of matchers
  * (and threads). */
@@ -39,6 +42,15 @@ struct dray_grammar;
  * when memory runs out. */
 int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, char *err,
                        size_t errlen);
+/* The same under lim (NULL: the defaults of dray.h's struct dray_grammar_limits):
+ * "line L, column C: ... (the limit is N: config key K)" for a rule of more
+ * alternatives, parentheses nested deeper, or more elements than lim allows;
+ * also for a repetition of a repeated item (x++, (x+)*, x{2,}+), whose
+ * ambiguity grows the matcher's work with every character. The step budget
+ * (step_stacks, step_ms) and the automaton's size (cache) go with the grammar
+ * to its matchers. */
+int dray_grammar_parse_limited(const char *text, size_t len, const struct dray_grammar_limits *lim,
+                               struct dray_grammar **out, char *err, size_t errlen);
 void dray_grammar_free(struct dray_grammar *g);
 
 /* The vocabulary as the grammar sees it: each token's bytes, built once per
@@ -67,9 +79,25 @@ int dray_grammar_matcher_clone(const struct dray_grammar_matcher *m,
                                struct dray_grammar_matcher **out);
 void dray_grammar_matcher_free(struct dray_grammar_matcher *m);
 
+/* The step budget: the work one token's decision may take: step_stacks
+ * parse-stack entries in one transition, always; step_ms milliseconds for all
+ * the calls between step_begin and step_end (calls outside a step are not
+ * timed: a caller feeding a long text in one call means it). Past it, the call returns DRAY_ERANGE and so does every later one (the
+ * matcher has failed; matcher_error says which budget). matcher_new is
+ * budgeted too: a grammar whose start alone is over it gets DRAY_ERANGE. */
+void dray_grammar_step_begin(struct dray_grammar_matcher *m);
+void dray_grammar_step_end(struct dray_grammar_matcher *m);
+/* NULL, or why the matcher failed: "grammar: one step went over ..." */
+const char *dray_grammar_matcher_error(const struct dray_grammar_matcher *m);
+/* Make m's loops watch *stop (NULL: nothing), where the budget reads the
+ * clock: once it is set, the call in progress and every later one return
+ * DRAY_ECANCELED (the matcher has failed). A clone watches nothing. */
+void dray_grammar_matcher_watch(struct dray_grammar_matcher *m, const atomic_bool *stop);
+
 /* Advance over bytes[0..n). 0 when the grammar allows them all (the matcher moved);
  * DRAY_EINVAL when it does not (the matcher is unchanged); DRAY_ENOMEM (also
- * unchanged). Bytes ending inside a character are allowed when some completion
+ * unchanged); DRAY_ERANGE or DRAY_ECANCELED when the matcher has failed (the
+ * step budget, the watched stop flag: see below; so for every call). Bytes ending inside a character are allowed when some completion
  * of it could be. */
 int dray_grammar_accept_bytes(struct dray_grammar_matcher *m, const char *bytes, size_t n);
 /* Advance over token id's bytes, as accept_bytes; an eog id is accepted when the

@@ -18,11 +18,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dray/dray.h"
 #include "grammar.h"
 
-/* Limits: a grammar bigger than these is refused at parse time. */
+/* Limits: a grammar bigger than these is refused at parse time. The element,
+ * alternative and depth limits are the defaults of struct dray_grammar_limits,
+ * which may only lower the element one. */
 #define GRAM_MAX_TEXT (1u << 20)      /* bytes of GBNF text */
 #define GRAM_MAX_ELEMENTS (1u << 16)  /* elements after expanding repetitions */
+#define GRAM_DEF_ALTERNATIVES 1024u   /* alternatives of one rule */
+#define GRAM_DEF_DEPTH 1024u          /* nesting of parentheses: the parser recurses per level, ~200 bytes of stack */
+#define GRAM_DEF_STEP_STACKS (1u << 22) /* stack entries one transition may build (16 MiB) */
+#define GRAM_DEF_STEP_MS 200u         /* milliseconds one step may take */
+#define GRAM_DEF_CACHE (8u << 20)     /* bytes of DFA per matcher before a rebuild */
 #define GRAM_MAX_REPEAT 65535u        /* m and n of x{m,n} */
 #define GRAM_MAX_CP 0x10FFFFu
 
@@ -55,7 +63,11 @@ struct dray_grammar {
     uint32_t *bounds;  /* atom a = code points [bounds[a], bounds[a + 1]) */
     uint32_t n_atoms;  /* atoms 0..127 are the ASCII code points themselves */
     uint32_t *blk_atom; /* atom of each 64-code-point block, UINT32_MAX if split */
+    struct dray_grammar_limits lim; /* what it was compiled under, defaults filled in */
 };
+
+/* lim with every 0 replaced by its default (lim NULL: all defaults). */
+void dray_gram_limits_resolve(const struct dray_grammar_limits *lim, struct dray_grammar_limits *out);
 
 /* Atom of code point cp by binary search (dray_gram_atom is the fast way). */
 uint32_t dray_gram_atom_search(const struct dray_grammar *g, uint32_t cp);
@@ -124,6 +136,7 @@ struct gram_dfa {
     uint32_t *tab; /* interning: open addressing of state id + 1 */
     uint32_t tab_cap;
     size_t budget; /* bytes; over it, the DFA is rebuilt from the states in use */
+    uint64_t *mark; /* a bit per grammar element, all clear between uses (state_tops) */
 };
 
 /* Scratch of one transition: stacks under construction and a set of them. */
@@ -166,7 +179,23 @@ struct dray_grammar_matcher {
     size_t walk_cap;
     uint32_t *bits; /* the walk's mask, one word past the vocabulary's */
     size_t bits_cap;
+    /* the step budget (grammar_budget.c) */
+    uint64_t deadline;  /* CLOCK_MONOTONIC ns the open step must end by */
+    uint32_t clock_in;  /* budget checks left before the clock is read again */
+    bool step_open;     /* dray_grammar_step_begin was called: calls share one budget */
+    int failed;         /* 0, or DRAY_ERANGE once over the budget, DRAY_ECANCELED
+                         * once *stop was seen: sticky */
+    const atomic_bool *stop; /* the owner's cancel flag, or NULL */
+    char why[200];      /* what the budget was, when failed */
 };
+
+/* At a public call: 0, or DRAY_ERANGE when the matcher has failed. */
+int dray_gram_enter(struct dray_grammar_matcher *m);
+/* Inside the loops: 0, or DRAY_ERANGE (and the matcher fails) when words, the
+ * stack entries the transition has built, is over the budget, or a step is
+ * open (dray_grammar_step_begin) and its time is up; DRAY_ECANCELED when the
+ * watched stop flag is set. The clock and the flag are read every 64 calls. */
+int dray_gram_budget(struct dray_grammar_matcher *m, size_t words);
 
 /* The whole step over byte b, computing what is not memoised yet: 1 moved (*p
  * updated), 0 rejected, DRAY_ENOMEM. */

@@ -347,7 +347,8 @@ static int walk_step(struct dray_grammar_matcher *m, uint64_t *w, uint32_t d, ui
 {
     struct gram_pos q = unpack(*p);
     uint32_t n_st = m->d.n_st;
-    int r = dray_gram_step(m, &q, b);
+    int r = dray_gram_budget(m, 0);
+    r = r ? r : dray_gram_step(m, &q, b);
     if (r <= 0)
         return r;
     *p = pack(q);
@@ -424,6 +425,11 @@ long dray_grammar_allowed(struct dray_grammar_matcher *m, const struct dray_gram
                           uint32_t *allow)
 {
     size_t words = ((size_t)v->n_vocab + 31) / 32;
+    int rc = dray_gram_enter(m);
+    if (rc) {
+        memset(allow, 0, words * sizeof(*allow));
+        return rc;
+    }
     const struct gram_mask *hit = lru_find(m, v);
     if (hit) {
         memcpy(allow, hit->bits, words * sizeof(*allow));
@@ -435,7 +441,7 @@ long dray_grammar_allowed(struct dray_grammar_matcher *m, const struct dray_gram
         return DRAY_ENOMEM;
     }
     memset(m->bits, 0, (v->pad / 32 + 1) * sizeof(*m->bits));
-    int rc = walk(m, v, m->bits);
+    rc = walk(m, v, m->bits);
     if (rc < 0) {
         memset(allow, 0, words * sizeof(*allow));
         return rc;

@@ -14,8 +14,6 @@
 #include "error.h"
 #include "grammar_internal.h"
 
-#define GRAM_DFA_BUDGET (8u << 20) /* bytes of DFA per matcher before a rebuild */
-
 
 /* The same for uint32_t capacities. */
 static int grow32(void **p, uint32_t *cap, size_t need, size_t sz)
@@ -119,10 +117,16 @@ static int scratch_push(struct gram_scratch *x, const uint32_t *ext, size_t w_of
 }
 
 /* Expand the work list until every stack has a terminal on top or is empty;
- * those go to x->out. */
-static int closure(const struct dray_grammar *g, struct gram_scratch *x)
+ * those go to x->out. Within the step's budget (grammar_budget.c): the stacks
+ * of an ambiguous grammar can multiply with every character. */
+static int closure(struct dray_grammar_matcher *m)
 {
+    const struct dray_grammar *g = m->g;
+    struct gram_scratch *x = &m->x;
     while (x->n_work > 0) {
+        int over = dray_gram_budget(m, x->n_w);
+        if (over)
+            return over;
         uint32_t k = x->work[--x->n_work];
         struct gram_ref r = x->refs[k];
         if (r.len == 0 || g->el[x->w[r.off + r.len - 1]].kind != GRAM_REF) {
@@ -154,14 +158,17 @@ static int ref_cmp(const struct gram_scratch *x, uint32_t a, uint32_t b)
     return 0;
 }
 
-/* Sort x->out[0..n) (merge sort, tmp of n). */
-static void sort_out(const struct gram_scratch *x, uint32_t *v, uint32_t *tmp, uint32_t n)
+/* Sort v[0..n) (merge sort, tmp of n), within the step's budget: a million
+ * stacks take a while. */
+static int sort_out(struct dray_grammar_matcher *m, uint32_t *v, uint32_t *tmp, uint32_t n)
 {
+    const struct gram_scratch *x = &m->x;
     if (n < 2)
-        return;
+        return 0;
     uint32_t h = n / 2;
-    sort_out(x, v, tmp, h);
-    sort_out(x, v + h, tmp, n - h);
+    int rc = dray_gram_budget(m, 0);
+    if (rc || (rc = sort_out(m, v, tmp, h)) || (rc = sort_out(m, v + h, tmp, n - h)))
+        return rc;
     uint32_t i = 0, j = h, k = 0;
     while (i < h && j < n)
         tmp[k++] = ref_cmp(x, v[j], v[i]) < 0 ? v[j++] : v[i++];
@@ -170,6 +177,7 @@ static void sort_out(const struct gram_scratch *x, uint32_t *v, uint32_t *tmp, u
     while (j < n)
         tmp[k++] = v[j++];
     memcpy(v, tmp, n * sizeof(*v));
+    return 0;
 }
 
 /* ------------------------------------------------------------ DFA states */
@@ -210,30 +218,35 @@ static int tab_grow(struct gram_dfa *d)
     return 0;
 }
 
-/* The distinct terminals atop state s's stacks, appended to the pool. */
+/* The distinct terminals atop state s's stacks, appended to the pool: linear
+ * in the stacks (a million of them may share a thousand tops), marking each
+ * top seen in d->mark and clearing the marks after. */
 static int state_tops(const struct dray_grammar *g, struct gram_dfa *d, struct gram_state *s)
 {
     (void)g;
     s->tops = (uint32_t)d->n_pool;
     s->n_tops = 0;
-    for (uint32_t k = 0, o = s->off; k < s->n_stacks; k++, o += 1 + d->pool[o]) {
+    int rc = 0;
+    for (uint32_t k = 0, o = s->off; k < s->n_stacks && !rc; k++, o += 1 + d->pool[o]) {
         uint32_t len = d->pool[o];
         if (len == 0) {
             s->accept = true;
             continue;
         }
         uint32_t top = d->pool[o + len];
-        bool dup = false;
-        for (uint32_t t = 0; t < s->n_tops && !dup; t++)
-            dup = d->pool[s->tops + t] == top;
-        if (dup)
+        if (d->mark[top >> 6] >> (top & 63) & 1)
             continue;
-        if (dray_gram_grow((void **)&d->pool, &d->cap_pool, d->n_pool + 1, sizeof(*d->pool)))
-            return DRAY_ENOMEM;
+        if (dray_gram_grow((void **)&d->pool, &d->cap_pool, d->n_pool + 1, sizeof(*d->pool))) {
+            rc = DRAY_ENOMEM;
+            break;
+        }
+        d->mark[top >> 6] |= 1ull << (top & 63);
         d->pool[d->n_pool++] = top;
         s->n_tops++;
     }
-    return 0;
+    for (uint32_t t = 0; t < s->n_tops; t++)
+        d->mark[d->pool[s->tops + t] >> 6] = 0;
+    return rc;
 }
 
 /* The id of the state whose canonical stacks are c[0..len) (n stacks), added
@@ -283,7 +296,9 @@ static int intern_out(struct dray_grammar_matcher *m, uint32_t *id)
     for (uint32_t k = 0; k < n; k++)
         len += x->refs[x->out[k]].len;
     /* the tail of x->work is free: n_work is 0 after the closure */
-    sort_out(x, x->out, x->work, n);
+    int rc = sort_out(m, x->out, x->work, n);
+    if (rc)
+        return rc;
     uint32_t *c = malloc((len ? len : 1) * sizeof(*c));
     if (!c)
         return DRAY_ENOMEM;
@@ -294,7 +309,7 @@ static int intern_out(struct dray_grammar_matcher *m, uint32_t *id)
         memcpy(c + o, x->w + r->off, r->len * sizeof(*c));
         o += r->len;
     }
-    int rc = intern(m->g, &m->d, c, (uint32_t)len, n, id);
+    rc = intern(m->g, &m->d, c, (uint32_t)len, n, id);
     free(c);
     return rc;
 }
@@ -306,7 +321,8 @@ static bool term_match(const struct dray_grammar *g, uint32_t pos, uint32_t cp)
 }
 
 /* The state after code point cp from state s: its id + GRAM_OK, or GRAM_REJECT
- * when no stack takes cp; DRAY_ENOMEM (negative) on failure. */
+ * when no stack takes cp; DRAY_ENOMEM or DRAY_ERANGE (over the step's budget;
+ * negative) on failure. */
 static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
 {
     const struct dray_grammar *g = m->g;
@@ -315,6 +331,9 @@ static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
     const struct gram_state *st = &m->d.st[s];
     for (uint32_t k = 0, o = st->off; k < st->n_stacks; k++, o += 1 + m->d.pool[o]) {
         uint32_t len = m->d.pool[o];
+        int over = dray_gram_budget(m, x->n_w);
+        if (over)
+            return over;
         if (len == 0 || !term_match(g, m->d.pool[o + len], cp))
             continue;
         uint32_t top = m->d.pool[o + len];
@@ -324,11 +343,12 @@ static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
     }
     if (x->n_work == 0)
         return GRAM_REJECT;
-    if (closure(g, x))
-        return DRAY_ENOMEM;
+    int rc = closure(m);
+    if (rc)
+        return rc;
     uint32_t id;
-    if (intern_out(m, &id))
-        return DRAY_ENOMEM;
+    if ((rc = intern_out(m, &id)))
+        return rc;
     return (long)id + GRAM_OK;
 }
 
@@ -336,9 +356,10 @@ static long advance(struct dray_grammar_matcher *m, uint32_t s, uint32_t cp)
 static int initial_state(struct dray_grammar_matcher *m, uint32_t *id)
 {
     scratch_reset(&m->x);
-    if (scratch_push(&m->x, NULL, 0, 0, m->g->start, UINT32_MAX) || closure(m->g, &m->x))
+    if (scratch_push(&m->x, NULL, 0, 0, m->g->start, UINT32_MAX))
         return DRAY_ENOMEM;
-    return intern_out(m, id);
+    int rc = closure(m);
+    return rc ? rc : intern_out(m, id);
 }
 
 /* ------------------------------------------------------------ the byte step */
@@ -501,10 +522,13 @@ int dray_grammar_matcher_new(const struct dray_grammar *g, struct dray_grammar_m
     m->g = g;
     m->d.row_len = g->n_atoms + 128; /* 256 byte entries + atoms 128.. */
     size_t row_bytes = m->d.row_len * sizeof(uint32_t);
-    m->d.budget = GRAM_DFA_BUDGET > 256 * row_bytes ? GRAM_DFA_BUDGET : 256 * row_bytes;
-    if (initial_state(m, &m->pos.s)) {
+    m->d.budget = g->lim.cache > 256 * row_bytes ? g->lim.cache : 256 * row_bytes;
+    m->d.mark = calloc(((size_t)g->n_el + 63) / 64, sizeof(*m->d.mark));
+    int rc = m->d.mark ? dray_gram_enter(m) : DRAY_ENOMEM;
+    rc = rc ? rc : initial_state(m, &m->pos.s);
+    if (rc) {
         dray_grammar_matcher_free(m);
-        return DRAY_ENOMEM;
+        return rc;
     }
     *out = m;
     return 0;
@@ -533,6 +557,8 @@ int dray_grammar_matcher_clone(const struct dray_grammar_matcher *m,
     const struct gram_dfa *d = &m->d;
     c->g = m->g;
     c->pos = m->pos;
+    c->failed = m->failed;
+    memcpy(c->why, m->why, sizeof(c->why));
     c->tick = m->tick;
     c->d.row_len = d->row_len;
     c->d.budget = d->budget;
@@ -544,6 +570,8 @@ int dray_grammar_matcher_clone(const struct dray_grammar_matcher *m,
                              sizeof(*d->trans));
     rc = rc ? rc : dup_array((void **)&c->d.pool, d->pool, d->n_pool, sizeof(*d->pool));
     rc = rc ? rc : dup_array((void **)&c->d.tab, d->tab, d->tab_cap, sizeof(*d->tab));
+    if (!rc && !(c->d.mark = calloc(((size_t)m->g->n_el + 63) / 64, sizeof(*c->d.mark))))
+        rc = DRAY_ENOMEM;
     c->lru_words = m->lru_words;
     for (int k = 0; k < GRAM_MASK_LRU && !rc; k++) {
         c->lru[k] = m->lru[k];
@@ -566,7 +594,7 @@ void dray_grammar_matcher_free(struct dray_grammar_matcher *m)
 {
     if (!m)
         return;
-    free(m->d.st), free(m->d.trans), free(m->d.pool), free(m->d.tab);
+    free(m->d.st), free(m->d.trans), free(m->d.pool), free(m->d.tab), free(m->d.mark);
     free(m->x.w), free(m->x.refs), free(m->x.work), free(m->x.out), free(m->x.seen);
     for (int k = 0; k < GRAM_MASK_LRU; k++)
         free(m->lru[k].bits);
@@ -580,6 +608,9 @@ static int feed(struct dray_grammar_matcher *m, const char *bytes, size_t n, boo
 {
     uint32_t keep[2] = {m->pos.s, m->pos.s}; /* where it started, where it is */
     struct gram_pos p = m->pos;
+    int rc = dray_gram_enter(m);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < n; i++) {
         int r = dray_gram_step(m, &p, (uint8_t)bytes[i]);
         if (r <= 0) {
@@ -611,7 +642,7 @@ int dray_grammar_peek_bytes(struct dray_grammar_matcher *m, const char *bytes, s
 
 bool dray_grammar_can_end(const struct dray_grammar_matcher *m)
 {
-    return m->pos.rem == 0 && m->d.st[m->pos.s].accept;
+    return !m->failed && m->pos.rem == 0 && m->d.st[m->pos.s].accept;
 }
 
 bool dray_grammar_must_end(const struct dray_grammar_matcher *m)

@@ -178,10 +178,16 @@ static int rule_id(struct parser *p, size_t at, size_t n, uint32_t *id)
 }
 
 /* ------------------------------------------------------------ elements */
+static int too_large(struct parser *p)
+{
+    return dray_gram_fail_at(p, p->i, "grammar too large: over %u elements (config key "
+                             "grammar_max_elements)", p->lim.max_elements);
+}
+
 static int seq_push(struct parser *p, struct seq *q, uint32_t kind, uint32_t val)
 {
-    if (q->n >= GRAM_MAX_ELEMENTS)
-        return dray_gram_fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+    if (q->n >= p->lim.max_elements)
+        return too_large(p);
     if (dray_gram_grow((void **)&q->e, &q->cap, q->n + 1, sizeof(*q->e)))
         return dray_gram_nomem(p);
     q->e[q->n++] = (struct gram_el){kind, val};
@@ -204,8 +210,14 @@ static int commit_rule(struct parser *p, uint32_t id, const struct seq *q)
     size_t n_alt = 0;
     for (size_t k = 0; k < q->n; k++)
         n_alt += q->e[k].kind == GRAM_END;
-    if (p->n_el + q->n + 2 > GRAM_MAX_ELEMENTS)
-        return dray_gram_fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+    const struct prule *r = &p->rules[id];
+    if (n_alt > p->lim.max_alternatives)
+        return dray_gram_fail_at(p, p->i, "rule '%.*s'%s has %zu alternatives, over the limit of "
+                                 "%u (config key grammar_max_alternatives)", (int)r->name_len,
+                                 p->s + r->name, r->helper ? " (a group in it)" : "", n_alt,
+                                 p->lim.max_alternatives);
+    if (p->n_el + q->n + 2 > p->lim.max_elements)
+        return too_large(p);
     if (dray_gram_grow((void **)&p->el, &p->cap_el, p->n_el + q->n, sizeof(*p->el)) ||
         dray_gram_grow((void **)&p->alts, &p->cap_alts, p->n_alts + n_alt, sizeof(*p->alts)))
         return dray_gram_nomem(p);
@@ -523,8 +535,8 @@ static int repeat_tail(struct parser *p, uint32_t origin, const struct gram_el *
     uint32_t self = inner;
     for (uint32_t k = 0; k < n_opt && !rc; k++) {
         q.n = 0;
-        if (p->n_el + (len + 3) * (uint64_t)(n_opt - k) > GRAM_MAX_ELEMENTS) {
-            rc = dray_gram_fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+        if (p->n_el + (len + 3) * (uint64_t)(n_opt - k) > p->lim.max_elements) {
+            rc = too_large(p);
             break;
         }
         if (dray_gram_grow((void **)&q.e, &q.cap, len + 3, sizeof(*q.e))) {
@@ -557,9 +569,9 @@ static int apply_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t
     size_t len = q->n - from;
     bool unbounded = max == UINT32_MAX;
     uint32_t n_opt = unbounded ? 1 : max - min;
-    if (q->n + len * (uint64_t)(min ? min - 1 : 0) + 1 > GRAM_MAX_ELEMENTS ||
-        p->n_el + (len + 3) * (uint64_t)n_opt > GRAM_MAX_ELEMENTS)
-        return dray_gram_fail_at(p, p->i, "grammar too large (over %u elements)", GRAM_MAX_ELEMENTS);
+    if (q->n + len * (uint64_t)(min ? min - 1 : 0) + 1 > p->lim.max_elements ||
+        p->n_el + (len + 3) * (uint64_t)n_opt > p->lim.max_elements)
+        return too_large(p);
     struct gram_el *s = malloc((len ? len : 1) * sizeof(*s));
     if (!s)
         return dray_gram_nomem(p);
@@ -578,11 +590,16 @@ static int apply_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t
 /* ------------------------------------------------------------ rules */
 static int parse_alternates(struct parser *p, struct seq *q, uint32_t origin, bool nested);
 
-/* ( alternates ) at the cursor: a helper rule, referenced from q. */
+/* ( alternates ) at the cursor: a helper rule, referenced from q. The parser
+ * recurses once per level, so the nesting has a limit. */
 static int parse_group(struct parser *p, struct seq *q, uint32_t origin)
 {
     size_t at = p->i;
     char b[16];
+    if (p->depth >= p->lim.max_depth)
+        return dray_gram_fail_at(p, at, "parentheses nested deeper than %u (config key "
+                                 "grammar_max_depth)", p->lim.max_depth);
+    p->depth++;
     p->i++;
     skip_space(p, true);
     struct seq sub = {0};
@@ -591,11 +608,14 @@ static int parse_group(struct parser *p, struct seq *q, uint32_t origin)
     if (!rc && peek(p) != ')')
         rc = peek(p) < 0 ? dray_gram_fail_at(p, at, "unclosed '('")
                          : dray_gram_fail_at(p, p->i, "expected ')', not %s", what_char(p, b));
+    uint32_t loops = p->group_loops;
     if (!rc) {
         p->i++;
         rc = helper_rule(p, origin, &sub, &id);
     }
     free(sub.e);
+    p->depth--;
+    p->group_loops = loops;
     return rc ? rc : seq_push(p, q, GRAM_REF, id);
 }
 
@@ -614,9 +634,13 @@ static int parse_ref(struct parser *p, struct seq *q)
     return seq_push(p, q, GRAM_REF, id);
 }
 
-/* A repetition operator at the cursor applied to the item at q[last..). */
+/* A repetition operator at the cursor applied to the item at q[last..), which
+ * *loops unbounded repetitions already repeat. One loop around another (x++,
+ * (x+)*, x{2,}+) matches nothing a single one does not, but each character
+ * multiplies the ways to split the text between them, and the matcher's work
+ * with it: refused. */
 static int parse_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t last,
-                        bool nested)
+                        uint32_t *loops, bool nested)
 {
     size_t at = p->i;
     int c = peek(p);
@@ -632,15 +656,23 @@ static int parse_repeat(struct parser *p, struct seq *q, uint32_t origin, size_t
         min = c == '+';
         max = c == '?' ? 1 : UINT32_MAX;
     }
+    if (max == UINT32_MAX && *loops)
+        return dray_gram_fail_at(p, at, "an unbounded repetition of an item that is already one "
+                                 "(x++, (x+)*): its ambiguity grows with every character; "
+                                 "write one operator");
+    *loops += max == UINT32_MAX;
     return apply_repeat(p, q, origin, last, min, max);
 }
 
-/* One item of a sequence at the cursor (its first element at q[*last]); 1 when
- * the cursor is at something that ends the sequence. */
-static int parse_item(struct parser *p, struct seq *q, uint32_t origin, size_t *last, bool nested)
+/* One item of a sequence at the cursor (its first element at q[*last], the
+ * unbounded repetitions on it in *loops); 1 when the cursor is at something
+ * that ends the sequence. */
+static int parse_item(struct parser *p, struct seq *q, uint32_t origin, size_t *last,
+                      uint32_t *loops, bool nested)
 {
     int c = peek(p);
     size_t from = q->n;
+    uint32_t inner = 0;
     int rc;
     if (c == '"')
         rc = parse_literal(p, q);
@@ -649,40 +681,52 @@ static int parse_item(struct parser *p, struct seq *q, uint32_t origin, size_t *
     else if (c == '.')
         rc = parse_any(p, q);
     else if (c == '(')
-        rc = parse_group(p, q, origin);
+        rc = parse_group(p, q, origin), inner = p->group_loops; /* (x+) is x+ */
     else if (is_name_char(c))
         rc = parse_ref(p, q);
     else if (c == '*' || c == '+' || c == '?' || c == '{')
-        return parse_repeat(p, q, origin, *last, nested);
+        return parse_repeat(p, q, origin, *last, loops, nested);
     else if (c == '<' || c == '!')
         return dray_gram_fail_at(p, p->i, "token references (<...>) are not supported");
     else
         return 1;
     *last = q->n > from ? from : SIZE_MAX; /* "" is nothing to repeat */
+    *loops = inner;
     return rc;
 }
 
-/* A sequence of items up to '|', ')', a newline (unless nested) or the end. */
-static int parse_sequence(struct parser *p, struct seq *q, uint32_t origin, bool nested)
+/* A sequence of items up to '|', ')', a newline (unless nested) or the end;
+ * *single: the loops on its item when it has exactly one, else 0. */
+static int parse_sequence(struct parser *p, struct seq *q, uint32_t origin, bool nested,
+                          uint32_t *single)
 {
-    size_t last = SIZE_MAX;
+    size_t last = SIZE_MAX, items = 0;
+    uint32_t loops = 0;
     for (;;) {
-        int rc = parse_item(p, q, origin, &last, nested);
-        if (rc == 1)
+        int c = peek(p);
+        bool repeat = c == '*' || c == '+' || c == '?' || c == '{';
+        int rc = parse_item(p, q, origin, &last, &loops, nested);
+        if (rc == 1) {
+            *single = items == 1 ? loops : 0;
             return 0;
+        }
         if (rc)
             return rc;
+        items += !repeat;
         skip_space(p, nested);
     }
 }
 
-/* Alternatives separated by '|', each ended by GRAM_END in q. */
+/* Alternatives separated by '|', each ended by GRAM_END in q; p->group_loops
+ * the loops on the item when there is one alternative of one item. */
 static int parse_alternates(struct parser *p, struct seq *q, uint32_t origin, bool nested)
 {
-    for (;;) {
-        int rc = parse_sequence(p, q, origin, nested);
+    for (uint32_t n = 1;; n++) {
+        uint32_t single = 0;
+        int rc = parse_sequence(p, q, origin, nested, &single);
         if (!rc)
             rc = seq_push(p, q, GRAM_END, 0);
+        p->group_loops = n == 1 ? single : 0;
         if (rc || peek(p) != '|')
             return rc;
         p->i++;
@@ -786,6 +830,12 @@ static int finish(struct parser *p, struct dray_grammar *g)
 int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, char *err,
                        size_t errlen)
 {
+    return dray_grammar_parse_limited(text, len, NULL, out, err, errlen);
+}
+
+int dray_grammar_parse_limited(const char *text, size_t len, const struct dray_grammar_limits *lim,
+                               struct dray_grammar **out, char *err, size_t errlen)
+{
     *out = NULL;
     if (!text && len)
         return dray_fail(err, errlen, DRAY_EINVAL, "grammar: no text");
@@ -795,7 +845,10 @@ int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, 
                          GRAM_MAX_TEXT);
     struct parser p = {.s = text, .n = len, .err = err, .errlen = errlen,
                        .any_cls = UINT32_MAX};
+    dray_gram_limits_resolve(lim, &p.lim);
     struct dray_grammar *g = calloc(1, sizeof(*g));
+    if (g)
+        g->lim = p.lim;
     int rc = g ? parse_rules(&p) : dray_gram_nomem(&p);
     if (!rc)
         rc = dray_gram_check_defined(&p);
@@ -818,9 +871,27 @@ int dray_grammar_parse(const char *text, size_t len, struct dray_grammar **out, 
 
 int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen)
 {
+    return dray_grammar_check_limits(text, len, NULL, err, errlen);
+}
+
+/* Parse, then build the start state under the step budget: a grammar whose
+ * start alone is over it would fail its request's first step. */
+int dray_grammar_check_limits(const char *text, size_t len, const struct dray_grammar_limits *lim,
+                              char *err, size_t errlen)
+{
     struct dray_grammar *g;
-    int rc = dray_grammar_parse(text, len, &g, err, errlen);
-    if (!rc)
-        dray_grammar_free(g);
+    struct dray_grammar_matcher *m = NULL;
+    int rc = dray_grammar_parse_limited(text, len, lim, &g, err, errlen);
+    if (rc)
+        return rc;
+    rc = dray_grammar_matcher_new(g, &m);
+    if (rc == DRAY_ERANGE)
+        rc = dray_fail(err, errlen, DRAY_EINVAL, "grammar: its start state alone is over the "
+                       "step budget (config keys grammar_step_stacks, grammar_step_ms: %u "
+                       "stacks, %u ms)", g->lim.step_stacks, g->lim.step_ms);
+    else if (rc)
+        rc = dray_fail(err, errlen, rc, "grammar: out of memory");
+    dray_grammar_matcher_free(m);
+    dray_grammar_free(g);
     return rc;
 }

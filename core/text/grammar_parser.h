@@ -44,6 +44,9 @@ struct parser {
     uint32_t *names; /* open addressing of user rule id + 1 by name */
     size_t names_cap;
     uint32_t any_cls; /* class of '.', UINT32_MAX until first used */
+    struct dray_grammar_limits lim; /* resolved: no 0 */
+    uint32_t depth;       /* parentheses open at the cursor */
+    uint32_t group_loops; /* the last group's loops when it is one item (parse_group) */
 };
 
 /* DRAY_EINVAL with "line L, column C: what" for text offset at. */

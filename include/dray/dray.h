@@ -145,6 +145,14 @@ struct dray_config {
     uint32_t max_connections_per_ip; /* open connections from one client address; 0 = no cap */
     uint32_t header_timeout;  /* seconds a connection may sit idle while no request is being answered */
 
+    /* grammars (a request's GBNF, and what response_format and tools compile to) */
+    uint32_t grammar_max_elements;     /* elements once repetitions are expanded */
+    uint32_t grammar_max_alternatives; /* alternatives of one rule (groups count as rules) */
+    uint32_t grammar_max_depth;        /* nesting of parentheses */
+    uint32_t grammar_step_stacks;      /* parse-stack entries one transition may build */
+    uint32_t grammar_step_ms;          /* milliseconds of grammar work one step may take */
+    uint64_t grammar_cache;            /* bytes of a sequence's automaton (state cache) */
+
     int log_level;            /* enum dray_log_level */
 };
 
@@ -241,6 +249,18 @@ struct dray_logit_bias {
     float bias;
 };
 
+/* What a grammar may cost; a field of 0 takes its default (docs/config.md). The
+ * sizes are judged when the grammar is compiled; the step budget is enforced
+ * inside the matcher's loops, and a sequence over it ends with DRAY_ERANGE. */
+struct dray_grammar_limits {
+    uint32_t max_elements;     /* default 65536 (also the most) */
+    uint32_t max_alternatives; /* default 1024 */
+    uint32_t max_depth;        /* default 1024 */
+    uint32_t step_stacks;      /* default 4194304 (stack entries of one transition) */
+    uint32_t step_ms;          /* default 200 */
+    uint64_t cache;            /* default 8 MiB */
+};
+
 struct dray_gen_params {
     float temperature;        /* 0 = greedy */
     uint32_t top_k;           /* 0 = off */
@@ -270,6 +290,9 @@ struct dray_gen_params {
                                * bytes the grammar allows next, end-of-generation only where
                                * the text is complete, and generation ends where nothing can
                                * follow (finish "stop"). Compiled (copied) at submit */
+    struct dray_grammar_limits grammar_limits; /* what the grammar may cost: over a size
+                               * limit, submit says DRAY_EINVAL; over the step budget, the
+                               * request ends with rc DRAY_ERANGE, finish "error" */
 };
 
 /* Whether dray runs the model in GGUF file g (dray/gguf.h): 0, or an error with
@@ -282,6 +305,12 @@ int dray_model_check(const struct dray_gguf *g, char *why, size_t whylen);
 /* Whether text[0..len) is a GBNF grammar dray can follow: 0, or DRAY_EINVAL with
  * "line L, column C: what" in err. */
 int dray_grammar_check(const char *text, size_t len, char *err, size_t errlen);
+/* The same under limits lim (NULL: the defaults): also DRAY_EINVAL naming the limit
+ * (and its config key) for a grammar over a size limit, or whose start alone
+ * costs more than a step may. */
+int dray_grammar_check_limits(const char *text, size_t len, const struct dray_grammar_limits *lim,
+                              char *err, size_t errlen);
+void dray_grammar_limits_from_config(const struct dray_config *cfg, struct dray_grammar_limits *l);
 void dray_gen_params_from_config(const struct dray_config *cfg, struct dray_gen_params *p);
 
 /* Streamed output: called with complete UTF-8 text as it is generated, and with

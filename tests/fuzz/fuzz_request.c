@@ -1,7 +1,9 @@
 /* libFuzzer target: dray serve's request bodies (server/request.c, jansson) and
  * the error body it answers a refusal with (server/apierr.c). The first byte
- * picks the endpoint (even: /v1/chat/completions, odd: /v1/completions); the
- * rest is the body, as the HTTP layer hands it over (not NUL-terminated).
+ * picks the endpoint, modulo 4: /v1/chat/completions, /v1/completions,
+ * /tokenize, /detokenize; the rest is the body, as the HTTP layer hands it
+ * over (not NUL-terminated). A grammar in it (grammar, tools, response_format)
+ * is compiled and its start state built, under the default limits.
  * Invariants beyond "no crash, no leak, no hang": a refusal is a 400 with a
  * message, and its error body is JSON that parses again; an accepted request
  * has what the generator needs (every message a role and content, a prompt, at
@@ -29,7 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cfg.max_messages = 64;
         ready = 1;
     }
-    enum dray_srv_kind kind = data[0] & 1 ? DRAY_SRV_COMPLETION : DRAY_SRV_CHAT;
+    static const enum dray_srv_kind kinds[] = {DRAY_SRV_CHAT, DRAY_SRV_COMPLETION, DRAY_SRV_TOKENIZE,
+                                               DRAY_SRV_DETOKENIZE};
+    enum dray_srv_kind kind = kinds[data[0] % 4];
     /* a copy of exactly the body's bytes: a read past its end is ASan's to see */
     size_t len = size - 1;
     char *body = malloc(len ? len : 1);
@@ -54,7 +58,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(body);
         return 0;
     }
-    if (kind == DRAY_SRV_CHAT) {
+    if (kind == DRAY_SRV_TOKENIZE || kind == DRAY_SRV_DETOKENIZE) {
+        /* parsed: nothing more a generator needs */
+    } else if (kind == DRAY_SRV_CHAT) {
         if (!req.n_msgs || !req.msgs)
             abort();
         for (size_t i = 0; i < req.n_msgs; i++)
