@@ -303,7 +303,7 @@ static int f_add(struct dray_ctx *ctx, const struct dray_add_args *a)
 }
 
 static const struct dray_ops faulty_ops = {
-    .version = 3,
+    .version = DRAY_ABI_VERSION, /* the CPU plugin it wraps is built from the same header */
     .name = "faulty",
     .describe = "test only: the CPU plugin with the call DRAY_FAULT names failing",
     .device_count = f_device_count,
@@ -370,20 +370,20 @@ DRAY_EXPORT int dray_plugin_negotiate(uint32_t *version, const struct dray_host 
             snprintf(err, errlen, "faulty: cannot load the CPU plugin %s: %s", path, dlerror());
             return DRAY_ENODEV;
         }
-        uint32_t v = 3;
+        uint32_t v = DRAY_ABI_VERSION;
         const struct dray_ops *inner = NULL;
         int rc = neg(&v, host, &inner, err, errlen);
         if (rc)
             return rc;
-        if (v != 3 || !inner->op_caps || !inner->weight_create) {
-            snprintf(err, errlen, "faulty: %s speaks ABI %u, not 3", path, v);
+        if (v != DRAY_ABI_VERSION || !inner->op_caps || !inner->weight_create) {
+            snprintf(err, errlen, "faulty: %s speaks ABI %u, not %u", path, v, DRAY_ABI_VERSION);
             return DRAY_EINCOMPAT;
         }
         g_inner = inner;
     }
     g_host = host;
     if (*version < faulty_ops.version) {
-        snprintf(err, errlen, "faulty implements ABI 3; this host speaks %u", *version);
+        snprintf(err, errlen, "faulty implements ABI %u; this host speaks %u", faulty_ops.version, *version);
         return DRAY_EINCOMPAT;
     }
     *version = faulty_ops.version;
