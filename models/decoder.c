@@ -308,6 +308,7 @@ int dec_load_arch(const struct dray_arch *self, struct dray_gguf *g, struct dray
         rc = dec_calib_head(m, m->n_outlier, err, errlen);
     if (!rc && m->calib && o->smooth_k && m->head_norms)
         rc = dec_kv_smooth_apply(m, err, errlen);
+    dray_weight_scratch_free(); /* every weight is prepared */
     if (!rc)
         rc = dec_alloc_acts(m, err, errlen);
     if (rc)

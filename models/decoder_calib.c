@@ -210,6 +210,7 @@ int dec_calib_end(struct dray_model *m, bool ok, char *err, size_t errlen)
         free(m->calib);
         m->calib = NULL;
     }
+    dray_weight_scratch_free(); /* the layers are prepared again */
     return ok ? rc : DRAY_EINVAL;
 }
 

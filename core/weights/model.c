@@ -68,6 +68,34 @@ int dray_model_check(const struct dray_gguf *gc, char *err, size_t errlen)
 /* Rows are converted in slabs so a 262144-row embedding never needs a full f32 copy. */
 #define SLAB_ROWS 2048u
 
+/* The staging of one weight's preparation (slabs, the whole matrix's neutral
+ * arrays), kept from one weight to the next of a load instead of allocated
+ * each time: glibc maps a block over 32 MiB afresh at every malloc, and the
+ * kernel zeroes it page by page, which was most of an 8B model's warm start
+ * (1.48 million page faults). Per thread, so loads on several threads (server
+ * replicas) never share it; dray_weight_scratch_free ends a load. */
+enum { SCRATCH_F32, SCRATCH_Q, SCRATCH_SC, SCRATCH_CODES, SCRATCH_D, SCRATCH_M, SCRATCH_COUNT };
+static _Thread_local struct { void *p; size_t cap; } scratch[SCRATCH_COUNT];
+
+static void *scratch_get(int slot, size_t bytes)
+{
+    if (scratch[slot].cap < bytes) {
+        free(scratch[slot].p);
+        scratch[slot].p = malloc(bytes);
+        scratch[slot].cap = scratch[slot].p ? bytes : 0;
+    }
+    return scratch[slot].p;
+}
+
+void dray_weight_scratch_free(void)
+{
+    for (int i = 0; i < SCRATCH_COUNT; i++) {
+        free(scratch[i].p);
+        scratch[i].p = NULL;
+        scratch[i].cap = 0;
+    }
+}
+
 /* Zero the outlier columns of f32 rows [n][k], saving them into ow (row-major
  * [n_out][n_outlier], rows row0..row0+n). */
 static void split_outliers(float *f32, uint64_t n, uint64_t k, const int32_t *outliers,
@@ -281,9 +309,9 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     out->n_outlier = dtype == DRAY_I8 && outliers && !group_rows ? n_outlier : 0;
     int quantized = dtype != DRAY_F32;
     struct prep p = {
-        .f32 = malloc(SLAB_ROWS * k * sizeof(float)),
-        .q = quantized ? malloc(SLAB_ROWS * k) : NULL,
-        .sc = malloc(SLAB_ROWS * (k / 16 + 1) * sizeof(float)),
+        .f32 = scratch_get(SCRATCH_F32, SLAB_ROWS * k * sizeof(float)),
+        .q = quantized ? scratch_get(SCRATCH_Q, SLAB_ROWS * k) : NULL,
+        .sc = scratch_get(SCRATCH_SC, SLAB_ROWS * (k / 16 + 1) * sizeof(float)),
         .fmt = dray_caps_wformat(dtype),
         .ow = out->n_outlier ? malloc(n_out * out->n_outlier * sizeof(float)) : NULL,
         .outliers = outliers,
@@ -292,9 +320,9 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     };
     if (dray_util_grouped(dtype)) {
         uint64_t groups = n_out * (k / 32), sb = dray_util_wformat_scale_bytes(p.fmt);
-        p.codes = malloc(groups * dray_util_wformat_group_bytes(p.fmt));
-        p.d = malloc(groups * sb);
-        p.m = p.fmt.has_min ? malloc(groups * sb) : NULL;
+        p.codes = scratch_get(SCRATCH_CODES, groups * dray_util_wformat_group_bytes(p.fmt));
+        p.d = scratch_get(SCRATCH_D, groups * sb);
+        p.m = p.fmt.has_min ? scratch_get(SCRATCH_M, groups * sb) : NULL;
     }
     int rc = DRAY_ENOMEM;
     if (!p.f32 || !p.sc || (quantized && !p.q) || (out->n_outlier && !p.ow) ||
@@ -332,13 +360,7 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     }
 out:
     dray_round_cache_close(p.round); /* commits only a file with every row */
-    free(p.f32);
-    free(p.q);
-    free(p.codes);
-    free(p.d);
-    free(p.m);
-    free(p.sc);
-    free(p.ow);
+    free(p.ow); /* the rest is the thread's scratch */
     if (rc)
         dray_weight_release(dev, out);
     return rc;

@@ -229,6 +229,9 @@ int dray_weight_set_outliers(struct dray_device *dev, const struct dray_gguf_ten
 /* The n largest of score[0..k) as increasing channel indices (n <= k); 0 or DRAY_ENOMEM. */
 int dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out);
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w);
+/* The end of a load on this thread: the staging dray_weight_prepare kept from
+ * one weight to the next is freed. */
+void dray_weight_scratch_free(void);
 /* A 1-D f32 tensor (norm weights) uploaded as F32. */
 int dray_vector_prepare(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t n,
                         struct dray_buf **out, char *err, size_t errlen);
