@@ -12,6 +12,10 @@ Files (write_family.py, small, SmolLM2's tokenizer):
                            olmo2's whole-vector q norm): names NAME
   architecture "mamba"     (with a tokenizer) "is not supported; dray runs: " and
                            the families
+  ABI version 3 plugin     (the template built as version 3, tests/plugins) a
+                           Llama 3 file (RoPE factors) and a Gemma 2 file (soft
+                           caps) are refused naming the version they need, and
+                           run on the same template built as version 4
 
 Measured (2026-12-07): every case as above, in about 20 s on 2 cores.
 """
@@ -36,9 +40,8 @@ CASES = [
     ("extra tensor", "llama", ["--variant", "extra"], "blk.0.attn_sinks.weight"),
     ("mixture of experts", "llama", ["--variant", "moe"], "Mixture of Experts"),
     ("qwen3 missing k norm", "qwen3", ["--drop", "blk.1.attn_k_norm.weight"], "blk.1.attn_k_norm.weight"),
-    # phi3's Q/K/V come fused or split, and dray names the split one it looked for
-    # last ("blk.0.attn_q.weight is missing"): either name passes
-    ("phi3 missing qkv", "phi3", ["--drop", "blk.0.attn_qkv.weight"], "blk.0.attn_q"),
+    # phi3's Q/K/V come fused or split: both forms are named
+    ("phi3 missing qkv", "phi3", ["--drop", "blk.0.attn_qkv.weight"], "blk.0.attn_qkv.weight"),
     ("gemma2 missing post-ffw norm", "gemma2", ["--drop", "blk.1.post_ffw_norm.weight"],
      "blk.1.post_ffw_norm.weight"),
     ("olmo2 missing q norm", "olmo2", ["--drop", "blk.0.attn_q_norm.weight"], "blk.0.attn_q_norm.weight"),
@@ -86,6 +89,31 @@ def check(dray, name, path, want):
     return fails
 
 
+def old_plugin(dray, tmp, tokenizer):
+    """ABI v4 arguments on a plugin that would drop them: refused, naming both versions."""
+    plugins = os.path.join(os.environ.get("DRAY_BUILD_ROOT", os.path.join(os.path.dirname(dray), "..")),
+                           "tests", "plugins")
+    if not os.path.exists(os.path.join(plugins, "libdray-tplv3.so")):
+        print(f"skip: no template plugins in {plugins}")
+        return []
+    env = dict(os.environ, DRAY_PLUGIN_PATH=plugins)
+    fails = []
+    for arch, opts, what in (("llama", ["--variant", "llama3"], "RoPE scaling"), ("gemma2", [], "soft-capping")):
+        path = os.path.join(tmp, f"v4-{arch}.gguf")
+        test_families.write(arch, path, tokenizer, extra=opts)
+        for backend, ok in (("tplv3", False), ("tplv4", True)):
+            r = subprocess.run([dray, "run", "-q", "-m", path, "--backend", backend, "--prompt-ids", "1,2,3",
+                                "-n", "2", "-c", "64"], capture_output=True, env=env)
+            err = r.stderr.decode(errors="replace").strip()
+            want = f"{what} needs a plugin of ABI version 4; plugin {backend} speaks version 3"
+            if ok and r.returncode:
+                fails.append(f"{arch} on {backend}: exit {r.returncode}: {err}")
+            if not ok and (r.returncode == 0 or want not in err):
+                fails.append(f"{arch} on {backend}: exit {r.returncode}, {err!r} lacks {want!r}")
+            print(f"{arch + ' on ' + backend:30s} run: exit {r.returncode}")
+    return fails
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dray", required=True)
@@ -107,6 +135,7 @@ def main():
         missing = [f for f in test_families.family_ref.FAMILIES if f not in listed]
         if missing:
             failures.append(f"unknown architecture: dray info's list {listed} lacks {missing}")
+        failures += old_plugin(a.dray, tmp, a.tokenizer)
     for f in failures:
         print("FAIL:", f)
     print("PASS" if not failures else f"{len(failures)} check(s) failed")
