@@ -239,9 +239,10 @@ static void test_vulkan_rope_matches_cpu_at_long_positions(void **state)
 }
 
 /* v4: frequency factors (Llama 3-like, then the same buffer rewritten with
- * LongRoPE-like ones: the kept table must follow the values) and attn_factor,
- * full and partial n_rot, against the CPU plugin, whose kernels test_cpu_ops
- * holds to the formula. */
+ * LongRoPE-like ones, by an upload and then by a kernel: the kept table must
+ * follow the values; the same view unwritten reuses it) and attn_factor, full
+ * and partial n_rot, against the CPU plugin, whose kernels test_cpu_ops holds
+ * to the formula. */
 static void test_vulkan_rope_freq_factors_and_attn_factor(void **state)
 {
     (void)state;
@@ -251,9 +252,14 @@ static void test_vulkan_rope_freq_factors_and_attn_factor(void **state)
         ff[i] = i < 8 ? 1.0f : i > 20 ? 8.0f : 1.0f + 7.0f * (float)(i - 8) / 12.0f;
     struct pair p = pair_up(pos, sizeof(pos)), f = pair_up(ff, sizeof(ff));
     struct { uint32_t n_rot; float af; int rewrite, use_ff; } cfg[] = {
-        {64, 1.2f, 0, 1}, {40, 0.0f, 0, 1}, {64, 1.2f, 1, 1}, {64, 1.37f, 0, 0}};
+        {64, 1.2f, 0, 1}, {40, 0.0f, 0, 1}, {64, 1.2f, 1, 1}, {64, 1.37f, 0, 0}, {64, 1.2f, 0, 1},
+        {64, 1.2f, 2, 1}, {64, 1.2f, 0, 1}};
     for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
-        if (cfg[c].rewrite) {
+        if (cfg[c].rewrite == 2) { /* ff = ff + ff by a kernel on each side */
+            struct dray_add_args cd = {VC(f, 0), VC(f, 0), VC(f, 0), 32}, vd = {VV(f, 0), VV(f, 0), VV(f, 0), 32};
+            BOTH(add, "ff doubled", cd, vd);
+        }
+        if (cfg[c].rewrite == 1) {
             for (int i = 0; i < 32; i++)
                 ff[i] = 1.0f + 0.04f * (float)(i * i);
             expect_ok(&cpu, cpu.ops->upload(cpu.ctx, (struct dray_view){f.c, 0}, ff, sizeof(ff)));

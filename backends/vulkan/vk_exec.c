@@ -343,6 +343,7 @@ int dray_vk_dispatch(struct dray_ctx *ctx, enum vk_kernel k, const struct vk_bin
         rc = vk_window(ctx, &binds[i], &di[i], &push[i]);
         if (rc)
             return rc;
+        binds[i].buf->writes++; /* a kernel may write any buffer it binds */
     }
     memcpy(push + VK_MAX_BIND, args, args_size);
     rc = vk_pipeline(ctx, k);

@@ -69,6 +69,7 @@ struct dray_buf {
     struct vk_chunk *chunk;
     VkDeviceSize off, span; /* place in chunk->mem */
     size_t nbytes;          /* as asked by the caller */
+    uint64_t writes;        /* bumped by every upload, copy, fill or kernel that may write it */
 };
 
 /* A window of a buffer one descriptor binds: bytes [start, start+len). */
@@ -84,6 +85,11 @@ struct vk_rope_key {
     bool valid;
     bool has_ff;                   /* v4: made with freq_factors (ff below) */
     float ff[VK_ROPE_MAX_PAIRS];   /* their values, n_rot/2 of them */
+    /* where they were read from, and that buffer's write count then: the same
+     * view unwritten since needs no read-back */
+    const struct dray_buf *ff_buf;
+    size_t ff_off;
+    uint64_t ff_writes;
 };
 
 struct dray_ctx {

@@ -196,6 +196,9 @@ void dray_vk_buf_free(struct dray_ctx *ctx, struct dray_buf *b)
     /* queued commands may still name b: let them finish first */
     dray_vk_flush(ctx);
     dray_vk_dset_forget(ctx, b->buf);
+    for (uint32_t s = 0; s < VK_ROPE_SLOTS; s++) /* a new buffer at b's address is another one */
+        if (ctx->rope_key[s].ff_buf == b)
+            ctx->rope_key[s].ff_buf = NULL;
     vkGetBufferMemoryRequirements(ctx->dev, b->buf, &req);
     vkDestroyBuffer(ctx->dev, b->buf, NULL);
     if (b->chunk) {
@@ -269,6 +272,8 @@ int dray_vk_upload(struct dray_ctx *ctx, struct dray_view dst, const void *src, 
         return rc;
     if (nbytes && !src)
         return dray_vk_fail(ctx, DRAY_EINVAL, "upload: NULL source");
+    if (nbytes)
+        dst.buf->writes++;
     while (nbytes) {
         if (ctx->sused >= VK_STAGING_BYTES && (rc = dray_vk_flush(ctx)))
             return rc;
@@ -318,6 +323,7 @@ int dray_vk_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view sr
         rc = dray_vk_check_view(ctx, "copy src", src, nbytes, 1);
     if (rc || nbytes == 0)
         return rc;
+    dst.buf->writes++;
     bool overlap = dst.buf == src.buf && dst.offset < src.offset + nbytes &&
                    src.offset < dst.offset + nbytes;
     if (overlap) { /* vkCmdCopyBuffer forbids overlap: bounce through scratch */
@@ -342,6 +348,7 @@ int dray_vk_fill(struct dray_ctx *ctx, struct dray_view dst, uint32_t pattern, s
         return dray_vk_fail(ctx, DRAY_EINVAL, "fill: %zu bytes is not a multiple of 4", nbytes);
     if (nbytes == 0)
         return 0;
+    dst.buf->writes++;
     if ((rc = dray_vk_begin(ctx)))
         return rc;
     vkCmdFillBuffer(ctx->cmd, dst.buf->buf, dst.offset, nbytes, pattern);

@@ -125,17 +125,32 @@ static bool vk_rope_key_fits(const struct vk_rope_key *k, const struct dray_rope
     return !ff || !memcmp(k->ff, ff, (size_t)(a->n_rot / 2) * sizeof(float));
 }
 
+/* A slot made from the same factor view, not written since: no read-back. */
+static bool vk_rope_same_view(const struct vk_rope_key *k, const struct dray_rope_args *a)
+{
+    const struct dray_buf *b = a->freq_factors.buf;
+    return k->valid && k->has_ff && k->ff_buf == b && k->ff_off == a->freq_factors.offset &&
+           k->ff_writes == b->writes && k->n_rot == a->n_rot && k->base == a->base &&
+           k->freq_scale == a->freq_scale;
+}
+
 /* Slot of the frequency table for (n_rot, base, freq_scale, freq_factors),
  * uploading it if new. Entry i = frac(freq_scale * base^(-2i/n_rot) / ff[i] / 2pi)
  * as a 64-bit fraction. The factors (v4) live in device memory and the exact
- * angle reduction needs them on the host: they are read back, which waits for
- * the queue (one wait per rope call that has them). */
+ * angle reduction needs them on the host: they are read back (a wait for the
+ * queue) unless a slot was made from the same view with no write to its
+ * buffer since, which is every call after the first for a model's factors. */
 static int vk_rope_table(struct dray_ctx *ctx, const struct dray_rope_args *a, uint32_t *slot)
 {
     uint32_t half = a->n_rot / 2, words[2 * VK_ROPE_MAX_PAIRS];
     float ffv[VK_ROPE_MAX_PAIRS], *ff = NULL;
     int rc;
 
+    for (uint32_t s = 0; a->freq_factors.buf && s < VK_ROPE_SLOTS; s++)
+        if (vk_rope_same_view(&ctx->rope_key[s], a)) {
+            *slot = s;
+            return 0;
+        }
     if (a->freq_factors.buf) {
         if ((rc = dray_vk_download(ctx, ffv, a->freq_factors, (size_t)half * sizeof(float))))
             return rc;
@@ -146,7 +161,13 @@ static int vk_rope_table(struct dray_ctx *ctx, const struct dray_rope_args *a, u
         ff = ffv;
     }
     for (uint32_t s = 0; s < VK_ROPE_SLOTS; s++) {
-        if (vk_rope_key_fits(&ctx->rope_key[s], a, ff)) {
+        struct vk_rope_key *k = &ctx->rope_key[s];
+        if (vk_rope_key_fits(k, a, ff)) {
+            if (ff) { /* the same values from this view: no read-back next time */
+                k->ff_buf = a->freq_factors.buf;
+                k->ff_off = a->freq_factors.offset;
+                k->ff_writes = a->freq_factors.buf->writes;
+            }
             *slot = s;
             return 0;
         }
@@ -170,9 +191,13 @@ static int vk_rope_table(struct dray_ctx *ctx, const struct dray_rope_args *a, u
     struct dray_view v = {ctx->rope_tab, (size_t)*slot * VK_ROPE_MAX_PAIRS * 8};
     rc = dray_vk_upload(ctx, v, words, (size_t)half * 8);
     struct vk_rope_key *k = &ctx->rope_key[*slot];
-    *k = (struct vk_rope_key){a->n_rot, a->base, a->freq_scale, rc == 0, ff != NULL, {0}};
-    if (ff)
+    *k = (struct vk_rope_key){a->n_rot, a->base, a->freq_scale, rc == 0, ff != NULL, {0}, NULL, 0, 0};
+    if (ff) {
         memcpy(k->ff, ff, (size_t)half * sizeof(float));
+        k->ff_buf = a->freq_factors.buf;
+        k->ff_off = a->freq_factors.offset;
+        k->ff_writes = a->freq_factors.buf->writes;
+    }
     return rc;
 }
 
