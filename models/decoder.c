@@ -211,6 +211,8 @@ static int dec_read_hparams(struct dray_model *m, uint32_t n_ctx, char *err, siz
     if (!rc)
         rc = dec_claim_tensors(fam, m->g, in->n_layer, err, errlen);
     if (!rc)
+        rc = dec_check_shapes(m, err, errlen);
+    if (!rc)
         rc = dec_rope_scaling(m, n_ctx ? n_ctx : in->n_ctx_train, err, errlen);
     if (!rc && m->dev && (m->attn_softcap > 0.0f) && m->dev->ops->version < 4)
         rc = dray_fail(err, errlen, DRAY_ENOTSUP, "%s: attention soft-capping needs a plugin of ABI version 4; "

@@ -27,6 +27,12 @@ int dec_rope_scaling(struct dray_model *m, uint32_t n_ctx, char *err, size_t err
 /* decoder_weights.c */
 /* The length of a vector slot's tensor in this model. */
 uint32_t dec_vec_len(const struct dray_model *m, const struct dec_slot *s);
+/* The file's rows of each part of layer matmul `which` (MM_*) and its input
+ * width; the number of parts. */
+uint32_t dec_matrix_shape(const struct dray_model *m, int which, uint32_t *rows, uint32_t *k);
+/* Every claimed tensor of the file has the shape its slot gives in this model
+ * (no device needed); else an error naming the tensor and both shapes. */
+int dec_check_shapes(const struct dray_model *m, char *err, size_t errlen);
 /* Tensor "<what>.<suffix>" (il < 0) or "blk.<il>.<what>.<suffix>"; NULL (and, when
  * required, the error) if the file has none. */
 const struct dray_gguf_tensor *dec_find_tensor(struct dray_gguf *g, int il, const char *what,

@@ -53,7 +53,7 @@ enum dray_precision dec_precision_of(uint32_t dtype)
 }
 
 /* The file's rows of each part of layer matmul `which` and its input width. */
-static uint32_t matrix_shape(const struct dray_model *m, int which, uint32_t *rows, uint32_t *k)
+uint32_t dec_matrix_shape(const struct dray_model *m, int which, uint32_t *rows, uint32_t *k)
 {
     const struct dray_model_info *in = &m->info;
     const uint32_t q = in->n_head * in->head_dim, kv = in->n_kv_head * in->head_dim; /* the file's */
@@ -102,7 +102,7 @@ static int load_layer_matrix(struct dray_model *m, uint32_t il, int which, uint3
     const struct dray_gguf_tensor *parts[3];
     void *bufs[3] = {0};
     uint32_t rows[3], k;
-    const uint32_t n = matrix_shape(m, which, rows, &k);
+    const uint32_t n = dec_matrix_shape(m, which, rows, &k);
     const uint32_t hd = m->rope_unpermute ? m->info.head_dim : 0, pairs[] = {hd, hd, 0};
     int rc = 0;
     for (uint32_t i = 0; i < n && !rc; i++) {
@@ -229,4 +229,56 @@ uint64_t dec_weight_bytes(const struct dray_weight *w)
     return (uint64_t)w->n_out * dray_util_wrow_bytes(w->dtype, w->k) +
            (uint64_t)w->n_out * dray_util_wscale_floats(w->dtype, w->k) * 4 +
            (uint64_t)w->n_outlier * (w->n_out + 1) * 4;
+}
+
+/* The shape a slot's tensor must have in this model: [ne0, ne1]. */
+static void slot_shape(const struct dray_model *m, const struct dec_slot *s, uint64_t *ne0, uint64_t *ne1)
+{
+    const struct dray_model_info *in = &m->info;
+    uint32_t rows[3], k, n;
+    *ne1 = 1;
+    switch (s->kind) {
+    case DEC_S_VEC: *ne0 = dec_vec_len(m, s); return;
+    case DEC_S_MAT:
+    case DEC_S_MAT_FUSED:
+        n = dec_matrix_shape(m, s->role, rows, &k);
+        *ne0 = k;
+        *ne1 = rows[s->kind == DEC_S_MAT ? s->part : 0];
+        for (uint32_t i = 1; s->kind == DEC_S_MAT_FUSED && i < n; i++)
+            *ne1 += rows[i];
+        return;
+    case DEC_S_BIAS:
+        n = dec_matrix_shape(m, s->role, rows, &k);
+        *ne0 = rows[s->role == MM_QKV ? s->part : 0];
+        return;
+    case DEC_S_EMBD: case DEC_S_OUTPUT: *ne0 = in->n_embd, *ne1 = 0; return; /* any vocabulary */
+    case DEC_S_OUTPUT_NORM: *ne0 = in->n_embd; return;
+    case DEC_S_ROPE_FREQS: case DEC_S_ROPE_LONG: case DEC_S_ROPE_SHORT: *ne0 = m->n_rot / 2; return;
+    default: *ne0 = 0; return; /* unused: any shape */
+    }
+}
+
+int dec_check_shapes(const struct dray_model *m, char *err, size_t errlen)
+{
+    const struct dray_gguf_tensor *embd = NULL;
+    for (uint64_t i = 0; i < dray_gguf_n_tensors(m->g); i++) {
+        const struct dray_gguf_tensor *t = dray_gguf_tensor_at(m->g, i);
+        const struct dec_slot *s = dec_slot_of(m->fam, t->name, m->info.n_layer);
+        uint64_t ne0, ne1;
+        if (!s || s->kind == DEC_S_UNUSED)
+            continue;
+        slot_shape(m, s, &ne0, &ne1);
+        embd = s->kind == DEC_S_EMBD ? t : embd;
+        bool ok = t->ne[0] == ne0 && t->ne[2] == 1 && t->ne[3] == 1 && (ne1 ? t->ne[1] == ne1 : t->ne[1] > 0);
+        if (s->kind == DEC_S_OUTPUT && ok && embd && t->ne[1] != embd->ne[1])
+            ok = false, ne1 = embd->ne[1];
+        if (!ok)
+            return dray_fail(err, errlen, DRAY_EFORMAT, "%s: tensor %s has shape [%llu, %llu, %llu, %llu], "
+                             "expected [%llu, %s%llu] for this %s model", dray_gguf_name(m->g), t->name,
+                             (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                             (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                             (unsigned long long)ne0, ne1 ? "" : "vocabulary ", (unsigned long long)ne1,
+                             m->fam->arch);
+    }
+    return 0;
 }

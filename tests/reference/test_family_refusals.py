@@ -10,6 +10,8 @@ Files (write_family.py, small, SmolLM2's tokenizer):
   --drop NAME              a required tensor missing, one per family kind (norms
                            of qwen3, phi3's fused QKV, gemma2's post-FFN norm,
                            olmo2's whole-vector q norm): names NAME
+  --shrink NAME            a tensor one row short (a matrix, a fused matrix, a
+                           bias): names NAME and its shape
   architecture "mamba"     (with a tokenizer) "is not supported; dray runs: " and
                            the families
   ABI version 3 plugin     (the template built as version 3, tests/plugins) a
@@ -45,6 +47,10 @@ CASES = [
     ("gemma2 missing post-ffw norm", "gemma2", ["--drop", "blk.1.post_ffw_norm.weight"],
      "blk.1.post_ffw_norm.weight"),
     ("olmo2 missing q norm", "olmo2", ["--drop", "blk.0.attn_q_norm.weight"], "blk.0.attn_q_norm.weight"),
+    # a tensor one row short: named with both shapes, by dray info too (no device)
+    ("qwen2 short k", "qwen2", ["--shrink", "blk.1.attn_k.weight"], "blk.1.attn_k.weight has shape [64, 31, 1, 1], expected [64, 32]"),
+    ("phi3 short fused up", "phi3", ["--shrink", "blk.0.ffn_up.weight"], "blk.0.ffn_up.weight has shape"),
+    ("qwen2 short bias", "qwen2", ["--shrink", "blk.0.attn_v.bias"], "blk.0.attn_v.bias has shape"),
 ]
 
 

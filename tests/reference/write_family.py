@@ -88,6 +88,8 @@ def main():
     ap.add_argument("--drop", action="append", default=[], metavar="NAME",
                     help="leave tensor NAME out of the file (repeatable)")
     ap.add_argument("--pre", default="", help="override tokenizer.ggml.pre (checks a pre-split rule)")
+    ap.add_argument("--shrink", action="append", default=[], metavar="NAME",
+                    help="write tensor NAME with one row (or element) too few (repeatable)")
     a = ap.parse_args()
 
     arch, d = a.arch, a.embd
@@ -103,6 +105,9 @@ def main():
     def add_or_drop(name, arr):  # the weights are drawn either way: the rest stay the same
         if name in a.drop:
             dropped.add(name)
+        elif name in a.shrink:  # a misshapen tensor: the check must name it
+            dropped.add(name)
+            add_tensor(name, arr[:-1])
         else:
             add_tensor(name, arr)
     w.add_tensor = add_or_drop
@@ -192,8 +197,9 @@ def main():
             w.add_tensor(b + "ffn_gate.weight", mat(ff, d))
             w.add_tensor(b + "ffn_up.weight", mat(ff, d))
         w.add_tensor(b + "ffn_down.weight", mat(d, ff))
-    if set(a.drop) - dropped:
-        sys.exit(f"write_family.py: --drop {sorted(set(a.drop) - dropped)}: no such tensor in a {arch} file")
+    if set(a.drop + a.shrink) - dropped:
+        sys.exit(f"write_family.py: --drop/--shrink {sorted(set(a.drop + a.shrink) - dropped)}: "
+                 f"no such tensor in a {arch} file")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
