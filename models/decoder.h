@@ -111,9 +111,10 @@ struct dray_model {
     uint32_t mb;               /* micro-batch of the KV step the running forward pass is on */
     struct dray_gguf *g;       /* the file, for re-preparing weights after calibration */
     /* calibration scores: largest |x| per input channel of each layer matmul,
-     * [n_layer][MM_COUNT][calib_k] then the head, then (head norms only) the K
-     * maxima of dec_calib_kmax (kept after calibrating, or given at load from the
-     * cache), and while calibrating a host copy of one input or of qkv */
+     * a row of its own width per (layer, matmul slot) (dec_calib_row), then the
+     * head's row, then (head norms only) the K maxima of dec_calib_kmax (kept
+     * after calibrating, or given at load from the cache), and while
+     * calibrating a host copy of one input or of qkv (calib_k: the widest row) */
     float *calib, *calib_host;
     uint32_t calib_k;
     uint32_t n_outlier;        /* outlier channels per layer matmul picked from calib */

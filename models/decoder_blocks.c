@@ -35,7 +35,7 @@ int dec_observe(struct dray_model *m, uint32_t il, int which, struct dray_buf *x
         return 0;
     int rc = m->dev->ops->download(m->dev->ctx, m->calib_host, (struct dray_view){x, 0}, (size_t)T * stride * 4);
     /* a slice's channels at their place in the whole model's row */
-    float *amax = m->calib + ((size_t)il * MM_COUNT + (size_t)which) * m->calib_k + dec_tp_k0(m, which);
+    float *amax = m->calib + dec_calib_row(m, il, which) + dec_tp_k0(m, which);
     for (uint32_t t = 0; !rc && t < T; t++)
         for (uint32_t c = 0; c < k; c++) {
             float a = fabsf(m->calib_host[(size_t)t * stride + c]);

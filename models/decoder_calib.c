@@ -18,17 +18,32 @@ uint32_t dec_mm_k(const struct dray_model *m, int which)
     return ks[which];
 }
 
+/* The widest score row (sizes the host copy of an input and the picks). */
 static void set_calib_k(struct dray_model *m)
 {
-    uint32_t q = dec_mm_k(m, MM_O);
-    m->calib_k = m->info.n_embd > q ? m->info.n_embd : q;
-    m->calib_k = m->info.n_ff > m->calib_k ? m->info.n_ff : m->calib_k;
+    m->calib_k = 0;
+    for (int w = 0; w < MM_COUNT; w++)
+        m->calib_k = dec_mm_k(m, w) > m->calib_k ? dec_mm_k(m, w) : m->calib_k;
 }
 
-/* The outlier scores, then (models with head norms) the K maxima. */
+/* Scores are keyed by (layer, matmul slot): the row of layer il's matmul
+ * `which` holds the largest |x| of each of its own k input channels, rows of
+ * a layer in MM_* order, layer after layer, then the head's row (il =
+ * n_layer: n_embd wide), then (head norms only) the K maxima. */
+size_t dec_calib_row(const struct dray_model *m, uint32_t il, int which)
+{
+    size_t layer = 0, before = 0;
+    for (int w = 0; w < MM_COUNT; w++) {
+        before += w < which ? dec_mm_k(m, w) : 0;
+        layer += dec_mm_k(m, w);
+    }
+    return (size_t)il * layer + (il < m->info.n_layer ? before : 0);
+}
+
+/* The outlier scores (every row, the head's last), then the K maxima. */
 static size_t matmul_scores(const struct dray_model *m)
 {
-    return ((size_t)m->info.n_layer * MM_COUNT + 1) * m->calib_k;
+    return dec_calib_row(m, m->info.n_layer, 0) + m->info.n_embd;
 }
 
 static size_t calib_count(const struct dray_model *m)
@@ -41,11 +56,11 @@ float *dec_calib_kmax(struct dray_model *m)
     return m->calib && m->head_norms ? m->calib + matmul_scores(m) : NULL;
 }
 
-/* The loudest n input channels of score row `slot` (k wide) into m->pick. */
-int dec_pick_outliers(struct dray_model *m, size_t slot, uint32_t k, uint32_t n, char *err,
+/* The loudest n input channels of the score row of (il, which), k wide, into m->pick. */
+int dec_pick_outliers(struct dray_model *m, uint32_t il, int which, uint32_t k, uint32_t n, char *err,
                       size_t errlen)
 {
-    int rc = dray_pick_outliers(m->calib + slot * m->calib_k, k, n, m->pick);
+    int rc = dray_pick_outliers(m->calib + dec_calib_row(m, il, which), k, n, m->pick);
     return rc ? dray_fail(err, errlen, rc, "calibration: out of memory") : 0;
 }
 
@@ -123,7 +138,7 @@ int dec_calib_head(struct dray_model *m, uint32_t n_outlier, char *err, size_t e
 {
     const struct dray_model_info *in = &m->info;
     uint32_t no = n_outlier / 2 < in->n_embd / 8 ? n_outlier / 2 : in->n_embd / 8;
-    int rc = dec_pick_outliers(m, (size_t)in->n_layer * MM_COUNT, in->n_embd, no, err, errlen);
+    int rc = dec_pick_outliers(m, in->n_layer, 0, in->n_embd, no, err, errlen);
     if (rc)
         return rc;
     if (m->output.n_out) {

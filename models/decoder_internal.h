@@ -95,8 +95,11 @@ int dec_tp_reduce(struct dray_model *m, uint32_t T);
 /* decoder_calib.c */
 /* Input width of each layer matmul. */
 uint32_t dec_mm_k(const struct dray_model *m, int which);
-/* The loudest n input channels of score row `slot` (k wide) into m->pick. */
-int dec_pick_outliers(struct dray_model *m, size_t slot, uint32_t k, uint32_t n, char *err,
+/* Where the calibration score row of layer il's matmul `which` starts (il =
+ * n_layer: the head's), keyed by (layer, slot) rather than a padded stride. */
+size_t dec_calib_row(const struct dray_model *m, uint32_t il, int which);
+/* The loudest n input channels of the score row of (il, which), k wide, into m->pick. */
+int dec_pick_outliers(struct dray_model *m, uint32_t il, int which, uint32_t k, uint32_t n, char *err,
                       size_t errlen);
 /* Scores from the calibration cache (dray_model_opts.calib_scores). */
 int dec_adopt_scores(struct dray_model *m, const struct dray_model_opts *o, char *err,

@@ -177,7 +177,7 @@ int dec_load_layer_matrix_picked(struct dray_model *m, uint32_t il, int which, u
     if (!m->calib || dtype != DRAY_I8 || !no)
         return load_layer_matrix(m, il, which, dtype, NULL, 0, err, errlen);
     /* picked over the whole row (the one-process choice), then this slice's share */
-    int rc = dec_pick_outliers(m, (size_t)il * MM_COUNT + (size_t)which, k, no, err, errlen);
+    int rc = dec_pick_outliers(m, il, which, k, no, err, errlen);
     no = rc ? 0 : dec_tp_local_picks(m, which, no);
     return rc ? rc : load_layer_matrix(m, il, which, dtype, no ? m->pick : NULL, no, err, errlen);
 }
