@@ -82,7 +82,7 @@ int dray_remote_forward_send(struct dray_remote *r, const struct dray_kv *kv, ui
                              uint32_t n_embd, const struct dray_batch *b, char *err, size_t errlen);
 int dray_remote_forward_wait(struct dray_remote *r, double *compute_s, char *err, size_t errlen);
 
-/* The calibration hooks (dray_arch.calib_begin/end/scores) on the rank's part;
+/* The calibration steps (dray_model_calib_begin/end/scores) on the rank's part;
  * scores: *n floats, malloc'd. */
 int dray_remote_calib_begin(struct dray_remote *r, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
                             size_t errlen);

@@ -79,7 +79,7 @@ static int allreduce(void *user, float *buf, size_t n, char *err, size_t errlen)
 static void unload(struct worker *w)
 {
     if (w->model)
-        w->arch->free(w->model);
+        dray_model_free(w->model);
     w->model = NULL;
     dray_gguf_close(w->g);
     w->g = NULL;
@@ -113,7 +113,7 @@ static int do_load(struct worker *w, struct dist_rd *rd, const struct dist_req *
     int rc = dray_gguf_open(file, &w->g, err, errlen);
     if (!rc)
         rc = dray_model_load(w->g, &w->dev, &mo, &w->arch, &w->model, err, errlen);
-    const struct dray_model_info *mi = rc ? NULL : w->arch->info(w->model);
+    const struct dray_model_info *mi = rc ? NULL : dray_model_info(w->model);
     if (mi && (rc = dray_kv_view_new(mi->n_layer, &w->view)))
         dray_fail(err, errlen, rc, "out of memory");
     if (rc) {
@@ -135,7 +135,7 @@ static int do_forward(struct worker *w, struct dist_rd *rd, const struct dist_re
     uint32_t l0 = (uint32_t)q->a, l1 = (uint32_t)q->b, n_tok = (uint32_t)q->c, n_embd = (uint32_t)q->d;
     if (!w->model)
         return dray_fail(err, errlen, DRAY_EINVAL, "no model loaded");
-    const struct dray_model_info *mi = w->arch->info(w->model);
+    const struct dray_model_info *mi = dray_model_info(w->model);
     if (l0 >= l1 || l1 > mi->n_layer || n_embd != mi->n_embd || !n_tok || n_tok > (1u << 20))
         return dray_fail(err, errlen, DRAY_EINVAL, "forward of layers %u..%u, %u tokens of %u: not this part "
                          "(%u layers of %u)", l0, l1, n_tok, n_embd, mi->n_layer, mi->n_embd);
@@ -170,7 +170,7 @@ static int do_forward(struct worker *w, struct dist_rd *rd, const struct dist_re
     struct dray_batch b = {.n_tok = n_tok, .pos = pos, .part = &p};
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = w->arch->forward(w->model, w->view, &b, err, errlen);
+    int rc = dray_model_forward(w->model, w->view, &b, err, errlen);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *compute_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
     return rc;
@@ -273,20 +273,20 @@ static int serve_one(struct worker *w, const void *msg, size_t n, bool *bye, cha
         pay_n = q->e ? 0 : (size_t)q->c * q->d * sizeof(float); /* e: tensor parallel, rank 0 has x */
         break;
     case DIST_CALIB_BEGIN:
-        if (!w->model || !w->arch->calib_begin)
+        if (!w->model)
             rc = dray_fail(err, sizeof(err), DRAY_EINVAL, "no model to calibrate");
         else
-            rc = w->arch->calib_begin(w->model, (uint32_t)q->a, (uint32_t)q->b, q->c != 0, err, sizeof(err));
+            rc = dray_model_calib_begin(w->model, (uint32_t)q->a, (uint32_t)q->b, q->c != 0, err, sizeof(err));
         break;
     case DIST_CALIB_END:
-        if (!w->model || !w->arch->calib_end)
+        if (!w->model)
             rc = dray_fail(err, sizeof(err), DRAY_EINVAL, "no model to calibrate");
         else
-            rc = w->arch->calib_end(w->model, q->a != 0, err, sizeof(err));
+            rc = dray_model_calib_end(w->model, q->a != 0, err, sizeof(err));
         break;
     case DIST_CALIB_SCORES: {
         const float *sc = NULL;
-        a.a = w->model && w->arch->calib_scores ? w->arch->calib_scores(w->model, &sc) : 0;
+        a.a = w->model ? dray_model_calib_scores(w->model, &sc) : 0;
         pay = sc;
         pay_n = a.a * sizeof(float);
         break;

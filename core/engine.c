@@ -163,9 +163,9 @@ static int calibrate(struct dray_engine *e, char *err, size_t errlen)
         if (!rc)
             dray_info("calibrated the split on %zu tokens in %.2f s", n_ids, dray_now_s() - t0);
     } else {
-        rc = dray_calibrate(e->arch, e->model, &e->dev, e->tok, outliers ? e->cfg.outlier_channels : 0,
+        rc = dray_calibrate(e->model, &e->dev, e->tok, outliers ? e->cfg.outlier_channels : 0,
                             smooth_k, err, errlen);
-        n = rc || !e->arch->calib_scores ? 0 : e->arch->calib_scores(e->model, &scores);
+        n = rc ? 0 : dray_model_calib_scores(e->model, &scores);
     }
     if (rc || !n) {
         free(merged);
@@ -181,7 +181,7 @@ static int calibrate(struct dray_engine *e, char *err, size_t errlen)
 
 static int open_kv(struct dray_engine *e, char *err, size_t errlen)
 {
-    const struct dray_model_info *mi = e->arch->info(e->model);
+    const struct dray_model_info *mi = dray_model_info(e->model);
     const struct dray_config *c = &e->cfg;
     struct dray_kv_desc d = {
         .n_layer = mi->n_layer, .window = mi->window, .share_with = mi->share_kv,
@@ -211,7 +211,7 @@ static int open_kv(struct dray_engine *e, char *err, size_t errlen)
  * (rope.dimension_count, mi->n_rot). */
 static int check_shapes(struct dray_engine *e, char *err, size_t errlen)
 {
-    const struct dray_model_info *mi = e->arch->info(e->model);
+    const struct dray_model_info *mi = dray_model_info(e->model);
     uint32_t q = mi->n_head * mi->head_dim;
     struct dray_caps_shape sh = {.head_dim = mi->head_dim, .n_rot = mi->n_rot ? mi->n_rot : mi->head_dim,
                                  .n_head = mi->n_head};
@@ -231,7 +231,7 @@ static int check_shapes(struct dray_engine *e, char *err, size_t errlen)
 
 static void fill_info(struct dray_engine *e)
 {
-    const struct dray_model_info *mi = e->arch->info(e->model);
+    const struct dray_model_info *mi = dray_model_info(e->model);
     struct dray_engine_info *in = &e->info;
     in->model_path = e->cfg.model;
     in->model_name = mi->name;
@@ -280,7 +280,7 @@ static void sum_parts(struct dray_engine *e)
         in->step_weight_bytes += st->step_weight_bytes;
         in->n_params += st->n_params;
     }
-    const struct dray_model_info *mi = e->split ? NULL : e->arch->info(e->model);
+    const struct dray_model_info *mi = e->split ? NULL : dray_model_info(e->model);
     if (mi) {
         in->weight_bytes = mi->weight_bytes;
         in->step_weight_bytes = mi->step_weight_bytes;
@@ -454,7 +454,7 @@ void dray_engine_close(struct dray_engine *e)
     if (e->kv)
         dray_kv_free(e->kv);
     if (e->model && !e->split)
-        e->arch->free(e->model);
+        dray_model_free(e->model);
     dray_split_free(e->split);
     dray_tokenizer_free(e->tok);
     dray_chat_template_free(&e->chat);
@@ -501,7 +501,7 @@ const struct dray_engine_info *dray_engine_get_info(const struct dray_engine *e)
 
 void dray_engine_rescore_stats(const struct dray_engine *e, uint64_t *rows, uint64_t *candidates)
 {
-    const struct dray_model_info *mi = e->arch->info(e->model);
+    const struct dray_model_info *mi = dray_model_info(e->model);
     *rows = mi->rescore_rows;
     *candidates = mi->rescore_candidates;
 }

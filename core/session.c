@@ -96,7 +96,7 @@ int dray_engine_step(struct dray_session *const *ss, uint32_t n_seq, const uint3
     int rc = e->split ? dray_split_forward(e->split, e->kv, n_seq, seq_ids, n, &b, err, errlen)
                       : dray_kv_step_begin(e->kv, n_seq, seq_ids, n, err, errlen);
     if (!rc && !e->split) {
-        rc = e->arch->forward(e->model, e->kv, &b, err, errlen);
+        rc = dray_model_forward(e->model, e->kv, &b, err, errlen);
         if (rc)
             dray_kv_step_abort(e->kv);
         else

@@ -94,7 +94,7 @@ void dray_split_free(struct dray_split *s)
         return;
     for (uint32_t i = 0; i < s->n_stage; i++) {
         if (s->st[i].model)
-            s->arch->free(s->st[i].model);
+            dray_model_free(s->st[i].model);
         if (s->st[i].remote)
             dray_remote_close(s->st[i].remote);
         else
@@ -257,7 +257,7 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
             rc = dray_remote_load(st->remote, cfg->model, &o, &st->weight_bytes, &st->step_weight_bytes,
                                   &st->n_params, why, sizeof(why));
         } else if (!(rc = dray_model_load(g, &st->dev, &o, arch, &st->model, why, sizeof(why)))) {
-            const struct dray_model_info *pi = (*arch)->info(st->model);
+            const struct dray_model_info *pi = dray_model_info(st->model);
             st->weight_bytes = pi->weight_bytes;
             st->step_weight_bytes = pi->step_weight_bytes;
             st->n_params = pi->n_params;
@@ -273,7 +273,7 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
     if (rc) { /* a retry (engine.c, on stale cached scores) starts clean */
         for (uint32_t d = 0; d < s->n_stage; d++) {
             if (s->st[d].model)
-                a->free(s->st[d].model);
+                dray_model_free(s->st[d].model);
             else if (s->st[d].remote && s->st[d].loaded)
                 dray_remote_unload(s->st[d].remote);
             s->st[d].model = NULL;
@@ -281,7 +281,7 @@ int dray_split_load(struct dray_split *s, const struct dray_config *cfg, struct 
         }
         return rc;
     }
-    const struct dray_model_info *mi = a->info(s->st[s->head].model);
+    const struct dray_model_info *mi = dray_model_info(s->st[s->head].model);
     s->n_embd = mi->n_embd;
     s->n_vocab = mi->n_vocab;
     build_tasks(s);
@@ -380,7 +380,7 @@ static int run_task(struct split_run *r, uint32_t m, uint32_t ti, char *err, siz
         st->remote_calls++;
         st->wire_s += split_now_s() - t0 - compute;
     } else {
-        rc = s->arch->forward(st->model, r->kv, &b, why, sizeof(why));
+        rc = dray_model_forward(st->model, r->kv, &b, why, sizeof(why));
     }
     if (!rc)
         return 0;
@@ -604,9 +604,7 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
 {
     *scores = NULL;
     *n_scores = 0;
-    if (!s->arch->calib_begin || !s->arch->calib_end || !s->arch->calib_scores)
-        return 0;
-    const struct dray_model_info *mi = s->arch->info(s->st[s->head].model);
+    const struct dray_model_info *mi = dray_model_info(s->st[s->head].model);
     struct dray_kv_desc d = dray_calibration_kv_desc(mi, n, NULL);
     struct dray_kv *kv = NULL;
     int rc = dray_split_kv_create(s, &d, &kv, err, errlen);
@@ -615,7 +613,7 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
         if (s->st[begun].remote && s->st[begun].loaded)
             rc = dray_remote_calib_begin(s->st[begun].remote, n, n_outlier, smooth_k, err, errlen);
         else if (s->st[begun].model)
-            rc = s->arch->calib_begin(s->st[begun].model, n, n_outlier, smooth_k, err, errlen);
+            rc = dray_model_calib_begin(s->st[begun].model, n, n_outlier, smooth_k, err, errlen);
     /* the head sees the last rows only: their logits are computed and dropped */
     uint32_t n_rows = n < 16 ? n : 16, rows[16], seq = 0;
     float *logits = malloc((size_t)n_rows * s->n_vocab * sizeof(float));
@@ -645,7 +643,7 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
                 break;
             sc = theirs;
         } else if (s->st[d].model) {
-            k = s->arch->calib_scores(s->st[d].model, &sc);
+            k = dray_model_calib_scores(s->st[d].model, &sc);
         }
         if (!k)
             continue;
@@ -664,7 +662,7 @@ int dray_split_calibrate(struct dray_split *s, const int32_t *ids, uint32_t n, u
         if (s->st[d].remote && s->st[d].loaded)
             rc2 = dray_remote_calib_end(s->st[d].remote, rc == 0, why, sizeof(why));
         else if (s->st[d].model)
-            rc2 = s->arch->calib_end(s->st[d].model, rc == 0, why, sizeof(why));
+            rc2 = dray_model_calib_end(s->st[d].model, rc == 0, why, sizeof(why));
         if (rc2 && !rc)
             rc = dray_fail(err, errlen, rc2, "%s", why);
     }

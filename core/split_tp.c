@@ -54,7 +54,7 @@ static void unload_all(struct dray_split *s)
 {
     for (uint32_t d = 0; d < s->n_stage; d++) {
         if (s->st[d].model)
-            s->arch->free(s->st[d].model);
+            dray_model_free(s->st[d].model);
         else if (s->st[d].remote && s->st[d].loaded)
             dray_remote_unload(s->st[d].remote);
         s->st[d].model = NULL;
@@ -117,7 +117,7 @@ int split_tp_load(struct dray_split *s, struct dray_gguf *g, const struct dray_c
     if (rc)
         return dray_fail(err, errlen, rc, "tensor parallel rank 0 (%s): %s", st0->dev.plugin->name, why);
     s->arch = *arch;
-    const struct dray_model_info *mi = s->arch->info(st0->model);
+    const struct dray_model_info *mi = dray_model_info(st0->model);
     s->n_layer = mi->n_layer;
     s->n_embd = mi->n_embd;
     s->n_vocab = mi->n_vocab;
@@ -223,7 +223,7 @@ int split_tp_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq, c
     /* x = the embedding, on rank 0 */
     struct dray_batch_part pe = {.x_out = s->x[0]};
     struct dray_batch be = {.n_tok = b->n_tok, .ids = b->ids, .pos = b->pos, .part = &pe};
-    rc = s->arch->forward(st0->model, kv, &be, why, sizeof(why));
+    rc = dray_model_forward(st0->model, kv, &be, why, sizeof(why));
     if (rc)
         dray_fail(err, errlen, rc, "tensor parallel rank 0 (%s), the embedding: %s", st0->dev.plugin->name, why);
     /* every rank's slice of every layer, at once */
@@ -238,7 +238,7 @@ int split_tp_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq, c
             break;
     }
     double t0 = split_now_s();
-    if (!rc && (rc = s->arch->forward(st0->model, kv, &bl, why, sizeof(why))))
+    if (!rc && (rc = dray_model_forward(st0->model, kv, &bl, why, sizeof(why))))
         dray_fail(err, errlen, rc, "tensor parallel rank 0 (%s): %s", st0->dev.plugin->name, why);
     st0->busy_s += split_now_s() - t0;
     /* every request sent gets its answer taken; the time between the ranks is
@@ -258,7 +258,7 @@ int split_tp_forward(struct dray_split *s, struct dray_kv *kv, uint32_t n_seq, c
         dray_kv_step_abort(kv);
     else
         dray_kv_step_end(kv);
-    const struct dray_model_info *mi = s->arch->info(st0->model);
+    const struct dray_model_info *mi = dray_model_info(st0->model);
     s->stats.allreduces = mi->tp_reduces;
     s->stats.allreduce_s = mi->tp_reduce_s;
     s->stats.steps++;

@@ -97,7 +97,7 @@ int dec_alloc_acts(struct dray_model *m, char *err, size_t errlen)
                                                            : dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory");
 }
 
-void dec_free(struct dray_model *m)
+void dray_model_free(struct dray_model *m)
 {
     if (!m)
         return;
@@ -220,7 +220,7 @@ static int dec_read_hparams(struct dray_model *m, uint32_t n_ctx, char *err, siz
     return rc;
 }
 
-int dec_check_file(const struct dray_arch *self, struct dray_gguf *g, char *err, size_t errlen)
+int dray_model_check_family(const struct dray_arch *self, struct dray_gguf *g, char *err, size_t errlen)
 {
     struct dray_model *m = calloc(1, sizeof(*m));
     if (!m)
@@ -234,8 +234,8 @@ int dec_check_file(const struct dray_arch *self, struct dray_gguf *g, char *err,
     return rc;
 }
 
-int dec_load_arch(const struct dray_arch *self, struct dray_gguf *g, struct dray_device *dev,
-                  const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen)
+int dray_model_load_family(const struct dray_arch *self, struct dray_gguf *g, struct dray_device *dev,
+                           const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen)
 {
     const struct dec_family *fam = self->family;
     struct dray_model *m = calloc(1, sizeof(*m));
@@ -323,11 +323,11 @@ int dec_load_arch(const struct dray_arch *self, struct dray_gguf *g, struct dray
     *out = m;
     return 0;
 fail:
-    dec_free(m);
+    dray_model_free(m);
     return rc;
 }
 
-const struct dray_model_info *dec_info(const struct dray_model *m)
+const struct dray_model_info *dray_model_info(const struct dray_model *m)
 {
     return &m->info;
 }

@@ -106,7 +106,7 @@ struct dray_model {
     uint32_t l0, l1;           /* the layers this part holds (all of them unless split) */
     bool has_head;             /* this part holds the embedding, output norm and head */
     uint32_t wdtype;           /* the precision's weight dtype (DRAY_I8, DRAY_F32, grouped) */
-    bool calib_on, calib_outliers, calib_smooth; /* between dec_calib_begin and _end */
+    bool calib_on, calib_outliers, calib_smooth; /* between dray_model_calib_begin and _end */
     uint32_t calib_max_batch;  /* max_batch before calibration resized the activations */
     uint32_t mb;               /* micro-batch of the KV step the running forward pass is on */
     struct dray_gguf *g;       /* the file, for re-preparing weights after calibration */
@@ -131,22 +131,11 @@ struct dray_model {
     float *tp_host;            /* [max_batch][n_embd] the all-reduce's host copy */
 };
 
-/* ---------------------------------------------------------------- the arch hooks */
+/* ---------------------------------------------------------------- the model interface */
 
-/* The hooks of every family's struct dray_arch (family.h, DEC_FAMILY). */
-int dec_load_arch(const struct dray_arch *self, struct dray_gguf *g, struct dray_device *dev,
-                  const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen);
-int dec_check_file(const struct dray_arch *self, struct dray_gguf *g, char *err, size_t errlen);
-int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
-                size_t errlen);
-void dec_free(struct dray_model *m);
-const struct dray_model_info *dec_info(const struct dray_model *m);
-int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                  uint32_t n_outlier, bool smooth_k, char *err, size_t errlen);
-int dec_calib_begin(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
-                    size_t errlen);
-int dec_calib_end(struct dray_model *m, bool ok, char *err, size_t errlen);
-size_t dec_calib_scores(const struct dray_model *m, const float **scores);
+/* The decoder implements the engine's model interface for every family:
+ * dray_model_forward, _free, _info, _calibrate, _calib_* (core/weights/model.h),
+ * and the load and file check of one family (dray_model_load_family, _check_family). */
 
 /* K smoothing of the int8 KV cache (kv_smooth.c). Models with head norms keep
  * max |k| per head channel after the k norm, [n_layer][head_dim], at the end of

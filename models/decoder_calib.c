@@ -83,7 +83,7 @@ int dec_adopt_scores(struct dray_model *m, const struct dray_model_opts *o, char
 }
 
 /* The calibration forward pass: ids as one sequence (a fresh one in kv) in one
- * step, recording per-channel |x| maxima into m->calib (dec_calib_begin sized
+ * step, recording per-channel |x| maxima into m->calib (dray_model_calib_begin sized
  * the activations for n tokens). */
 static int calib_forward(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
                          char *err, size_t errlen)
@@ -106,7 +106,7 @@ static int calib_forward(struct dray_model *m, struct dray_kv *kv, const int32_t
     if (!rc) {
         struct dray_batch b = {.n_tok = n, .ids = ids, .pos = pos, .n_logits = n_head_rows,
                                .logit_rows = rows, .logits = logits};
-        rc = dec_forward(m, kv, &b, err, errlen);
+        rc = dray_model_forward(m, kv, &b, err, errlen);
         if (rc)
             dray_kv_step_abort(kv);
         else
@@ -176,7 +176,7 @@ static int calib_apply(struct dray_model *m, char *err, size_t errlen)
  *
  * Begin: the score buffers, and activations for n tokens when the model was
  * prepared for fewer (a small --chunk must not cut the text). */
-int dec_calib_begin(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
+int dray_model_calib_begin(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
                     size_t errlen)
 {
     m->calib_outliers = n_outlier && m->wdtype == DRAY_I8;
@@ -203,7 +203,7 @@ int dec_calib_begin(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool s
 
 /* End: when the pass went well, the K smoothing and the weights with their
  * outlier channels; the activations back to max_batch either way. */
-int dec_calib_end(struct dray_model *m, bool ok, char *err, size_t errlen)
+int dray_model_calib_end(struct dray_model *m, bool ok, char *err, size_t errlen)
 {
     if (!m->calib_on)
         return 0;
@@ -229,21 +229,21 @@ int dec_calib_end(struct dray_model *m, bool ok, char *err, size_t errlen)
     return ok ? rc : DRAY_EINVAL;
 }
 
-int dec_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
+int dray_model_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
                   uint32_t n_outlier, bool smooth_k, char *err, size_t errlen)
 {
-    int rc = dec_calib_begin(m, n, n_outlier, smooth_k, err, errlen);
+    int rc = dray_model_calib_begin(m, n, n_outlier, smooth_k, err, errlen);
     if (rc || !m->calib_on) {
         if (rc)
-            dec_calib_end(m, false, NULL, 0);
+            dray_model_calib_end(m, false, NULL, 0);
         return rc;
     }
     rc = calib_forward(m, kv, ids, n, err, errlen);
-    int rc2 = dec_calib_end(m, rc == 0, rc ? NULL : err, rc ? 0 : errlen);
+    int rc2 = dray_model_calib_end(m, rc == 0, rc ? NULL : err, rc ? 0 : errlen);
     return rc ? rc : rc2;
 }
 
-size_t dec_calib_scores(const struct dray_model *m, const float **scores)
+size_t dray_model_calib_scores(const struct dray_model *m, const float **scores)
 {
     *scores = m->calib;
     return m->calib ? calib_count(m) : 0;

@@ -104,7 +104,7 @@ static int enter(struct dray_model *m, const struct dray_batch *b)
     return dec_embed(m, b->ids, dec_at(m->a.meta, 0), b->n_tok, dec_at(m->a.x, 0), m->embd_scale);
 }
 
-int dec_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
+int dray_model_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
                 size_t errlen)
 {
     const struct dray_ops *ops = m->dev->ops;

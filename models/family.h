@@ -134,18 +134,13 @@ int dec_claim_tensors(const struct dec_family *f, struct dray_gguf *g, uint32_t 
     {"ffn_down.weight", 1, DEC_S_MAT, MM_DOWN, 0, DEC_REQ, 0, NULL}
 
 /* The one declaration a family file ends with: DEC_FAMILY(name, activations,
- * slots, hparams, layer[, .rope_pairs = 1]) makes its dec_family and the
- * engine's handle on it (core/weights/model.h), whose hooks every family shares. */
+ * slots, hparams, layer[, .rope_pairs = 1][, .keys = ...]) makes its dec_family
+ * and the engine's handle on it (core/weights/model.h: name, table, activations;
+ * the model interface is the decoder's, the same for every family). */
 #define DEC_FAMILY(name_, activations_, ...)                                 \
     static const struct dec_family name_##_family = {                        \
         .activations = activations_, .arch = #name_, __VA_ARGS__};           \
     const struct dray_arch dray_arch_##name_ = {                             \
-        .name = #name_, .family = &name_##_family, .load = dec_load_arch,    \
-        .activations = activations_,                                         \
-        .forward = dec_forward, .free = dec_free, .info = dec_info,          \
-        .calibrate = dec_calibrate, .calib_scores = dec_calib_scores,        \
-        .calib_begin = dec_calib_begin, .calib_end = dec_calib_end,          \
-        .check = dec_check_file,                                             \
-    }
+        .name = #name_, .family = &name_##_family, .activations = activations_}
 
 #endif

@@ -59,11 +59,11 @@ int dray_calibration_ids(const struct dray_tokenizer *tok, int32_t **ids, size_t
     return 0;
 }
 
-int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struct dray_device *dev,
+int dray_calibrate(struct dray_model *model, struct dray_device *dev,
                    const struct dray_tokenizer *tok, uint32_t n_outlier, bool smooth_k, char *err,
                    size_t errlen)
 {
-    if ((!n_outlier && !smooth_k) || !arch->calibrate)
+    if (!n_outlier && !smooth_k)
         return 0;
     double t0 = now_s();
     int32_t *ids = NULL;
@@ -71,9 +71,9 @@ int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struc
     struct dray_kv *kv = NULL;
     int rc = dray_calibration_ids(tok, &ids, &n, err, errlen);
     if (!rc)
-        rc = calib_kv(dev, arch->info(model), (uint32_t)n, &kv, err, errlen);
+        rc = calib_kv(dev, dray_model_info(model), (uint32_t)n, &kv, err, errlen);
     if (!rc)
-        rc = arch->calibrate(model, kv, ids, (uint32_t)n, n_outlier, smooth_k, err, errlen);
+        rc = dray_model_calibrate(model, kv, ids, (uint32_t)n, n_outlier, smooth_k, err, errlen);
     if (!rc)
         dray_info("calibrated %u outlier channels per matmul%s on %zu tokens in %.2f s", n_outlier,
                   smooth_k ? " and K smoothing for the int8 KV" : "", n, now_s() - t0);

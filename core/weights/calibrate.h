@@ -28,12 +28,12 @@ int dray_calibration_ids(const struct dray_tokenizer *tok, int32_t **ids, size_t
 struct dray_kv_desc dray_calibration_kv_desc(const struct dray_model_info *mi, uint32_t n,
                                              const uint8_t *layer_dev);
 
-/* Tokenize the calibration text with tok (BOS first), run it through arch's
- * calibrate hook in one step over a fresh f16 KV sized for exactly that text, and
- * free the KV. n_outlier: f32 input channels per int8 matmul (0: none); smooth_k:
- * the KV cache will be int8, rescale K channels for it. A model without the hook,
- * or with nothing to do, is left as it is. */
-int dray_calibrate(const struct dray_arch *arch, struct dray_model *model, struct dray_device *dev,
+/* Tokenize the calibration text with tok (BOS first), run it through
+ * dray_model_calibrate in one step over a fresh f16 KV sized for exactly that
+ * text, and free the KV. n_outlier: f32 input channels per int8 matmul (0:
+ * none); smooth_k: the KV cache will be int8, rescale K channels for it. With
+ * nothing to do the model is left as it is. */
+int dray_calibrate(struct dray_model *model, struct dray_device *dev,
                    const struct dray_tokenizer *tok, uint32_t n_outlier, bool smooth_k, char *err,
                    size_t errlen);
 

@@ -54,7 +54,7 @@ int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct d
 {
     *out = NULL;
     if ((*arch = dray_model_arch_of(g)) != NULL)
-        return (*arch)->load(*arch, g, dev, o, out, err, errlen);
+        return dray_model_load_family(*arch, g, dev, o, out, err, errlen);
     return unsupported(g, err, errlen);
 }
 
@@ -62,7 +62,7 @@ int dray_model_check(const struct dray_gguf *gc, char *err, size_t errlen)
 {
     struct dray_gguf *g = (struct dray_gguf *)gc; /* the check only reads it */
     const struct dray_arch *a = dray_model_arch_of(g);
-    return a ? a->check(a, g, err, errlen) : unsupported(g, err, errlen);
+    return a ? dray_model_check_family(a, g, err, errlen) : unsupported(g, err, errlen);
 }
 
 /* Rows are converted in slabs so a 262144-row embedding never needs a full f32 copy. */

@@ -51,18 +51,18 @@ struct dray_tp_slice {
 
 struct dray_model_opts {
     enum dray_precision precision;
-    uint32_t outlier_channels; /* per matmul input, chosen by dray_arch.calibrate; 0 = off */
+    uint32_t outlier_channels; /* per matmul input, chosen by dray_model_calibrate; 0 = off */
     uint32_t max_batch;        /* most tokens in one forward step (sizes the activations) */
     uint32_t max_logits;       /* most rows of logits in one step */
     uint32_t n_ctx;            /* the context it will run at (LongRoPE picks its factors by it); 0 = trained */
     bool progress;             /* print weight preparation progress to stderr */
     /* Scores of an earlier calibration of the same file (calibrate.h's cache): the
      * layers are prepared in int8 with their outlier channels at once, and the
-     * calibrate hook must not follow. NULL = calibrate after loading. */
+     * dray_model_calibrate must not follow. NULL = calibrate after loading. */
     const float *calib_scores;
     size_t n_calib_scores;
     /* The KV cache will be int8: K channels rescaled from the calibration (the
-     * given scores, or the calibrate hook's smooth_k), see models/kv_smooth.c. */
+     * given scores, or dray_model_calibrate's smooth_k), see models/kv_smooth.c. */
     bool smooth_k;
     /* Grouped precisions: the output head in 4-bit groups even where the file's
      * head is wider (DRAY_WROLE_HEAD4); a head tied to the embedding gets its own
@@ -129,47 +129,44 @@ struct dray_batch_part {
 
 struct dray_model;
 
-/* The engine's handle on one architecture family. Every family is a table in
- * models/ (models/family.h) run by the one shared decoder, so these hooks are
- * the decoder's, and `family` is the table they read. */
+/* The engine's handle on one architecture family: its name, its table (the
+ * family file's, models/family.h, which only models/ reads) and what config
+ * `activations: auto` means for it. Every family is run by the one shared
+ * decoder, whose functions below are the model interface. */
 struct dray_arch {
     const char *name;          /* general.architecture */
     const void *family;        /* the family's table (models/family.h) */
-    int (*load)(const struct dray_arch *self, struct dray_gguf *g, struct dray_device *dev,
-                const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen);
-    /* Whether the file would load: its hyper-parameters and every tensor claimed
-     * and shaped as the family expects; 0, or why not. No device, no weights read. */
-    int (*check)(const struct dray_arch *self, struct dray_gguf *g, char *err, size_t errlen);
-    int (*forward)(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
-                   size_t errlen);
-    void (*free)(struct dray_model *m);
-    const struct dray_model_info *(*info)(const struct dray_model *m);
-    /* (optional) Run ids as one new sequence of kv in one step (n may exceed
-     * max_batch: the model sizes that step itself; kv is the caller's, sized for
-     * n tokens, see calibrate.h) while recording the largest |activation| of every
-     * matmul input channel, then re-prepare the int8 weights keeping the n_outlier
-     * loudest input channels of each matmul in f32 (0: none). smooth_k: also
-     * rescale K channels for an int8 KV cache where the model can do it at no
-     * cost (models/kv_smooth.c); the scores q.k stay the same. */
-    int (*calibrate)(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
-                     uint32_t n_outlier, bool smooth_k, char *err, size_t errlen);
-    /* (optional) The per-channel scores the outlier channels were picked from, by
-     * calibrate or given at load; their count, 0 when there are none. They depend
-     * only on the file and the calibration text, so they can be cached. */
-    size_t (*calib_scores)(const struct dray_model *m, const float **scores);
-    /* (optional) calibrate in three moves, for a model split over devices
-     * (core/split.c): begin records while the caller runs the parts' forward
-     * passes over ids (n tokens, one step), end re-prepares the part's weights;
-     * calibrate is begin, one forward pass, end. */
-    int (*calib_begin)(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
-                       size_t errlen);
-    int (*calib_end)(struct dray_model *m, bool ok, char *err, size_t errlen);
-    /* What config `activations: auto` means for this family: INT8X2 where one int8
-     * pass per group loses too much of the family's activations (measured, in the
-     * family's file), INT8 where one pass is close enough and the second would only
-     * cost prefill time. */
+    /* INT8X2 where one int8 pass per group loses too much of the family's
+     * activations (measured, in the family's file), INT8 where one pass is
+     * close enough and the second would only cost prefill time. */
     enum dray_activations activations;
 };
+
+/* One forward step over a batch (tokens grouped by sequence as kv's step). */
+int dray_model_forward(struct dray_model *m, struct dray_kv *kv, const struct dray_batch *b, char *err,
+                       size_t errlen);
+void dray_model_free(struct dray_model *m);
+const struct dray_model_info *dray_model_info(const struct dray_model *m);
+/* Run ids as one new sequence of kv in one step (n may exceed max_batch: the
+ * model sizes that step itself; kv is the caller's, sized for n tokens, see
+ * calibrate.h) while recording the largest |activation| of every matmul input
+ * channel, then re-prepare the int8 weights keeping the n_outlier loudest input
+ * channels of each matmul in f32 (0: none). smooth_k: also rescale K channels
+ * for an int8 KV cache where the model can do it at no cost
+ * (models/kv_smooth.c); the scores q.k stay the same. */
+int dray_model_calibrate(struct dray_model *m, struct dray_kv *kv, const int32_t *ids, uint32_t n,
+                         uint32_t n_outlier, bool smooth_k, char *err, size_t errlen);
+/* The per-channel scores the outlier channels were picked from, by calibrate
+ * or given at load; their count, 0 when there are none. They depend only on
+ * the file and the calibration text, so they can be cached. */
+size_t dray_model_calib_scores(const struct dray_model *m, const float **scores);
+/* calibrate in three moves, for a model split over devices (core/split.c):
+ * begin records while the caller runs the parts' forward passes over ids (n
+ * tokens, one step), end re-prepares the part's weights; calibrate is begin,
+ * one forward pass, end. */
+int dray_model_calib_begin(struct dray_model *m, uint32_t n, uint32_t n_outlier, bool smooth_k, char *err,
+                           size_t errlen);
+int dray_model_calib_end(struct dray_model *m, bool ok, char *err, size_t errlen);
 
 /* The architectures, one per file in models/, listed by models/meson.build into
  * a generated table (models/arch_table.c). */
@@ -180,6 +177,11 @@ extern const size_t dray_n_archs;
  * (supported: gemma3, llama, ...)" otherwise. */
 int dray_model_load(struct dray_gguf *g, struct dray_device *dev, const struct dray_model_opts *o,
                     const struct dray_arch **arch, struct dray_model **out, char *err, size_t errlen);
+/* The shared decoder's load and file check for one family (models/decoder.c);
+ * dray_model_load and dray_model_check pick the family and call them. */
+int dray_model_load_family(const struct dray_arch *a, struct dray_gguf *g, struct dray_device *dev,
+                           const struct dray_model_opts *o, struct dray_model **out, char *err, size_t errlen);
+int dray_model_check_family(const struct dray_arch *a, struct dray_gguf *g, char *err, size_t errlen);
 /* The architecture of the file (general.architecture), or NULL when it is not
  * one of dray_archs (dray_model_load then says why). */
 const struct dray_arch *dray_model_arch_of(struct dray_gguf *g);
