@@ -168,6 +168,18 @@ void dec_rescore_free(struct dray_model *m);
 int dec_llama_attention(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen);
 /* llama.c: the pre-norm layer of llama, qwen2, qwen3 (with its q/k norms), ... */
 int dec_llama_layer(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T);
+/* gemma3.c: what Gemma 2 and 3 share: the head size (attention.key_length),
+ * sliding windows on layers il % pattern < pattern - 1 (the pattern key or
+ * r->pattern), RoPE bases per layer kind (local layers unscaled where
+ * local_unscaled), sqrt(n_embd) embedding scale, GELU, and the attention scale
+ * 1/sqrt(head_dim), or 1/sqrt(n_embd / n_head) at the 27B depth. */
+struct dec_gemma_rope {
+    uint32_t pattern;
+    float base, base_local;
+    bool local_unscaled;
+};
+int dec_gemma_attention(struct dray_model *m, struct dray_gguf *g, const struct dec_gemma_rope *r,
+                        uint32_t depth_27b, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- building blocks */
 

@@ -15,8 +15,6 @@
  * scale is 1/sqrt(head_dim), and 1/sqrt(n_embd / n_head) for 27B (46 layers),
  * as llama.cpp and Google's reference do. Soft-capping needs ABI v4.
  */
-#include <math.h>
-
 #include "decoder.h"
 #include "error.h"
 #include "hparams.h"
@@ -35,38 +33,17 @@ static const struct dec_slot gemma2_slots[] = {
 
 static int gemma2_hparams(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen)
 {
-    struct dray_model_info *in = &m->info;
-    uint32_t key_len, val_len, window, pattern = 2;
-    float base, base_local, attn_cap = 50.0f, final_cap = 30.0f; /* llama.cpp's defaults */
-    int rc = dec_get_u32(m, g, "attention.key_length", 2, DRAY_HP_MAX_HEAD_DIM, NULL, &key_len, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "attention.value_length", 2, DRAY_HP_MAX_HEAD_DIM, NULL, &val_len, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "attention.sliding_window", 1, DRAY_HP_MAX_CONTEXT, NULL, &window, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "attention.sliding_window_pattern", 1, DRAY_MAX_LAYERS, &pattern, &pattern, err, errlen);
-    base = 10000.0f;
-    if (!rc) rc = dray_hparam_f32(g, "gemma2", "rope.freq_base", 1.0f, 1e10f, &base, &base, err, errlen);
-    base_local = base;
-    if (!rc) rc = dray_hparam_f32(g, "gemma2", "rope.freq_base_swa", 1.0f, 1e10f, &base_local, &base_local, err, errlen);
+    struct dec_gemma_rope r = {.pattern = 2, .base = 10000.0f}; /* both layer kinds keep the file's scaling */
+    float attn_cap = 50.0f, final_cap = 30.0f; /* llama.cpp's defaults */
+    int rc = dray_hparam_f32(g, "gemma2", "rope.freq_base", 1.0f, 1e10f, &r.base, &r.base, err, errlen);
+    r.base_local = r.base;
+    if (!rc) rc = dray_hparam_f32(g, "gemma2", "rope.freq_base_swa", 1.0f, 1e10f, &r.base_local, &r.base_local, err, errlen);
     if (!rc) rc = dray_hparam_f32(g, "gemma2", "attn_logit_softcapping", 0.0f, 1e6f, &attn_cap, &attn_cap, err, errlen);
     if (!rc) rc = dray_hparam_f32(g, "gemma2", "final_logit_softcapping", 0.0f, 1e6f, &final_cap, &final_cap, err, errlen);
-    if (rc)
-        return rc;
-    if (key_len != val_len || key_len % 2)
-        return dray_fail(err, errlen, DRAY_EFORMAT,
-                         "%s: metadata keys gemma2.attention.key_length = %u and value_length = "
-                         "%u, expected equal even numbers", dray_gguf_name(g), key_len, val_len);
-    in->head_dim = key_len;
-    for (uint32_t il = 0; il < in->n_layer; il++) {
-        bool local = il % pattern < pattern - 1;
-        in->window[il] = m->layer[il].window = local ? window : 0;
-        m->layer[il].rope_base = local ? base_local : base; /* both keep the file's scaling */
-    }
-    m->embd_scale = sqrtf((float)in->n_embd);
-    m->attn_scale = in->n_layer == GEMMA2_27B_LAYERS ? 1.0f / sqrtf((float)in->n_embd / (float)in->n_head)
-                                                     : 1.0f / sqrtf((float)key_len);
+    if (!rc) rc = dec_gemma_attention(m, g, &r, GEMMA2_27B_LAYERS, err, errlen);
     m->attn_softcap = attn_cap;
     m->final_softcap = final_cap;
-    m->act = DRAY_ACT_GELU_TANH;
-    return 0;
+    return rc;
 }
 
 static int gemma2_layer(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T)

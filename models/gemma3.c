@@ -45,38 +45,44 @@ static const struct dec_slot gemma3_slots[] = {
     DEC_SLOTS_END,
 };
 
-static int gemma3_hparams(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen)
+int dec_gemma_attention(struct dray_model *m, struct dray_gguf *g, const struct dec_gemma_rope *r,
+                        uint32_t depth_27b, char *err, size_t errlen)
 {
     struct dray_model_info *in = &m->info;
-    uint32_t key_len, val_len, window, pattern = GEMMA3_SWA_PATTERN;
-    float rope_base, base_local = GEMMA3_ROPE_BASE_LOCAL, cap = 0.0f;
+    uint32_t key_len, window, pattern = r->pattern;
     int rc = dec_get_u32(m, g, "attention.key_length", 2, DRAY_HP_MAX_HEAD_DIM, NULL, &key_len, err, errlen);
-    if (!rc) rc = dec_get_u32(m, g, "attention.value_length", 2, DRAY_HP_MAX_HEAD_DIM, NULL, &val_len, err, errlen);
     if (!rc) rc = dec_get_u32(m, g, "attention.sliding_window", 1, DRAY_HP_MAX_CONTEXT, NULL, &window, err, errlen);
     if (!rc) rc = dec_get_u32(m, g, "attention.sliding_window_pattern", 1, DRAY_MAX_LAYERS, &pattern, &pattern, err, errlen);
-    if (!rc) rc = dray_hparam_f32(g, "gemma3", "rope.freq_base", 1.0f, 1e10f, NULL, &rope_base, err, errlen);
-    if (!rc) rc = dray_hparam_f32(g, "gemma3", "rope.freq_base_swa", 1.0f, 1e10f, &base_local, &base_local, err, errlen);
-    if (!rc) rc = dray_hparam_f32(g, "gemma3", "final_logit_softcapping", 0.0f, 1e6f, &cap, &cap, err, errlen);
     if (rc)
         return rc;
-    /* RoPE rotates pairs; one attention kernel serves K and V of one width */
-    if (key_len != val_len || key_len % 2)
-        return dray_fail(err, errlen, DRAY_EFORMAT,
-                         "%s: metadata keys gemma3.attention.key_length = %u and value_length = "
-                         "%u, expected equal even numbers", dray_gguf_name(g), key_len, val_len);
+    if (key_len % 2) /* RoPE rotates pairs (value_length is checked by the decoder) */
+        return dray_fail(err, errlen, DRAY_EFORMAT, "%s: %s.attention.key_length = %u, expected an even number",
+                         dray_gguf_name(g), m->fam->arch, key_len);
     in->head_dim = key_len;
     for (uint32_t il = 0; il < in->n_layer; il++) {
         bool local = il % pattern < pattern - 1;
         in->window[il] = m->layer[il].window = local ? window : 0;
-        m->layer[il].rope_base = local ? base_local : rope_base;
-        m->layer[il].rope_scale = local ? 1.0f : 0.0f; /* global: the file's scaling (decoder_rope.c) */
+        m->layer[il].rope_base = local ? r->base_local : r->base;
+        m->layer[il].rope_scale = local && r->local_unscaled ? 1.0f : 0.0f; /* 0: the file's (decoder_rope.c) */
     }
     m->embd_scale = sqrtf((float)in->n_embd);
-    m->attn_scale = in->n_layer == GEMMA3_27B_LAYERS ? 1.0f / sqrtf((float)in->n_embd / (float)in->n_head)
-                                                     : 1.0f / sqrtf((float)key_len);
-    m->final_softcap = cap;
+    m->attn_scale = in->n_layer == depth_27b ? 1.0f / sqrtf((float)in->n_embd / (float)in->n_head)
+                                             : 1.0f / sqrtf((float)key_len);
     m->act = DRAY_ACT_GELU_TANH;
     return 0;
+}
+
+static int gemma3_hparams(struct dray_model *m, struct dray_gguf *g, char *err, size_t errlen)
+{
+    struct dec_gemma_rope r = {.pattern = GEMMA3_SWA_PATTERN, .base_local = GEMMA3_ROPE_BASE_LOCAL,
+                               .local_unscaled = true};
+    float cap = 0.0f;
+    int rc = dray_hparam_f32(g, "gemma3", "rope.freq_base", 1.0f, 1e10f, NULL, &r.base, err, errlen);
+    if (!rc) rc = dray_hparam_f32(g, "gemma3", "rope.freq_base_swa", 1.0f, 1e10f, &r.base_local, &r.base_local, err, errlen);
+    if (!rc) rc = dray_hparam_f32(g, "gemma3", "final_logit_softcapping", 0.0f, 1e6f, &cap, &cap, err, errlen);
+    if (!rc) rc = dec_gemma_attention(m, g, &r, GEMMA3_27B_LAYERS, err, errlen);
+    m->final_softcap = cap;
+    return rc;
 }
 
 static int gemma3_layer(struct dray_model *m, struct dray_kv *kv, uint32_t il, uint32_t T)
