@@ -61,8 +61,8 @@ const struct key dray_config_keys[] = {
     {"context", "model", "context", T_U32, F(context), 0, 1 << 24, NULL, 0,
      "most tokens per sequence (prompt + output); 0 = the model's training context", KEY_USER},
     {"chat_template", "model", "chat_template", T_STR, F(chat_template), 0, 0, NULL, 0,
-     "chat format for `dray chat` and the server, `gemma` or `chatml`; `\"\"` = recognised "
-     "from the model file ([Chat templates](#chat-templates))", KEY_USER},
+     "chat format for `dray chat` and the server, one of the names in [Chat templates](#chat-templates) "
+     "(`gemma`, `chatml`, `llama3`, ...); `\"\"` = recognised from the model file", KEY_USER},
     {"backend", "backend", "plugin", T_STR, F(backend), 0, 0, NULL, 1,
      "plugin to run on: a name (`cpu`, `opencl`, `vulkan`, `cuda`, `hip`) or a path to a "
      "`libdray-<name>.so`; a comma-separated list (`cuda,cpu`) splits the layers over them "

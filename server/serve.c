@@ -159,7 +159,7 @@ int dray_serve(struct dray_engine *const *engines, uint32_t n, const struct dray
         return DRAY_EINVAL;
     if (!dray_engine_chat_template(engines[0])) {
         snprintf(err, errlen, "%s has no chat template dray implements: set the config key "
-                 "chat_template (gemma or chatml)", info->model_path);
+                 "chat_template (a name in docs/config.md, Chat templates)", info->model_path);
         return DRAY_EINVAL;
     }
     if (!(s->rep = calloc(n, sizeof(*s->rep)))) {
