@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,39 +173,87 @@ static int create_packed(struct dray_device *dev, struct prep *p, struct dray_we
     return 0;
 }
 
+/* Rows [i0, i1) of a slab from the file into the slab's arrays (each row its
+ * own: two threads split a slab). The first failing row, or -1. */
+struct slab_rows {
+    const struct dray_gguf_tensor *t;
+    struct prep *p;
+    uint64_t r, i0, i1;
+    uint32_t pair_hd, dtype;
+    int rc;
+    uint64_t bad_row;
+};
+
+static void *convert_rows(void *arg)
+{
+    struct slab_rows *a = arg;
+    const struct dray_gguf_tensor *t = a->t;
+    struct prep *p = a->p;
+    uint64_t k = t->ne[0];
+    bool q8g = p->group_rows || a->dtype == DRAY_Q8G32; /* 8-bit groups: quantized row by row here */
+    for (uint64_t i = a->i0; i < a->i1; i++) {
+        uint64_t src = dray_rope_pair_row(a->r + i, a->pair_hd);
+        int8_t *q8 = p->q + i * k;
+        float *s8 = p->sc + i * (k / 32);
+        /* Q8_0 blocks are 8-bit groups already: read straight (exactly what the
+         * quantizer would give), else through f32 */
+        if (q8g && dray_gguf_tensor_row_q8g(t, src, q8, s8) == 0)
+            continue;
+        int rc = (a->dtype == DRAY_Q4G32 || a->dtype == DRAY_Q4G32H) && dray_ggml_is_4bit(t->type) /* the file's own codes */
+                     ? dray_gguf_tensor_row_q4g(t, src, (uint8_t *)p->q + i * (k / 2), p->sc + i * (k / 16))
+                 : a->dtype == DRAY_Q5G32 /* every part is 5-bit: its own codes too */
+                     ? dray_gguf_tensor_row_q5g(t, src, (uint8_t *)p->q + i * (k / 32 * 20), p->sc + i * (k / 16))
+                     : dray_gguf_tensor_row_f32(t, src, p->f32 + i * k);
+        if (rc) {
+            a->rc = rc;
+            a->bad_row = src;
+            return NULL;
+        }
+        if (q8g)
+            dray_quantize_rows_q8g(p->f32 + i * k, 1, k, q8, s8);
+    }
+    return NULL;
+}
+
+/* A slab's n rows, on this thread and one more when the slab is big enough to
+ * pay for it: dequantizing and regrouping a wide file (Q6_K into 8-bit groups)
+ * was a third of an 8B model's warm start on one thread. */
+static int convert_slab(const struct dray_gguf_tensor *t, struct prep *p, uint64_t r, uint64_t n,
+                        uint32_t pair_hd, uint32_t dtype, uint64_t *bad_row)
+{
+    struct slab_rows a[2] = {{t, p, r, 0, n / 2, pair_hd, dtype, 0, 0}, {t, p, r, n / 2, n, pair_hd, dtype, 0, 0}};
+    pthread_t th;
+    bool two = n >= 64 && (uint64_t)t->ne[0] * n >= (1u << 20) && pthread_create(&th, NULL, convert_rows, &a[1]) == 0;
+    if (!two)
+        a[0].i1 = n;
+    convert_rows(&a[0]);
+    if (two)
+        pthread_join(th, NULL);
+    for (int j = 0; j < 2; j++)
+        if (a[j].rc) {
+            *bad_row = a[j].bad_row;
+            return a[j].rc;
+        }
+    return 0;
+}
+
 static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t pair_hd,
                        uint32_t dtype, struct dray_weight *w, uint32_t row0, struct prep *p,
                        char *err, size_t errlen)
 {
     const struct dray_ops *ops = dev->ops;
     uint64_t k = t->ne[0], rows = t->ne[1];
-    bool q8g = p->group_rows || dtype == DRAY_Q8G32; /* 8-bit groups: quantized row by row here */
     for (uint64_t r = 0; r < rows; r += SLAB_ROWS) {
-        uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS;
-        for (uint64_t i = 0; i < n && !p->round_hit; i++) { /* a cache hit needs no source rows */
-            uint64_t src = dray_rope_pair_row(r + i, pair_hd);
-            int8_t *q8 = p->q + i * k;
-            float *s8 = p->sc + i * (k / 32);
-            /* Q8_0 blocks are 8-bit groups already: read straight (exactly what the
-             * quantizer would give), else through f32 */
-            if (q8g && dray_gguf_tensor_row_q8g(t, src, q8, s8) == 0)
-                continue;
-            int rc = (dtype == DRAY_Q4G32 || dtype == DRAY_Q4G32H) && dray_ggml_is_4bit(t->type) /* the file's own codes */
-                         ? dray_gguf_tensor_row_q4g(t, src, (uint8_t *)p->q + i * (k / 2), p->sc + i * (k / 16))
-                     : dtype == DRAY_Q5G32 /* every part is 5-bit: its own codes too */
-                         ? dray_gguf_tensor_row_q5g(t, src, (uint8_t *)p->q + i * (k / 32 * 20), p->sc + i * (k / 16))
-                         : dray_gguf_tensor_row_f32(t, src, p->f32 + i * k);
-            if (rc == DRAY_ERANGE) /* dray_gguf_tensor_row_q5g */
-                return dray_fail(err, errlen, rc, "tensor %s row %llu: a Q5_0 scale of 4096 or more (or not "
-                                 "finite) has no 5-bit group form (-16 d beyond f16)", t->name,
-                                 (unsigned long long)src);
-            if (rc)
-                return dray_fail(err, errlen, rc, "tensor %s: type %s (%u) cannot be dequantized",
-                                 t->name, dray_ggml_type_name(t->type) ? dray_ggml_type_name(t->type) : "unknown",
-                                 t->type);
-            if (q8g)
-                dray_quantize_rows_q8g(p->f32 + i * k, 1, k, q8, s8);
-        }
+        uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS, src = 0;
+        int crc = p->round_hit ? 0 : convert_slab(t, p, r, n, pair_hd, dtype, &src); /* a cache hit needs no source rows */
+        if (crc == DRAY_ERANGE) /* dray_gguf_tensor_row_q5g */
+            return dray_fail(err, errlen, crc, "tensor %s row %llu: a Q5_0 scale of 4096 or more (or not "
+                             "finite) has no 5-bit group form (-16 d beyond f16)", t->name,
+                             (unsigned long long)src);
+        if (crc)
+            return dray_fail(err, errlen, crc, "tensor %s: type %s (%u) cannot be dequantized",
+                             t->name, dray_ggml_type_name(t->type) ? dray_ggml_type_name(t->type) : "unknown",
+                             t->type);
         uint64_t row = row0 + r;
         int rc;
         if (p->group_rows) { /* row r's group g is table row r*k/32 + g */
