@@ -636,7 +636,7 @@ static void gm_make(const struct gm_case *c, struct gm_data *d)
     d->W = malloc((size_t)c->n_out * c->k * sizeof(double));
     float *row = malloc(c->k * sizeof(float));
     for (uint32_t o = 0; o < c->n_out; o++) {
-        dray_util_packed_row(c->f, c->k, d->codes, d->dv, d->mv, o, row);
+        dray_util_packed_row(c->f, c->k, d->codes, d->dv, d->mv, NULL, o, row);
         for (uint32_t i = 0; i < c->k; i++)
             d->W[(size_t)o * c->k + i] = row[i];
     }

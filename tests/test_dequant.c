@@ -497,7 +497,7 @@ static void expect_neutral_rows(struct dray_wformat f, uint32_t type, uint32_t r
         m[i] = dray_f32_to_f16(dm[2 * i + 1]);
     }
     for (uint32_t o = 0; o < rows; o++) {
-        dray_util_packed_row(f, k, q, d, m, o, row);
+        dray_util_packed_row(f, k, q, d, m, NULL, o, row);
         for (uint32_t c = 0; c < k; c++) {
             if (memcmp(&row[c], &want[o * k + c], 4))
                 print_error("type %u row %u element %u: %g vs %g\n", type, o, c, (double)row[c],

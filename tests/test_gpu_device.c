@@ -395,7 +395,7 @@ static void hostw_make(struct hostw *h, struct dray_wformat f, uint32_t n_out, u
     h->m = f.has_min ? scales(f, ng, -0.2f, 0.2f) : NULL;
     h->w = malloc((size_t)n_out * k * sizeof(float));
     for (uint32_t o = 0; o < n_out; o++)
-        dray_util_packed_row(f, k, h->codes, h->d, h->m, o, h->w + (size_t)o * k);
+        dray_util_packed_row(f, k, h->codes, h->d, h->m, NULL, o, h->w + (size_t)o * k);
 }
 
 static void hostw_free(struct hostw *h) { free(h->codes), free(h->d), free(h->m), free(h->w); }
@@ -452,9 +452,9 @@ static void ref_packed_matmul(const struct hostw *h, const float *x, uint32_t pa
             sx2[g] = dray_util_quant_group(r + 32 * g, q2 + 32 * g);
     }
     for (uint32_t o = 0; o < h->n_out; o++) {
-        out[o] = dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, o, q, sx);
+        out[o] = dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, NULL, o, q, sx);
         if (passes == 2)
-            out[o] += dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, o, q2, sx2);
+            out[o] += dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, NULL, o, q2, sx2);
         double b = 0;
         for (uint32_t c = 0; c < k; c++)
             b += fabs((double)x[c] * h->w[(size_t)o * k + c]);
@@ -575,7 +575,7 @@ static void test_gpu_packed_embed_matches_reference_for_every_format(void **stat
                      G.o->last_error(G.c));
         assert_int_equal(G.o->download(G.c, got, (struct dray_view){bo, 0}, n_tok * dim * 4), 0);
         for (uint32_t t = 0; t < n_tok; t++) {
-            dray_util_packed_row(h.f, dim, h.codes, h.d, h.m, (uint64_t)ids[t], row);
+            dray_util_packed_row(h.f, dim, h.codes, h.d, h.m, NULL, (uint64_t)ids[t], row);
             double maxref = 0;
             for (uint32_t i = 0; i < dim; i++)
                 maxref = fmax(maxref, fabs(row[i] * scale));

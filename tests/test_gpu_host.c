@@ -295,7 +295,7 @@ static void test_gpu_packed_plan_refuses_bad_descriptors(void **state)
     assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
     d = ok, d.format.bits = 6;
     assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
-    d = ok, d.format.zero = 1;
+    d = ok, d.format.super = 2;
     assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_EINVAL);
     d = ok; /* a format not declared: ENOTSUP, naming it */
     assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL & ~DRAY_UTIL_WF(4, DRAY_WSCALE_F16, 1), &l, why,

@@ -743,7 +743,7 @@ static void hostw_new(struct hostw *w, struct dray_wformat f, uint32_t n_out, ui
     w->m = f.has_min ? rand_scales(f, n, -0.1f, 0.1f) : NULL;
     w->w = malloc((size_t)n_out * k * sizeof(float));
     for (uint32_t o = 0; o < n_out; o++)
-        dray_util_packed_row(f, k, w->codes, w->d, w->m, o, w->w + (size_t)o * k);
+        dray_util_packed_row(f, k, w->codes, w->d, w->m, NULL, o, w->w + (size_t)o * k);
 }
 
 static void hostw_free(struct hostw *w)
@@ -781,7 +781,7 @@ static void pk_ref_token(const struct hostw *w, const float *xt, uint32_t passes
         for (uint32_t g = 0; g < G; g++)
             sx[g] = dray_util_quant_group(r + 32 * g, q + 32 * g);
         for (uint32_t o = 0; o < w->n_out; o++)
-            pass_out[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, o, q, sx);
+            pass_out[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, NULL, o, q, sx);
         for (uint32_t c = 0; c < k; c++)
             r[c] = r[c] - (float)q[c] * sx[c / 32];
     }
@@ -906,7 +906,7 @@ static void test_opencl_embed_packed_matches_reference(void **state)
         assert_int_equal(ocl.ops->download(ocl.ctx, out, (struct dray_view){bo, 0}, (size_t)n_tok * dim * 4), 0);
         for (uint32_t t = 0; t < n_tok; t++) {
             float *r = ref + (size_t)t * dim;
-            dray_util_packed_row(f, dim, w.codes, w.d, w.m, (uint64_t)ids[t], r);
+            dray_util_packed_row(f, dim, w.codes, w.d, w.m, NULL, (uint64_t)ids[t], r);
             for (uint32_t j = 0; j < dim; j++)
                 r[j] *= 1.7f;
         }

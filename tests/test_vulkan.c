@@ -614,7 +614,7 @@ static void hweight_free(struct hweight *w)
 static int hweight_create(struct dray_ctx *ctx, const struct hweight *w, uint32_t uses,
                           struct dray_packed **out, uint64_t *bytes)
 {
-    struct dray_weight_desc d = {sizeof(d), w->f, w->n_out, w->k, uses, w->codes, w->d, w->m};
+    struct dray_weight_desc d = {sizeof(d), w->f, w->n_out, w->k, uses, w->codes, w->d, w->m, NULL};
     return vk.ops->weight_create(ctx, &d, out, bytes);
 }
 
@@ -633,10 +633,10 @@ static void packed_ref(const struct hweight *w, const float *x, uint32_t passes,
     for (uint32_t g = 0; g < G; g++)
         sx2[g] = dray_util_quant_group(r + 32 * g, q2 + 32 * g);
     for (uint32_t o = 0; o < w->n_out; o++) {
-        ref[o] = dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, o, q, sx);
+        ref[o] = dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, NULL, o, q, sx);
         if (passes == 2)
-            ref[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, o, q2, sx2);
-        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, o, row);
+            ref[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, NULL, o, q2, sx2);
+        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, NULL, o, row);
         mag[o] = 0;
         for (uint32_t c = 0; c < k; c++)
             mag[o] += fabs((double)x[c] * row[c]);
@@ -764,7 +764,7 @@ static void packed_embed_case(const struct hweight *w, struct dray_packed *h, fl
     char name[32];
     dray_util_wformat_name(w->f, name, sizeof(name));
     for (uint32_t t = 0; t < n; t++) {
-        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, (uint64_t)ids[t], row);
+        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, NULL, (uint64_t)ids[t], row);
         for (uint32_t i = 0; i < k; i++) {
             float want = row[i] * scale, g = got[(size_t)t * k + i];
             if (!(fabsf(g - want) <= 1e-6f * fabsf(want)))

@@ -212,9 +212,25 @@ struct dray_view {
  *   d      [n_out][G], f32 or f16 (IEEE binary16) as the format says
  *   m      [n_out][G], the same type; has_min only (else NULL)
  * GGUF's Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 blocks are these groups exactly (with
- * f16 d and m); Q4_K's sub-blocks are 4-bit groups with f32 d and m (its d *
- * scale products need f32); Q6_K converts to 8-bit groups with f32 d within a
- * quarter of its own step.
+ * f16 d and m).
+ *
+ * Two-level scales (version 4, super = 1; scale f16, k a multiple of 256): a
+ * super-block of 256 inputs (S = k/256 per row) has f16 super-scales and each
+ * group (or half-group) a small integer scale under them, so that GGUF's K
+ * quants cross at their own size and value:
+ *   bits 4 or 5, has_min 1 (Q4_K, Q5_K): sub [n_out][G][2] uint8 holds group
+ *          g's (s, n); d and m are [n_out][S] f16 super-scales D and M, and
+ *            d(o, g) = D(o, g/8) * s,   m(o, g) = -(M(o, g/8) * n)   (f32).
+ *   bits 6, has_min 0 (Q6_K): codes are 6 bits unsigned 0..63, B = 24: the
+ *          16 bytes of 4 bits above hold the low four bits, then a
+ *          little-endian uint64 has bits 4-5 of input 32g+j at bits 2j, 2j+1;
+ *          sub [n_out][k/16] int8 is the scale of each half-group of 16
+ *          inputs, d is [n_out][S] f16 D, and every half h (inputs 16h ..
+ *          16h+15) is a group of its own for the formulas below:
+ *            d(o, h) = D(o, h/16) * sub(o, h) (f32),  z = 32.
+ * The f32 products are the ones GGUF's dequantization forms, so the weights
+ * are the file's exactly. A plugin reads sub only for these formats (desc size
+ * covering it).
  * The plugin lays them out however its kernels want (interleaved for vector
  * registers, coalesced rows, tensor-core fragments, a vendor's packing) and
  * keeps them in device memory until weight_free; only matmul and embed read the
@@ -224,18 +240,20 @@ struct dray_view {
 enum dray_wscale { DRAY_WSCALE_F32 = 0, DRAY_WSCALE_F16 = 1 };
 
 struct dray_wformat {
-    uint8_t bits;    /* 4, 5 or 8 */
+    uint8_t bits;    /* 4, 5 or 8; 6 with two-level scales */
     uint8_t scale;   /* enum dray_wscale: the type of d and m */
     uint8_t has_min; /* 0 or 1 */
-    uint8_t zero;    /* reserved: 0 */
+    uint8_t super;   /* 0: a d (and m) per group; 1 (v4): two-level scales */
 };
 
-/* The format's bit in matmul_wformats / embed_wformats: 12 formats, bits 0..11
- * (valid formats only: dray_util_wformat_valid). DRAY_PACKED itself is never a
- * bit of op_dtypes: the formats declare it. */
-#define DRAY_WFORMAT_BIT(f)                                                                 \
-    (1u << (((f).bits == 4 ? 0u : (f).bits == 5 ? 1u : 2u) * 4u + ((f).scale ? 2u : 0u) +   \
-            ((f).has_min ? 1u : 0u)))
+/* The format's bit in matmul_wformats / embed_wformats: 12 formats of one
+ * level, bits 0..11, and (v4) three of two levels, bits 12..14 (Q4_K, Q5_K,
+ * Q6_K's shapes; valid formats only: dray_util_wformat_valid). DRAY_PACKED
+ * itself is never a bit of op_dtypes: the formats declare it. */
+#define DRAY_WFORMAT_BIT(f)                                                                   \
+    ((f).super ? 1u << (12u + ((f).bits == 4 ? 0u : (f).bits == 5 ? 1u : 2u))                \
+               : 1u << (((f).bits == 4 ? 0u : (f).bits == 5 ? 1u : 2u) * 4u +                 \
+                        ((f).scale ? 2u : 0u) + ((f).has_min ? 1u : 0u)))
 
 enum dray_wuse {
     DRAY_WUSE_MATMUL = 1u << 0, /* matmul reads it */
@@ -251,7 +269,9 @@ struct dray_weight_desc {
     uint32_t uses;       /* enum dray_wuse, at least one */
     const void *codes;   /* as above, n_out * (k/32) * B bytes */
     const void *d;       /* n_out * (k/32) values */
-    const void *m;       /* n_out * (k/32) values, or NULL without a min */
+    const void *m;       /* n_out * (k/32) values, or NULL without a min; two-level:
+                          * n_out * (k/256) super-scales each */
+    const void *sub;     /* v4, two-level formats only: the sub-scales, else NULL */
 };
 
 /* Opaque to the host: the plugin's packed copy of one weight matrix. */
@@ -327,6 +347,9 @@ struct dray_rmsnorm_args {
  *   out[t][o] = sum over g, accumulated in f32, of
  *     sx[t][g] * (d(o,g) * (float)(sum_{c in g} q*code) + m'(o,g) * (float)(sum_{c in g} q))
  *   with exact int32 group sums, m' = m (with a min) or -z*d (without one).
+ *   With 6-bit two-level weights each half of a group is its own term: the
+ *   bracket is the sum over h of d(o,h) * (sum_{c in h} q*code) + m'(o,h) *
+ *   (sum_{c in h} q), under the group's one sx.
  * A group's scale only sees its own 32 channels, so an outlier channel costs
  * precision only to the 31 beside it.
  * passes = 2 (two-pass activations, declared by bit 1 of matmul_passes): one

@@ -675,53 +675,84 @@ static inline int dray_util_check_add(const struct dray_add_args *a, struct dray
  * decoding of its groups, and the checks of weight_create and of matmul and
  * embed on a handle. */
 
-/* Every one of the twelve formats, and the ones GGUF files need most. */
+/* Every one of the twelve one-level formats, and the three of two levels (v4). */
 #define DRAY_UTIL_WF_ALL 0xfffu
+#define DRAY_UTIL_WF_K 0x7000u
 /* The bit of one format, a constant expression (for static tables). */
 #define DRAY_UTIL_WF(bits, scale, has_min)                                                   \
     (1u << (((bits) == 4 ? 0u : (bits) == 5 ? 1u : 2u) * 4u + ((scale) ? 2u : 0u) + ((has_min) ? 1u : 0u)))
+/* ... and of a two-level one: 4, 5 (with a min) or 6 bits. */
+#define DRAY_UTIL_WFK(bits) (1u << (12u + ((bits) == 4 ? 0u : (bits) == 5 ? 1u : 2u)))
 
 static inline int dray_util_wformat_valid(struct dray_wformat f)
 {
+    if (f.super == 1)
+        return f.scale == DRAY_WSCALE_F16 && ((f.has_min == 1 && (f.bits == 4 || f.bits == 5)) ||
+                                              (f.has_min == 0 && f.bits == 6));
     return (f.bits == 4 || f.bits == 5 || f.bits == 8) && f.scale <= DRAY_WSCALE_F16 &&
-           f.has_min <= 1 && f.zero == 0;
+           f.has_min <= 1 && f.super == 0;
 }
 
-/* Bytes of one group's codes (B in backend.h): 16, 20 or 32. */
+/* Bytes of one group's codes (B in backend.h): 16, 20, 24 or 32. */
 static inline uint32_t dray_util_wformat_group_bytes(struct dray_wformat f)
 {
-    return f.bits == 4 ? 16u : f.bits == 5 ? 20u : 32u;
+    return f.bits == 4 ? 16u : f.bits == 5 ? 20u : f.bits == 6 ? 24u : 32u;
 }
 
-/* Bytes of one d (or m) value. */
+/* Bytes of one d (or m) value: of a group, or of a super-block (two levels). */
 static inline uint32_t dray_util_wformat_scale_bytes(struct dray_wformat f)
 {
     return f.scale == DRAY_WSCALE_F16 ? 2u : 4u;
 }
 
-/* The zero point of a format without a min: 8, 16, 0. */
+/* The zero point of a format without a min: 8, 16, 32 (6 bits), 0. */
 static inline int dray_util_wformat_z(struct dray_wformat f)
 {
-    return f.bits == 4 ? 8 : f.bits == 5 ? 16 : 0;
+    return f.bits == 4 ? 8 : f.bits == 5 ? 16 : f.bits == 6 ? 32 : 0;
 }
 
-/* "q4 f16 +min": for messages and `dray devices -v`. */
+/* Scale units per group: 2 for 6-bit two-level weights (a scale per 16), else 1. */
+static inline uint32_t dray_util_wformat_units(struct dray_wformat f)
+{
+    return f.super && f.bits == 6 ? 2u : 1u;
+}
+
+/* Entries of d (and m) per row of k inputs: one per group, or per 256 (two levels). */
+static inline uint32_t dray_util_wformat_scales_per_row(struct dray_wformat f, uint32_t k)
+{
+    return f.super ? k / 256u : k / 32u;
+}
+
+/* Bytes of sub per row of k inputs (two levels; else 0). */
+static inline uint32_t dray_util_wformat_sub_bytes(struct dray_wformat f, uint32_t k)
+{
+    return f.super ? k / 16u : 0u; /* (s, n) per 32, or one int8 per 16 */
+}
+
+/* "q4 f16 +min", "q6 two-level": for messages and `dray devices -v`. */
 static inline const char *dray_util_wformat_name(struct dray_wformat f, char *buf, size_t len)
 {
-    snprintf(buf, len, "q%u %s%s", (unsigned)f.bits, f.scale == DRAY_WSCALE_F16 ? "f16" : "f32",
-             f.has_min ? " +min" : "");
+    if (f.super)
+        snprintf(buf, len, "q%u two-level%s", (unsigned)f.bits, f.has_min ? " +min" : "");
+    else
+        snprintf(buf, len, "q%u %s%s", (unsigned)f.bits, f.scale == DRAY_WSCALE_F16 ? "f16" : "f32",
+                 f.has_min ? " +min" : "");
     return buf;
 }
 
-/* The format of bit i (0..11) of a wformats mask. */
+/* The format of bit i (0..14) of a wformats mask. */
 static inline struct dray_wformat dray_util_wformat_of_bit(uint32_t i)
 {
+    if (i >= 12) {
+        struct dray_wformat k = {(uint8_t)(i == 12 ? 4 : i == 13 ? 5 : 6), DRAY_WSCALE_F16, (uint8_t)(i < 14), 1};
+        return k;
+    }
     struct dray_wformat f = {(uint8_t)(i / 4 == 0 ? 4 : i / 4 == 1 ? 5 : 8),
                              (uint8_t)((i >> 1) & 1u), (uint8_t)(i & 1u), 0};
     return f;
 }
 
-/* Code j (0..31) of one group's bytes (unsigned for 4 and 5 bits, signed for 8). */
+/* Code j (0..31) of one group's bytes (unsigned for 4, 5 and 6 bits, signed for 8). */
 static inline int dray_util_packed_code(struct dray_wformat f, const uint8_t *group, uint32_t j)
 {
     if (f.bits == 8)
@@ -731,6 +762,8 @@ static inline int dray_util_packed_code(struct dray_wformat f, const uint8_t *gr
         uint32_t hi = (uint32_t)group[16] | (uint32_t)group[17] << 8 | (uint32_t)group[18] << 16 |
                       (uint32_t)group[19] << 24;
         c |= (int)((hi >> j) & 1u) << 4;
+    } else if (f.bits == 6) {
+        c |= (int)((group[16 + j / 4] >> (2 * (j % 4))) & 3u) << 4;
     }
     return c;
 }
@@ -743,7 +776,8 @@ static inline float dray_util_packed_scale(struct dray_wformat f, const void *ar
     return ((const float *)arr)[i];
 }
 
-/* d and the m' of backend.h's matmul (m, or -z*d without a min) of group i. */
+/* d and the m' of backend.h's matmul (m, or -z*d without a min) of group i of
+ * a one-level format. */
 static inline void dray_util_packed_dm(struct dray_wformat f, const void *d, const void *m, uint64_t i,
                                        float *dd, float *mm)
 {
@@ -751,17 +785,41 @@ static inline void dray_util_packed_dm(struct dray_wformat f, const void *d, con
     *mm = f.has_min ? dray_util_packed_scale(f, m, i) : -(float)dray_util_wformat_z(f) * *dd;
 }
 
+/* d and m' of scale unit u (a group, or a half-group: dray_util_wformat_units)
+ * of row o of k inputs, for every format: backend.h's products in f32. */
+static inline void dray_util_packed_unit_dm(struct dray_wformat f, uint32_t k, const void *d, const void *m,
+                                            const void *sub, uint64_t o, uint32_t u, float *dd, float *mm)
+{
+    if (!f.super) {
+        dray_util_packed_dm(f, d, m, o * (k / 32u) + u, dd, mm);
+        return;
+    }
+    uint64_t s = o * (k / 256u) + (f.bits == 6 ? u / 16u : u / 8u);
+    float D = dray_util_packed_scale(f, d, s);
+    if (f.bits == 6) {
+        *dd = D * (float)((const int8_t *)sub)[o * (k / 16u) + u];
+        *mm = -32.0f * *dd;
+        return;
+    }
+    const uint8_t *sn = (const uint8_t *)sub + (o * (k / 32u) + u) * 2u;
+    *dd = D * (float)sn[0];
+    *mm = -(dray_util_packed_scale(f, m, s) * (float)sn[1]);
+}
+
 /* Row o of W in f32 (k inputs): code * d + m'. The embed op's reference. */
 static inline void dray_util_packed_row(struct dray_wformat f, uint32_t k, const uint8_t *codes,
-                                        const void *d, const void *m, uint64_t o, float *out)
+                                        const void *d, const void *m, const void *sub, uint64_t o,
+                                        float *out)
 {
-    uint32_t G = k / 32u, B = dray_util_wformat_group_bytes(f);
+    uint32_t G = k / 32u, B = dray_util_wformat_group_bytes(f), U = dray_util_wformat_units(f);
     for (uint32_t g = 0; g < G; g++) {
-        float dd, mm;
-        dray_util_packed_dm(f, d, m, o * G + g, &dd, &mm);
         const uint8_t *grp = codes + (o * G + g) * B;
-        for (uint32_t j = 0; j < 32; j++)
-            out[32 * g + j] = (float)dray_util_packed_code(f, grp, j) * dd + mm;
+        for (uint32_t h = 0; h < U; h++) {
+            float dd, mm;
+            dray_util_packed_unit_dm(f, k, d, m, sub, o, g * U + h, &dd, &mm);
+            for (uint32_t j = 32u / U * h; j < 32u / U * (h + 1); j++)
+                out[32 * g + j] = (float)dray_util_packed_code(f, grp, j) * dd + mm;
+        }
     }
 }
 
@@ -783,21 +841,25 @@ static inline float dray_util_quant_group(const float *x, int8_t *q)
 /* The reference of one output of matmul on packed weights, one pass: group g of
  * x is (q + 32g, sx[g]); row o of the handle's arrays. */
 static inline float dray_util_packed_dot(struct dray_wformat f, uint32_t k, const uint8_t *codes,
-                                         const void *d, const void *m, uint64_t o, const int8_t *q,
-                                         const float *sx)
+                                         const void *d, const void *m, const void *sub, uint64_t o,
+                                         const int8_t *q, const float *sx)
 {
-    uint32_t G = k / 32u, B = dray_util_wformat_group_bytes(f);
+    uint32_t G = k / 32u, B = dray_util_wformat_group_bytes(f), U = dray_util_wformat_units(f);
     float acc = 0.0f;
     for (uint32_t g = 0; g < G; g++) {
         const uint8_t *grp = codes + (o * G + g) * B;
-        int32_t sqc = 0, sq = 0;
-        for (uint32_t j = 0; j < 32; j++) {
-            sqc += q[32 * g + j] * dray_util_packed_code(f, grp, j);
-            sq += q[32 * g + j];
+        float part = 0.0f;
+        for (uint32_t h = 0; h < U; h++) {
+            int32_t sqc = 0, sq = 0;
+            for (uint32_t j = 32u / U * h; j < 32u / U * (h + 1); j++) {
+                sqc += q[32 * g + j] * dray_util_packed_code(f, grp, j);
+                sq += q[32 * g + j];
+            }
+            float dd, mm;
+            dray_util_packed_unit_dm(f, k, d, m, sub, o, g * U + h, &dd, &mm);
+            part += dd * (float)sqc + mm * (float)sq;
         }
-        float dd, mm;
-        dray_util_packed_dm(f, d, m, o * G + g, &dd, &mm);
-        acc += sx[g] * (dd * (float)sqc + mm * (float)sq);
+        acc += sx[g] * part;
     }
     return acc;
 }
@@ -830,6 +892,11 @@ static inline int dray_util_check_weight_desc(const struct dray_weight_desc *w, 
     if (!w->codes || !w->d || (w->format.has_min != (w->m != NULL)))
         return dray_util_fail(why, len, DRAY_EINVAL,
                               "weight_create: codes and d are required, m exactly when the format has a min");
+    if (w->format.super && (w->k % 256 || w->size < offsetof(struct dray_weight_desc, sub) + sizeof(w->sub) ||
+                            !w->sub))
+        return dray_util_fail(why, len, DRAY_EINVAL,
+                              "weight_create: a two-level format needs k a multiple of 256 (k = %u) and sub",
+                              w->k);
     return DRAY_OK;
 }
 

@@ -695,7 +695,7 @@ int conf_make_weight_refusal(struct conf_rng *r, struct conf_case *c, int bench)
         snprintf(c->bad_what, sizeof(c->bad_what), "format has_min 2");
         break;
     case BAD_RESERVED:
-        b->format.zero = 1;
+        b->format.super = 2;
         snprintf(c->bad_what, sizeof(c->bad_what), "format reserved byte 1 (must be 0)");
         break;
     case BAD_K:

@@ -34,15 +34,21 @@
 
 #if TPL_ABI >= 3
 /* Packed weights (version 3): the formats weight_create takes, as
- * DRAY_WFORMAT_BIT masks (DRAY_UTIL_WF_ALL = all twelve), and the activation
+ * DRAY_WFORMAT_BIT masks (DRAY_UTIL_WF_ALL = the twelve of one level;
+ * DRAY_UTIL_WF_K = the three with two-level scales, version 4), and the activation
  * passes matmul runs on them (bit p-1 for p passes). Declare only what passes
  * `dray conformance`; the host runs int8 weights where a format is missing.
  * The template's scalar C takes every format, one pass and two. */
+#if TPL_ABI >= 4
+#define TPL_WF_EVERY (DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K)
+#else
+#define TPL_WF_EVERY DRAY_UTIL_WF_ALL
+#endif
 #ifndef TPL_MATMUL_WFORMATS
-#define TPL_MATMUL_WFORMATS DRAY_UTIL_WF_ALL
+#define TPL_MATMUL_WFORMATS TPL_WF_EVERY
 #endif
 #ifndef TPL_EMBED_WFORMATS
-#define TPL_EMBED_WFORMATS DRAY_UTIL_WF_ALL
+#define TPL_EMBED_WFORMATS TPL_WF_EVERY
 #endif
 #ifndef TPL_MATMUL_PASSES
 #define TPL_MATMUL_PASSES 3u /* one pass and two */
@@ -85,7 +91,9 @@ struct dray_packed {
     uint32_t uses;             /* enum dray_wuse: what it was created for */
     const uint8_t *codes;      /* n_out * (k/32) groups of B bytes (16, 20 or 32) */
     const void *d, *m;         /* n_out * (k/32) scales (and mins, else NULL),
-                                * f32 or f16 as the format says */
+                                * f32 or f16 as the format says; two levels:
+                                * n_out * (k/256) f16 super-scales */
+    const void *sub;           /* two levels: the sub-scales (backend.h), else NULL */
     void *mem;                 /* the one allocation codes, d and m live in */
     uint64_t bytes;            /* its size: weight_create's *device_bytes */
 };

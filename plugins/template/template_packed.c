@@ -1,8 +1,9 @@
 /* The template's packed weights (ABI version 3, backend.h "Packed weights"):
  * weight_create / weight_free, and matmul and embed on a handle.
  *
- * The host hands weight_create a matrix of 32-input groups (4-, 5- or 8-bit
- * codes, a scale d and maybe a min m per group, row-major). A plugin copies it
+ * The host hands weight_create a matrix of 32-input groups (4-, 5-, 6- or
+ * 8-bit codes, a scale d and maybe a min m per group, or per 256 inputs with
+ * sub-scales under them, row-major). A plugin copies it
  * into whatever layout its kernels read fastest; the template's "device" is
  * host memory and its kernels are the scalar loops below, so it keeps the
  * arrays as given. Replace weight_create with your packing (and a device
@@ -24,7 +25,7 @@
  * matmul and embed (a tied embedding and output head). */
 static uint32_t formats_for(uint32_t uses)
 {
-    uint32_t f = DRAY_UTIL_WF_ALL;
+    uint32_t f = TPL_WF_EVERY;
     if (uses & DRAY_WUSE_MATMUL)
         f &= TPL_MATMUL_WFORMATS;
     if (uses & DRAY_WUSE_EMBED)
@@ -55,8 +56,12 @@ int dray_tpl_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     const struct dray_wformat f = desc->format;
     uint64_t groups = (uint64_t)desc->n_out * (desc->k / 32u);
     uint64_t ncodes = groups * dray_util_wformat_group_bytes(f);
-    uint64_t nscale = groups * dray_util_wformat_scale_bytes(f);
-    uint64_t total = ncodes + nscale * (f.has_min ? 2u : 1u);
+    /* d (and m): one per group, or one per 256 inputs with two-level scales,
+     * whose sub-scales follow */
+    uint64_t nscale = (uint64_t)desc->n_out * dray_util_wformat_scales_per_row(f, desc->k) *
+                      dray_util_wformat_scale_bytes(f);
+    uint64_t nsub = (uint64_t)desc->n_out * dray_util_wformat_sub_bytes(f, desc->k);
+    uint64_t total = ncodes + nscale * (f.has_min ? 2u : 1u) + nsub;
     if (total > SIZE_MAX - 63)
         return dray_tpl_fail(ctx, DRAY_ENOMEM, "weight_create: %u x %u is more than memory can hold",
                              desc->n_out, desc->k);
@@ -77,6 +82,8 @@ int dray_tpl_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     memcpy(p + ncodes, desc->d, (size_t)nscale);
     if (f.has_min)
         memcpy(p + ncodes + nscale, desc->m, (size_t)nscale);
+    if (nsub)
+        memcpy(p + total - nsub, desc->sub, (size_t)nsub);
     w->magic = TPL_PACKED_MAGIC;
     w->format = f;
     w->n_out = desc->n_out;
@@ -85,6 +92,7 @@ int dray_tpl_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     w->codes = p;
     w->d = p + ncodes;
     w->m = f.has_min ? p + ncodes + nscale : NULL;
+    w->sub = nsub ? p + total - nsub : NULL;
     w->bytes = total;
     if (device_bytes)
         *device_bytes = total;
@@ -158,9 +166,9 @@ int dray_tpl_matmul_packed(struct dray_ctx *ctx, const struct dray_matmul_args *
         }
         for (uint32_t o = 0; o < w->n_out; o++) {
             float v = a->accumulate ? yr[o] : 0.0f;
-            v += dray_util_packed_dot(w->format, k, w->codes, w->d, w->m, o, q, sx);
+            v += dray_util_packed_dot(w->format, k, w->codes, w->d, w->m, w->sub, o, q, sx);
             if (passes == 2)
-                v += dray_util_packed_dot(w->format, k, w->codes, w->d, w->m, o, q2, sx2);
+                v += dray_util_packed_dot(w->format, k, w->codes, w->d, w->m, w->sub, o, q2, sx2);
             yr[o] = v;
         }
     }
@@ -188,7 +196,7 @@ int dray_tpl_embed_packed(struct dray_ctx *ctx, const struct dray_embed_args *a)
 
     for (uint32_t t = 0; t < a->n_tok; t++) {
         float *y = out + (size_t)t * a->dim;
-        dray_util_packed_row(w->format, w->k, w->codes, w->d, w->m, (uint64_t)ids[t], y);
+        dray_util_packed_row(w->format, w->k, w->codes, w->d, w->m, w->sub, (uint64_t)ids[t], y);
         for (uint32_t i = 0; i < a->dim; i++)
             y[i] *= a->scale;
     }
