@@ -219,7 +219,8 @@ struct dray_view {
  * group (or half-group) a small integer scale under them, so that GGUF's K
  * quants cross at their own size and value:
  *   bits 4 or 5, has_min 1 (Q4_K, Q5_K): sub [n_out][G][2] uint8 holds group
- *          g's (s, n); d and m are [n_out][S] f16 super-scales D and M, and
+ *          g's (s, n), each 0..63 (6 bits, as GGUF packs them: weight_create
+ *          refuses larger ones); d and m are [n_out][S] f16 super-scales D and M, and
  *            d(o, g) = D(o, g/8) * s,   m(o, g) = -(M(o, g/8) * n)   (f32).
  *   bits 6, has_min 0 (Q6_K): codes are 6 bits unsigned 0..63, B = 24: the
  *          16 bytes of 4 bits above hold the low four bits, then a

@@ -897,6 +897,12 @@ static inline int dray_util_check_weight_desc(const struct dray_weight_desc *w, 
         return dray_util_fail(why, len, DRAY_EINVAL,
                               "weight_create: a two-level format needs k a multiple of 256 (k = %u) and sub",
                               w->k);
+    for (uint64_t i = 0; w->format.super && w->format.bits != 6 && i < (uint64_t)w->n_out * (w->k / 16u); i++)
+        if (((const uint8_t *)w->sub)[i] > 63)
+            return dray_util_fail(why, len, DRAY_EINVAL,
+                                  "weight_create: sub-scale %llu of row %llu is %u (6 bits: 0..63)",
+                                  (unsigned long long)(i % (w->k / 16u)),
+                                  (unsigned long long)(i / (w->k / 16u)), ((const uint8_t *)w->sub)[i]);
     return DRAY_OK;
 }
 
