@@ -21,12 +21,20 @@ struct dray_wformat dray_caps_wformat(uint32_t dtype)
            : dtype == DRAY_Q4G32 ? (struct dray_wformat){4, DRAY_WSCALE_F32, 1, 0}
            : dtype == DRAY_Q4G32H ? (struct dray_wformat){4, DRAY_WSCALE_F16, 1, 0}
            : dtype == DRAY_Q5G32 ? (struct dray_wformat){5, DRAY_WSCALE_F16, 1, 0}
+           : dtype == DRAY_Q4K   ? (struct dray_wformat){4, DRAY_WSCALE_F16, 1, 1}
+           : dtype == DRAY_Q5K   ? (struct dray_wformat){5, DRAY_WSCALE_F16, 1, 1}
+           : dtype == DRAY_Q6K   ? (struct dray_wformat){6, DRAY_WSCALE_F16, 0, 1}
                                  : (struct dray_wformat){0, 0, 0, 0};
+}
+
+bool dray_caps_packed(uint32_t dtype)
+{
+    return dray_util_grouped(dtype) || dtype == DRAY_Q4K || dtype == DRAY_Q5K || dtype == DRAY_Q6K;
 }
 
 bool dray_caps_runs(const struct dray_op_caps *c, int op, uint32_t dtype)
 {
-    if (dray_util_grouped(dtype)) {
+    if (dray_caps_packed(dtype)) {
         uint32_t mask = op == DRAY_OP_MATMUL ? c->matmul_wformats : op == DRAY_OP_EMBED ? c->embed_wformats : 0;
         return (mask & DRAY_WFORMAT_BIT(dray_caps_wformat(dtype))) != 0;
     }

@@ -36,6 +36,15 @@ enum dray_precision dray_caps_precision(const struct dray_op_caps *c, enum dray_
  * DRAY_Q4G32H = q4hm, DRAY_Q5G32 = q5hm; bits 0 for any other dtype. */
 struct dray_wformat dray_caps_wformat(uint32_t dtype);
 
+/* The two-level formats (ABI v4) by their host names: GGUF's Q4_K, Q5_K and
+ * Q6_K blocks as the file has them (dray_caps_wformat gives q4/q5 two-level
+ * +min and q6 two-level). */
+enum { DRAY_Q4K = 64, DRAY_Q5K = 65, DRAY_Q6K = 66 };
+
+/* Whether dtype is a format the device packs (weight_create): a grouped one
+ * or a two-level one. */
+bool dray_caps_packed(uint32_t dtype);
+
 /* Whether the device runs op in dtype: op_dtypes for the plain dtypes; for a
  * grouped one, the packed formats it declares for matmul or embed (ABI v3). */
 bool dray_caps_runs(const struct dray_op_caps *c, int op, uint32_t dtype);

@@ -13,16 +13,12 @@ int dec_matmul(struct dray_model *m, struct dray_view x, uint32_t stride_x,
                const struct dray_weight *w, struct dray_view out, uint32_t stride_out, uint32_t n_tok)
 {
     struct dray_matmul_args a = {
-        .x = x, .w = {w->w, 0}, .wscale = {w->scale, 0}, .out = out,
-        .outlier_idx = {w->outlier_idx, 0}, .outlier_w = {w->outlier_w, 0}, .n_outlier = w->n_outlier,
-        .n_tok = n_tok, .n_out = w->n_out, .k = w->k,
-        .stride_x = stride_x, .stride_out = stride_out,
+        .x = x, .out = out, .n_tok = n_tok, .stride_x = stride_x, .stride_out = stride_out,
         /* grouped weights with two-pass activations when asked (backend.h); the
          * head only when it is not the bulk of a step (head_two_pass) */
-        .wdtype = w->packed ? DRAY_PACKED : w->dtype, .packed = w->packed,
         .passes = (w == &m->embd || w == &m->output ? m->head_two_pass : m->two_pass) ? 2u : 1u,
     };
-    return m->dev->ops->matmul(m->dev->ctx, &a);
+    return dray_weight_matmul(m->dev, w, a);
 }
 
 /* While calibrating, remember the largest |x| of every input channel of a layer

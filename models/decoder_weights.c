@@ -224,6 +224,11 @@ int dec_load_layer(struct dray_model *m, uint32_t il, uint32_t dtype, char *err,
 
 uint64_t dec_weight_bytes(const struct dray_weight *w)
 {
+    uint64_t parts = 0;
+    for (uint32_t i = 0; i < w->n_split; i++)
+        parts += dec_weight_bytes(&w->split[i]);
+    if (w->n_split)
+        return parts;
     if (w->packed) /* what the device says it holds */
         return w->packed_bytes;
     return (uint64_t)w->n_out * dray_util_wrow_bytes(w->dtype, w->k) +

@@ -199,10 +199,11 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     assert_int_equal(c.op_dtypes[DRAY_OP_MATMUL], p.op_dtypes[DRAY_OP_MATMUL]);
     assert_int_equal(c.op_dtypes[DRAY_OP_EMBED], p.op_dtypes[DRAY_OP_EMBED]);
     /* version 3: packed formats, 4 bits (f32 or f16), 5 bits (f16), 8 bits, with
-     * one and two passes; a gather table of 4 or 8 bits */
+     * one and two passes, and (v4) the three two-level ones; a gather table of
+     * 4 or 8 bits */
     assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF(4, 0, 0) | DRAY_UTIL_WF(4, 0, 1) | DRAY_UTIL_WF(4, 1, 0) |
                                             DRAY_UTIL_WF(4, 1, 1) | DRAY_UTIL_WF(5, 1, 0) | DRAY_UTIL_WF(5, 1, 1) |
-                                            DRAY_UTIL_WF(8, 0, 0) | DRAY_UTIL_WF(8, 1, 0));
+                                            DRAY_UTIL_WF(8, 0, 0) | DRAY_UTIL_WF(8, 1, 0) | DRAY_UTIL_WF_K);
     assert_int_equal(c.embed_wformats, DRAY_UTIL_WF(4, 0, 0) | DRAY_UTIL_WF(4, 0, 1) | DRAY_UTIL_WF(4, 1, 0) |
                                            DRAY_UTIL_WF(4, 1, 1) | DRAY_UTIL_WF(8, 0, 0) | DRAY_UTIL_WF(8, 1, 0));
     assert_int_equal(c.matmul_passes, 3);
@@ -602,6 +603,7 @@ struct gm_data {
     float *x, *out0;
     uint8_t *codes;
     void *dv, *mv;
+    uint8_t *sub; /* two-level formats: the sub-scales, else NULL */
     double *W; /* [n_out][k] */
     size_t nx, nout;
     uint32_t sx, so;
@@ -618,10 +620,19 @@ static void gm_make(const struct gm_case *c, struct gm_data *d)
         for (uint32_t g = 0; g < G; g += 3)
             d->x[(size_t)t * d->sx + 32 * g + dray_test_rand() % 32] *= 40.0f;
     d->codes = (uint8_t *)randq(groups * dray_util_wformat_group_bytes(c->f));
-    d->dv = malloc(groups * sb);
-    d->mv = c->f.has_min ? malloc(groups * sb) : NULL;
-    for (size_t i = 0; i < groups; i++) {
-        float dd = dray_test_randf(0.001f, 0.05f), mm = dray_test_randf(-0.2f, 0.2f);
+    /* two levels: a super-scale per 256 inputs (d, and m with a min), sub-scales
+     * 0..63 (4/5 bits, (s, n) per group) or any int8 (6 bits, one per 16) */
+    size_t scales = (size_t)c->n_out * dray_util_wformat_scales_per_row(c->f, c->k);
+    size_t subs = (size_t)c->n_out * dray_util_wformat_sub_bytes(c->f, c->k);
+    d->sub = subs ? (uint8_t *)randq(subs) : NULL;
+    for (size_t i = 0; i < subs && c->f.bits != 6; i++)
+        d->sub[i] &= 63;
+    float top = c->f.super ? (c->f.bits == 6 ? 0.0004f : 0.0008f) : 0.05f;
+    d->dv = malloc(scales * sb);
+    d->mv = c->f.has_min ? malloc(scales * sb) : NULL;
+    for (size_t i = 0; i < scales; i++) {
+        float dd = dray_test_randf(top / 50, top), mm = c->f.super ? dray_test_randf(0.0f, 0.004f)
+                                                                    : dray_test_randf(-0.2f, 0.2f);
         if (sb == 2) {
             ((uint16_t *)d->dv)[i] = dray_util_f32_to_f16(dd);
             if (d->mv)
@@ -636,7 +647,7 @@ static void gm_make(const struct gm_case *c, struct gm_data *d)
     d->W = malloc((size_t)c->n_out * c->k * sizeof(double));
     float *row = malloc(c->k * sizeof(float));
     for (uint32_t o = 0; o < c->n_out; o++) {
-        dray_util_packed_row(c->f, c->k, d->codes, d->dv, d->mv, NULL, o, row);
+        dray_util_packed_row(c->f, c->k, d->codes, d->dv, d->mv, d->sub, o, row);
         for (uint32_t i = 0; i < c->k; i++)
             d->W[(size_t)o * c->k + i] = row[i];
     }
@@ -645,13 +656,14 @@ static void gm_make(const struct gm_case *c, struct gm_data *d)
 
 static void gm_free(struct gm_data *d)
 {
-    free(d->x), free(d->codes), free(d->dv), free(d->mv), free(d->out0), free(d->W);
+    free(d->x), free(d->codes), free(d->dv), free(d->mv), free(d->sub), free(d->out0), free(d->W);
 }
 
 static float *gm_run(struct dray_ctx *ctx, const struct gm_case *c, const struct gm_data *d, uint32_t passes)
 {
     struct dray_weight_desc wd = {.size = sizeof(wd), .format = c->f, .n_out = c->n_out, .k = c->k,
-                                  .uses = DRAY_WUSE_MATMUL, .codes = d->codes, .d = d->dv, .m = d->mv};
+                                  .uses = DRAY_WUSE_MATMUL, .codes = d->codes, .d = d->dv, .m = d->mv,
+                                  .sub = d->sub};
     struct dray_packed *pk = NULL;
     uint64_t bytes = 0;
     int rc = ops->weight_create(ctx, &wd, &pk, &bytes);
@@ -699,7 +711,7 @@ static double gm_check(const struct gm_case *c, const struct gm_data *d, const f
             double base = c->accumulate ? d->out0[at] : 0, noise = 1e-6 * (mag + fabs(base));
             double e1 = fabs(one[at] - base - exact), e2 = fabs(two[at] - base - exact);
             if (e1 > b1 * 1.001 + noise)
-                fail_msg("one pass t %u o %u: off by %.3g, bound %.3g", t, o, e1, b1);
+                fail_msg("one pass t %u o %u: off by %.3g, bound %.3g (got %g want %g)", t, o, e1, b1, one[at], base + exact);
             if (e2 > b2 * 1.001 + noise)
                 fail_msg("two passes t %u o %u: off by %.3g, bound %.3g (one pass: %.3g)", t, o, e2, b2, e1);
             ss1 += e1 * e1, ss2 += e2 * e2;
@@ -728,7 +740,15 @@ static void test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path(void **s
 #define q5z {5, 1, 0, 0}
 #define q8 {8, 0, 0, 0}
 #define q8h {8, 1, 0, 0}
+#define k4 {4, 1, 1, 1}
+#define k5 {5, 1, 1, 1}
+#define k6 {6, 1, 0, 1}
     static const struct gm_case cases[] = {
+        /* two levels (ABI v4: GGUF's Q4_K, Q5_K, Q6_K) */
+        {1, 64, 512, 0, 0, 0, k4},    {67, 32, 256, 1, 2, 1, k4},  {20, 7, 768, 2, 0, 1, k4},
+        {1, 48, 2304, 3, 1, 1, k5},   {9, 160, 256, 0, 3, 0, k5},  {5, 32, 512, 1, 2, 0, k5},
+        {1, 64, 512, 0, 0, 0, k6},    {67, 32, 256, 1, 2, 1, k6},  {20, 7, 768, 2, 0, 1, k6},
+        {1, 48, 2304, 3, 1, 1, k6},
         {1, 64, 576, 0, 0, 0, q4},    {1, 48, 1536, 3, 1, 1, q8},  {5, 32, 96, 1, 2, 0, q8h},
         {67, 32, 64, 0, 0, 1, q4},    {130, 16, 32, 2, 0, 0, q8},  {9, 160, 320, 0, 3, 0, q4z},
         {1, 64, 640, 0, 0, 0, q5},    {1, 48, 1536, 3, 1, 1, q5},  {7, 32, 96, 1, 2, 1, q5z},
@@ -745,6 +765,9 @@ static void test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path(void **s
 #undef q5z
 #undef q8
 #undef q8h
+#undef k4
+#undef k5
+#undef k6
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const struct gm_case *c = &cases[ci];
         struct gm_data d;

@@ -52,7 +52,8 @@
 #include "cpu_isa.h"
 
 struct dray_packed {
-    uint32_t layout;       /* DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32 or DRAY_Q4G32H */
+    uint32_t layout;       /* DRAY_Q8G32, DRAY_Q4G32, DRAY_Q5G32, DRAY_Q4G32H or
+                            * DRAY_CPU_K4/K5/K6 (cpu_kernels.h) */
     uint32_t n_out, k, uses;
     uint32_t rows;         /* n_out rounded up to whole 16-row blocks (zero rows after) */
     void *w, *scale;       /* the layout's w and wscale, 64-byte aligned */
@@ -66,6 +67,9 @@ DRAY_CPU_HIDDEN int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dr
 DRAY_CPU_HIDDEN void dray_cpu_weight_free(struct dray_ctx *ctx, struct dray_packed *p);
 /* Row-major codes (backend.h's B bytes per group) and float scales (Q8G32: d per
  * group; else {d, m} per group) of `rows` rows into layout's qo and so. */
+/* Blocks [b0, b1) of a two-level weight into p's DRAY_CPU_K* layout (cpu_kpack.c). */
+DRAY_CPU_HIDDEN void dray_cpu_kpack(const struct dray_weight_desc *w, struct dray_packed *p, uint64_t b0,
+                                    uint64_t b1);
 DRAY_CPU_HIDDEN void dray_cpu_interleave(uint32_t layout, uint64_t rows, uint64_t k, const void *q,
                                          const float *sc, void *qo, void *so);
 

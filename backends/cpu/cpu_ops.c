@@ -101,9 +101,10 @@ static void quantize_body(void *arg, uint32_t i0, uint32_t i1, uint32_t ith)
 {
     (void)ith;
     struct matmul_job *j = arg;
-    if (j->k.wdtype)
+    if (j->k.wdtype) {
         j->ctx->k.gquantize(&j->k, i0, i1);
-    else
+        dray_cpu_glo_fill(&j->k, (size_t)i0 << j->k.pairs, (size_t)i1 << j->k.pairs);
+    } else
         j->ctx->k.quantize(&j->k, i0, i1);
 }
 
@@ -145,6 +146,8 @@ static void matmul_tile(struct matmul_job *j, uint32_t i)
         sub.gsx = a->gsx + (size_t)t0 * (a->k / 32);
         sub.gsum = a->gsum + (size_t)t0 * (a->k / 32);
         sub.gmin = a->gmin + (size_t)t0 * (a->k / 32);
+        if (a->glo)
+            sub.glo = a->glo + (size_t)t0 * (a->k / 32);
     }
     matmul_rows(j->ctx, &sub, o0, o1);
 }
@@ -214,13 +217,14 @@ static int grouped_scratch(struct dray_ctx *ctx, struct matmul_job *j)
     size_t G = k->k / 32, up = 63, rows = (size_t)k->n_tok << k->pairs;
     k->q_stride = ((size_t)k->k + up) & ~up;
     size_t qb = k->q_stride * rows, gb = (G * 4 * rows + up) & ~up;
-    char *s = dray_cpu_scratch(ctx, qb + 3 * gb + 64);
+    char *s = dray_cpu_scratch(ctx, qb + 4 * gb + 64);
     if (!s)
         return dray_cpu_fail(ctx, DRAY_ENOMEM, "matmul: no memory for %zu bytes of activations", qb);
     k->q = (int8_t *)s;
     k->gsx = (float *)(s + qb);
     k->gsum = (int32_t *)(s + qb + gb);
     k->gmin = (float *)(s + qb + 2 * gb);
+    k->glo = k->wdtype == DRAY_CPU_K6 ? (int32_t *)(s + qb + 3 * gb) : NULL;
     dray_cpu_parallel(ctx, k->n_tok, 1, (double)rows * k->k, quantize_body, j);
     k->n_tok = (uint32_t)rows;
     return 0;

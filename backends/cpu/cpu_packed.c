@@ -9,12 +9,14 @@
 #include "cpu_mem.h"
 
 /* The formats the kernels run. 4 bits: f32 or f16 d and m (Q4G32, Q4G32H); 5
- * bits: f16 (Q5G32); 8 bits: one scale (Q8G32, f16 widened exactly). Without a
+ * bits: f16 (Q5G32); 8 bits: one scale (Q8G32, f16 widened exactly); the
+ * three two-level ones at their own size (DRAY_CPU_K4/K5/K6). Without a
  * min, m = -z*d (exact in f32; in f16 checked per group, else f32). The embed
  * gather reads Q8G32 and Q4G32 only: a 4-bit table keeps f32 d and m. */
 #define CPU_WF_MATMUL                                                                        \
     (DRAY_UTIL_WF(4, 0, 0) | DRAY_UTIL_WF(4, 0, 1) | DRAY_UTIL_WF(4, 1, 0) | DRAY_UTIL_WF(4, 1, 1) | \
-     DRAY_UTIL_WF(5, 1, 0) | DRAY_UTIL_WF(5, 1, 1) | DRAY_UTIL_WF(8, 0, 0) | DRAY_UTIL_WF(8, 1, 0))
+     DRAY_UTIL_WF(5, 1, 0) | DRAY_UTIL_WF(5, 1, 1) | DRAY_UTIL_WF(8, 0, 0) | DRAY_UTIL_WF(8, 1, 0) | \
+     DRAY_UTIL_WF_K)
 #define CPU_WF_EMBED                                                                         \
     (DRAY_UTIL_WF(4, 0, 0) | DRAY_UTIL_WF(4, 0, 1) | DRAY_UTIL_WF(4, 1, 0) | DRAY_UTIL_WF(4, 1, 1) | \
      DRAY_UTIL_WF(8, 0, 0) | DRAY_UTIL_WF(8, 1, 0))
@@ -27,6 +29,8 @@ uint32_t dray_cpu_wformats(int embed)
 /* The kernel layout for a format and its uses. */
 static uint32_t layout_of(struct dray_wformat f, uint32_t uses, int half_ok)
 {
+    if (f.super)
+        return f.bits == 4 ? DRAY_CPU_K4 : f.bits == 5 ? DRAY_CPU_K5 : DRAY_CPU_K6;
     if (f.bits == 8)
         return DRAY_Q8G32;
     if (f.bits == 5)
@@ -38,7 +42,7 @@ static uint32_t layout_of(struct dray_wformat f, uint32_t uses, int half_ok)
  * 4-bit kernels may read f16 pairs. */
 static int half_ok_of(const struct dray_weight_desc *w, uint64_t groups)
 {
-    for (uint64_t i = 0; w->format.bits != 8 && i < groups; i++) {
+    for (uint64_t i = 0; w->format.bits != 8 && !w->format.super && i < groups; i++) {
         float d, m;
         dray_util_packed_dm(w->format, w->d, w->m, i, &d, &m);
         if (dray_util_f16_to_f32(dray_util_f32_to_f16(m)) != m)
@@ -79,6 +83,10 @@ static void pack_blocks(void *arg, uint32_t ith, uint32_t nth)
     const struct dray_weight_desc *w = t->w;
     uint64_t G = w->k / 32, B = dray_util_wformat_group_bytes(w->format), n = t->p->rows / 16;
     uint64_t per = w->format.bits == 8 ? 1 : 2, b0 = n * ith / nth, b1 = n * (ith + 1) / nth;
+    if (dray_cpu_is_k(t->p->layout)) {
+        dray_cpu_kpack(w, t->p, b0, b1);
+        return;
+    }
     float *sc = malloc(16 * G * per * sizeof(float));
     uint8_t *codes = malloc(16 * G * B);
     if (!sc || !codes)
@@ -118,6 +126,8 @@ int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
     p->k = w->k;
     p->uses = w->uses;
     size_t wblock = 16 * dray_util_wrow_bytes(p->layout, w->k), sblock = 16 * dray_util_wscale_floats(p->layout, w->k) * 4;
+    if (dray_cpu_is_k(layout)) /* per 16 rows: G units of codes, S of scales */
+        wblock = w->k / 32 * dray_cpu_k_wbytes(layout), sblock = w->k / 256 * dray_cpu_k_sbytes(layout);
     p->wbytes = (size_t)rows / 16 * wblock;
     p->sbytes = (size_t)rows / 16 * sblock;
     p->w = dray_cpu_big_alloc(p->wbytes);

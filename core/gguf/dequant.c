@@ -351,3 +351,79 @@ int dray_gguf_tensor_row_q4g(const struct dray_gguf_tensor *t, uint64_t r, uint8
     }
     return 0;
 }
+
+/* ------------------------------------------------------------ two-level groups */
+
+/* Q4_K / Q5_K block b into 8 groups (codes of B bytes each) and their (s, n):
+ * chunk c's low nibbles are group 2c, its high nibbles group 2c+1. */
+static void k45_block(const uint8_t *b, bool five, uint8_t *codes, uint8_t *sub)
+{
+    const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16);
+    uint32_t B = five ? 20 : 16;
+    uint8_t code[32];
+    for (int j = 0; j < 8; j++) {
+        int c = j / 2, hi = j % 2;
+        k_scale_min(sc, j, &sub[2 * j], &sub[2 * j + 1]);
+        for (int l = 0; l < 32; l++)
+            code[l] = hi ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0xF;
+        pack_group(code, codes + j * B);
+        if (five) { /* bit 4 of input l is qh[l] bit j */
+            uint32_t h = 0;
+            for (int l = 0; l < 32; l++)
+                h |= (uint32_t)((qh[l] >> j) & 1) << l;
+            memcpy(codes + j * B + 16, &h, 4);
+        }
+    }
+}
+
+/* Q6_K block into 8 groups of 24 bytes and its 16 int8 scales, in input order
+ * (deq_q6_k's element map). */
+static void k6_block(const uint8_t *b, uint8_t *codes, uint8_t *sub)
+{
+    uint8_t code[256];
+    for (int n = 0; n < 2; n++) {
+        const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+        for (int l = 0; l < 32; l++) {
+            code[128 * n + l] = (uint8_t)((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+            code[128 * n + 32 + l] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            code[128 * n + 64 + l] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            code[128 * n + 96 + l] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
+    for (int g = 0; g < 8; g++) {
+        uint8_t *out = codes + g * 24, lo[32];
+        uint64_t h = 0;
+        for (int l = 0; l < 32; l++) {
+            lo[l] = code[32 * g + l] & 0xF;
+            h |= (uint64_t)(code[32 * g + l] >> 4) << (2 * l);
+        }
+        pack_group(lo, out);
+        memcpy(out + 16, &h, 8);
+    }
+    memcpy(sub, b + 192, 16);
+}
+
+int dray_gguf_tensor_row_k(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *codes, uint8_t *sub,
+                           uint16_t *D, uint16_t *M)
+{
+    if (t->type != DRAY_GGML_Q4_K && t->type != DRAY_GGML_Q5_K && t->type != DRAY_GGML_Q6_K)
+        return DRAY_ENOTSUP;
+    if (t->ne[0] == 0 || r >= dray_gguf_tensor_nelems(t) / t->ne[0])
+        return DRAY_EINVAL;
+    uint32_t bb = dray_ggml_block_bytes(t->type);
+    const uint8_t *row = (const uint8_t *)t->data + r * (t->ne[0] / 256 * bb);
+    bool six = t->type == DRAY_GGML_Q6_K, five = t->type == DRAY_GGML_Q5_K;
+    uint32_t B = six ? 24 : five ? 20 : 16;
+    for (uint64_t i = 0; i < t->ne[0] / 256; i++) {
+        const uint8_t *b = row + i * bb;
+        if (six) {
+            k6_block(b, codes + i * 8 * B, sub + i * 16);
+            memcpy(&D[i], b + 208, 2);
+        } else {
+            k45_block(b, five, codes + i * 8 * B, sub + i * 16);
+            memcpy(&D[i], b, 2);
+            memcpy(&M[i], b + 2, 2);
+        }
+    }
+    return 0;
+}

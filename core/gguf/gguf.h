@@ -38,6 +38,14 @@ int dray_gguf_tensor_row_q5g(const struct dray_gguf_tensor *t, uint64_t r, uint8
  * -8 d fits f16 (|d| <= 8188), never Q4_K (d * scale products in f32). */
 bool dray_gguf_tensor_q4_half(const struct dray_gguf_tensor *t);
 
+/* Row r of a Q4_K, Q5_K or Q6_K tensor in backend.h's two-level layout, the
+ * file's own codes and scales (no arithmetic): codes [ne0/32][B] (B = 16, 20,
+ * 24), sub [ne0/16] bytes ((s, n) per 32, or an int8 per 16), D and M
+ * [ne0/256] f16 super-scales (M only with a min; NULL for Q6_K). DRAY_ENOTSUP
+ * for other types. */
+int dray_gguf_tensor_row_k(const struct dray_gguf_tensor *t, uint64_t r, uint8_t *codes, uint8_t *sub,
+                           uint16_t *D, uint16_t *M);
+
 /* float <-> half helpers (IEEE binary16, round to nearest even) */
 float dray_f16_to_f32(uint16_t h);
 uint16_t dray_f32_to_f16(float f);

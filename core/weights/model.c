@@ -75,7 +75,7 @@ int dray_model_check(const struct dray_gguf *gc, char *err, size_t errlen)
  * kernel zeroes it page by page, which was most of an 8B model's warm start
  * (1.48 million page faults). Per thread, so loads on several threads (server
  * replicas) never share it; dray_weight_scratch_free ends a load. */
-enum { SCRATCH_F32, SCRATCH_Q, SCRATCH_SC, SCRATCH_CODES, SCRATCH_D, SCRATCH_M, SCRATCH_COUNT };
+enum { SCRATCH_F32, SCRATCH_Q, SCRATCH_SC, SCRATCH_CODES, SCRATCH_D, SCRATCH_M, SCRATCH_SUB, SCRATCH_COUNT };
 static _Thread_local struct { void *p; size_t cap; } scratch[SCRATCH_COUNT];
 
 static void *scratch_get(int slot, size_t bytes)
@@ -117,7 +117,8 @@ struct prep {
      * weight_create once every part is in */
     struct dray_wformat fmt;
     uint8_t *codes;    /* [n_out][k/32][B] */
-    void *d, *m;       /* [n_out][k/32] f32 or f16 */
+    void *d, *m;       /* [n_out][k/32] f32 or f16; two-level: [n_out][k/256] f16 */
+    uint8_t *sub;      /* two-level: [n_out][k/16] sub-scales (backend.h), else NULL */
     float *ow;         /* [n_out][n_outlier] or NULL */
     const int32_t *outliers;
     uint32_t n_outlier;
@@ -166,7 +167,7 @@ static int create_packed(struct dray_device *dev, struct prep *p, struct dray_we
         return dray_fail(err, errlen, DRAY_ENOTSUP, "%s: plugin '%s' has no weight_create (ABI %u)", name,
                          ops->name, ops->version);
     struct dray_weight_desc desc = {.size = sizeof(desc), .format = p->fmt, .n_out = w->n_out, .k = w->k,
-                                    .uses = uses, .codes = p->codes, .d = p->d, .m = p->m};
+                                    .uses = uses, .codes = p->codes, .d = p->d, .m = p->m, .sub = p->sub};
     int rc = ops->weight_create(dev->ctx, &desc, &w->packed, &w->packed_bytes);
     if (rc)
         return dray_fail(err, errlen, rc, "packing %s on %s: %s", name, ops->name, ops->last_error(dev->ctx));
@@ -178,7 +179,7 @@ static int create_packed(struct dray_device *dev, struct prep *p, struct dray_we
 struct slab_rows {
     const struct dray_gguf_tensor *t;
     struct prep *p;
-    uint64_t r, i0, i1;
+    uint64_t row0, r, i0, i1; /* row0: the part's first row in the whole matrix */
     uint32_t pair_hd, dtype;
     int rc;
     uint64_t bad_row;
@@ -191,8 +192,21 @@ static void *convert_rows(void *arg)
     struct prep *p = a->p;
     uint64_t k = t->ne[0];
     bool q8g = p->group_rows || a->dtype == DRAY_Q8G32; /* 8-bit groups: quantized row by row here */
+    bool two = p->fmt.super; /* the file's blocks straight into the whole matrix's arrays */
+    uint64_t B = dray_util_wformat_group_bytes(p->fmt), S = k / 256;
     for (uint64_t i = a->i0; i < a->i1; i++) {
         uint64_t src = dray_rope_pair_row(a->r + i, a->pair_hd);
+        if (two) {
+            uint64_t o = a->row0 + a->r + i;
+            int rc = dray_gguf_tensor_row_k(t, src, p->codes + o * (k / 32) * B, p->sub + o * (k / 16),
+                                            (uint16_t *)p->d + o * S, p->m ? (uint16_t *)p->m + o * S : NULL);
+            if (rc) {
+                a->rc = rc;
+                a->bad_row = src;
+                return NULL;
+            }
+            continue;
+        }
         int8_t *q8 = p->q + i * k;
         float *s8 = p->sc + i * (k / 32);
         /* Q8_0 blocks are 8-bit groups already: read straight (exactly what the
@@ -218,10 +232,11 @@ static void *convert_rows(void *arg)
 /* A slab's n rows, on this thread and one more when the slab is big enough to
  * pay for it: dequantizing and regrouping a wide file (Q6_K into 8-bit groups)
  * was a third of an 8B model's warm start on one thread. */
-static int convert_slab(const struct dray_gguf_tensor *t, struct prep *p, uint64_t r, uint64_t n,
+static int convert_slab(const struct dray_gguf_tensor *t, struct prep *p, uint64_t row0, uint64_t r, uint64_t n,
                         uint32_t pair_hd, uint32_t dtype, uint64_t *bad_row)
 {
-    struct slab_rows a[2] = {{t, p, r, 0, n / 2, pair_hd, dtype, 0, 0}, {t, p, r, n / 2, n, pair_hd, dtype, 0, 0}};
+    struct slab_rows a[2] = {{t, p, row0, r, 0, n / 2, pair_hd, dtype, 0, 0},
+                             {t, p, row0, r, n / 2, n, pair_hd, dtype, 0, 0}};
     pthread_t th;
     bool two = n >= 64 && (uint64_t)t->ne[0] * n >= (1u << 20) && pthread_create(&th, NULL, convert_rows, &a[1]) == 0;
     if (!two)
@@ -245,7 +260,7 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
     uint64_t k = t->ne[0], rows = t->ne[1];
     for (uint64_t r = 0; r < rows; r += SLAB_ROWS) {
         uint64_t n = rows - r < SLAB_ROWS ? rows - r : SLAB_ROWS, src = 0;
-        int crc = p->round_hit ? 0 : convert_slab(t, p, r, n, pair_hd, dtype, &src); /* a cache hit needs no source rows */
+        int crc = p->round_hit ? 0 : convert_slab(t, p, row0, r, n, pair_hd, dtype, &src); /* a cache hit needs no source rows */
         if (crc == DRAY_ERANGE) /* dray_gguf_tensor_row_q5g */
             return dray_fail(err, errlen, crc, "tensor %s row %llu: a Q5_0 scale of 4096 or more (or not "
                              "finite) has no 5-bit group form (-16 d beyond f16)", t->name,
@@ -260,7 +275,9 @@ static int upload_part(struct dray_device *dev, const struct dray_gguf_tensor *t
             rc = ops->upload(dev->ctx, (struct dray_view){w->w, row * k}, p->q, n * k);
             if (!rc)
                 rc = ops->upload(dev->ctx, (struct dray_view){w->scale, row * (k / 32) * 4}, p->sc, n * (k / 32) * 4);
-        } else if (dray_util_grouped(dtype)) {
+        } else if (p->fmt.super) { /* already in place */
+            continue;
+        } else if (dray_caps_packed(dtype)) {
             uint64_t wb = dray_util_wrow_bytes(dtype, (uint32_t)k);
             if (p->round_hit)
                 dray_round_cache_get(p->round, r, n, (uint8_t *)p->q, p->sc);
@@ -293,7 +310,7 @@ static int alloc_weight(struct dray_device *dev, struct dray_weight *w, const ch
                         size_t errlen)
 {
     const struct dray_ops *ops = dev->ops;
-    if (dray_util_grouped(w->dtype)) /* packed by the device: create_packed */
+    if (dray_caps_packed(w->dtype)) /* packed by the device: create_packed */
         return 0;
     size_t bytes = (size_t)w->n_out * dray_util_wrow_bytes(w->dtype, w->k);
     size_t sbytes = (size_t)w->n_out * dray_util_wscale_floats(w->dtype, w->k) * 4;
@@ -319,6 +336,66 @@ int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *
                                      err, errlen);
 }
 
+/* Whether the parts are best kept apart: together they would take a format
+ * that some part does not need (a Q6_K V beside Q4_K Q and K makes the whole
+ * Q|K|V 8-bit groups, where apart each stays at its file's size). */
+static bool split_parts(struct dray_device *dev, const struct dray_gguf_tensor *const *parts, uint32_t n_parts,
+                        enum dray_precision precision, enum dray_wrole role, uint32_t whole)
+{
+    if (n_parts < 2 || role != DRAY_WROLE_MATMUL || dray_caps_wformat(whole).super)
+        return false;
+    for (uint32_t i = 0; i < n_parts; i++) {
+        struct dray_wpick one;
+        dray_wformat_pick(&dev->caps, precision, role, &parts[i], 1, &one);
+        if (dray_caps_wformat(one.dtype).super)
+            return true;
+    }
+    return false;
+}
+
+static int prepare_split(struct dray_device *dev, const struct dray_gguf_tensor *const *parts, uint32_t n_parts,
+                         const uint32_t *pair_hd, enum dray_precision precision, enum dray_wrole role,
+                         struct dray_weight *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    out->split = calloc(n_parts, sizeof(*out->split));
+    if (!out->split)
+        return dray_fail(err, errlen, DRAY_ENOMEM, "out of host memory preparing %s", parts[0]->name);
+    out->n_split = n_parts;
+    out->k = (uint32_t)parts[0]->ne[0];
+    int rc = 0;
+    for (uint32_t i = 0; i < n_parts && !rc; i++) {
+        rc = dray_weight_prepare_pairs(dev, &parts[i], 1, pair_hd ? &pair_hd[i] : NULL, precision, role, NULL, 0,
+                                       &out->split[i], err, errlen);
+        out->n_out += out->split[i].n_out;
+    }
+    out->dtype = out->split[0].dtype;
+    if (rc)
+        dray_weight_release(dev, out);
+    return rc;
+}
+
+int dray_weight_matmul(struct dray_device *dev, const struct dray_weight *w, struct dray_matmul_args a)
+{
+    a.w = (struct dray_view){w->w, 0};
+    a.wscale = (struct dray_view){w->scale, 0};
+    a.outlier_idx = (struct dray_view){w->outlier_idx, 0};
+    a.outlier_w = (struct dray_view){w->outlier_w, 0};
+    a.n_outlier = w->n_outlier;
+    a.n_out = w->n_out;
+    a.k = w->k;
+    a.wdtype = w->packed ? DRAY_PACKED : w->dtype;
+    a.packed = w->packed;
+    if (!w->n_split)
+        return dev->ops->matmul(dev->ctx, &a);
+    int rc = 0;
+    for (uint32_t i = 0; i < w->n_split && !rc; i++) {
+        rc = dray_weight_matmul(dev, &w->split[i], a);
+        a.out.offset += (size_t)w->split[i].n_out * 4;
+    }
+    return rc;
+}
+
 int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_tensor *const *parts,
                               uint32_t n_parts, const uint32_t *pair_hd, enum dray_precision precision,
                               enum dray_wrole role, const int32_t *outliers, uint32_t n_outlier,
@@ -327,6 +404,8 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     uint64_t k = parts[0]->ne[0], n_out = 0;
     struct dray_wpick pick;
     dray_wformat_pick(&dev->caps, precision, role, parts, n_parts, &pick);
+    if (split_parts(dev, parts, n_parts, precision, role, pick.dtype))
+        return prepare_split(dev, parts, n_parts, pair_hd, precision, role, out, err, errlen);
     uint32_t dtype = pick.dtype, uses = pick.uses;
     bool group_rows = pick.group_rows;
     if (group_rows && k % 32)
@@ -367,15 +446,17 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
         .n_outlier = out->n_outlier,
         .group_rows = group_rows,
     };
-    if (dray_util_grouped(dtype)) {
+    if (dray_caps_packed(dtype)) {
         uint64_t groups = n_out * (k / 32), sb = dray_util_wformat_scale_bytes(p.fmt);
+        uint64_t scales = n_out * dray_util_wformat_scales_per_row(p.fmt, (uint32_t)k);
         p.codes = scratch_get(SCRATCH_CODES, groups * dray_util_wformat_group_bytes(p.fmt));
-        p.d = scratch_get(SCRATCH_D, groups * sb);
-        p.m = p.fmt.has_min ? scratch_get(SCRATCH_M, groups * sb) : NULL;
+        p.d = scratch_get(SCRATCH_D, scales * sb);
+        p.m = p.fmt.has_min ? scratch_get(SCRATCH_M, scales * sb) : NULL;
+        p.sub = p.fmt.super ? scratch_get(SCRATCH_SUB, n_out * dray_util_wformat_sub_bytes(p.fmt, (uint32_t)k)) : NULL;
     }
     int rc = DRAY_ENOMEM;
     if (!p.f32 || !p.sc || (quantized && !p.q) || (out->n_outlier && !p.ow) ||
-        (dray_util_grouped(dtype) && (!p.codes || !p.d || (p.fmt.has_min && !p.m)))) {
+        (dray_caps_packed(dtype) && (!p.codes || !p.d || (p.fmt.has_min && !p.m) || (p.fmt.super && !p.sub)))) {
         dray_fail(err, errlen, rc, "out of host memory preparing %s", parts[0]->name);
         goto out;
     }
@@ -396,7 +477,7 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
         dray_gguf_release(parts[i]->file, parts[i]->data, parts[i]->nbytes); /* read once */
         row0 += (uint32_t)parts[i]->ne[1];
     }
-    if (!rc && dray_util_grouped(dtype))
+    if (!rc && dray_caps_packed(dtype))
         rc = create_packed(dev, &p, out, uses, parts[0]->name, err, errlen);
     if (!rc && out->n_outlier) {
         rc = dev->ops->upload(dev->ctx, (struct dray_view){out->outlier_idx, 0}, outliers, out->n_outlier * 4ull);
@@ -485,6 +566,11 @@ int dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out)
 
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w)
 {
+    for (uint32_t i = 0; i < w->n_split; i++)
+        dray_weight_release(dev, &w->split[i]);
+    free(w->split);
+    w->split = NULL;
+    w->n_split = 0;
     if (w->packed)
         dev->ops->weight_free(dev->ctx, w->packed);
     w->packed = NULL;

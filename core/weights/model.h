@@ -204,6 +204,10 @@ struct dray_weight {
     struct dray_buf *outlier_idx; /* I32 [n_outlier], increasing */
     struct dray_buf *outlier_w;   /* F32 [n_out][n_outlier] */
     uint32_t n_outlier;
+    /* Parts of different formats (Q|K|V with V in Q6_K and Q, K in Q4_K): each
+     * its own weight, their outputs side by side (dray_weight_matmul). */
+    struct dray_weight *split;
+    uint32_t n_split;
 };
 /* Prepare parts under precision for role: the format is the weight policy's
  * (wformat.h: dray_wformat_pick); grouped formats are packed by the device
@@ -231,6 +235,9 @@ int dray_weight_set_outliers(struct dray_device *dev, const struct dray_gguf_ten
 /* The n largest of score[0..k) as increasing channel indices (n <= k); 0 or DRAY_ENOMEM. */
 int dray_pick_outliers(const float *score, uint32_t k, uint32_t n, int32_t *out);
 void dray_weight_release(struct dray_device *dev, struct dray_weight *w);
+/* The matmul args a (x, out, strides, n_tok and passes set) on w: one op, or
+ * one per part of a split weight, each into its columns of out. */
+int dray_weight_matmul(struct dray_device *dev, const struct dray_weight *w, struct dray_matmul_args a);
 /* The end of a load on this thread: the staging dray_weight_prepare kept from
  * one weight to the next is freed. */
 void dray_weight_scratch_free(void);

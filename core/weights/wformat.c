@@ -7,6 +7,17 @@
 #include "caps.h"
 #include "gguf.h"
 
+/* The two-level host name every part shares (Q4_K, Q5_K or Q6_K in the file,
+ * whole super-blocks of 256), else 0. */
+static uint32_t kquant_of(const struct dray_gguf_tensor *const *parts, uint32_t n_parts)
+{
+    uint32_t type = parts[0]->type;
+    for (uint32_t i = 0; i < n_parts; i++)
+        if (parts[i]->type != type || parts[i]->ne[0] % 256)
+            return 0;
+    return type == DRAY_GGML_Q4_K ? DRAY_Q4K : type == DRAY_GGML_Q5_K ? DRAY_Q5K : type == DRAY_GGML_Q6_K ? DRAY_Q6K : 0;
+}
+
 void dray_wformat_pick(const struct dray_op_caps *c, enum dray_precision p, enum dray_wrole role,
                        const struct dray_gguf_tensor *const *parts, uint32_t n_parts, struct dray_wpick *out)
 {
@@ -27,6 +38,14 @@ void dray_wformat_pick(const struct dray_op_caps *c, enum dray_precision p, enum
         out->dtype = DRAY_I8;
         snprintf(out->why, sizeof(out->why), "%s: %llu inputs are not whole groups of 32; int8 rows",
                  parts[0]->name, (unsigned long long)k);
+        return;
+    }
+    /* W4A8: GGUF's K quants as they are, where the device takes their
+     * two-level format (ABI v4) for every use of the matrix */
+    uint32_t kq = p == DRAY_PRECISION_W4A8 ? kquant_of(parts, n_parts) : 0;
+    if (kq && (role != DRAY_WROLE_HEAD4 || kq == DRAY_Q4K) && dray_caps_runs(c, DRAY_OP_MATMUL, kq) &&
+        (!table || dray_caps_runs(c, DRAY_OP_EMBED, kq))) {
+        out->dtype = kq;
         return;
     }
     if (p == DRAY_PRECISION_INT8G && role != DRAY_WROLE_HEAD4) {

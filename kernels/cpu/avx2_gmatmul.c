@@ -133,7 +133,12 @@ static inline void prefetch_group(const struct dray_cpu_matmul *a, size_t bg, si
  * after each add keeps the running sums. */
 #define KEEP(v) __asm__("" : "+x"(v))
 
-enum gkind { G_Q8, G_Q4, G_Q4H, G_Q5 };
+enum gkind { G_Q8, G_Q4, G_Q4H, G_Q5, G_K4, G_K5 };
+#define IS5(k) ((k) == G_Q5 || (k) == G_K5)       /* 5-bit codes: a high unit */
+#define ISK(k) ((k) == G_K4 || (k) == G_K5)       /* two-level scales (cpu_kernels.h) */
+/* Bytes of one (b, g)'s codes, and of its scales (two levels: a (b, s)'s / 8). */
+#define WB(k) ((k) == G_Q8 ? 512u : IS5(k) ? 320u : 256u)
+#define SB(k) ((k) == G_Q4 ? 128u : (k) == G_Q8 || (k) == G_Q4H || (k) == G_Q5 ? 64u : 32u)
 #define AI inline __attribute__((always_inline))
 
 /* Unit u's codes of half h (rows 8h .. 8h+7) of one group at w: the low
@@ -145,13 +150,32 @@ static AI void unit_codes(const uint8_t *w, uint32_t u, int h, enum gkind kind, 
     __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * h));
     *l = _mm256_and_si256(z, lo4);
     *m = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
-    if (kind == G_Q5) {
+    if (IS5(kind)) {
         uint32_t ml, mh; /* bits 32*h .. of words u and 4+u */
         memcpy(&ml, w + 256 + 8 * u + 4 * h, 4);
         memcpy(&mh, w + 256 + 32 + 8 * u + 4 * h, 4);
         *l = _mm256_or_si256(*l, bits16(ml));
         *m = _mm256_or_si256(*m, bits16(mh));
     }
+}
+
+/* d and m of group g, rows 8h .. 8h+7 of block b, from two-level scales
+ * (cpu_kernels.h, DRAY_CPU_K4/K5): 6-bit s and n times the f16 super-scales,
+ * products exact in f32 (backend.h's values). */
+static AI void k_dm(const struct dray_cpu_matmul *a, uint32_t b, uint32_t g, int h, __m256 *d, __m256 *m)
+{
+    const uint8_t *sb = (const uint8_t *)(const void *)a->wscale + ((size_t)b * (a->k / 256) + g / 8) * 256;
+    const uint32_t j = g % 8;
+    const __m256i f = _mm256_set1_epi32(15), t = _mm256_set1_epi32(3);
+    __m256 D = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sb + 16 * h)));
+    __m256 M = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sb + 32 + 16 * h)));
+    __m256i hs = _mm256_srl_epi32(_mm256_loadu_si256((const void *)(sb + 64 + 32 * h)), _mm_cvtsi32_si128((int)(4 * j)));
+    __m256i nb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(sb + 128 + 16 * j + 8 * h)));
+    __m256i sc = _mm256_or_si256(_mm256_and_si256(nb, f), _mm256_slli_epi32(_mm256_and_si256(hs, t), 4));
+    __m256i mn = _mm256_or_si256(_mm256_srli_epi32(nb, 4),
+                                 _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hs, 2), t), 4));
+    *d = _mm256_mul_ps(D, _mm256_cvtepi32_ps(sc));
+    *m = _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), M), _mm256_cvtepi32_ps(mn)); /* -(M n) exactly */
 }
 
 /* The int32 sums of q * code for rows 16b+8h .. 16b+8h+7 (half h) of one
@@ -231,7 +255,7 @@ static AI void q4_sums(const uint8_t *w, const int8_t *const *q, int nt, __m256i
 static AI void unpack_block(const struct dray_cpu_matmul *a, uint32_t b, enum gkind kind, uint8_t *codes)
 {
     const uint32_t G = a->k / 32;
-    const size_t wb = kind == G_Q5 ? 320 : 256, sb = kind == G_Q4 ? 128 : 64;
+    const size_t wb = WB(kind), sb = SB(kind);
     for (uint32_t g = 0; g < G; g++) {
         const size_t bg = (size_t)b * G + g;
         prefetch_group(a, bg, wb, sb);
@@ -291,7 +315,7 @@ static AI void codes_sums(const uint8_t *c, const int8_t *const *q, int nt, enum
     for (int j = 0; j < nt; j++) {
         s0[j] = _mm256_madd_epi16(a0[j][0], ones);
         s1[j] = _mm256_madd_epi16(a1[j][0], ones);
-        if (kind == G_Q5) {
+        if (IS5(kind)) {
             s0[j] = _mm256_add_epi32(s0[j], _mm256_madd_epi16(a0[j][1], ones));
             s1[j] = _mm256_add_epi32(s1[j], _mm256_madd_epi16(a1[j][1], ones));
         }
@@ -305,7 +329,7 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
                           const uint8_t *codes)
 {
     const uint32_t G = a->k / 32;
-    const size_t wb = kind == G_Q8 ? 512 : kind == G_Q5 ? 320 : 256, sb = kind == G_Q4 ? 128 : 64;
+    const size_t wb = WB(kind), sb = SB(kind);
     const int8_t *qt[2];
     __m256 acc0[2], acc1[2];
     for (int j = 0; j < nt; j++) {
@@ -321,7 +345,7 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
         __m256i s0[2], s1[2];
         if (codes) {
             codes_sums(codes + 512 * g, q, nt, kind, s0, s1);
-        } else if (kind == G_Q4 || kind == G_Q4H) {
+        } else if (kind == G_Q4 || kind == G_Q4H || kind == G_K4) {
             q4_sums(w, q, nt, s0, s1);
         } else {
             half_sums(w, q, 0, kind, nt, s0);
@@ -337,7 +361,10 @@ static AI void block_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
                 continue;
             }
             __m256 gm = _mm256_set1_ps(a->gmin[tg]), d0, d1, m0, m1;
-            if (kind == G_Q4) {
+            if (ISK(kind)) {
+                k_dm(a, b, g, 0, &d0, &m0);
+                k_dm(a, b, g, 1, &d1, &m1);
+            } else if (kind == G_Q4) {
                 const float *dm = a->wscale + bg * 32;
                 d0 = _mm256_loadu_ps(dm), d1 = _mm256_loadu_ps(dm + 8);
                 m0 = _mm256_loadu_ps(dm + 16), m1 = _mm256_loadu_ps(dm + 24);
@@ -388,7 +415,9 @@ static AI void quad_scale(const struct dray_cpu_matmul *a, size_t bg, uint32_t g
     const __m256i ones = _mm256_set1_epi16(1);
     for (int hh = 0; hh < 2; hh++) {
         __m256 d, mn;
-        if (kind == G_Q4) {
+        if (ISK(kind)) {
+            k_dm(a, (uint32_t)(bg / G), g, hh, &d, &mn);
+        } else if (kind == G_Q4) {
             const float *dm = a->wscale + bg * 32;
             d = _mm256_loadu_ps(dm + 8 * hh), mn = _mm256_loadu_ps(dm + 16 + 8 * hh);
         } else { /* f16 d and m */
@@ -416,7 +445,7 @@ static AI void quad_scale(const struct dray_cpu_matmul *a, size_t bg, uint32_t g
 static AI void quad_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, enum gkind kind)
 {
     const uint32_t G = a->k / 32;
-    const size_t sb = kind == G_Q4 ? 128 : 64;
+    const size_t sb = SB(kind);
     const int8_t *qt[4];
     _Alignas(32) float acc[4][16] = {{0}};
     for (int j = 0; j < 4; j++)
@@ -452,7 +481,8 @@ static AI void quad_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t
  * and kept in memory while 4-7 are (four 5-bit pairs fill an int16), as the
  * f32 accumulators are: the registers hold one set of sums and the codes.
  * Same sums in the same order as block_rows: bit for bit the same. */
-static AI void quad_codes(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, const uint8_t *codes)
+static AI void quad_codes(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, const uint8_t *codes,
+                          enum gkind kind)
 {
     const uint32_t G = a->k / 32;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -494,7 +524,7 @@ static AI void quad_codes(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
                     _mm256_store_si256((void *)(lo[j] + 8), _mm256_madd_epi16(s1[j], ones));
                 }
         }
-        quad_scale(a, bg, g, t, G_Q5, s0, s1, lo, acc);
+        quad_scale(a, bg, g, t, kind, s0, s1, lo, acc);
     }
     quad_store(a, b, t, acc);
 }
@@ -504,14 +534,14 @@ static AI void quad_codes(const struct dray_cpu_matmul *a, uint32_t b, uint32_t 
 static AI void gmatmul_kind(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1, enum gkind kind)
 {
     _Alignas(32) uint8_t codes[CODES_MAX_G * 512];
-    const int unpack = kind == G_Q5 && a->n_tok >= CODES_MIN_TOK && a->k / 32 <= CODES_MAX_G;
+    const int unpack = IS5(kind) && a->n_tok >= CODES_MIN_TOK && a->k / 32 <= CODES_MAX_G;
     for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
         if (unpack)
             unpack_block(a, b, kind, codes);
         uint32_t t = 0;
-        for (; (unpack || kind == G_Q4 || kind == G_Q4H) && t + 4 <= a->n_tok; t += 4) {
+        for (; (unpack || kind == G_Q4 || kind == G_Q4H || kind == G_K4) && t + 4 <= a->n_tok; t += 4) {
             if (unpack)
-                quad_codes(a, b, t, codes);
+                quad_codes(a, b, t, codes, kind);
             else
                 quad_rows(a, b, t, kind);
         }
@@ -522,10 +552,105 @@ static AI void gmatmul_kind(const struct dray_cpu_matmul *a, uint32_t o0, uint32
     }
 }
 
+/* DRAY_CPU_K6, rows 8h .. 8h+7 of one group at w for nt q rows: the int32
+ * sums of q * code over inputs 0-15 (s0) and 16-31 (s1), the codes unsigned
+ * (nibble | bits 4-5 from the high units). Pairs of 6-bit products reach
+ * 16002, so the int16 sums are widened after every two units. */
+static AI void k6_sums(const uint8_t *w, const int8_t *const *q, int h, int nt, __m256i *s0, __m256i *s1)
+{
+    const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
+    const __m256i h0 = _mm256_loadu_si256((const void *)(w + 256 + 32 * h));
+    const __m256i h1 = _mm256_loadu_si256((const void *)(w + 320 + 32 * h));
+    for (int j = 0; j < nt; j++)
+        s0[j] = s1[j] = _mm256_setzero_si256();
+    for (int p = 0; p < 2; p++) {
+        __m256i a0[2], a1[2];
+        for (int j = 0; j < nt; j++)
+            a0[j] = a1[j] = _mm256_setzero_si256();
+        for (int u = 2 * p; u < 2 * p + 2; u++) {
+            __m256i z = _mm256_loadu_si256((const void *)(w + 64 * u + 32 * h));
+            __m256i e0 = u == 0 ? _mm256_slli_epi16(h0, 4) : u == 1 ? _mm256_slli_epi16(h0, 2)
+                       : u == 2 ? h0 : _mm256_srli_epi16(h0, 2);
+            __m256i e1 = u == 0 ? _mm256_slli_epi16(h1, 4) : u == 1 ? _mm256_slli_epi16(h1, 2)
+                       : u == 2 ? h1 : _mm256_srli_epi16(h1, 2);
+            __m256i l = _mm256_or_si256(_mm256_and_si256(z, lo4), _mm256_and_si256(e0, b45));
+            __m256i m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(z, 4), lo4), _mm256_and_si256(e1, b45));
+            for (int j = 0; j < nt; j++) {
+                a0[j] = _mm256_add_epi16(a0[j], _mm256_maddubs_epi16(l, bcast4(q[j], 4 * (uint32_t)u)));
+                a1[j] = _mm256_add_epi16(a1[j], _mm256_maddubs_epi16(m, bcast4(q[j], 16 + 4 * (uint32_t)u)));
+            }
+        }
+        for (int j = 0; j < nt; j++) {
+            s0[j] = _mm256_add_epi32(s0[j], _mm256_madd_epi16(a0[j], ones));
+            s1[j] = _mm256_add_epi32(s1[j], _mm256_madd_epi16(a1[j], ones));
+        }
+    }
+}
+
+/* Block b (16 rows) of DRAY_CPU_K6 for the nt (1 or 2) q rows from t: each
+ * half-group's sum less 32 times its sum of q (glo), times its d = D * scale. */
+static AI void k6_rows(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t, int nt)
+{
+    const uint32_t G = a->k / 32, S = a->k / 256;
+    const int8_t *qt[2];
+    __m256 acc[2][2];
+    for (int j = 0; j < nt; j++) {
+        qt[j] = a->q + (size_t)(t + j) * a->q_stride;
+        acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    }
+    for (uint32_t g = 0; g < G; g++) {
+        const size_t bg = (size_t)b * G + g;
+        if (t == 0)
+            prefetch_group(a, bg, 384, 36);
+        const uint8_t *w = (const uint8_t *)a->w + bg * 384;
+        const uint8_t *sb = (const uint8_t *)(const void *)a->wscale + ((size_t)b * S + g / 8) * 288;
+        const int8_t *q[2] = {qt[0] + 32 * g, nt > 1 ? qt[1] + 32 * g : NULL};
+        for (int h = 0; h < 2; h++) {
+            __m256i s0[2], s1[2];
+            k6_sums(w, q, h, nt, s0, s1);
+            __m256 D = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sb + 16 * h)));
+            const uint8_t *hs = sb + 32 + 32 * (g % 8) + 8 * h;
+            __m256 d0 = _mm256_mul_ps(D, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)hs))));
+            __m256 d1 = _mm256_mul_ps(D, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)(hs + 16)))));
+            for (int j = 0; j < nt; j++) {
+                const size_t tg = (size_t)(t + j) * G + g;
+                int32_t lo = a->glo[tg], hi = a->gsum[tg] - lo;
+                __m256 f0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(s0[j], _mm256_set1_epi32(32 * lo)));
+                __m256 f1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(s1[j], _mm256_set1_epi32(32 * hi)));
+                __m256 v = _mm256_fmadd_ps(f1, d1, _mm256_mul_ps(f0, d0));
+                acc[j][h] = _mm256_fmadd_ps(v, _mm256_set1_ps(a->gsx[tg]), acc[j][h]);
+            }
+        }
+    }
+    for (int j = 0; j < nt; j++) {
+        float *out = dray_cpu_gout(a, t + j) + 16 * b;
+        for (int h = 0; h < 2; h++) {
+            __m256 v = acc[j][h];
+            if (dray_cpu_gadds(a, t + j))
+                v = _mm256_add_ps(_mm256_loadu_ps(out + 8 * h), v);
+            _mm256_storeu_ps(out + 8 * h, v);
+        }
+    }
+}
+
+static void gmatmul_k6(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
+{
+    for (uint32_t b = o0 / 16; b < o1 / 16; b++) {
+        uint32_t t = 0;
+        for (; t + 2 <= a->n_tok; t += 2)
+            k6_rows(a, b, t, 2);
+        if (t < a->n_tok)
+            k6_rows(a, b, t, 1);
+    }
+}
+
 /* o0 and o1 are multiples of 16 (the glue splits rows in 16s; n_out is one). */
 void dray_cpu_avx2_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
 {
     switch (a->wdtype) {
+    case DRAY_CPU_K4: gmatmul_kind(a, o0, o1, G_K4); break;
+    case DRAY_CPU_K5: gmatmul_kind(a, o0, o1, G_K5); break;
+    case DRAY_CPU_K6: gmatmul_k6(a, o0, o1); break;
     case DRAY_Q8G32: gmatmul_kind(a, o0, o1, G_Q8); break;
     case DRAY_Q5G32: gmatmul_kind(a, o0, o1, G_Q5); break;
     case DRAY_Q4G32H: gmatmul_kind(a, o0, o1, G_Q4H); break;

@@ -189,6 +189,133 @@ static AI void pass_q5g(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0
         y[j] = acc[j];
 }
 
+/* Two-level d and m of group g (rows of block b) from its super-block's scales
+ * at sb (cpu_kernels.h, DRAY_CPU_K4/K5): 6-bit s and n from a nibble byte and
+ * two bits of the row's high word, times the f16 super-scales: the products
+ * are exact in f32, so d and m are backend.h's. */
+static AI void k_dm(const uint8_t *sb, uint32_t j, __m512 *d, __m512 *m)
+{
+    const __m512i f = _mm512_set1_epi32(15), t = _mm512_set1_epi32(3);
+    __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)sb));
+    __m512 M = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sb + 32)));
+    __m512i hs = _mm512_srl_epi32(_mm512_loadu_si512((const void *)(sb + 64)), _mm_cvtsi32_si128((int)(4 * j)));
+    __m512i nb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(sb + 128 + 16 * j)));
+    __m512i sc = _mm512_or_si512(_mm512_and_si512(nb, f), _mm512_slli_epi32(_mm512_and_si512(hs, t), 4));
+    __m512i mn = _mm512_or_si512(_mm512_srli_epi32(nb, 4),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hs, 2), t), 4));
+    *d = _mm512_mul_ps(D, _mm512_cvtepi32_ps(sc));
+    *m = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), M), _mm512_cvtepi32_ps(mn)); /* -(M n) exactly */
+}
+
+/* DRAY_CPU_K4 (hib 0) and K5 (hib 1): Q4G32H's and Q5G32's pass with the
+ * two-level scales decoded per group (k_dm): 16 bytes of scales per row and
+ * 256 inputs instead of 4 per 32. */
+static AI void pass_k45(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P,
+                        int hib)
+{
+    const uint32_t units = hib ? 5 : 4;
+    const uint32_t G = a->k / 32, S = a->k / 256, nt = nb >> P;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16);
+    const uint8_t *scales = (const uint8_t *)(const void *)a->wscale;
+    __m512 acc[TB];
+    for (uint32_t j = 0; j < nt; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < G; g++) {
+        const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * units * 64;
+        const uint8_t *hb = w + 4 * 64;
+        const uint8_t *sb = scales + ((size_t)b * S + g / 8) * 256;
+        for (uint32_t l = 0; l < units; l++)
+            _mm_prefetch((const char *)(w + PF_AHEAD * units * 64 + 64 * l), _MM_HINT_T0);
+        if (g % 8 == 0)
+            for (uint32_t l = 0; l < 4; l++)
+                _mm_prefetch((const char *)(sb + 2 * 256 + 64 * l), _MM_HINT_T0);
+        __m512i lo[4], hi[4];
+        for (int u = 0; u < 4; u++) {
+            __m512i z = _mm512_loadu_si512((const void *)(w + 64 * u));
+            __m512i l = _mm512_and_si512(z, lo4), h = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+            if (hib) {
+                uint64_t ml, mh;
+                memcpy(&ml, hb + 8 * u, 8);
+                memcpy(&mh, hb + 32 + 8 * u, 8);
+                l = _mm512_mask_add_epi8(l, _cvtu64_mask64(ml), l, c16);
+                h = _mm512_mask_add_epi8(h, _cvtu64_mask64(mh), h, c16);
+            }
+            lo[u] = l;
+            hi[u] = h;
+        }
+        __m512 d, m;
+        k_dm(sb, g % 8, &d, &m);
+        for (uint32_t j = 0; j < nt; j++)
+            acc[j] = nibble_group(a, t0 + (j << P), g, lo, hi, d, m, acc[j], P);
+    }
+    for (uint32_t j = 0; j < nt; j++)
+        y[j] = acc[j];
+}
+
+/* sx * (d0 * sum over inputs 0-15 of q*(code-32) + d1 * the same over 16-31)
+ * of q row r and one DRAY_CPU_K6 group, plus p: each half's int32 sum starts
+ * from -32 times its sum of q (glo), so the codes enter unsigned. */
+static AI __m512 k6_dot(const struct dray_cpu_matmul *a, size_t r, uint32_t g, const __m512i *lo,
+                        const __m512i *hi, __m512 d0, __m512 d1, __m512 p)
+{
+    const uint32_t G = a->k / 32;
+    const int8_t *q = a->q + r * a->q_stride + 32 * g;
+    int32_t l = a->glo[r * G + g], h = a->gsum[r * G + g] - l;
+    __m512i s0 = _mm512_set1_epi32(-32 * l), s1 = _mm512_set1_epi32(-32 * h);
+    for (int u = 0; u < 4; u++) {
+        s0 = _mm512_dpbusd_epi32(s0, lo[u], bcast4(q, 4u * (uint32_t)u));
+        s1 = _mm512_dpbusd_epi32(s1, hi[u], bcast4(q, 16u + 4u * (uint32_t)u));
+    }
+    __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), d1, _mm512_mul_ps(_mm512_cvtepi32_ps(s0), d0));
+    return _mm512_fmadd_ps(v, _mm512_set1_ps(a->gsx[r * G + g]), p);
+}
+
+/* DRAY_CPU_K6: the nibbles with bits 4-5 from the two high units (unit u's
+ * at bits 2u of each byte), and an int8 scale per half-group under D. */
+static AI void pass_k6(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P)
+{
+    const uint32_t G = a->k / 32, S = a->k / 256, nt = nb >> P;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), b45 = _mm512_set1_epi8(0x30);
+    const uint8_t *scales = (const uint8_t *)(const void *)a->wscale;
+    __m512 acc[TB];
+    for (uint32_t j = 0; j < nt; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < G; g++) {
+        const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * 6 * 64;
+        const uint8_t *sb = scales + ((size_t)b * S + g / 8) * 288;
+        for (uint32_t l = 0; l < 6; l++)
+            _mm_prefetch((const char *)(w + PF_AHEAD * 6 * 64 + 64 * l), _MM_HINT_T0);
+        if (g % 8 == 0)
+            for (uint32_t l = 0; l < 5; l++)
+                _mm_prefetch((const char *)(sb + 2 * 288 + 64 * l), _MM_HINT_T0);
+        __m512i h0 = _mm512_loadu_si512((const void *)(w + 256)), h1 = _mm512_loadu_si512((const void *)(w + 320));
+        __m512i lo[4], hi[4];
+        for (int u = 0; u < 4; u++) {
+            __m512i z = _mm512_loadu_si512((const void *)(w + 64 * u));
+            /* bits 2u, 2u+1 of the high units to bits 4-5 */
+            __m512i e0 = u == 0 ? _mm512_slli_epi16(h0, 4) : u == 1 ? _mm512_slli_epi16(h0, 2)
+                       : u == 2 ? h0 : _mm512_srli_epi16(h0, 2);
+            __m512i e1 = u == 0 ? _mm512_slli_epi16(h1, 4) : u == 1 ? _mm512_slli_epi16(h1, 2)
+                       : u == 2 ? h1 : _mm512_srli_epi16(h1, 2);
+            lo[u] = _mm512_or_si512(_mm512_and_si512(z, lo4), _mm512_and_si512(e0, b45));
+            hi[u] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z, 4), lo4), _mm512_and_si512(e1, b45));
+        }
+        __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)sb));
+        const uint8_t *hs = sb + 32 + 32 * (g % 8);
+        __m512 d0 = _mm512_mul_ps(D, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)hs))));
+        __m512 d1 = _mm512_mul_ps(D, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)(hs + 16)))));
+        for (uint32_t j = 0; j < nt; j++) {
+            size_t r = t0 + (j << P);
+            __m512 p = k6_dot(a, r, g, lo, hi, d0, d1, _mm512_setzero_ps());
+            if (P)
+                p = k6_dot(a, r + 1, g, lo, hi, d0, d1, p);
+            acc[j] = _mm512_add_ps(acc[j], p);
+        }
+    }
+    for (uint32_t j = 0; j < nt; j++)
+        y[j] = acc[j];
+}
+
 /* One pass of nb q rows (constant) against block b, its tokens into y. */
 static AI void pass(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P)
 {
@@ -196,6 +323,9 @@ static AI void pass(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, ui
     case DRAY_Q8G32: pass_q8g(a, b, t0, nb, y, P); break;
     case DRAY_Q5G32: pass_q5g(a, b, t0, nb, y, P, 1); break;
     case DRAY_Q4G32H: pass_q5g(a, b, t0, nb, y, P, 0); break;
+    case DRAY_CPU_K4: pass_k45(a, b, t0, nb, y, P, 0); break;
+    case DRAY_CPU_K5: pass_k45(a, b, t0, nb, y, P, 1); break;
+    case DRAY_CPU_K6: pass_k6(a, b, t0, nb, y, P); break;
     default: pass_q4g(a, b, t0, nb, y, P); break;
     }
 }

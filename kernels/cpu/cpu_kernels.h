@@ -52,6 +52,36 @@ void dray_cpu_avx2_rmsnorm(const struct dray_cpu_rmsnorm *a, uint32_t r0, uint32
 
 /* ---------------------------------------------------------------- matmul */
 
+/* The CPU layouts of backend.h's two-level formats (ABI v4), beside the grouped
+ * ones of cpu_layout.h; rows in blocks of 16, S = k/256 super-blocks per row,
+ * each (b, g) of codes after the one before:
+ *   DRAY_CPU_K4: codes as DRAY_Q4G32's (4 units of 64 bytes per (b, g)).
+ *   DRAY_CPU_K5: codes as DRAY_Q5G32's (5 units).
+ *     Scales of both, 256 bytes per (b, s), 16 per row as the file's 12 + 4:
+ *       +0 D f16 [16 rows], +32 M f16 [16], +64 uint32 [16]: bits 4j, 4j+1 of
+ *       row r's word are bits 4-5 of group j's s, bits 4j+2, 4j+3 those of its
+ *       n; +128 + 16j: byte r = the low four bits of s | those of n << 4.
+ *   DRAY_CPU_K6: 6 units of 64 bytes per (b, g): units 0-3 the low four bits
+ *     as DRAY_Q4G32's nibbles; unit 4 byte 4r+e holds bits 4-5 of input
+ *     4u+e at bits 2u, 2u+1 (u = 0..3), unit 5 those of input 16+4u+e.
+ *     Scales 288 bytes per (b, s), 18 per row as the file's: +0 D f16 [16],
+ *     +32 + 16h: int8 scale of half-group h (0..15) of the 16 rows.
+ * W is backend.h's: d = D*s, m = -(M*n); 6 bits: d = D*sc, m' = -32 d. */
+enum { DRAY_CPU_K4 = 0x40, DRAY_CPU_K5 = 0x41, DRAY_CPU_K6 = 0x42 };
+static inline int dray_cpu_is_k(uint32_t layout)
+{
+    return layout >= DRAY_CPU_K4 && layout <= DRAY_CPU_K6;
+}
+/* Bytes of codes per (b, g) and of scales per (b, s). */
+static inline size_t dray_cpu_k_wbytes(uint32_t layout)
+{
+    return layout == DRAY_CPU_K4 ? 256 : layout == DRAY_CPU_K5 ? 320 : 384;
+}
+static inline size_t dray_cpu_k_sbytes(uint32_t layout)
+{
+    return layout == DRAY_CPU_K6 ? 288 : 256;
+}
+
 struct dray_cpu_matmul {
     const float *x;           /* [n_tok] rows of stride_x */
     const void *w;            /* I8 or F32 [n_out][k] */
@@ -88,6 +118,10 @@ struct dray_cpu_matmul {
     float *gsx;
     int32_t *gsum;
     float *gmin;
+    /* DRAY_CPU_K6 only (else NULL): [n_tok][k/32] each group's sum of q over
+     * its first 16 inputs (the second half's is gsum minus it), filled after
+     * the quantize step (dray_cpu_glo_fill). */
+    int32_t *glo;
     /* Two-pass activations (backend.h: DRAY_Q8G32_X2 / DRAY_Q4G32_X2 /
      * DRAY_Q5G32_X2 / DRAY_Q4G32H_X2; wdtype is then the layout): 1 when q, gsx and gsum hold two rows per
      * token of x, row 2t its first pass and row 2t+1 its residual's. gquantize
@@ -114,6 +148,19 @@ static inline void dray_cpu_gmin_fill(const struct dray_cpu_matmul *a, uint32_t 
     if (a->gmin)
         for (size_t i = row * G; i < (row + 1 + a->pairs) * G; i++)
             a->gmin[i] = a->gsx[i] * (float)a->gsum[i];
+}
+/* glo of q rows [r0, r1) (cpu_kernels.h: DRAY_CPU_K6's half-group sums). */
+static inline void dray_cpu_glo_fill(const struct dray_cpu_matmul *a, size_t r0, size_t r1)
+{
+    const size_t G = a->k / 32;
+    for (size_t r = r0; a->glo && r < r1; r++)
+        for (size_t g = 0; g < G; g++) {
+            const int8_t *q = a->q + r * a->q_stride + 32 * g;
+            int32_t s = 0;
+            for (int c = 0; c < 16; c++)
+                s += q[c];
+            a->glo[r * G + g] = s;
+        }
 }
 /* Step 1 (I8 only): quantize tokens [t0, t1) of x into a->q / a->sx. */
 void dray_cpu_ref_quantize(const struct dray_cpu_matmul *a, uint32_t t0, uint32_t t1);

@@ -102,6 +102,67 @@ static inline float dm_at(uint32_t dtype, const void *s, uint32_t G, uint32_t o,
     return dray_util_half_scales(dtype) ? scale16_at(s, G, o, g, j) : scale_at(s, G, 2, o, g, j);
 }
 
+/* The code of row o, input c of a two-level layout (cpu_kernels.h). */
+static inline int32_t kcode_at(uint32_t layout, const uint8_t *w, uint32_t G, uint32_t o, uint32_t c)
+{
+    if (layout == DRAY_CPU_K4)
+        return nib_at(w, G, 4, o, c);
+    if (layout == DRAY_CPU_K5)
+        return code5_at(w, G, o, c);
+    uint32_t cc = c % 32;
+    size_t unit = ((size_t)(o / 16) * G + c / 32) * 6;
+    uint8_t hi = w[(unit + 4 + cc / 16) * 64 + (o % 16) * 4 + cc % 4];
+    return nib_at(w, G, 6, o, c) + 16 * (int32_t)((hi >> (2 * ((cc % 16) / 4))) & 3u);
+}
+
+/* d and m' of scale unit u (a group; a half-group for K6) of row o. */
+static inline void kdm_at(uint32_t layout, const uint8_t *s, uint32_t S, uint32_t o, uint32_t u, float *d,
+                          float *m)
+{
+    uint32_t r = o % 16;
+    if (layout == DRAY_CPU_K6) {
+        const uint8_t *sb = s + ((size_t)(o / 16) * S + u / 16) * 288;
+        uint16_t D;
+        memcpy(&D, sb + 2 * r, 2);
+        *d = dray_util_f16_to_f32(D) * (float)(int8_t)sb[32 + 16 * (u % 16) + r];
+        *m = -32.0f * *d;
+        return;
+    }
+    const uint8_t *sb = s + ((size_t)(o / 16) * S + u / 8) * 256;
+    uint32_t j = u % 8, hi;
+    uint16_t D, M;
+    memcpy(&D, sb + 2 * r, 2);
+    memcpy(&M, sb + 32 + 2 * r, 2);
+    memcpy(&hi, sb + 64 + 4 * r, 4);
+    uint32_t nb = sb[128 + 16 * j + r];
+    uint32_t sc = (nb & 15u) | ((hi >> (4 * j)) & 3u) << 4, mn = (nb >> 4) | ((hi >> (4 * j + 2)) & 3u) << 4;
+    *d = dray_util_f16_to_f32(D) * (float)sc;
+    *m = -(dray_util_f16_to_f32(M) * (float)mn);
+}
+
+/* One output of a two-level layout: backend.h's sum, half-groups as their own
+ * terms (K6). */
+static float kdot(const struct dray_cpu_matmul *a, const int8_t *q, const float *sx, uint32_t o)
+{
+    const uint32_t G = a->k / GROUP, S = a->k / 256, U = a->wdtype == DRAY_CPU_K6 ? 2 : 1;
+    float acc = 0.0f;
+    for (uint32_t g = 0; g < G; g++) {
+        float part = 0.0f;
+        for (uint32_t h = 0; h < U; h++) {
+            int32_t isum = 0, qsum = 0;
+            for (uint32_t c = g * GROUP + h * GROUP / U; c < g * GROUP + (h + 1) * GROUP / U; c++) {
+                isum += (int32_t)q[c] * kcode_at(a->wdtype, a->w, G, o, c);
+                qsum += q[c];
+            }
+            float d, m;
+            kdm_at(a->wdtype, (const uint8_t *)a->wscale, S, o, g * U + h, &d, &m);
+            part += d * (float)isum + m * (float)qsum;
+        }
+        acc += sx[g] * part;
+    }
+    return acc;
+}
+
 void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t o1)
 {
     uint32_t G = a->k / GROUP;
@@ -111,7 +172,11 @@ void dray_cpu_ref_gmatmul(const struct dray_cpu_matmul *a, uint32_t o0, uint32_t
         const int32_t *qs = a->gsum + (size_t)t * G;
         float *y = dray_cpu_gout(a, t);
         int adds = dray_cpu_gadds(a, t);
-        for (uint32_t o = o0; o < o1; o++) {
+        for (uint32_t o = o0; o < o1 && dray_cpu_is_k(a->wdtype); o++) {
+            float acc = kdot(a, q, sx, o);
+            y[o] = adds ? y[o] + acc : acc;
+        }
+        for (uint32_t o = o0; o < o1 && !dray_cpu_is_k(a->wdtype); o++) {
             float acc = 0.0f;
             for (uint32_t g = 0; g < G; g++) {
                 int32_t isum = 0;
