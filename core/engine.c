@@ -411,7 +411,12 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
     if (rc)
         goto fail;
     e->chunk = e->cfg.chunk ? e->cfg.chunk : 512;
+    double t_load = dray_now_s();
+    struct dray_load_times lt;
+    dray_weight_load_times(&lt); /* from zero */
     rc = load_model(e, err, errlen);
+    dray_weight_load_times(&lt);
+    t_load = dray_now_s() - t_load;
     if (!rc)
         rc = check_shapes(e, err, errlen);
     if (rc)
@@ -423,10 +428,16 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         dray_warn("context %u is longer than the model was trained for (%u)", e->info.context,
                   e->info.n_ctx_train);
     rc = open_kv(e, err, errlen);
+    double t_cal = dray_now_s();
     if (!rc)
         rc = calibrate(e, err, errlen);
     if (rc)
         goto fail;
+    t_cal = dray_now_s() - t_cal;
+    /* the start-up's split (docs/performance.md): what a warm start costs */
+    dray_info("load: weights %.2f s (file rows read and converted %.2f s, packed by the plugin %.2f s), "
+              "calibration %.2f s, the rest %.2f s", t_load, lt.convert_s, lt.pack_s, t_cal,
+              dray_now_s() - t0 - t_load - t_cal);
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels;
      * under tensor parallel a new model, whose info the names point into) */
     fill_info(e);

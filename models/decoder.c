@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "caps.h"
 #include "error.h"
 #include "hparams.h"
 
@@ -164,6 +165,9 @@ void dec_account(struct dray_model *m)
     in->head = m->rescore.max                ? "4-bit rescored"
                : head->dtype == DRAY_Q4G32 || head->dtype == DRAY_Q4G32H ? "4-bit groups"
                : head->dtype == DRAY_Q8G32   ? "8-bit groups"
+               : head->dtype == DRAY_Q4K     ? "Q4_K two-level"
+               : head->dtype == DRAY_Q5K     ? "Q5_K two-level"
+               : head->dtype == DRAY_Q6K     ? "Q6_K two-level"
                : head->dtype == DRAY_I8      ? "int8"
                                              : "f32";
     if (m->rescore.max) /* its group rows (codes, scales, ids) and its f32 copy, written and read */

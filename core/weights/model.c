@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "caps.h"
 #include "error.h"
@@ -86,6 +87,21 @@ static void *scratch_get(int slot, size_t bytes)
         scratch[slot].cap = scratch[slot].p ? bytes : 0;
     }
     return scratch[slot].p;
+}
+
+static _Thread_local struct dray_load_times load_times;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void dray_weight_load_times(struct dray_load_times *out)
+{
+    *out = load_times;
+    memset(&load_times, 0, sizeof(load_times));
 }
 
 void dray_weight_scratch_free(void)
@@ -472,13 +488,17 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
         p.round = dray_round_cache_open(parts[0], dtype, &p.round_hit);
     rc = alloc_weight(dev, out, parts[0]->name, err, errlen);
     uint32_t row0 = 0;
+    double t0 = now_s();
     for (uint32_t i = 0; i < n_parts && !rc; i++) {
         rc = upload_part(dev, parts[i], pair_hd ? pair_hd[i] : 0, dtype, out, row0, &p, err, errlen);
         dray_gguf_release(parts[i]->file, parts[i]->data, parts[i]->nbytes); /* read once */
         row0 += (uint32_t)parts[i]->ne[1];
     }
+    double t1 = now_s();
+    load_times.convert_s += t1 - t0;
     if (!rc && dray_caps_packed(dtype))
         rc = create_packed(dev, &p, out, uses, parts[0]->name, err, errlen);
+    load_times.pack_s += now_s() - t1;
     if (!rc && out->n_outlier) {
         rc = dev->ops->upload(dev->ctx, (struct dray_view){out->outlier_idx, 0}, outliers, out->n_outlier * 4ull);
         if (!rc)

@@ -241,6 +241,13 @@ int dray_weight_matmul(struct dray_device *dev, const struct dray_weight *w, str
 /* The end of a load on this thread: the staging dray_weight_prepare kept from
  * one weight to the next is freed. */
 void dray_weight_scratch_free(void);
+/* Where this thread's weight preparation spent its time since the last call
+ * (then reset): the file's rows read and converted to the form handed over,
+ * and the plugin packing them (weight_create, or upload). Seconds. */
+struct dray_load_times {
+    double convert_s, pack_s;
+};
+void dray_weight_load_times(struct dray_load_times *out);
 /* A 1-D f32 tensor (norm weights) uploaded as F32. */
 int dray_vector_prepare(struct dray_device *dev, const struct dray_gguf_tensor *t, uint32_t n,
                         struct dray_buf **out, char *err, size_t errlen);
