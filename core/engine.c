@@ -19,6 +19,7 @@
 #include "dray/plugins.h"
 #include "constraint.h"
 #include "engine_internal.h"
+#include "prep_cache.h"
 #include "error.h"
 #include "gguf.h"
 #include "kv.h"
@@ -115,6 +116,13 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
         mo.calib_scores = scores;
         mo.n_calib_scores = n;
     }
+    /* one device in one process: its prepared layouts from the cache, or into it */
+    bool hit = false;
+    if (!e->split && !e->cfg.distributed[0])
+        e->prep = dray_prep_cache_open(e->gguf, &e->dev, precision_name(e->cfg.precision), &hit);
+    if (hit)
+        dray_info("prepared layouts mapped from the cache");
+    dray_weight_use_prepared(e->prep);
     int rc = load_parts(e, &mo, err, errlen);
     /* scores that do not fit this model (DRAY_EFORMAT): calibrate instead. Any
      * other failure (the device's memory, an upload) is the load's error, not
@@ -128,6 +136,9 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
         scores = NULL;
         rc = load_parts(e, &mo, err, errlen);
     }
+    dray_weight_use_prepared(NULL);
+    if (!rc)
+        dray_prep_cache_commit(e->prep);
     if (!rc && scores) {
         e->info.calibration = "cached";
         dray_info("calibration from the cache %s", e->calib_cache);
@@ -435,9 +446,9 @@ int dray_engine_open(const struct dray_config *cfg, struct dray_engine **out, ch
         goto fail;
     t_cal = dray_now_s() - t_cal;
     /* the start-up's split (docs/performance.md): what a warm start costs */
-    dray_info("load: weights %.2f s (file rows read and converted %.2f s, packed by the plugin %.2f s), "
-              "calibration %.2f s, the rest %.2f s", t_load, lt.convert_s, lt.pack_s, t_cal,
-              dray_now_s() - t0 - t_load - t_cal);
+    dray_info("load: weights %.2f s (file rows read and converted %.2f s, packed by the plugin %.2f s, "
+              "stored as prepared layouts %.2f s), calibration %.2f s, the rest %.2f s", t_load, lt.convert_s,
+              lt.pack_s, lt.store_s, t_cal, dray_now_s() - t0 - t_load - t_cal);
     /* calibration re-prepared the layers (f32 -> int8 with outlier channels;
      * under tensor parallel a new model, whose info the names point into) */
     fill_info(e);
@@ -466,6 +477,7 @@ void dray_engine_close(struct dray_engine *e)
         dray_kv_free(e->kv);
     if (e->model && !e->split)
         dray_model_free(e->model);
+    dray_prep_cache_close(e->prep); /* after every handle that points into it */
     dray_split_free(e->split);
     dray_tokenizer_free(e->tok);
     dray_chat_template_free(&e->chat);

@@ -40,6 +40,7 @@ struct dray_engine {
     float *logits;      /* host [n_vocab] for the one row a session samples from */
     struct dray_chat_template chat; /* style NONE when the model has none dray knows */
     char calib_cache[4200];    /* this model's calibration cache file, "" = none */
+    struct dray_prep_cache *prep; /* prepared layouts mapped or stored (prep_cache.h), or NULL */
     struct dray_grammar_vocab *gvocab; /* the tokens' bytes for grammars (constraint.h):
                                         * built on the first constrained request */
 };

@@ -58,6 +58,7 @@ struct dray_packed {
     uint32_t rows;         /* n_out rounded up to whole 16-row blocks (zero rows after) */
     void *w, *scale;       /* the layout's w and wscale, 64-byte aligned */
     size_t wbytes, sbytes;
+    int borrowed;          /* w and scale point into the host's bytes (weight_import) */
 };
 
 /* The formats weight_create takes for matmul (embed = 0) or embed (1). */
@@ -65,6 +66,11 @@ DRAY_CPU_HIDDEN uint32_t dray_cpu_wformats(int embed);
 DRAY_CPU_HIDDEN int dray_cpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *w,
                                            struct dray_packed **out, uint64_t *device_bytes);
 DRAY_CPU_HIDDEN void dray_cpu_weight_free(struct dray_ctx *ctx, struct dray_packed *p);
+/* ABI v5 (cpu_prepared.c): a handle's bytes, and one from them in place. */
+DRAY_CPU_HIDDEN int dray_cpu_weight_export(struct dray_ctx *ctx, const struct dray_packed *p, void *dst,
+                                           uint64_t *nbytes);
+DRAY_CPU_HIDDEN int dray_cpu_weight_import(struct dray_ctx *ctx, const struct dray_weight_desc *d, const void *src,
+                                           uint64_t nbytes, struct dray_packed **out, uint64_t *device_bytes);
 /* Row-major codes (backend.h's B bytes per group) and float scales (Q8G32: d per
  * group; else {d, m} per group) of `rows` rows into layout's qo and so. */
 /* Blocks [b0, b1) of a two-level weight into p's DRAY_CPU_K* layout (cpu_kpack.c). */

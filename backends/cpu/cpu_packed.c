@@ -155,8 +155,10 @@ void dray_cpu_weight_free(struct dray_ctx *ctx, struct dray_packed *p)
     (void)ctx;
     if (!p)
         return;
-    dray_cpu_big_free(p->w, p->wbytes);
-    dray_cpu_big_free(p->scale, p->sbytes);
+    if (!p->borrowed) {
+        dray_cpu_big_free(p->w, p->wbytes);
+        dray_cpu_big_free(p->scale, p->sbytes);
+    }
     free(p);
 }
 

@@ -319,7 +319,7 @@ static void describe_kernel_sets(void)
 }
 
 static const struct dray_ops cpu_ops = {
-    .version = 4, /* v4: rope freq_factors and attn_factor, attention softcap */
+    .version = 5, /* v4: rope freq_factors and attn_factor, attention softcap; v5: prepared layouts */
     .name = "cpu",
     .describe = describe_line,
     .device_count = cpu_device_count,
@@ -345,6 +345,9 @@ static const struct dray_ops cpu_ops = {
     .op_caps = cpu_op_caps,
     .weight_create = dray_cpu_weight_create,
     .weight_free = dray_cpu_weight_free,
+    .weight_export = dray_cpu_weight_export,
+    .weight_import = dray_cpu_weight_import,
+    .layout_id = "cpu-1",
 };
 
 /* Answers with the version cpu_ops implements (its .version), whatever the

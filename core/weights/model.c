@@ -12,6 +12,7 @@
 #include "error.h"
 #include "log.h"
 #include "quant.h"
+#include "prep_cache.h"
 #include "round_cache.h"
 #include "wformat.h"
 #include "dray/backend_util.h"
@@ -352,6 +353,41 @@ int dray_weight_prepare(struct dray_device *dev, const struct dray_gguf_tensor *
                                      err, errlen);
 }
 
+/* The prepared-layout cache this thread's loads read and fill (prep_cache.h). */
+static _Thread_local struct dray_prep_cache *prep_cache;
+
+void dray_weight_use_prepared(struct dray_prep_cache *c)
+{
+    prep_cache = c;
+}
+
+/* A prepared weight's key: its first tensor, how it was put together, its
+ * shape and format. */
+static void prep_key(const char *name, uint32_t n_parts, const uint32_t *pair_hd, const struct dray_weight *w,
+                     uint32_t uses, char *key, size_t len)
+{
+    snprintf(key, len, "%.64s|%u|%u|%u|%ux%u|%u", name, n_parts, pair_hd && pair_hd[0] ? pair_hd[0] : 0, w->dtype,
+             w->n_out, w->k, uses);
+}
+
+/* w from the cache's bytes: 0 done, 1 not there (prepare it), else an error. */
+static int import_prepared(struct dray_device *dev, const char *name, uint32_t n_parts, const uint32_t *pair_hd,
+                           uint32_t uses, struct dray_weight *w)
+{
+    char key[160];
+    prep_key(name, n_parts, pair_hd, w, uses, key, sizeof(key));
+    uint64_t n = 0;
+    const void *bytes = dray_prep_cache_find(prep_cache, key, &n);
+    if (!bytes)
+        return 1;
+    double t0 = now_s();
+    struct dray_weight_desc d = {.size = sizeof(d), .format = dray_caps_wformat(w->dtype), .n_out = w->n_out,
+                                 .k = w->k, .uses = uses};
+    int rc = dev->ops->weight_import(dev->ctx, &d, bytes, n, &w->packed, &w->packed_bytes);
+    load_times.pack_s += now_s() - t0;
+    return rc;
+}
+
 /* Whether the parts are best kept apart: together they would take a format
  * that some part does not need (a Q6_K V beside Q4_K Q and K makes the whole
  * Q|K|V 8-bit groups, where apart each stays at its file's size). */
@@ -451,6 +487,14 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     out->k = group_rows ? 32u : (uint32_t)k;
     out->dtype = dtype;
     out->n_outlier = dtype == DRAY_I8 && outliers && !group_rows ? n_outlier : 0;
+    if (dray_caps_packed(dtype) && prep_cache && !out->n_outlier) {
+        int rc = import_prepared(dev, parts[0]->name, n_parts, pair_hd, uses, out);
+        if (rc == 0)
+            return 0;
+        if (rc < 0) /* the file is a cache: prepare it again */
+            dray_warn("%s: the prepared layout on %s: %s; preparing it again", parts[0]->name, dev->ops->name,
+                      dev->ops->last_error(dev->ctx));
+    }
     int quantized = dtype != DRAY_F32;
     struct prep p = {
         .f32 = scratch_get(SCRATCH_F32, SLAB_ROWS * k * sizeof(float)),
@@ -499,6 +543,13 @@ int dray_weight_prepare_pairs(struct dray_device *dev, const struct dray_gguf_te
     if (!rc && dray_caps_packed(dtype))
         rc = create_packed(dev, &p, out, uses, parts[0]->name, err, errlen);
     load_times.pack_s += now_s() - t1;
+    if (!rc && out->packed && prep_cache) {
+        char key[160];
+        prep_key(parts[0]->name, n_parts, pair_hd, out, uses, key, sizeof(key));
+        double t2 = now_s();
+        dray_prep_cache_put(prep_cache, key, out->packed);
+        load_times.store_s += now_s() - t2;
+    }
     if (!rc && out->n_outlier) {
         rc = dev->ops->upload(dev->ctx, (struct dray_view){out->outlier_idx, 0}, outliers, out->n_outlier * 4ull);
         if (!rc)

@@ -244,8 +244,12 @@ void dray_weight_scratch_free(void);
 /* Where this thread's weight preparation spent its time since the last call
  * (then reset): the file's rows read and converted to the form handed over,
  * and the plugin packing them (weight_create, or upload). Seconds. */
+/* Loads on this thread import prepared weights from c and store what they
+ * prepare into it (prep_cache.h; NULL: neither). */
+struct dray_prep_cache;
+void dray_weight_use_prepared(struct dray_prep_cache *c);
 struct dray_load_times {
-    double convert_s, pack_s;
+    double convert_s, pack_s, store_s; /* store: into the prepared-layout cache */
 };
 void dray_weight_load_times(struct dray_load_times *out);
 /* A 1-D f32 tensor (norm weights) uploaded as F32. */

@@ -34,7 +34,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 
-#define DRAY_ABI_VERSION     4u /* newest ABI this header describes */
+#define DRAY_ABI_VERSION     5u /* newest ABI this header describes */
 #define DRAY_ABI_VERSION_MIN 1u /* oldest ABI a host built from this header accepts */
 
 /* True when table tab, of its own version, carries member m (added in version
@@ -538,7 +538,30 @@ struct dray_ops {
     void (*weight_free)(struct dray_ctx *ctx, struct dray_packed *w);
     /* members above: version 3. Version 4 adds no member: it widens two ops'
      * arguments (rope freq_factors and attn_factor, attention softcap), which a
-     * host sets only for a plugin of version 4 or newer. */
+     * host sets only for a plugin of version 4 or newer, and adds the
+     * two-level weight formats (declared by their bits). */
+
+    /* Version 5: prepared layouts. A packed handle's bytes out and back in, so
+     * that a host can keep what weight_create made in a file and map it at
+     * later starts instead of packing again (docs/plugin-abi.md, "Prepared
+     * layouts"). Optional: all three or none.
+     * weight_export: the bytes of w into dst, *nbytes its room (exactly the
+     *   size a call with dst NULL put in *nbytes). The bytes are the plugin's
+     *   own: a host stores them as they are, under layout_id, and gives them
+     *   back only to weight_import of a plugin with the same layout_id.
+     * weight_import: a handle from those bytes for the shape in desc (format,
+     *   n_out, k and uses as weight_create had them; the arrays NULL). src is
+     *   64-byte aligned and stays readable and unchanged until weight_free, so
+     *   a plugin whose kernels read host memory may use it in place. Check
+     *   what can be checked cheaply (a header, the sizes): DRAY_EINVAL for
+     *   bytes that are not an export of this shape. */
+    int (*weight_export)(struct dray_ctx *ctx, const struct dray_packed *w, void *dst, uint64_t *nbytes);
+    int (*weight_import)(struct dray_ctx *ctx, const struct dray_weight_desc *desc, const void *src,
+                         uint64_t nbytes, struct dray_packed **out, uint64_t *device_bytes);
+    /* Names the layout export writes ("cpu-1"): change it whenever the bytes
+     * change meaning, and a host's stored copies are made again. */
+    const char *layout_id;
+    /* members above: version 5. */
 };
 
 /*
