@@ -140,6 +140,10 @@ const struct key dray_config_keys[] = {
      "tokens per KV block", KEY_EXPERT},
     {"prefix_cache", "memory", "prefix_cache", T_BOOL, F(prefix_cache), 0, 0, NULL, 0,
      "reuse the KV of shared prompt prefixes across requests and chat turns", KEY_USER},
+    {"prepared_layouts", "memory", "prepared_layouts", T_BOOL, F(prepared_layouts), 0, 0, NULL, 0,
+     "keep the plugin's packed weights in the cache folder and map them at later starts (plugins of "
+     "ABI 5 with one device; `DRAY_CACHE_DIR=none` turns every cache off); false = pack at every start",
+     KEY_EXPERT},
     {"max_seqs", "scheduler", "max_seqs", T_U32, F(max_seqs), 1, 4096, NULL, 0,
      "sequences decoded together in one batch (`dray run` and `dray perplexity` size the KV "
      "for 1 unless this is set)", KEY_USER},
@@ -248,6 +252,7 @@ void dray_config_defaults(struct dray_config *cfg)
     cfg->host_cache = 1ull << 30;
     cfg->kv_block = 16;
     cfg->prefix_cache = true;
+    cfg->prepared_layouts = true;
     cfg->max_seqs = 8;
     cfg->distributed_timeout = 30;
     cfg->tensor_parallel = 1;

@@ -118,7 +118,7 @@ static int load_model(struct dray_engine *e, char *err, size_t errlen)
     }
     /* one device in one process: its prepared layouts from the cache, or into it */
     bool hit = false;
-    if (!e->split && !e->cfg.distributed[0])
+    if (e->cfg.prepared_layouts && !e->split && !e->cfg.distributed[0])
         e->prep = dray_prep_cache_open(e->gguf, &e->dev, precision_name(e->cfg.precision), &hit);
     if (hit)
         dray_info("prepared layouts mapped from the cache");

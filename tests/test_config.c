@@ -342,7 +342,7 @@ static void test_config_rejects_mapping_or_list_where_value_expected(void **stat
     assert_load_error("sampling:\n  top_k:\n    - 1\n", 3, "key 'sampling.top_k': expected a single value");
     assert_load_error("memory: 5\n", 1,
                       "section 'memory:' must be a mapping of its keys (kv_budget, host_cache, "
-                      "kv_block, prefix_cache), got a scalar");
+                      "kv_block, prefix_cache, prepared_layouts), got a scalar");
     assert_load_error("- backend\n- cpu\n", 1, "expected a mapping of `key: value` lines at the top, got a list");
     assert_load_error("? [a, b]\n: 1\n", 1, "expected a key name, got a list");
 }

@@ -175,7 +175,7 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
 {
     (void)state;
     uint32_t n = 0;
-    assert_int_equal(ops->version, 4);
+    assert_int_equal(ops->version, 5);
     assert_string_equal(ops->name, "cpu");
     assert_int_equal(ops->device_count(&n), 0);
     assert_int_equal(n, 1);
@@ -225,12 +225,12 @@ static void test_cpu_plugin_describes_one_unified_device(void **state)
     const struct dray_ops *o = NULL;
     char err[128];
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
-    v = 3; /* a version-3 host (no rope factors, no softcap): the version-4 table is refused, naming both */
+    v = 4; /* a version-4 host (no prepared layouts): the version-5 table is refused, naming both */
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), DRAY_EINCOMPAT);
-    assert_non_null(strstr(err, "implements ABI 4"));
+    assert_non_null(strstr(err, "implements ABI 5"));
     v = 7;
     assert_int_equal(neg(&v, NULL, &o, err, sizeof(err)), 0);
-    assert_int_equal(v, 4);
+    assert_int_equal(v, 5);
 }
 
 static void test_cpu_memory_roundtrip_copy_fill_and_bounds(void **state)
@@ -798,6 +798,62 @@ static void test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path(void **s
         free(r1), free(r2);
         gm_free(&d);
     }
+}
+
+/* ABI v5, prepared layouts: a handle's exported bytes give back a handle
+ * (used in place) whose matmul is bit for bit the original's; bytes of another
+ * shape, a damaged header or a misaligned copy are refused by name. */
+static void test_weight_export_import_round_trip_and_refusals(void **state)
+{
+    (void)state;
+    dray_test_seed(5);
+    struct gm_case c = {3, 40, 512, 0, 0, 0, {4, 1, 1, 1}};
+    struct gm_data d;
+    gm_make(&c, &d);
+    struct dray_weight_desc wd = {.size = sizeof(wd), .format = c.f, .n_out = c.n_out, .k = c.k,
+                                  .uses = DRAY_WUSE_MATMUL, .codes = d.codes, .d = d.dv, .m = d.mv, .sub = d.sub};
+    struct dray_packed *pk = NULL, *back = NULL;
+    uint64_t bytes = 0, n = 0, got = 0;
+    assert_int_equal(ops->weight_create(cfast, &wd, &pk, &bytes), 0);
+    assert_int_equal(ops->weight_export(cfast, pk, NULL, &n), 0);
+    assert_true(n > bytes);
+    uint8_t *blob = aligned_alloc(64, (n + 64 + 63) & ~(uint64_t)63);
+    uint64_t small = n - 1;
+    assert_int_equal(ops->weight_export(cfast, pk, blob, &small), DRAY_EINVAL);
+    assert_int_equal(ops->weight_export(cfast, pk, blob, &n), 0);
+    struct dray_weight_desc shape = {.size = sizeof(shape), .format = c.f, .n_out = c.n_out, .k = c.k,
+                                     .uses = DRAY_WUSE_MATMUL};
+    assert_int_equal(ops->weight_import(cfast, &shape, blob, n, &back, &got), 0);
+    assert_int_equal(got, bytes);
+    float *x = randv((size_t)c.n_tok * c.k, -1, 1), y0[3 * 40], y1[3 * 40];
+    struct dray_buf *bx = up(cfast, x, (size_t)c.n_tok * c.k * 4), *bo = up(cfast, NULL, sizeof(y0));
+    struct dray_matmul_args a = {.x = V(bx), .out = V(bo), .n_tok = c.n_tok, .n_out = c.n_out, .k = c.k,
+                                 .stride_x = c.k, .stride_out = c.n_out, .wdtype = DRAY_PACKED, .packed = pk,
+                                 .passes = 2};
+    assert_int_equal(ops->matmul(cfast, &a), 0);
+    down(cfast, bo, y0, sizeof(y0));
+    a.packed = back;
+    assert_int_equal(ops->matmul(cfast, &a), 0);
+    down(cfast, bo, y1, sizeof(y1));
+    assert_memory_equal(y0, y1, sizeof(y0));
+    ops->weight_free(cfast, back);
+    /* another shape, a damaged header, a misaligned copy */
+    struct dray_packed *no = NULL;
+    shape.n_out = 48;
+    assert_int_equal(ops->weight_import(cfast, &shape, blob, n, &no, NULL), DRAY_EINVAL);
+    assert_null(no);
+    assert_non_null(strstr(ops->last_error(cfast), "not this plugin's export"));
+    shape.n_out = c.n_out;
+    blob[0] ^= 1;
+    assert_int_equal(ops->weight_import(cfast, &shape, blob, n, &no, NULL), DRAY_EINVAL);
+    blob[0] ^= 1;
+    memmove(blob + 8, blob, n);
+    assert_int_equal(ops->weight_import(cfast, &shape, blob + 8, n, &no, NULL), DRAY_EINVAL);
+    assert_null(no);
+    ops->free(cfast, bx), ops->free(cfast, bo);
+    ops->weight_free(cfast, pk);
+    free(blob), free(x);
+    gm_free(&d);
 }
 
 static void test_matmul_f32_checking_path(void **state)
@@ -1703,6 +1759,7 @@ int main(void)
         cmocka_unit_test(test_matmul_i8_tile_shapes_match_every_path),
         cmocka_unit_test(test_matmul_f32_checking_path),
         cmocka_unit_test(test_matmul_grouped_two_pass_is_closer_to_f32_on_every_path),
+        cmocka_unit_test(test_weight_export_import_round_trip_and_refusals),
         cmocka_unit_test(test_matmul_rejects_bad_arguments),
         cmocka_unit_test(test_embed_gathers_scaled_rows_and_rejects_bad_ids),
         cmocka_unit_test(test_embed_packed_tables_and_weight_create_refusals),

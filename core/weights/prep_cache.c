@@ -45,6 +45,7 @@ struct dray_prep_cache {
     int fd;
     uint64_t end;
     bool failed;
+    bool stale; /* a hit with a damaged entry: removed at commit, made again next time */
 };
 
 static uint64_t up4k(uint64_t n)
@@ -165,7 +166,9 @@ const void *dray_prep_cache_find(struct dray_prep_cache *c, const char *key, uin
         if (strcmp(e->key, key))
             continue;
         if (XXH3_64bits(c->map + e->at, e->bytes) != e->xxh) {
-            dray_warn("prepared layouts %s: %s does not match its checksum; preparing it again", c->path, key);
+            dray_warn("prepared layouts %s: %s does not match its checksum; preparing it again (and the "
+                      "file at the next start)", c->path, key);
+            c->stale = true;
             return NULL;
         }
         *nbytes = e->bytes;
@@ -223,6 +226,8 @@ void dray_prep_cache_put(struct dray_prep_cache *c, const char *key, const struc
 
 void dray_prep_cache_commit(struct dray_prep_cache *c)
 {
+    if (c && c->map && c->stale) /* the mapping stays valid for the handles in it */
+        unlink(c->path);
     if (!c || c->map || c->fd < 0)
         return;
     c->h.entries = c->n;

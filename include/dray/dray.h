@@ -113,6 +113,7 @@ struct dray_config {
     uint64_t host_cache;      /* bytes of host memory for the prefix cache's host tier */
     uint32_t kv_block;        /* tokens per KV block */
     bool prefix_cache;        /* reuse KV across requests/turns */
+    bool prepared_layouts;    /* packed weights kept in the cache folder, mapped at later starts */
 
     /* scheduler */
     uint32_t max_seqs;        /* sequences decoded together */
