@@ -717,7 +717,7 @@ struct hostw {
     struct dray_wformat f;
     uint32_t n_out, k;
     uint8_t *codes;
-    void *d, *m;
+    void *d, *m, *sub; /* sub: two-level formats only */
     float *w; /* W in f32 [n_out][k] (dray_util_packed_row): for tolerances */
 };
 
@@ -732,38 +732,60 @@ static void *rand_scales(struct dray_wformat f, size_t n, float lo, float hi)
     return h;
 }
 
+/* Random sub-scales of a two-level format: 6-bit (s, n) pairs, or any int8. */
+static uint8_t *rand_sub(struct dray_wformat f, size_t n)
+{
+    uint8_t *s = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        s[i] = (uint8_t)(dray_test_rand() % (f.bits == 6 ? 256u : 64u));
+    return s;
+}
+
 static void hostw_new(struct hostw *w, struct dray_wformat f, uint32_t n_out, uint32_t k)
 {
     size_t n = (size_t)n_out * (k / 32), nb = n * dray_util_wformat_group_bytes(f);
+    size_t ns = (size_t)n_out * dray_util_wformat_scales_per_row(f, k);
+    /* two levels: d = D * sub up to 63 or 128 times D, so D is that much smaller */
+    float dmax = f.super ? 0.0005f : 0.02f, mmax = f.super ? 0.002f : 0.1f;
     *w = (struct hostw){.f = f, .n_out = n_out, .k = k};
     w->codes = malloc(nb + 1);
     for (size_t i = 0; i < nb; i++) /* every byte is a valid code of every format */
         w->codes[i] = (uint8_t)dray_test_rand();
-    w->d = rand_scales(f, n, -0.02f, 0.02f);
-    w->m = f.has_min ? rand_scales(f, n, -0.1f, 0.1f) : NULL;
+    w->d = rand_scales(f, ns, -dmax, dmax);
+    w->m = f.has_min ? rand_scales(f, ns, f.super ? 0.0f : -mmax, mmax) : NULL;
+    w->sub = f.super ? rand_sub(f, (size_t)n_out * dray_util_wformat_sub_bytes(f, k)) : NULL;
     w->w = malloc((size_t)n_out * k * sizeof(float));
     for (uint32_t o = 0; o < n_out; o++)
-        dray_util_packed_row(f, k, w->codes, w->d, w->m, NULL, o, w->w + (size_t)o * k);
+        dray_util_packed_row(f, k, w->codes, w->d, w->m, w->sub, o, w->w + (size_t)o * k);
 }
 
 static void hostw_free(struct hostw *w)
 {
-    free(w->codes), free(w->d), free(w->m), free(w->w);
+    free(w->codes), free(w->d), free(w->m), free(w->sub), free(w->w);
+}
+
+/* What the device may hold: one level, exactly the host's codes + d + m; two
+ * levels, the GGUF file's bytes (Q4_K 144, Q5_K 176, Q6_K 210 per 256). */
+static uint64_t pk_device_bytes(struct dray_wformat f, uint32_t n_out, uint32_t k)
+{
+    uint64_t n = (uint64_t)n_out * (k / 32);
+    if (f.super)
+        return (uint64_t)n_out * (k / 256) * (f.bits == 4 ? 144u : f.bits == 5 ? 176u : 210u);
+    uint32_t sb = dray_util_wformat_scale_bytes(f);
+    return n * (dray_util_wformat_group_bytes(f) + sb * (1u + f.has_min));
 }
 
 static struct dray_packed *pk_create(const struct hostw *w, uint32_t uses)
 {
     struct dray_weight_desc desc = {.size = sizeof(desc), .format = w->f, .n_out = w->n_out,
-                                    .k = w->k, .uses = uses, .codes = w->codes, .d = w->d, .m = w->m};
+                                    .k = w->k, .uses = uses, .codes = w->codes, .d = w->d,
+                                    .m = w->m, .sub = w->sub};
     struct dray_packed *h = NULL;
     uint64_t bytes = 0;
     int rc = ocl.ops->weight_create(ocl.ctx, &desc, &h, &bytes);
     if (rc != 0)
         fail_msg("weight_create: rc %d: %s", rc, ocl.ops->last_error(ocl.ctx));
-    /* the device holds exactly the host's codes + d + m */
-    uint64_t n = (uint64_t)w->n_out * (w->k / 32);
-    assert_int_equal(bytes, n * (dray_util_wformat_group_bytes(w->f) +
-                                 dray_util_wformat_scale_bytes(w->f) * (1u + w->f.has_min)));
+    assert_int_equal(bytes, pk_device_bytes(w->f, w->n_out, w->k));
     return h;
 }
 
@@ -781,7 +803,7 @@ static void pk_ref_token(const struct hostw *w, const float *xt, uint32_t passes
         for (uint32_t g = 0; g < G; g++)
             sx[g] = dray_util_quant_group(r + 32 * g, q + 32 * g);
         for (uint32_t o = 0; o < w->n_out; o++)
-            pass_out[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, NULL, o, q, sx);
+            pass_out[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, w->sub, o, q, sx);
         for (uint32_t c = 0; c < k; c++)
             r[c] = r[c] - (float)q[c] * sx[c / 32];
     }
@@ -853,8 +875,8 @@ static void test_opencl_caps_declare_packed_weights(void **state)
     assert_non_null(ocl.ops->weight_free);
     struct dray_op_caps c = {.size = sizeof(c)};
     assert_int_equal(ocl.ops->op_caps(0, &c), 0);
-    assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF_ALL);
-    assert_int_equal(c.embed_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K);
+    assert_int_equal(c.embed_wformats, DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K);
     assert_int_equal(c.matmul_passes, 3);
     /* the retired version-2 grouped dtypes are not declared */
     for (uint32_t t = DRAY_Q8G32; t <= DRAY_Q4G32H_X2; t++)
@@ -879,44 +901,80 @@ static void test_opencl_matmul_packed_matches_reference(void **state)
     }
 }
 
+/* The two-level formats (Q4_K, Q5_K, Q6_K shapes): every n_tok of 1, 3, 17
+ * with passes 1 and 2, accumulate 0 and 1; k over 256, 512, 2304 and n_out
+ * over counts that leave a work-group part-filled. */
+static void test_opencl_matmul_two_level_matches_reference(void **state)
+{
+    (void)state;
+    SKIP_IF_NO_DEVICE();
+    dray_test_seed(12);
+    static const uint32_t ks[] = {256, 512, 2304}, n_outs[] = {40, 257, 70}, n_toks[] = {1, 3, 17};
+    for (uint32_t i = 12; i < 15; i++) {
+        struct dray_wformat f = dray_util_wformat_of_bit(i);
+        for (uint32_t c = 0; c < 12; c++) {
+            uint32_t passes = 1 + (c & 1), acc = (c >> 1) & 1, n_tok = n_toks[c / 4];
+            pk_matmul_case(f, n_tok, n_outs[(c + i) % 3], ks[c % 3], passes, acc);
+        }
+    }
+}
+
+/* Gather 5 rows (first, last, a repeat) of a random n_rows x dim table of
+ * format f, times 1.7, against dray_util_packed_row. */
+static void pk_embed_case(struct dray_wformat f, uint32_t n_rows, uint32_t dim, uint32_t uses,
+                          struct dray_buf *bi, struct dray_buf *bo, const int32_t ids[5])
+{
+    const uint32_t n_tok = 5;
+    float *out = malloc((size_t)n_tok * dim * 4), *ref = malloc((size_t)n_tok * dim * 4);
+    struct hostw w;
+    hostw_new(&w, f, n_rows, dim);
+    struct dray_packed *h = pk_create(&w, uses);
+    struct dray_embed_args a = {.ids = {bi, 0}, .out = {bo, 0}, .dtype = DRAY_PACKED,
+                                .n_tok = n_tok, .dim = dim, .n_rows = n_rows, .scale = 1.7f,
+                                .packed = h};
+    int rc = ocl.ops->embed(ocl.ctx, &a);
+    if (rc != 0)
+        fail_msg("embed packed: rc %d: %s", rc, ocl.ops->last_error(ocl.ctx));
+    size_t nbytes = (size_t)n_tok * dim * 4;
+    assert_int_equal(ocl.ops->download(ocl.ctx, out, (struct dray_view){bo, 0}, nbytes), 0);
+    for (uint32_t t = 0; t < n_tok; t++) {
+        float *r = ref + (size_t)t * dim;
+        dray_util_packed_row(f, dim, w.codes, w.d, w.m, w.sub, (uint64_t)ids[t], r);
+        for (uint32_t j = 0; j < dim; j++)
+            r[j] *= 1.7f;
+    }
+    char name[32], what[64];
+    snprintf(what, sizeof(what), "embed packed %s dim %u",
+             dray_util_wformat_name(f, name, sizeof(name)), dim);
+    expect_close(what, out, ref, (size_t)n_tok * dim, 0, 1e-6);
+    ocl.ops->weight_free(ocl.ctx, h);
+    hostw_free(&w);
+    free(out), free(ref);
+}
+
+/* Every format; two levels at dim 256, 512 and 2304. */
 static void test_opencl_embed_packed_matches_reference(void **state)
 {
     (void)state;
     SKIP_IF_NO_DEVICE();
     dray_test_seed(10);
-    const uint32_t n_rows = 40, dim = 96, n_tok = 5;
+    const uint32_t n_rows = 40, max_dim = 2304;
     int32_t ids[5] = {n_rows - 1, 0, 17, 17, 3};
     struct dray_buf *bi, *bo;
     assert_int_equal(ocl.ops->alloc(ocl.ctx, sizeof(ids), &bi), 0);
-    assert_int_equal(ocl.ops->alloc(ocl.ctx, (size_t)n_tok * dim * 4, &bo), 0);
+    assert_int_equal(ocl.ops->alloc(ocl.ctx, (size_t)5 * max_dim * 4, &bo), 0);
     assert_int_equal(ocl.ops->upload(ocl.ctx, (struct dray_view){bi, 0}, ids, sizeof(ids)), 0);
-    float *out = malloc((size_t)n_tok * dim * 4), *ref = malloc((size_t)n_tok * dim * 4);
-    for (uint32_t i = 0; i < 12; i++) {
-        struct dray_wformat f = dray_util_wformat_of_bit(i);
-        struct hostw w;
-        hostw_new(&w, f, n_rows, dim);
+    for (uint32_t i = 0; i < 15; i++) {
         /* a tied table and head: both uses on odd formats */
-        struct dray_packed *h = pk_create(&w, DRAY_WUSE_EMBED | (i & 1 ? DRAY_WUSE_MATMUL : 0));
-        struct dray_embed_args a = {.ids = {bi, 0}, .out = {bo, 0}, .dtype = DRAY_PACKED,
-                                    .n_tok = n_tok, .dim = dim, .n_rows = n_rows, .scale = 1.7f,
-                                    .packed = h};
-        int rc = ocl.ops->embed(ocl.ctx, &a);
-        if (rc != 0)
-            fail_msg("embed packed: rc %d: %s", rc, ocl.ops->last_error(ocl.ctx));
-        assert_int_equal(ocl.ops->download(ocl.ctx, out, (struct dray_view){bo, 0}, (size_t)n_tok * dim * 4), 0);
-        for (uint32_t t = 0; t < n_tok; t++) {
-            float *r = ref + (size_t)t * dim;
-            dray_util_packed_row(f, dim, w.codes, w.d, w.m, NULL, (uint64_t)ids[t], r);
-            for (uint32_t j = 0; j < dim; j++)
-                r[j] *= 1.7f;
+        uint32_t uses = DRAY_WUSE_EMBED | (i & 1 ? DRAY_WUSE_MATMUL : 0);
+        if (i < 12) {
+            pk_embed_case(dray_util_wformat_of_bit(i), n_rows, 96, uses, bi, bo, ids);
+            continue;
         }
-        char name[32], what[64];
-        snprintf(what, sizeof(what), "embed packed %s", dray_util_wformat_name(f, name, sizeof(name)));
-        expect_close(what, out, ref, (size_t)n_tok * dim, 0, 1e-6);
-        ocl.ops->weight_free(ocl.ctx, h);
-        hostw_free(&w);
+        static const uint32_t dims[] = {256, 512, 2304};
+        for (uint32_t d = 0; d < 3; d++)
+            pk_embed_case(dray_util_wformat_of_bit(i), n_rows, dims[d], uses, bi, bo, ids);
     }
-    free(out), free(ref);
     ocl.ops->free(ocl.ctx, bi), ocl.ops->free(ocl.ctx, bo);
 }
 
@@ -954,6 +1012,19 @@ static void test_opencl_packed_rejects_bad_arguments(void **state)
     ocl.ops->free(ocl.ctx, b);
     ocl.ops->weight_free(ocl.ctx, h);
     hostw_free(&w);
+    /* two levels: k a multiple of 256, sub given, 4/5-bit sub-scales of 6 bits */
+    struct hostw kw;
+    hostw_new(&kw, dray_util_wformat_of_bit(13), 4, 256);
+    struct dray_weight_desc kd = {.size = sizeof(kd), .format = kw.f, .n_out = 4, .k = 224,
+                                  .uses = DRAY_WUSE_MATMUL, .codes = kw.codes, .d = kw.d,
+                                  .m = kw.m, .sub = kw.sub};
+    assert_int_equal(ocl.ops->weight_create(ocl.ctx, &kd, &h, &bytes), DRAY_EINVAL);
+    kd.k = 256, kd.sub = NULL;
+    assert_int_equal(ocl.ops->weight_create(ocl.ctx, &kd, &h, &bytes), DRAY_EINVAL);
+    kd.sub = kw.sub, ((uint8_t *)kw.sub)[9] = 64;
+    assert_int_equal(ocl.ops->weight_create(ocl.ctx, &kd, &h, &bytes), DRAY_EINVAL);
+    assert_null(h);
+    hostw_free(&kw);
     /* and the plugin keeps working */
     pk_matmul_case(dray_util_wformat_of_bit(9), 5, 40, 96, 2, 1);
 }
@@ -976,6 +1047,7 @@ int main(void)
         cmocka_unit_test(test_opencl_copy_and_fill_follow_memmove_and_pattern_rules),
         cmocka_unit_test(test_opencl_caps_declare_packed_weights),
         cmocka_unit_test(test_opencl_matmul_packed_matches_reference),
+        cmocka_unit_test(test_opencl_matmul_two_level_matches_reference),
         cmocka_unit_test(test_opencl_embed_packed_matches_reference),
         cmocka_unit_test(test_opencl_packed_rejects_bad_arguments),
     };

@@ -574,7 +574,8 @@ struct hweight {
     struct dray_wformat f;
     uint32_t n_out, k;
     uint8_t *codes;
-    void *d, *m; /* m NULL without a min */
+    void *d, *m;   /* m NULL without a min */
+    uint8_t *sub;  /* two-level formats only, else NULL */
     size_t nc, ns; /* bytes of codes, of d (and of m) */
 };
 
@@ -586,36 +587,55 @@ static void put_scale(struct dray_wformat f, void *arr, size_t i, float v)
         ((float *)arr)[i] = v;
 }
 
-/* Random codes (every bit pattern is a valid code), d of either sign, m. */
+/* Random codes (every bit pattern is a valid code), d of either sign, m; two
+ * levels: D of either sign and M scaled down by the sub-scales under them
+ * (6-bit (s, n) pairs 0..63, or any int8). */
 static struct hweight hweight_make(struct dray_wformat f, uint32_t n_out, uint32_t k)
 {
-    struct hweight w = {f, n_out, k, NULL, NULL, NULL, 0, 0};
+    struct hweight w = {f, n_out, k, NULL, NULL, NULL, NULL, 0, 0};
     size_t ng = (size_t)n_out * (k / 32);
+    size_t nsc = (size_t)n_out * dray_util_wformat_scales_per_row(f, k);
+    size_t nsub = (size_t)n_out * dray_util_wformat_sub_bytes(f, k);
+    float dlo = f.super ? 0.00005f : 0.002f, dhi = f.super ? 0.0005f : 0.02f;
     w.nc = ng * dray_util_wformat_group_bytes(f);
-    w.ns = ng * dray_util_wformat_scale_bytes(f);
+    w.ns = nsc * dray_util_wformat_scale_bytes(f);
     w.codes = malloc(w.nc);
     w.d = malloc(w.ns);
     w.m = f.has_min ? malloc(w.ns) : NULL;
+    w.sub = nsub ? malloc(nsub) : NULL;
     for (size_t i = 0; i < w.nc; i++)
         w.codes[i] = (uint8_t)dray_test_rand();
-    for (size_t i = 0; i < ng; i++) {
-        put_scale(f, w.d, i, dray_test_randf(0.002f, 0.02f) * (dray_test_rand() % 2 ? 1.0f : -1.0f));
+    for (size_t i = 0; i < nsc; i++) {
+        put_scale(f, w.d, i, dray_test_randf(dlo, dhi) * (dray_test_rand() % 2 ? 1.0f : -1.0f));
         if (w.m)
-            put_scale(f, w.m, i, dray_test_randf(-0.1f, 0.1f));
+            put_scale(f, w.m, i, dray_test_randf(f.super ? 0.0f : -0.1f, f.super ? 0.002f : 0.1f));
     }
+    for (size_t i = 0; i < nsub; i++)
+        w.sub[i] = (uint8_t)(dray_test_rand() % (f.bits == 6 ? 256u : 64u));
     return w;
 }
 
 static void hweight_free(struct hweight *w)
 {
-    free(w->codes), free(w->d), free(w->m);
+    free(w->codes), free(w->d), free(w->m), free(w->sub);
 }
 
 static int hweight_create(struct dray_ctx *ctx, const struct hweight *w, uint32_t uses,
                           struct dray_packed **out, uint64_t *bytes)
 {
-    struct dray_weight_desc d = {sizeof(d), w->f, w->n_out, w->k, uses, w->codes, w->d, w->m, NULL};
+    struct dray_weight_desc d = {sizeof(d), w->f, w->n_out, w->k, uses, w->codes, w->d, w->m,
+                                 w->sub};
     return vk.ops->weight_create(ctx, &d, out, bytes);
+}
+
+/* What the device may hold: one level, exactly the host's codes + d + m; two
+ * levels, the GGUF file's bytes (Q4_K 144, Q5_K 176, Q6_K 210 per 256). */
+static uint64_t hweight_device_bytes(const struct hweight *w)
+{
+    if (w->f.super)
+        return (uint64_t)w->n_out * (w->k / 256) *
+               (w->f.bits == 4 ? 144u : w->f.bits == 5 ? 176u : 210u);
+    return w->nc + w->ns * (w->f.has_min ? 2 : 1);
 }
 
 /* The reference of one token row x: ref[o] for every output row o (passes 1
@@ -633,10 +653,10 @@ static void packed_ref(const struct hweight *w, const float *x, uint32_t passes,
     for (uint32_t g = 0; g < G; g++)
         sx2[g] = dray_util_quant_group(r + 32 * g, q2 + 32 * g);
     for (uint32_t o = 0; o < w->n_out; o++) {
-        ref[o] = dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, NULL, o, q, sx);
+        ref[o] = dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, w->sub, o, q, sx);
         if (passes == 2)
-            ref[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, NULL, o, q2, sx2);
-        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, NULL, o, row);
+            ref[o] += dray_util_packed_dot(w->f, k, w->codes, w->d, w->m, w->sub, o, q2, sx2);
+        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, w->sub, o, row);
         mag[o] = 0;
         for (uint32_t c = 0; c < k; c++)
             mag[o] += fabs((double)x[c] * row[c]);
@@ -703,7 +723,7 @@ static void packed_matmul_all(struct dray_ctx *ctx, struct dray_wformat f, uint3
     uint64_t bytes = 0;
     VK_CHECK(ctx, hweight_create(ctx, &w, DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED, &h, &bytes));
     assert_non_null(h);
-    assert_int_equal(bytes, w.nc + w.ns * (f.has_min ? 2 : 1)); /* exactly the host bytes */
+    assert_int_equal(bytes, hweight_device_bytes(&w));
     for (uint32_t p = 1; p <= 2; p++)
         for (uint32_t acc = 0; acc < 2; acc++)
             for (uint32_t nt = 1; nt <= 5; nt += 4)
@@ -728,6 +748,33 @@ static void test_vulkan_packed_matmul_every_format(void **state)
     }
 }
 
+/* The two-level formats (Q4_K, Q5_K, Q6_K shapes) at k 256, 512 and 2304 with
+ * n_out leaving workgroups part-filled: n_tok 1, 3 and 17 (more than a
+ * workgroup's tokens), passes 1 and 2, accumulate 0 and 1, on one handle each. */
+static void test_vulkan_packed_matmul_two_level(void **state)
+{
+    (void)state;
+    static const uint32_t shapes[][2] = {{40, 256}, {257, 512}, {70, 2304}}, n_toks[] = {1, 3, 17};
+    for (uint32_t b = 12; b < 15; b++) {
+        struct dray_wformat f = dray_util_wformat_of_bit(b);
+        char name[32];
+        double t0 = now_ms();
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            struct hweight w = hweight_make(f, shapes[s][0], shapes[s][1]);
+            struct dray_packed *h = NULL;
+            uint64_t bytes = 0;
+            VK_CHECK(vk.ctx, hweight_create(vk.ctx, &w, DRAY_WUSE_MATMUL, &h, &bytes));
+            assert_int_equal(bytes, hweight_device_bytes(&w));
+            for (uint32_t c = 0; c < 12; c++)
+                packed_matmul_case(vk.ctx, &w, h, n_toks[c / 4], 1 + (c & 1), (c >> 1) & 1);
+            vk.ops->weight_free(vk.ctx, h);
+            hweight_free(&w);
+        }
+        printf("vulkan matmul     packed %-18s 3 shapes x 12 cases %9.2f ms\n",
+               dray_util_wformat_name(f, name, sizeof(name)), now_ms() - t0);
+    }
+}
+
 /* The kernels without the packed int8 dot product (DRAY_VK_NO_DOT at open). */
 static void test_vulkan_packed_matmul_without_dot_product(void **state)
 {
@@ -740,9 +787,9 @@ static void test_vulkan_packed_matmul_without_dot_product(void **state)
     unsetenv("DRAY_VK_NO_DOT");
     if (rc != 0)
         fail_msg("vulkan: open: %s", err);
-    for (uint32_t b = 0; b < 12; b++) {
-        packed_matmul_all(ctx, dray_util_wformat_of_bit(b), 40, 96, 0);
-        packed_matmul_all(ctx, dray_util_wformat_of_bit(b), 257, 640, 0);
+    for (uint32_t b = 0; b < 15; b++) {
+        packed_matmul_all(ctx, dray_util_wformat_of_bit(b), 40, b < 12 ? 96 : 256, 0);
+        packed_matmul_all(ctx, dray_util_wformat_of_bit(b), 257, b < 12 ? 640 : 2304, 0);
     }
     vk.ops->close(ctx);
 }
@@ -764,7 +811,7 @@ static void packed_embed_case(const struct hweight *w, struct dray_packed *h, fl
     char name[32];
     dray_util_wformat_name(w->f, name, sizeof(name));
     for (uint32_t t = 0; t < n; t++) {
-        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, NULL, (uint64_t)ids[t], row);
+        dray_util_packed_row(w->f, k, w->codes, w->d, w->m, w->sub, (uint64_t)ids[t], row);
         for (uint32_t i = 0; i < k; i++) {
             float want = row[i] * scale, g = got[(size_t)t * k + i];
             if (!(fabsf(g - want) <= 1e-6f * fabsf(want)))
@@ -776,18 +823,24 @@ static void packed_embed_case(const struct hweight *w, struct dray_packed *h, fl
     free(got), free(row);
 }
 
+/* Every format; the two-level ones at k 256, 512 and 2304. */
 static void test_vulkan_packed_embed_every_format(void **state)
 {
     (void)state;
-    for (uint32_t b = 0; b < 12; b++) {
-        struct hweight w = hweight_make(dray_util_wformat_of_bit(b), 50, b % 2 ? 96 : 640);
-        struct dray_packed *h = NULL;
-        uint32_t uses = b % 3 ? DRAY_WUSE_EMBED : DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL;
-        VK_CHECK(vk.ctx, hweight_create(vk.ctx, &w, uses, &h, NULL));
-        packed_embed_case(&w, h, b % 2 ? 1.0f : 25.3f);
-        vk.ops->weight_free(vk.ctx, h);
-        hweight_free(&w);
-    }
+    static const uint32_t k2[] = {256, 512, 2304};
+    for (uint32_t b = 0; b < 15; b++)
+        for (uint32_t i = 0; i < (b < 12 ? 1u : 3u); i++) {
+            struct hweight w =
+                hweight_make(dray_util_wformat_of_bit(b), 50, b >= 12 ? k2[i] : b % 2 ? 96 : 640);
+            struct dray_packed *h = NULL;
+            uint32_t uses = (b + i) % 3 ? DRAY_WUSE_EMBED : DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL;
+            uint64_t bytes = 0;
+            VK_CHECK(vk.ctx, hweight_create(vk.ctx, &w, uses, &h, &bytes));
+            assert_int_equal(bytes, hweight_device_bytes(&w));
+            packed_embed_case(&w, h, (b + i) % 2 ? 1.0f : 25.3f);
+            vk.ops->weight_free(vk.ctx, h);
+            hweight_free(&w);
+        }
 }
 
 static void test_vulkan_packed_rejects_bad_formats_and_shapes(void **state)
@@ -825,6 +878,14 @@ static void test_vulkan_packed_rejects_bad_formats_and_shapes(void **state)
     vk.ops->weight_free(vk.ctx, NULL);
     assert_string_equal(vk.ops->last_error(vk.ctx), "");
     hweight_free(&w);
+    /* two levels: k a multiple of 256, sub given, 4/5-bit sub-scales of 6 bits */
+    struct hweight kw = hweight_make(dray_util_wformat_of_bit(12), 4, 256);
+    kw.k = 224;
+    assert_int_equal(hweight_create(vk.ctx, &kw, DRAY_WUSE_MATMUL, &h, NULL), DRAY_EINVAL);
+    kw.k = 256, kw.sub[9] = 64;
+    assert_int_equal(hweight_create(vk.ctx, &kw, DRAY_WUSE_MATMUL, &h, NULL), DRAY_EINVAL);
+    assert_null(h);
+    hweight_free(&kw);
 }
 
 /* Version 3 caps: every format for matmul and embed, one and two passes, and
@@ -835,8 +896,8 @@ static void test_vulkan_caps_declare_packed_weights(void **state)
     struct dray_op_caps c = {.size = sizeof(c)};
     assert_int_equal(vk.ops->version, 4);
     assert_int_equal(vk.ops->op_caps(0, &c), 0);
-    assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF_ALL);
-    assert_int_equal(c.embed_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(c.matmul_wformats, DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K);
+    assert_int_equal(c.embed_wformats, DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K);
     assert_int_equal(c.matmul_passes, 3);
     uint32_t v2 = 0;
     for (uint32_t t = DRAY_Q8G32; t <= DRAY_Q4G32H_X2; t++)
@@ -848,15 +909,26 @@ static void test_vulkan_caps_declare_packed_weights(void **state)
 /* A packed table whose codes (167 MB) exceed lavapipe's 128 MiB binding: embed
  * and matmul split it into row windows. Checked on a sample of rows, the two
  * either side of the window boundary among them. */
-static void test_vulkan_packed_table_larger_than_a_binding(void **state)
+/* Row o of w as a matrix of its own: views into w's arrays. */
+static struct hweight hweight_row(const struct hweight *w, uint32_t o)
 {
-    (void)state;
-    struct dray_wformat f = {4, DRAY_WSCALE_F16, 1, 0};
+    struct hweight one = *w;
+    size_t sc = (size_t)dray_util_wformat_scales_per_row(w->f, w->k) *
+                dray_util_wformat_scale_bytes(w->f);
+    one.n_out = 1;
+    one.codes = w->codes + (size_t)o * (w->k / 32) * dray_util_wformat_group_bytes(w->f);
+    one.d = (uint8_t *)w->d + o * sc;
+    one.m = w->m ? (uint8_t *)w->m + o * sc : NULL;
+    one.sub = w->sub ? w->sub + (size_t)o * dray_util_wformat_sub_bytes(w->f, w->k) : NULL;
+    return one;
+}
+
+static void packed_table_case(struct dray_wformat f)
+{
     uint32_t rows = 262144, k = 1280, n_tok = 2;
     struct hweight w = hweight_make(f, rows, k);
     struct dray_packed *h = NULL;
     VK_CHECK(vk.ctx, hweight_create(vk.ctx, &w, DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED, &h, NULL));
-    struct hweight one = w; /* the reference of one row: w seen from that row */
     float *x = malloc((size_t)n_tok * k * 4), *got = malloc((size_t)n_tok * rows * 4);
     for (size_t i = 0; i < (size_t)n_tok * k; i++)
         x[i] = dray_test_randf(-1, 1);
@@ -870,19 +942,17 @@ static void test_vulkan_packed_table_larger_than_a_binding(void **state)
     double t0 = now_ms();
     VK_CHECK(vk.ctx, vk.ops->matmul(vk.ctx, &a));
     VK_CHECK(vk.ctx, vk.ops->synchronize(vk.ctx));
-    printf("vulkan matmul     packed q4 f16 +min logits 2x262144x1280  %9.2f ms\n", now_ms() - t0);
+    char name[32];
+    printf("vulkan matmul     packed %-18s logits 2x262144x1280 %9.2f ms\n",
+           dray_util_wformat_name(f, name, sizeof(name)), now_ms() - t0);
     VK_CHECK(vk.ctx, vk.ops->download(vk.ctx, got, (struct dray_view){ob, 0},
                                       (size_t)n_tok * rows * 4));
     uint32_t sample[] = {0, 1, 77777, 209714, 209715, 209716, 262143};
-    size_t G = k / 32, sb = dray_util_wformat_scale_bytes(f);
     for (size_t s = 0; s < sizeof(sample) / sizeof(sample[0]); s++) {
         uint32_t o = sample[s];
         float ref;
         double mag;
-        one.n_out = 1;
-        one.codes = w.codes + (size_t)o * G * 16;
-        one.d = (uint8_t *)w.d + (size_t)o * G * sb;
-        one.m = (uint8_t *)w.m + (size_t)o * G * sb;
+        struct hweight one = hweight_row(&w, o);
         for (uint32_t t = 0; t < n_tok; t++) {
             packed_ref(&one, x + (size_t)t * k, 1, &ref, &mag);
             float g = got[(size_t)t * rows + o];
@@ -896,6 +966,14 @@ static void test_vulkan_packed_table_larger_than_a_binding(void **state)
     packed_embed_case(&w, h, 25.3f); /* ids 0, last, 3, 3, middle, 1: both windows */
     vk.ops->weight_free(vk.ctx, h);
     hweight_free(&w);
+}
+
+/* One level and two (the sub-scales' window follows the codes'). */
+static void test_vulkan_packed_table_larger_than_a_binding(void **state)
+{
+    (void)state;
+    packed_table_case((struct dray_wformat){4, DRAY_WSCALE_F16, 1, 0});
+    packed_table_case(dray_util_wformat_of_bit(12));
 }
 
 /* The child's side of the test below: a fresh process, no driver. */
@@ -976,6 +1054,7 @@ int main(void)
         cmocka_unit_test(test_vulkan_rejects_views_outside_buffers_and_unknown_dtypes),
         cmocka_unit_test(test_vulkan_caps_declare_packed_weights),
         cmocka_unit_test(test_vulkan_packed_matmul_every_format),
+        cmocka_unit_test(test_vulkan_packed_matmul_two_level),
         cmocka_unit_test(test_vulkan_packed_matmul_without_dot_product),
         cmocka_unit_test(test_vulkan_packed_embed_every_format),
         cmocka_unit_test(test_vulkan_packed_rejects_bad_formats_and_shapes),

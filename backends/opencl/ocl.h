@@ -37,6 +37,9 @@ enum dray_ocl_kernel {
 #define DRAY_OCL_HD_MAX 512u
 /* Tokens per work-item of mm_i8 (MM_TT in matmul.cl). */
 #define DRAY_OCL_MM_TT 4u
+/* Packed formats taken for matmul and embed: every one of one level, and the
+ * two-level (GGUF K-quant) shapes. */
+#define DRAY_OCL_WFORMATS (DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K)
 
 /* What a device can do, read once per device. */
 struct dray_ocl_caps {
@@ -88,8 +91,9 @@ struct dray_packed {
     struct dray_wformat f;
     uint32_t n_out, k, uses;
     cl_mem mem;
-    cl_ulong off_hi, off_d, off_m; /* bytes; off_hi = off_d without a hi plane */
-    uint64_t bytes;                /* = the host's codes + d + m */
+    /* bytes; a plane a format lacks is empty (its offset = the next one's) */
+    cl_ulong off_hi, off_sub, off_d, off_m;
+    uint64_t bytes; /* one level: the host's codes + d + m; two: the file's size */
 };
 
 /* ---- util ---- */

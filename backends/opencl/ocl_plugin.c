@@ -305,13 +305,14 @@ static const char *ocl_last_error(struct dray_ctx *ctx)
 
 /* Version 2: the props' dtypes, and attention's head_dim limit (one
  * work-group holds a head). Version 3: packed weights of every format for
- * matmul and embed, with one or two activation passes (ocl_packed.c). */
+ * matmul and embed, with one or two activation passes (ocl_packed.c);
+ * version 4: the two-level formats too. */
 static int ocl_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
     static const struct dray_util_limits lim = {.max_head_dim = DRAY_OCL_HD_MAX,
                                                 .max_k = 65536,
-                                                .matmul_wformats = DRAY_UTIL_WF_ALL,
-                                                .embed_wformats = DRAY_UTIL_WF_ALL,
+                                                .matmul_wformats = DRAY_OCL_WFORMATS,
+                                                .embed_wformats = DRAY_OCL_WFORMATS,
                                                 .matmul_passes = 3};
     return dray_util_op_caps(index, caps, ocl_device_props, &lim);
 }
@@ -321,7 +322,7 @@ static const struct dray_ops ocl_ops = {
     .name = "opencl",
     .describe = "OpenCL 1.2+ devices through the ICD loader (kernels built from embedded "
                 "OpenCL C at open; int8 dots by hand or cl_khr_integer_dot_product; "
-                "packed 4/5/8-bit weights)",
+                "packed 4/5/8-bit weights and two-level Q4_K/Q5_K/Q6_K shapes)",
     .device_count = ocl_device_count,
     .device_props = ocl_device_props,
     .open = ocl_open,

@@ -34,10 +34,16 @@ static const struct {
     [VK_K_MATMUL_Q4] = {"matmul_q4", 6},
     [VK_K_MATMUL_Q5] = {"matmul_q5", 6},
     [VK_K_MATMUL_Q8] = {"matmul_q8", 6},
+    [VK_K_MATMUL_Q4K] = {"matmul_q4k", 7},
+    [VK_K_MATMUL_Q5K] = {"matmul_q5k", 7},
+    [VK_K_MATMUL_Q6K] = {"matmul_q6k", 7},
     [VK_K_MATMUL_Q4_DOT] = {"matmul_q4_dot", 6},
     [VK_K_MATMUL_Q5_DOT] = {"matmul_q5_dot", 6},
     [VK_K_MATMUL_Q8_DOT] = {"matmul_q8_dot", 6},
-    [VK_K_EMBED_PACKED] = {"embed_packed", 5},
+    [VK_K_MATMUL_Q4K_DOT] = {"matmul_q4k_dot", 7},
+    [VK_K_MATMUL_Q5K_DOT] = {"matmul_q5k_dot", 7},
+    [VK_K_MATMUL_Q6K_DOT] = {"matmul_q6k_dot", 7},
+    [VK_K_EMBED_PACKED] = {"embed_packed", 6},
 };
 
 static int vk_make_layouts(struct dray_ctx *ctx)

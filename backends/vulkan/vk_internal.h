@@ -21,7 +21,8 @@
 #define VK_CHUNK_BYTES (64u << 20) /* sub-allocation granule; bigger buffers get their own */
 #define VK_ROPE_SLOTS 8       /* cached frequency tables */
 #define VK_ROPE_MAX_PAIRS 512 /* n_rot/2 limit */
-#define VK_WFORMATS DRAY_UTIL_WF_ALL /* packed formats, matmul and embed, every device */
+/* packed formats, matmul and embed, every device: one level and two (v4) */
+#define VK_WFORMATS (DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K)
 #define VK_PASSES 3u          /* matmul on packed weights: one and two activation passes */
 
 /* Kernel variants, in the order of vk_kernel_names in vk_exec.c. */
@@ -44,9 +45,15 @@ enum vk_kernel {
     VK_K_MATMUL_Q4,
     VK_K_MATMUL_Q5,
     VK_K_MATMUL_Q8,
-    VK_K_MATMUL_Q4_DOT, /* the same three with the packed int8 dot product */
+    VK_K_MATMUL_Q4K, /* two-level scales (v4): Q4_K, Q5_K, Q6_K's shapes */
+    VK_K_MATMUL_Q5K,
+    VK_K_MATMUL_Q6K,
+    VK_K_MATMUL_Q4_DOT, /* the same six with the packed int8 dot product */
     VK_K_MATMUL_Q5_DOT,
     VK_K_MATMUL_Q8_DOT,
+    VK_K_MATMUL_Q4K_DOT,
+    VK_K_MATMUL_Q5K_DOT,
+    VK_K_MATMUL_Q6K_DOT,
     VK_K_EMBED_PACKED,
     VK_K_COUNT
 };

@@ -130,8 +130,8 @@ static void vk_weight_free(struct dray_ctx *ctx, struct dray_packed *w)
 
 /* The props' dtypes, and the shader limits: head_dim (attention), n_rot (the
  * rope table), heads per grid dimension; since version 3 every packed format
- * for matmul and embed (the kernels need no optional device feature) and one
- * or two activation passes. */
+ * for matmul and embed (the kernels need no optional device feature; version
+ * 4: the two-level ones too) and one or two activation passes. */
 static int vk_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
     static const struct dray_util_limits lim = {
@@ -146,7 +146,7 @@ static const struct dray_ops vk_ops = {
     .name = "vulkan",
     .describe = "Vulkan compute (GLSL kernels compiled to SPIR-V at build time, "
                 "int8 storage and packed int8 dot products where the device has them; "
-                "packed 4/5/8-bit grouped weights)",
+                "packed 4/5/8-bit grouped weights and two-level Q4_K/Q5_K/Q6_K shapes)",
     .device_count = dray_vk_device_count,
     .device_props = dray_vk_device_props,
     .open = dray_vk_open,
