@@ -234,7 +234,7 @@ void dray_prep_cache_commit(struct dray_prep_cache *c)
     c->h.index_at = c->end;
     uint64_t ib = (uint64_t)c->n * sizeof(struct entry);
     bool ok = !c->failed && c->n > 0 && pwrite(c->fd, c->e, ib, (off_t)c->end) == (ssize_t)ib &&
-              pwrite(c->fd, &c->h, sizeof(c->h), 0) == (ssize_t)sizeof(c->h) && fsync(c->fd) == 0;
+              pwrite(c->fd, &c->h, sizeof(c->h), 0) == (ssize_t)sizeof(c->h);
     close(c->fd);
     c->fd = -1;
     if (ok && rename(c->tmp, c->path) == 0)
