@@ -41,15 +41,15 @@
 #include "gpu_kscales.h"
 
 struct gpu_wlayout {
-    uint32_t group_bytes;  /* B */
-    uint32_t scale_bytes;  /* 4 (f32) or 2 (f16) per d or m value */
-    uint64_t n_groups;     /* n_out * k/32 */
-    uint64_t n_scales;     /* entries of d (and m): n_groups, or n_out * k/256 */
-    uint64_t codes_bytes;  /* n_groups * B, at offset 0 */
+    uint32_t group_bytes;        /* B */
+    uint32_t scale_bytes;        /* 4 (f32) or 2 (f16) per d or m value */
+    uint64_t n_groups;           /* n_out * k/32 */
+    uint64_t n_scales;           /* entries of d (and m): n_groups, or n_out * k/256 */
+    uint64_t codes_bytes;        /* n_groups * B, at offset 0 */
     uint64_t sub_off, sub_bytes; /* sub_bytes 0 for one-level formats */
     uint64_t d_off, d_bytes;
-    uint64_t m_off, m_bytes; /* m_bytes 0 without a min */
-    uint64_t total;        /* device bytes of the handle */
+    uint64_t m_off, m_bytes;     /* m_bytes 0 without a min */
+    uint64_t total;              /* device bytes of the handle */
 };
 
 /* Device bytes of sub per row of k inputs: GGUF's 12 per 256 (4, 5 bits) or
