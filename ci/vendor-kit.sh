@@ -11,7 +11,7 @@
 #   3. the installed `dray devices`, without DRAY_PLUGIN_PATH, lists it as acme, and
 #      `dray devices -v` shows it at ABI 4 (the skeleton's version: packed weights, rope factors, softcap);
 #   4. certify it by name with the installed standalone kit (dray-conformance): every
-#      packed format it declares has a passing row;
+#      packed format it declares (the two-level ones too) has a passing row;
 #   5. with WRITE_TINY_GEMMA, certify its serving path with the installed
 #      `dray conformance --model tiny.gguf --certify acme.json` (tools/certify.c);
 #   6. the default configuration runs on acme with no fallback: `dray run` without
@@ -148,10 +148,12 @@ step "$ikit --plugin acme"
 env -u DRAY_PLUGIN_PATH "$ikit" --plugin acme --no-timing >"$tmp/conf.log" 2>&1 ||
   { cat "$tmp/conf.log" >&2; fail "the plugin acme does not pass conformance"; }
 grep '^subject:\|^PASS' "$tmp/conf.log"
-# the skeleton declares all twelve formats for matmul (one pass and two) and embed
-npk=$(grep -cE '^(matmul|embed) +q[458]-f(32|16)(-min)?(-x2)? .* pass ' "$tmp/conf.log" || true)
-[ "$npk" = 36 ] && grep -qE '^weight_create +refusals .* pass ' "$tmp/conf.log" ||
-  { cat "$tmp/conf.log" >&2; fail "acme passes $npk of the 36 packed-weight rows (and the refusals?)"; }
+# the skeleton declares all twelve formats and the three two-level ones (ABI 4)
+# for matmul (one pass and two) and embed
+npk=$(grep -cE '^(matmul|embed) +q([458]-f(32|16)(-min)?|[456]-k)(-x2)? .* pass ' "$tmp/conf.log" || true)
+[ "$npk" = 45 ] && grep -qE '^weight_create +refusals .* pass ' "$tmp/conf.log" &&
+  grep -qE '^weight_create +refusals-k .* pass ' "$tmp/conf.log" ||
+  { cat "$tmp/conf.log" >&2; fail "acme passes $npk of the 45 packed-weight rows (and the refusals?)"; }
 
 # ---- 5. certify the serving path with the installed dray ------------------------
 # a model on acme and on the CPU plugin: logits, greedy tokens through the

@@ -81,8 +81,9 @@ done
 [ "$n" -ge 1 ] || fail "no in-tree plugin certified"
 
 # the template, as built in tree for the tests (tests/plugins: tplv4, tplv1); as
-# ABI 4 it declares every packed format, and each has a passing row of its own,
-# as do version 4's rope factors and attention softcap
+# ABI 4 it declares every packed format (version 4's two-level ones included),
+# and each has a passing row of its own, as do both refusal rows and version
+# 4's rope factors and attention softcap
 certify "$build/tests/plugins/libdray-tplv4.so" "$certs/template.json" ||
   { cat "$tmp/log" >&2; fail "the template does not certify"; }
 check "$certs/template.json" tplv4 4 pass
@@ -90,8 +91,11 @@ python3 - "$certs/template.json" <<'PY' || fail "the ABI-4 template's certificat
 import json, sys
 v = json.load(open(sys.argv[1]))["ops"]["variants"]
 packed = [r for r in v if r["dtype"].startswith("q")]
-assert len(packed) == 36 and all(r["passed"] for r in packed), packed  # 12 embed + 12 x 2 matmul
-assert any(r["op"] == "weight_create" and r["passed"] for r in v)
+assert len(packed) == 45 and all(r["passed"] for r in packed), packed  # (12 + 3) embed + (12 + 3) x 2 matmul
+two_level = {r["dtype"] for r in packed if "-k" in r["dtype"]}
+assert two_level == {"q4-k", "q5-k", "q6-k", "q4-k-x2", "q5-k-x2", "q6-k-x2"}, two_level
+refusals = {r["dtype"]: r["passed"] for r in v if r["op"] == "weight_create"}
+assert refusals == {"refusals": True, "refusals-k": True}, refusals
 v4 = {(r["op"], r["dtype"]): r["passed"] for r in v if r["dtype"] in ("f32-ff-mscale", "i8-softcap", "f16-softcap")}
 assert len(v4) == 3 and all(v4.values()), v4
 PY

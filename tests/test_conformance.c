@@ -1,7 +1,8 @@
 /* Conformance runner: the CPU plugin's fast kernels pass against its reference
- * kernels; the template passes as ABI 1, 2 and 3 (packed weights: a row per
+ * kernels; the template passes as ABI 1, 2, 3 and 4 (packed weights: a row per
  * declared format and pass count, the undeclared ones skipped and refused by
- * weight_create); a plugin with a wrong op, or without mandatory ops, fails;
+ * weight_create; version 4's two-level formats only from an ABI-4 plugin); a
+ * plugin with a wrong op, or without mandatory ops, fails;
  * results are reproducible from the seed; each op is timed. Needs libdray-cpu.so (the
  * reference); each case skips with a message when it is not built. */
 #include <setjmp.h>
@@ -123,7 +124,9 @@ static void test_conformance_certifies_version_1_and_2_templates(void **state)
         assert_row(text, "embed", "q8-f32", " not supported ");
         assert_row(text, "weight_create", "refusals", " not supported ");
         assert_row(text, "attention", "i8-softcap", " not supported "); /* a version-4 argument */
-        assert_contains(text, "PASS: 12 of 52 op variants ran, 12 passed");
+        assert_row(text, "matmul", "q4-k", " not supported ");             /* a version-4 format */
+        assert_row(text, "weight_create", "refusals-k", " not supported ");
+        assert_contains(text, "PASS: 12 of 62 op variants ran, 12 passed");
         free(text);
     }
 }
@@ -156,14 +159,45 @@ static void test_conformance_certifies_the_version_3_template(void **state)
         assert_row(text, "matmul", x2, " pass ");
     }
     assert_row(text, "weight_create", "refusals", " pass ");
-    assert_contains(text, "PASS: 49 of 52 op variants ran, 49 passed");
+    assert_row(text, "embed", "q6-k", " not supported ");
+    assert_row(text, "matmul", "q5-k-x2", " not supported ");
+    assert_row(text, "weight_create", "refusals-k", " not supported ");
+    assert_contains(text, "PASS: 49 of 62 op variants ran, 49 passed");
+    free(text);
+}
+
+/* A version-3 plugin that declares version 4's two-level formats as well
+ * (bits its ABI does not have; its weight_create refuses them): the kit runs
+ * only what version 3 defines, and it passes. */
+static void test_conformance_ignores_two_level_formats_below_version_4(void **state)
+{
+    (void)state;
+    need_cpu_plugin();
+    char path[1024];
+    fake_path(path, sizeof(path), "tplv3k");
+    struct dray_conformance_opts o = {.plugin = path, .op = "matmul", .seed = 5, .reps = 2, .no_timing = 1};
+    char *text = NULL;
+    int rc = run(&o, &text);
+    if (rc != 0)
+        fail_msg("tplv3k failed conformance (rc %d):\n%s", rc, text);
+    assert_contains(text, "ABI 3)");
+    assert_row(text, "matmul", "q4-f16-min", " pass ");
+    assert_row(text, "matmul", "q4-k", " not supported ");
+    assert_row(text, "matmul", "q6-k-x2", " not supported ");
+    free(text);
+    o.op = "weight_create";
+    assert_int_equal(run(&o, &text), 0);
+    assert_row(text, "weight_create", "refusals", " pass ");
+    assert_row(text, "weight_create", "refusals-k", " not supported ");
     free(text);
 }
 
 /* The template as the version-4 plugin it is: rope with frequency factors and
  * attn_factor (some with a partial n_rot), attention with a softcap over
  * prefill and decode batches, windows and GQA, I8 and F16 KV, each against
- * the CPU plugin's scalar reference; every other row as in version 3. */
+ * the CPU plugin's scalar reference; the two-level formats (GGUF's Q4_K, Q5_K,
+ * Q6_K shapes) for embed and matmul, one pass and two, and their refusals;
+ * every other row as in version 3. */
 static void test_conformance_certifies_the_version_4_template(void **state)
 {
     (void)state;
@@ -179,7 +213,16 @@ static void test_conformance_certifies_the_version_4_template(void **state)
     assert_row(text, "rope", "f32-ff-mscale", " pass ");
     assert_row(text, "attention", "i8-softcap", " pass ");
     assert_row(text, "attention", "f16-softcap", " pass ");
-    assert_contains(text, "PASS: 52 of 52 op variants ran, 52 passed");
+    const char *fmts[] = {"q4-k", "q5-k", "q6-k"};
+    for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
+        char x2[32];
+        snprintf(x2, sizeof(x2), "%s-x2", fmts[i]);
+        assert_row(text, "embed", fmts[i], " pass ");
+        assert_row(text, "matmul", fmts[i], " pass ");
+        assert_row(text, "matmul", x2, " pass ");
+    }
+    assert_row(text, "weight_create", "refusals-k", " pass ");
+    assert_contains(text, "PASS: 62 of 62 op variants ran, 62 passed");
     free(text);
 }
 
@@ -207,7 +250,8 @@ static void test_conformance_skips_undeclared_packed_formats(void **state)
     assert_row(text, "embed", "q4-f32-min", " not supported ");
     assert_row(text, "weight_create", "refusals", " pass ");
     assert_contains(text, "refused undeclared format");
-    assert_contains(text, "PASS: 16 of 52 op variants ran, 16 passed");
+    assert_row(text, "matmul", "q4-k", " not supported ");
+    assert_contains(text, "PASS: 16 of 62 op variants ran, 16 passed");
     free(text);
 }
 
@@ -238,7 +282,7 @@ static void test_conformance_fails_plugin_missing_mandatory_ops(void **state)
     assert_contains(row_of(text, "add", "f32"), "pass");
     assert_contains(row_of(text, "matmul", "i8"), "FAIL unsupported");
     assert_contains(row_of(text, "matmul", "f32"), "not supported");
-    assert_contains(text, "FAIL: 1 of 52 op variants ran, 1 passed");
+    assert_contains(text, "FAIL: 1 of 62 op variants ran, 1 passed");
     free(text);
 
     o.op = "add"; /* only add: the plugin passes what it was asked */
@@ -307,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_conformance_certifies_version_1_and_2_templates),
         cmocka_unit_test(test_conformance_certifies_the_version_3_template),
         cmocka_unit_test(test_conformance_certifies_the_version_4_template),
+        cmocka_unit_test(test_conformance_ignores_two_level_formats_below_version_4),
         cmocka_unit_test(test_conformance_skips_undeclared_packed_formats),
         cmocka_unit_test(test_conformance_detects_a_wrong_op),
         cmocka_unit_test(test_conformance_fails_plugin_missing_mandatory_ops),

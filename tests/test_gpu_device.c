@@ -5,7 +5,8 @@
  * prefill tile, the byte path (k not a multiple of 16) with outliers, f32
  * weights; flash prefill and split-K decode attention with GQA, windows and -1
  * holes, over int8 and f16 caches; packed weights (ABI v3) in every format,
- * one and two activation passes, against backend.h's host reference
+ * version 4's two-level ones (Q4_K, Q5_K, Q6_K shapes) included, one and two
+ * activation passes, against backend.h's host reference
  * (dray_util_quant_group, dray_util_packed_dot / _row). Without a device the
  * whole file exits 77 (meson: SKIP) after one line saying why.
  */
@@ -368,7 +369,8 @@ struct hostw {
     uint32_t n_out, k;
     uint8_t *codes;
     void *d, *m;
-    float *w; /* W [n_out][k] in f32, for the tolerance's sum |x||W| */
+    uint8_t *sub; /* two levels: (s, n) 0..63 per group, or int8 per 16; else NULL */
+    float *w;     /* W [n_out][k] in f32, for the tolerance's sum |x||W| */
 };
 
 static void *scales(struct dray_wformat f, size_t n, float lo, float hi)
@@ -384,35 +386,69 @@ static void *scales(struct dray_wformat f, size_t n, float lo, float hi)
     return a;
 }
 
+/* Random sub-scales of a two-level format (NULL for one level): 0..63 for
+ * 4 and 5 bits, any int8 for 6. */
+static uint8_t *sub_scales(struct dray_wformat f, uint32_t n_out, uint32_t k)
+{
+    const size_t n = (size_t)n_out * dray_util_wformat_sub_bytes(f, k);
+    uint8_t *sub = n ? malloc(n) : NULL;
+    for (size_t i = 0; i < n; i++)
+        sub[i] = (uint8_t)(f.bits == 6 ? dray_test_rand() : dray_test_rand() % 64);
+    return sub;
+}
+
 static void hostw_make(struct hostw *h, struct dray_wformat f, uint32_t n_out, uint32_t k)
 {
     const size_t ng = (size_t)n_out * (k / 32), nc = ng * dray_util_wformat_group_bytes(f);
+    const size_t ns = (size_t)n_out * dray_util_wformat_scales_per_row(f, k);
+    /* two levels: D * s and M * n of the same size as one level's d and m */
+    const float dmax = !f.super ? 0.02f : f.bits == 6 ? 0.0002f : 0.0003f, mmax = f.super ? 0.003f : 0.2f;
     h->f = f, h->n_out = n_out, h->k = k;
     h->codes = malloc(nc);
     for (size_t i = 0; i < nc; i++)
         h->codes[i] = (uint8_t)dray_test_rand();
-    h->d = scales(f, ng, 0.001f, 0.02f);
-    h->m = f.has_min ? scales(f, ng, -0.2f, 0.2f) : NULL;
+    h->d = scales(f, ns, dmax / 20, dmax);
+    h->m = f.has_min ? scales(f, ns, f.super ? 0.0f : -mmax, mmax) : NULL;
+    h->sub = sub_scales(f, n_out, k);
     h->w = malloc((size_t)n_out * k * sizeof(float));
     for (uint32_t o = 0; o < n_out; o++)
-        dray_util_packed_row(f, k, h->codes, h->d, h->m, NULL, o, h->w + (size_t)o * k);
+        dray_util_packed_row(f, k, h->codes, h->d, h->m, h->sub, o, h->w + (size_t)o * k);
 }
 
-static void hostw_free(struct hostw *h) { free(h->codes), free(h->d), free(h->m), free(h->w); }
+static void hostw_free(struct hostw *h) { free(h->codes), free(h->d), free(h->m), free(h->sub), free(h->w); }
 
-/* weight_create on the GPU side; the CUDA/HIP layout holds exactly the host bytes. */
+/* The handle's device bytes in the CUDA/HIP layout: the host's arrays, or
+ * GGUF's 144, 176, 210 bytes per 256 weights for the two-level formats. */
+static uint64_t gpu_bytes(const struct hostw *h)
+{
+    const uint64_t ng = (uint64_t)h->n_out * (h->k / 32), sb = dray_util_wformat_scale_bytes(h->f);
+    if (h->f.super)
+        return (uint64_t)h->n_out * (h->k / 256) * (h->f.bits == 4 ? 144 : h->f.bits == 5 ? 176 : 210);
+    return ng * (dray_util_wformat_group_bytes(h->f) + sb * (h->f.has_min ? 2 : 1));
+}
+
+/* The formats the plugin under test declares for uses (matmul and/or embed). */
+static uint32_t declared_wformats(uint32_t uses)
+{
+    struct dray_op_caps caps = {.size = sizeof(caps)};
+    assert_int_equal(G.o->op_caps(0, &caps), 0);
+    return ((uses & DRAY_WUSE_MATMUL) ? caps.matmul_wformats : ~0u) &
+           ((uses & DRAY_WUSE_EMBED) ? caps.embed_wformats : ~0u);
+}
+
+/* weight_create on the GPU side; the CUDA/HIP layout holds exactly the host
+ * bytes (two levels: GGUF's). */
 static struct dray_packed *hostw_upload(const struct hostw *h, uint32_t uses)
 {
     struct dray_weight_desc desc = {.size = sizeof(desc), .format = h->f, .n_out = h->n_out, .k = h->k,
-                                    .uses = uses, .codes = h->codes, .d = h->d, .m = h->m};
+                                    .uses = uses, .codes = h->codes, .d = h->d, .m = h->m, .sub = h->sub};
     struct dray_packed *p = NULL;
     uint64_t bytes = 0;
     int rc = G.o->weight_create(G.c, &desc, &p, &bytes);
     if (rc)
         fail_msg("weight_create: rc %d: %s", rc, G.o->last_error(G.c));
-    const uint64_t ng = (uint64_t)h->n_out * (h->k / 32), sb = dray_util_wformat_scale_bytes(h->f);
     if (!strcmp(G.o->name, "cuda") || !strcmp(G.o->name, "hip"))
-        assert_int_equal(bytes, ng * (dray_util_wformat_group_bytes(h->f) + sb * (h->f.has_min ? 2 : 1)));
+        assert_int_equal(bytes, gpu_bytes(h));
     assert_true(bytes > 0);
     return p;
 }
@@ -452,9 +488,9 @@ static void ref_packed_matmul(const struct hostw *h, const float *x, uint32_t pa
             sx2[g] = dray_util_quant_group(r + 32 * g, q2 + 32 * g);
     }
     for (uint32_t o = 0; o < h->n_out; o++) {
-        out[o] = dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, NULL, o, q, sx);
+        out[o] = dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, h->sub, o, q, sx);
         if (passes == 2)
-            out[o] += dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, NULL, o, q2, sx2);
+            out[o] += dray_util_packed_dot(h->f, k, h->codes, h->d, h->m, h->sub, o, q2, sx2);
         double b = 0;
         for (uint32_t c = 0; c < k; c++)
             b += fabs((double)x[c] * h->w[(size_t)o * k + c]);
@@ -521,8 +557,8 @@ static void test_gpu_packed_caps_declare_every_format_and_both_passes(void **sta
     assert_int_equal(G.o->op_caps(0, &caps), 0);
     if (strcmp(G.o->name, "cuda") && strcmp(G.o->name, "hip"))
         skip(); /* a dry run on another plugin declares its own */
-    assert_int_equal(caps.matmul_wformats, DRAY_UTIL_WF_ALL);
-    assert_int_equal(caps.embed_wformats, DRAY_UTIL_WF_ALL);
+    assert_int_equal(caps.matmul_wformats, DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K);
+    assert_int_equal(caps.embed_wformats, DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K);
     assert_int_equal(caps.matmul_passes, 3);
     /* the retired version-2 grouped dtypes are not declared */
     for (uint32_t t = DRAY_Q8G32; t <= DRAY_Q4G32H_X2; t++)
@@ -530,41 +566,52 @@ static void test_gpu_packed_caps_declare_every_format_and_both_passes(void **sta
 }
 
 /* Every format, passes 1 and 2: decode (fewer groups than lanes), a long row
- * (lanes loop), several token tiles with ragged edges; accumulate both ways. */
+ * (lanes loop), several token tiles with ragged edges; accumulate both ways.
+ * Two-level formats (bits 12..14) with k a multiple of 256. Only declared
+ * formats run: the CUDA/HIP plugins declare all (the caps test), a dry run on
+ * another plugin its own. */
 static void test_gpu_packed_matmul_matches_reference_for_every_format(void **state)
 {
     (void)state;
     if (!have_packed())
         skip();
     static const uint32_t shape[][4] = {{3, 70, 640, 0}, {1, 64, 2048, 1}, {19, 33, 96, 0}, {9, 17, 32, 1}};
-    for (uint32_t bit = 0; bit < 12; bit++)
-        for (size_t s = 0; s < sizeof(shape) / sizeof(shape[0]); s++) {
+    static const uint32_t kshape[][4] = {{3, 70, 768, 0}, {1, 64, 2048, 1}, {19, 33, 256, 0}, {9, 17, 512, 1}};
+    const uint32_t have = declared_wformats(DRAY_WUSE_MATMUL);
+    for (uint32_t bit = 0; bit < 15; bit++)
+        for (size_t s = 0; s < sizeof(shape) / sizeof(shape[0]) && (have >> bit & 1u); s++) {
+            const uint32_t *sh = bit < 12 ? shape[s] : kshape[s];
             struct hostw h;
-            hostw_make(&h, dray_util_wformat_of_bit(bit), shape[s][1], shape[s][2]);
+            hostw_make(&h, dray_util_wformat_of_bit(bit), sh[1], sh[2]);
             struct dray_packed *p = hostw_upload(&h, DRAY_WUSE_MATMUL);
             for (uint32_t passes = 1; passes <= 2; passes++)
-                run_packed_matmul(&h, p, shape[s][0], passes, shape[s][3]);
-            run_packed_matmul(&h, p, shape[s][0], 0, !shape[s][3]); /* passes 0 means 1 */
+                run_packed_matmul(&h, p, sh[0], passes, sh[3]);
+            run_packed_matmul(&h, p, sh[0], 0, !sh[3]); /* passes 0 means 1 */
             G.o->weight_free(G.c, p);
             hostw_free(&h);
         }
 }
 
-/* Every format: rows gathered from a handle made for embed and matmul (a tied
- * table), against the reference rows times scale (rel 1e-6). */
+/* Every declared format: rows gathered from a handle made for embed and
+ * matmul (a tied table), against the reference rows times scale (rel 1e-6);
+ * two-level ones with dim 512 (two super-blocks). */
 static void test_gpu_packed_embed_matches_reference_for_every_format(void **state)
 {
     (void)state;
     if (!have_packed())
         skip();
-    const uint32_t n_rows = 50, dim = 96, n_tok = 9;
+    const uint32_t n_rows = 50, kdim = 512, n_tok = 9;
     const int32_t ids[9] = {0, 49, 3, 3, 17, 22, 48, 1, 30};
     const float scale = 25.3f;
-    struct dray_buf *bid = gbuf(ids, sizeof(ids)), *bo = gbuf(NULL, n_tok * dim * 4);
-    float *got = malloc(n_tok * dim * 4), *row = malloc(dim * 4);
-    for (uint32_t bit = 0; bit < 12; bit++) {
+    const uint32_t have = declared_wformats(DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL);
+    struct dray_buf *bid = gbuf(ids, sizeof(ids)), *bo = gbuf(NULL, n_tok * kdim * 4);
+    float *got = malloc(n_tok * kdim * 4), *row = malloc(kdim * 4);
+    for (uint32_t bit = 0; bit < 15; bit++) {
         char name[32];
         struct hostw h;
+        const uint32_t dim = bit < 12 ? 96 : kdim;
+        if (!(have >> bit & 1u))
+            continue;
         hostw_make(&h, dray_util_wformat_of_bit(bit), n_rows, dim);
         struct dray_packed *p = hostw_upload(&h, DRAY_WUSE_EMBED | DRAY_WUSE_MATMUL);
         struct dray_embed_args a = {.ids = {bid, 0}, .out = {bo, 0}, .dtype = DRAY_PACKED, .n_tok = n_tok,
@@ -575,7 +622,7 @@ static void test_gpu_packed_embed_matches_reference_for_every_format(void **stat
                      G.o->last_error(G.c));
         assert_int_equal(G.o->download(G.c, got, (struct dray_view){bo, 0}, n_tok * dim * 4), 0);
         for (uint32_t t = 0; t < n_tok; t++) {
-            dray_util_packed_row(h.f, dim, h.codes, h.d, h.m, NULL, (uint64_t)ids[t], row);
+            dray_util_packed_row(h.f, dim, h.codes, h.d, h.m, h.sub, (uint64_t)ids[t], row);
             double maxref = 0;
             for (uint32_t i = 0; i < dim; i++)
                 maxref = fmax(maxref, fabs(row[i] * scale));
@@ -652,6 +699,35 @@ static void test_gpu_packed_refuses_bad_arguments(void **state)
     hostw_free(&h);
 }
 
+/* Two-level refusals on the device's weight_create (where declared): a 4-bit
+ * sub-scale of 64 (6 bits hold 0..63) and k not a multiple of 256 are
+ * DRAY_EINVAL with a NULL handle; the same weights, fixed, are taken. */
+static void test_gpu_packed_refuses_bad_two_level_weights(void **state)
+{
+    (void)state;
+    if (!have_packed() || !(declared_wformats(DRAY_WUSE_MATMUL) & DRAY_UTIL_WFK(4)))
+        skip();
+    struct hostw h;
+    hostw_make(&h, dray_util_wformat_of_bit(12), 8, 512);
+    struct dray_weight_desc desc = {.size = sizeof(desc), .format = h.f, .n_out = 8, .k = 512,
+                                    .uses = DRAY_WUSE_MATMUL, .codes = h.codes, .d = h.d, .m = h.m,
+                                    .sub = h.sub};
+    struct dray_packed *p = (struct dray_packed *)&desc; /* must be reset to NULL */
+    uint64_t bytes = 7;
+    const uint8_t keep = h.sub[37];
+    h.sub[37] = 64;
+    assert_int_equal(G.o->weight_create(G.c, &desc, &p, &bytes), DRAY_EINVAL);
+    assert_null(p);
+    h.sub[37] = keep, desc.k = 288; /* 32 * 9: not a multiple of 256 */
+    assert_int_equal(G.o->weight_create(G.c, &desc, &p, &bytes), DRAY_EINVAL);
+    assert_null(p);
+    desc.k = 512;
+    assert_int_equal(G.o->weight_create(G.c, &desc, &p, &bytes), 0);
+    assert_non_null(p);
+    G.o->weight_free(G.c, p);
+    hostw_free(&h);
+}
+
 int main(void)
 {
     char why_c[256] = "", why_h[256] = "", why_cpu[256] = "";
@@ -684,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_gpu_packed_matmul_matches_reference_for_every_format),
         cmocka_unit_test(test_gpu_packed_embed_matches_reference_for_every_format),
         cmocka_unit_test(test_gpu_packed_refuses_bad_arguments),
+        cmocka_unit_test(test_gpu_packed_refuses_bad_two_level_weights),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     G.o->close(G.c);

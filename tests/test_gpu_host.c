@@ -7,7 +7,9 @@
  * built (no nvcc / hipcc) is skipped; on a machine that has a device the
  * no-device cases are skipped (tests/test_gpu_device.c covers that case).
  * Packed weights' host half runs here too: weight_create's argument checks and
- * device layout (backends/cuda/gpu_layout.h, plain C) for every format.
+ * device layout (backends/cuda/gpu_layout.h, plain C) for every format, the
+ * two-level ones' bytes (GGUF's per 256 weights) and sub-scale packing
+ * (kernels/cuda/gpu_kscales.h, the decoder the kernels use) included.
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -28,6 +30,7 @@
 #include "dray/backend.h"
 #include "dray/backend_util.h"
 #include "gpu_layout.h"
+#include "testutil.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -265,7 +268,9 @@ static void test_gpu_packed_layout_is_the_host_arrays_back_to_back(void **state)
         assert_int_equal(l.group_bytes, B);
         assert_int_equal(l.scale_bytes, S);
         assert_int_equal(l.n_groups, (uint64_t)n_out * G);
+        assert_int_equal(l.n_scales, (uint64_t)n_out * G);
         assert_int_equal(l.codes_bytes, (uint64_t)n_out * k * f.bits / 8); /* 16, 20, 32 bytes a group */
+        assert_int_equal(l.sub_bytes, 0);
         assert_int_equal(l.d_off, l.codes_bytes);
         assert_int_equal(l.d_bytes, (uint64_t)n_out * G * S);
         assert_int_equal(l.m_off, l.d_off + l.d_bytes);
@@ -275,6 +280,108 @@ static void test_gpu_packed_layout_is_the_host_arrays_back_to_back(void **state)
         assert_int_equal(l.d_off % 4, 0);
         assert_int_equal(l.m_off % S, 0);
     }
+}
+
+/* Random valid sub-scales of a two-level format, n_out x k: (s, n) 0..63, or
+ * any int8 (6 bits). */
+static uint8_t *k_subs(struct dray_wformat f, uint32_t n_out, uint32_t k)
+{
+    const size_t n = (size_t)n_out * dray_util_wformat_sub_bytes(f, k);
+    uint8_t *sub = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        sub[i] = (uint8_t)(f.bits == 6 ? dray_test_rand() : dray_test_rand() % 64);
+    return sub;
+}
+
+/* The two-level formats hold GGUF's bytes per 256 weights on the device: Q4_K
+ * 144, Q5_K 176, Q6_K 210 (codes | 12 or 16 sub bytes | D | M), sections
+ * aligned for the kernels' loads. */
+static void test_gpu_packed_two_level_layout_is_ggufs_size(void **state)
+{
+    (void)state;
+    static const unsigned char codes[1];
+    static const uint16_t dm[1];
+    static const uint64_t gguf[3] = {144, 176, 210};
+    for (uint32_t bit = 12; bit < 15; bit++) {
+        const struct dray_wformat f = dray_util_wformat_of_bit(bit);
+        const uint32_t n_out = 70, k = 768, S = k / 256;
+        uint8_t *sub = k_subs(f, n_out, k);
+        struct dray_weight_desc d = {.size = sizeof(d), .format = f, .n_out = n_out, .k = k,
+                                     .uses = DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED, .codes = codes, .d = dm,
+                                     .m = f.has_min ? dm : NULL, .sub = sub};
+        struct gpu_wlayout l;
+        char why[256] = "";
+        if (gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K, &l, why, sizeof(why)))
+            fail_msg("bit %u: %s", bit, why);
+        const uint64_t B = f.bits == 4 ? 16 : f.bits == 5 ? 20 : 24, subrow = f.bits == 6 ? 16 : 12;
+        assert_int_equal(l.group_bytes, B);
+        assert_int_equal(l.scale_bytes, 2);
+        assert_int_equal(l.n_groups, (uint64_t)n_out * k / 32);
+        assert_int_equal(l.n_scales, (uint64_t)n_out * S);
+        assert_int_equal(l.codes_bytes, (uint64_t)n_out * k * f.bits / 8);
+        assert_int_equal(l.sub_off, l.codes_bytes);
+        assert_int_equal(l.sub_bytes, (uint64_t)n_out * S * subrow);
+        assert_int_equal(l.d_off, l.sub_off + l.sub_bytes);
+        assert_int_equal(l.d_bytes, (uint64_t)n_out * S * 2);
+        assert_int_equal(l.m_off, l.d_off + l.d_bytes);
+        assert_int_equal(l.m_bytes, f.has_min ? l.d_bytes : 0);
+        assert_int_equal(l.total, (uint64_t)n_out * S * gguf[bit - 12]);
+        assert_int_equal(l.sub_off % 4, 0); /* 6-bit groups load as 8-byte words */
+        assert_int_equal(l.codes_bytes % 8, 0);
+        assert_int_equal(l.d_off % 4, 0);
+        assert_int_equal(l.m_off % 2, 0);
+        free(sub);
+    }
+}
+
+/* The device's sub section decodes (gk_kscale_get, the kernels' decoder) to
+ * the host's sub exactly: every 6-bit (s, n) of 4 and 5 bits through GGUF's
+ * 12-byte packing, the 6-bit format's int8 as given. */
+static void test_gpu_packed_sub_scales_round_trip(void **state)
+{
+    (void)state;
+    static const unsigned char codes[1];
+    static const uint16_t dm[1];
+    for (uint32_t bit = 12; bit < 15; bit++) {
+        const struct dray_wformat f = dray_util_wformat_of_bit(bit);
+        const uint32_t n_out = 9, k = 1024, G = k / 32;
+        uint8_t *sub = k_subs(f, n_out, k);
+        sub[0] = f.bits == 6 ? 0x80 : 63, sub[1] = 0; /* the extremes */
+        struct dray_weight_desc d = {.size = sizeof(d), .format = f, .n_out = n_out, .k = k,
+                                     .uses = DRAY_WUSE_MATMUL, .codes = codes, .d = dm,
+                                     .m = f.has_min ? dm : NULL, .sub = sub};
+        struct gpu_wlayout l;
+        char why[256] = "";
+        assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_K, &l, why, sizeof(why)), 0);
+        uint8_t *dev = malloc((size_t)l.sub_bytes);
+        gpu_wlayout_sub(&d, &l, dev);
+        if (f.bits == 6) {
+            assert_memory_equal(dev, sub, (size_t)n_out * k / 16);
+        } else {
+            for (uint64_t gi = 0; gi < (uint64_t)n_out * G; gi++) { /* group gi = o*G + g */
+                uint32_t s, n;
+                gk_kscale_get(dev + gi / 8 * GK_KSCALE_BYTES, (uint32_t)(gi % 8), &s, &n);
+                if (s != sub[2 * gi] || n != sub[2 * gi + 1])
+                    fail_msg("bit %u group %llu: (%u, %u) for (%u, %u)", bit, (unsigned long long)gi, s, n,
+                             sub[2 * gi], sub[2 * gi + 1]);
+            }
+        }
+        free(dev);
+        free(sub);
+    }
+}
+
+/* A worked super-block in GGUF's packing (llama.cpp's get_scale_min_k4): the
+ * low six bits of bytes 0..7 are s0..s3, n0..n3; bytes 8..11 hold the low
+ * nibbles of s4..s7 and n4..n7, the top two bits of bytes 0..7 their high bits. */
+static void test_gpu_packed_sub_scales_are_ggufs_packing(void **state)
+{
+    (void)state;
+    const uint8_t sn[16] = {1, 2, 3, 4, 5, 6, 7, 8, 0x3f, 0x10, 0x21, 0x32, 0x03, 0x2c, 0x15, 0x00};
+    const uint8_t want[12] = {0xc1, 0x83, 0x05, 0x47, 0x42, 0xc4, 0x86, 0x08, 0x0f, 0x21, 0xc3, 0x05};
+    uint8_t q[12];
+    gk_kscale_pack(sn, q);
+    assert_memory_equal(q, want, 12);
 }
 
 /* weight_create's argument rules, checked before any device is touched. */
@@ -321,6 +428,54 @@ static void test_gpu_packed_plan_refuses_bad_descriptors(void **state)
     d = ok, d.format = (struct dray_wformat){8, DRAY_WSCALE_F32, 1, 0}, d.n_out = UINT32_MAX, d.k = 65536;
     assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), 0);
     assert_int_equal(l.total, (uint64_t)UINT32_MAX * 2048 * (32 + 8));
+}
+
+/* The two-level formats' own rules: k a multiple of 256, sub given (and the
+ * descriptor long enough to hold it), 4- and 5-bit sub-scales 0..63, f16
+ * scales, the three shapes only, and declared (version 4). */
+static void test_gpu_packed_plan_refuses_bad_two_level_descriptors(void **state)
+{
+    (void)state;
+    static const unsigned char codes[1];
+    static const uint16_t dm[1];
+    const uint32_t n_out = 3, k = 512;
+    uint8_t *sub = k_subs(dray_util_wformat_of_bit(12), n_out, k + 256); /* room for a longer k */
+    const uint32_t all = DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K;
+    const struct dray_weight_desc ok = {.size = sizeof(ok), .format = {4, DRAY_WSCALE_F16, 1, 1}, .n_out = n_out,
+                                        .k = k, .uses = DRAY_WUSE_MATMUL, .codes = codes, .d = dm, .m = dm,
+                                        .sub = sub};
+    struct gpu_wlayout l;
+    char why[256];
+    struct dray_weight_desc d = ok;
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), 0);
+    assert_int_equal(l.total, n_out * 2 * 144);
+    sub[n_out * k / 16 - 1] = 64; /* the last sub-scale of the last row: 7 bits */
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    assert_non_null(strstr(why, "is 64"));
+    d.format.bits = 5;
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    d.format = (struct dray_wformat){6, DRAY_WSCALE_F16, 0, 1}, d.m = NULL; /* int8: any value */
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), 0);
+    assert_int_equal(l.total, n_out * 2 * 210);
+    sub[n_out * k / 16 - 1] = 0;
+    d = ok, d.k = 288; /* a multiple of 32, not of 256 */
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.sub = NULL;
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.size = (uint32_t)offsetof(struct dray_weight_desc, sub); /* a version-3 descriptor */
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.format.scale = DRAY_WSCALE_F32;
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.format.bits = 8;
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.format.has_min = 0, d.m = NULL; /* 4 bits two-level need a min */
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok, d.format = (struct dray_wformat){6, DRAY_WSCALE_F16, 1, 1}; /* 6 bits have none */
+    assert_int_equal(gpu_wlayout_plan(&d, all, &l, why, sizeof(why)), DRAY_EINVAL);
+    d = ok; /* a plugin of version 3's formats only: ENOTSUP, naming it */
+    assert_int_equal(gpu_wlayout_plan(&d, DRAY_UTIL_WF_ALL, &l, why, sizeof(why)), DRAY_ENOTSUP);
+    assert_non_null(strstr(why, "q4 two-level +min"));
+    free(sub);
 }
 
 /* ------------------------------------------------ exported symbol check */
@@ -413,6 +568,10 @@ int main(void)
         cmocka_unit_test(test_gpu_plugins_load_side_by_side_with_cpu),
         cmocka_unit_test(test_gpu_packed_layout_is_the_host_arrays_back_to_back),
         cmocka_unit_test(test_gpu_packed_plan_refuses_bad_descriptors),
+        cmocka_unit_test(test_gpu_packed_two_level_layout_is_ggufs_size),
+        cmocka_unit_test(test_gpu_packed_sub_scales_round_trip),
+        cmocka_unit_test(test_gpu_packed_sub_scales_are_ggufs_packing),
+        cmocka_unit_test(test_gpu_packed_plan_refuses_bad_two_level_descriptors),
         cmocka_unit_test(test_gpu_cuda_exports_only_negotiate),
         cmocka_unit_test(test_gpu_hip_exports_only_negotiate),
     };

@@ -22,9 +22,10 @@
 
 #define GPU_GRAPH_CACHE 8 /* captured op sequences kept for replay */
 
-/* Packed weights (version 3): every format for matmul and embed, one or two
+/* Packed weights (version 3): every format for matmul and embed, the twelve of
+ * one level and (version 4) GGUF's Q4_K, Q5_K and Q6_K shapes, one or two
  * activation passes (op_caps.matmul_wformats, embed_wformats, matmul_passes). */
-#define GPU_WFORMATS DRAY_UTIL_WF_ALL
+#define GPU_WFORMATS (DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K)
 #define GPU_MATMUL_PASSES 3u
 
 struct dray_buf {

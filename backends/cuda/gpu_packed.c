@@ -1,8 +1,9 @@
 /*
- * gpu_packed.c — packed weights (ABI version 3): weight_create / weight_free
- * and the matmul and embed ops on a handle. The device layout (the host's
- * arrays as given, back to back) is described in gpu_layout.h; the kernels
- * are kernels/cuda/packed.cu. Contracts: include/dray/backend.h.
+ * gpu_packed.c — packed weights (ABI version 3, two-level formats version 4):
+ * weight_create / weight_free and the matmul and embed ops on a handle. The
+ * device layout (the host's arrays back to back, two-level sub-scales in
+ * GGUF's 12-byte packing) is described in gpu_layout.h; the kernels are
+ * kernels/cuda/packed.cu. Contracts: include/dray/backend.h.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ struct dray_packed {
     struct dray_wformat format;
     uint32_t n_out, k, uses;
     struct gpu_wlayout lay;
-    unsigned char *mem; /* device: codes | d | m (gpu_layout.h) */
+    unsigned char *mem; /* device: codes | sub | d | m (gpu_layout.h) */
 };
 
 static void weights_of(const struct dray_packed *w, struct gk_pweights *g)
@@ -27,9 +28,28 @@ static void weights_of(const struct dray_packed *w, struct gk_pweights *g)
     g->codes = w->mem;
     g->d = w->mem + w->lay.d_off;
     g->m = w->lay.m_bytes ? w->mem + w->lay.m_off : NULL;
+    g->sub = w->lay.sub_bytes ? w->mem + w->lay.sub_off : NULL;
     g->bits = w->format.bits;
     g->f16 = w->format.scale == DRAY_WSCALE_F16;
     g->has_min = w->format.has_min;
+    g->super = w->format.super;
+}
+
+/* Upload the sub section (two levels): packed on the host into a staging copy,
+ * freed only once the stream has read it. 0 or a reason on ctx. */
+static int upload_sub(struct dray_ctx *ctx, const struct dray_weight_desc *desc, const struct gpu_wlayout *lay,
+                      unsigned char *mem)
+{
+    uint8_t *host = malloc((size_t)lay->sub_bytes);
+    if (!host)
+        return dray_gpu_fail(ctx, DRAY_ENOMEM, "%s: weight_create: out of host memory", NAME);
+    gpu_wlayout_sub(desc, lay, host);
+    gpuError_t e = gpuMemcpyAsync(mem + lay->sub_off, host, (size_t)lay->sub_bytes, gpuMemcpyHostToDevice,
+                                  ctx->stream);
+    gpuError_t s = gpuStreamSynchronize(ctx->stream);
+    free(host);
+    e = e != gpuSuccess ? e : s;
+    return e == gpuSuccess ? 0 : dray_gpu_rt_fail(ctx, e, "weight_create: upload");
 }
 
 /* A handle the caller passed: NULL or not one of ours (freed, foreign) is refused. */
@@ -70,8 +90,10 @@ int dray_gpu_weight_create(struct dray_ctx *ctx, const struct dray_weight_desc *
         e = gpuMemcpyAsync(w->mem + lay.d_off, desc->d, (size_t)lay.d_bytes, gpuMemcpyHostToDevice, ctx->stream);
     if (e == gpuSuccess && lay.m_bytes)
         e = gpuMemcpyAsync(w->mem + lay.m_off, desc->m, (size_t)lay.m_bytes, gpuMemcpyHostToDevice, ctx->stream);
-    if (e != gpuSuccess) {
-        rc = dray_gpu_rt_fail(ctx, e, "weight_create: upload");
+    rc = e != gpuSuccess ? dray_gpu_rt_fail(ctx, e, "weight_create: upload")
+         : lay.sub_bytes  ? upload_sub(ctx, desc, &lay, w->mem)
+                          : 0;
+    if (rc) {
         gpuFree(w->mem);
         free(w);
         return rc;

@@ -481,8 +481,8 @@ static int gpu_copy(struct dray_ctx *ctx, struct dray_view dst, struct dray_view
 /* -------------------------------------------------------------- the table */
 
 /* The props' dtypes, attention's head_dim limit (the flash kernel's tile) and,
- * since version 3, the packed weight formats (all twelve, for matmul and embed)
- * and one or two activation passes. The retired version-2 grouped dtypes are
+ * since version 3, the packed weight formats (all twelve, and version 4's three
+ * two-level ones, for matmul and embed) and one or two activation passes. The retired version-2 grouped dtypes are
  * never declared. */
 static int gpu_op_caps(uint32_t index, struct dray_op_caps *caps)
 {
@@ -498,11 +498,11 @@ static const struct dray_ops gpu_ops = {
     .version = 4, /* the ABI this code implements, not the header's newest */
     .name = GPU_PLUGIN_NAME,
 #if defined(DRAY_GPU_HIP)
-    .describe = "AMD GPUs through ROCm/HIP (gfx90a, gfx940; int8 dot kernels, packed 4/5/8-bit weights, "
-                "paged flash attention)",
+    .describe = "AMD GPUs through ROCm/HIP (gfx90a, gfx940; int8 dot kernels, packed 4/5/8-bit and "
+                "Q4_K/Q5_K/Q6_K weights, paged flash attention)",
 #else
     .describe = "NVIDIA GPUs through CUDA (sm_80, sm_90 + PTX; int8 tensor-core MMA, dp4a decode, "
-                "packed 4/5/8-bit weights, paged flash attention)",
+                "packed 4/5/8-bit and Q4_K/Q5_K/Q6_K weights, paged flash attention)",
 #endif
     .device_count = gpu_device_count,
     .device_props = gpu_device_props,

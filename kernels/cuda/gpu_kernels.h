@@ -121,11 +121,15 @@ size_t dray_gk_attention_scratch(uint32_t n_seq, uint32_t n_kv_head, uint32_t he
                                  uint32_t max_split);
 
 /* Packed weights (backend.h "Packed weights"; layout: backends/cuda/gpu_layout.h):
- * the handle's three device sections and its format. */
+ * the handle's device sections and its format. Two levels (super = 1): d and
+ * m are f16 super-scales per 256 inputs and sub holds the sub-scales: 12 bytes
+ * per super-block (4, 5 bits: gpu_kscales.h) or int8 per 16 inputs (6 bits). */
 struct gk_pweights {
     const unsigned char *codes; /* [n_out][k/32][B] */
-    const void *d, *m;          /* [n_out][k/32], f32 or f16 bits; m NULL without a min */
-    uint32_t bits, f16, has_min;
+    const void *d, *m;          /* [n_out][k/32] (two levels: [n_out][k/256]), f32 or f16
+                                 * bits; m NULL without a min */
+    const unsigned char *sub;   /* two levels only, else NULL */
+    uint32_t bits, f16, has_min, super;
 };
 
 /* matmul on packed weights: activations quantized per token and group of 32

@@ -42,6 +42,8 @@ void conf_case_free(struct conf_case *c)
     free(c->bcodes);
     free(c->bd);
     free(c->bm);
+    free(c->wsub);
+    free(c->bsub);
     memset(c, 0, sizeof(*c));
 }
 
@@ -299,18 +301,20 @@ int conf_make_matmul_f32(struct conf_rng *r, struct conf_case *c, int bench)
 
 /* The kit's own reading of backend.h's "Packed weights", written from its text
  * rather than from a plugin or from backend_util.h's helpers (which the
- * template uses), so the two check each other. */
+ * template uses), so the two check each other. Version 4's two-level formats
+ * (super = 1: GGUF's Q4_K, Q5_K, Q6_K shapes) are read the same way. */
 
 /* B: bytes of one group's codes. */
 static uint32_t pk_group_bytes(struct dray_wformat f)
 {
-    return f.bits == 4 ? 16u : f.bits == 5 ? 20u : 32u;
+    return f.bits == 4 ? 16u : f.bits == 5 ? 20u : f.bits == 6 ? 24u : 32u;
 }
 
 /* Code of input c of row o: row-major groups of B bytes. 4 bits: byte j holds
  * input j (bits 0..3) and input 16+j (bits 4..7) of the group; 5 bits: those,
- * then a little-endian uint32 with bit 4 of input j at bit j; 8 bits: byte j,
- * two's complement. */
+ * then a little-endian uint32 with bit 4 of input j at bit j; 6 bits: the
+ * 16 bytes, then a little-endian uint64 with bits 4-5 of input j at bits 2j,
+ * 2j+1; 8 bits: byte j, two's complement. */
 static int pk_code(const struct dray_weight_desc *w, uint32_t o, uint32_t c)
 {
     uint32_t G = w->k / 32, j = c % 32;
@@ -322,6 +326,11 @@ static int pk_code(const struct dray_weight_desc *w, uint32_t o, uint32_t c)
         uint32_t hi = (uint32_t)grp[16] | (uint32_t)grp[17] << 8 | (uint32_t)grp[18] << 16 |
                       (uint32_t)grp[19] << 24;
         code += 16 * (int)((hi >> j) & 1u);
+    } else if (w->format.bits == 6) {
+        uint64_t hi = 0;
+        for (int b = 7; b >= 0; b--)
+            hi = hi << 8 | grp[16 + b];
+        code += 16 * (int)((hi >> (2 * j)) & 3u);
     }
     return code;
 }
@@ -332,25 +341,60 @@ static float pk_value(struct dray_wformat f, const void *arr, size_t i)
                                       : ((const float *)arr)[i];
 }
 
-/* d of group g of row o, and m' (matmul's: m with a min, else -z*d). */
-static void pk_dm(const struct dray_weight_desc *w, uint32_t o, uint32_t g, float *d, float *m)
+/* Inputs under one scale: 32 (a group), or 16 for 6 bits, whose half-groups
+ * are groups of their own. */
+static uint32_t pk_unit(struct dray_wformat f)
 {
-    size_t i = (size_t)o * (w->k / 32) + g;
-    float z = w->format.bits == 4 ? 8.0f : w->format.bits == 5 ? 16.0f : 0.0f;
-    *d = pk_value(w->format, w->d, i);
-    *m = w->format.has_min ? pk_value(w->format, w->m, i) : -z * *d;
+    return f.super && f.bits == 6 ? 16u : 32u;
+}
+
+/* The zero point without a min: 8, 16, 32 (6 bits), 0. */
+static int pk_z(struct dray_wformat f)
+{
+    return f.bits == 4 ? 8 : f.bits == 5 ? 16 : f.bits == 6 ? 32 : 0;
+}
+
+/* d and m of the unit (pk_unit inputs) that holds input c of row o. Two
+ * levels: D, M of super-block c/256; d = D*s, m = -(M*n) for 4 and 5 bits,
+ * (s, n) the group's pair in sub; d = D*sub of the half-group for 6 bits. */
+static void pk_scales(const struct dray_weight_desc *w, uint32_t o, uint32_t c, float *d, float *m)
+{
+    const struct dray_wformat f = w->format;
+    if (!f.super) {
+        size_t i = (size_t)o * (w->k / 32) + c / 32;
+        *d = pk_value(f, w->d, i);
+        *m = f.has_min ? pk_value(f, w->m, i) : 0.0f;
+        return;
+    }
+    const size_t sb = (size_t)o * (w->k / 256) + c / 256;
+    const float D = pk_value(f, w->d, sb);
+    if (f.bits == 6) {
+        *d = D * (float)((const int8_t *)w->sub)[(size_t)o * (w->k / 16) + c / 16];
+        *m = 0.0f;
+        return;
+    }
+    const uint8_t *sn = (const uint8_t *)w->sub + 2 * ((size_t)o * (w->k / 32) + c / 32);
+    *d = D * (float)sn[0];
+    *m = -(pk_value(f, w->m, sb) * (float)sn[1]);
+}
+
+/* d of the unit of input c of row o, and m' (matmul's: m with a min, else -z*d). */
+static void pk_dm(const struct dray_weight_desc *w, uint32_t o, uint32_t c, float *d, float *m)
+{
+    pk_scales(w, o, c, d, m);
+    if (!w->format.has_min)
+        *m = -(float)pk_z(w->format) * *d;
 }
 
 /* W[o][c] as backend.h defines it: code*d + m with a min, (code - z)*d without. */
 static float pk_weight(const struct dray_weight_desc *w, uint32_t o, uint32_t c)
 {
     float d, m;
-    pk_dm(w, o, c / 32, &d, &m);
+    pk_scales(w, o, c, &d, &m);
     int code = pk_code(w, o, c);
     if (w->format.has_min)
         return (float)code * d + m;
-    int z = w->format.bits == 4 ? 8 : w->format.bits == 5 ? 16 : 0;
-    return (float)(code - z) * d;
+    return (float)(code - pk_z(w->format)) * d;
 }
 
 /* The activation rule on one group of 32: sx = max|x|/127, q = x/sx rounded to
@@ -369,28 +413,38 @@ static float pk_quant(const float *x, int8_t *q)
 }
 
 /* One pass of one output: the sum over g, in f32, of
- * sx[g] * (d * (float)sum(q*code) + m' * (float)sum(q)), exact int32 group sums. */
+ * sx[g] * (d * (float)sum(q*code) + m' * (float)sum(q)), exact int32 group
+ * sums; with 6-bit two-level weights the bracket sums both half-groups' terms. */
 static float pk_dot(const struct dray_weight_desc *w, uint32_t o, const int8_t *q, const float *sx)
 {
+    const uint32_t unit = pk_unit(w->format);
     float acc = 0.0f;
     for (uint32_t g = 0; g < w->k / 32; g++) {
-        int32_t sqc = 0, sq = 0;
-        for (uint32_t j = 0; j < 32; j++) {
-            sqc += q[32 * g + j] * pk_code(w, o, 32 * g + j);
-            sq += q[32 * g + j];
+        float part = 0.0f;
+        for (uint32_t c0 = 32 * g; c0 < 32 * g + 32; c0 += unit) {
+            int32_t sqc = 0, sq = 0;
+            for (uint32_t c = c0; c < c0 + unit; c++) {
+                sqc += q[c] * pk_code(w, o, c);
+                sq += q[c];
+            }
+            float d, m;
+            pk_dm(w, o, c0, &d, &m);
+            part += d * (float)sqc + m * (float)sq;
         }
-        float d, m;
-        pk_dm(w, o, g, &d, &m);
-        acc += sx[g] * (d * (float)sqc + m * (float)sq);
+        acc += sx[g] * part;
     }
     return acc;
 }
 
-/* "q4-f16-min": the format's name in case shapes. */
+/* "q4-f16-min", or "q4-k" for a two-level format: the name in case shapes
+ * and in the dtype column. */
 static const char *pk_name(struct dray_wformat f, char *buf, size_t len)
 {
-    snprintf(buf, len, "q%u-%s%s", (unsigned)f.bits, f.scale == DRAY_WSCALE_F16 ? "f16" : "f32",
-             f.has_min ? "-min" : "");
+    if (f.super)
+        snprintf(buf, len, "q%u-k", (unsigned)f.bits);
+    else
+        snprintf(buf, len, "q%u-%s%s", (unsigned)f.bits, f.scale == DRAY_WSCALE_F16 ? "f16" : "f32",
+                 f.has_min ? "-min" : "");
     return buf;
 }
 
@@ -403,29 +457,51 @@ static void pk_put(struct dray_wformat f, void *arr, size_t i, float v)
         ((float *)arr)[i] = v;
 }
 
+/* Random sub-scales of a two-level format into c->wsub: (s, n) 0..63 for 4
+ * and 5 bits, the extremes 0 and 63 now and then; any int8 for 6 bits. */
+static int pk_random_sub(struct conf_rng *r, struct conf_case *c, struct dray_wformat f, uint32_t n_out,
+                         uint32_t k)
+{
+    size_t n = (size_t)n_out * (k / 16); /* two bytes per 32, or one per 16 */
+    uint8_t *sub = malloc(n);
+    OOM_IF(sub);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = conf_rand(r), pick = conf_range(r, 0, 15);
+        sub[i] = (uint8_t)(f.bits == 6 ? v : pick == 0 ? 0 : pick == 1 ? 63 : v % 64);
+    }
+    c->wsub = sub;
+    return 0;
+}
+
 /* Random weights of format f, n_out x k, for uses: any code bytes (every byte
  * is valid codes), scales of either sign and a few zero groups, mins of either
- * sign; into c->wdesc and the arrays it names. */
+ * sign; two levels: f16 super-scales per 256 inputs, scaled so that D*s and
+ * M*n span what one level's d and m do, and random sub-scales. Into c->wdesc
+ * and the arrays it names. */
 static int pk_random_weights(struct conf_rng *r, struct conf_case *c, struct dray_wformat f,
                              uint32_t n_out, uint32_t k, uint32_t uses)
 {
     size_t groups = (size_t)n_out * (k / 32), nc = groups * pk_group_bytes(f);
-    size_t sb = f.scale == DRAY_WSCALE_F16 ? 2 : 4;
+    size_t ns = f.super ? (size_t)n_out * (k / 256) : groups, sb = f.scale == DRAY_WSCALE_F16 ? 2 : 4;
+    /* the sub-scale's largest size: 63 (s, n) or 128 (int8) */
+    float sub_max = !f.super ? 1.0f : f.bits == 6 ? 128.0f : 63.0f;
     c->wcodes = malloc(nc);
-    c->wd = malloc(groups * sb);
-    c->wm = f.has_min ? malloc(groups * sb) : NULL;
+    c->wd = malloc(ns * sb);
+    c->wm = f.has_min ? malloc(ns * sb) : NULL;
     OOM_IF(c->wcodes && c->wd && (c->wm || !f.has_min));
     for (size_t i = 0; i < nc; i++)
         ((uint8_t *)c->wcodes)[i] = (uint8_t)conf_rand(r);
-    for (size_t i = 0; i < groups; i++) {
-        float d = conf_range(r, 0, 63) == 0 ? 0.0f : conf_randf(r, 0.001f, 0.05f);
+    for (size_t i = 0; i < ns; i++) {
+        float d = conf_range(r, 0, 63) == 0 ? 0.0f : conf_randf(r, 0.001f, 0.05f) / sub_max;
         pk_put(f, c->wd, i, conf_range(r, 0, 7) == 0 ? -d : d);
         if (f.has_min)
-            pk_put(f, c->wm, i, conf_randf(r, -0.2f, 0.2f));
+            pk_put(f, c->wm, i, conf_randf(r, -0.2f, 0.2f) / sub_max);
     }
+    if (f.super && pk_random_sub(r, c, f, n_out, k))
+        return DRAY_ENOMEM;
     c->wdesc = (struct dray_weight_desc){.size = sizeof(struct dray_weight_desc), .format = f,
                                          .n_out = n_out, .k = k, .uses = uses, .codes = c->wcodes,
-                                         .d = c->wd, .m = c->wm};
+                                         .d = c->wd, .m = c->wm, .sub = c->wsub};
     return 0;
 }
 
@@ -483,9 +559,10 @@ static int expect_matmul_packed(struct conf_case *c)
     return 0;
 }
 
-/* k from 32 to 2048 (mostly up to 512), n_out mostly not a multiple of 16 (odd
- * tails), 1..9 tokens, padded strides, accumulate, zero tokens, zero groups and
- * loud channels; passes as the variant says (one-pass cases sometimes send
+/* k from 32 to 2048 (mostly up to 512; two-level formats: rounded up to a
+ * multiple of 256), n_out mostly not a multiple of 16 (odd tails), 1..9
+ * tokens, padded strides, accumulate, zero tokens, zero groups and loud
+ * channels; passes as the variant says (one-pass cases sometimes send
  * passes = 0, which means 1). */
 int conf_make_matmul_packed(struct conf_rng *r, struct conf_case *c, int bench)
 {
@@ -493,6 +570,8 @@ int conf_make_matmul_packed(struct conf_rng *r, struct conf_case *c, int bench)
     uint32_t G = bench ? 36 : conf_range(r, 0, 7) == 0 ? 64 : conf_range(r, 0, 7) == 0 ? conf_range(r, 17, 63)
                                                                                      : conf_range(r, 1, 16);
     uint32_t shape = conf_range(r, 0, 7);
+    if (c->wformat.super) /* whole super-blocks of 256 */
+        G = (G + 7) / 8 * 8;
     a.k = 32 * G;
     a.n_out = bench ? 6912 : shape == 0 ? 1 : shape <= 2 ? 16 * conf_range(r, 1, 8)
                                                          : 16 * conf_range(r, 0, 9) + (conf_range(r, 0, 15) | 1);
@@ -574,15 +653,17 @@ static int expect_embed_packed(struct conf_case *c)
     return 0;
 }
 
-/* Odd row counts, dim from 32 to 1280, the first and last row among the ids;
- * a table the subject declares for matmul too is sometimes created for both
- * (a tied embedding and output head). */
+/* Odd row counts, dim from 32 to 1280 (two levels: 256 to 1280), the first and
+ * last row among the ids; a table the subject declares for matmul too is
+ * sometimes created for both (a tied embedding and output head). */
 int conf_make_embed_packed(struct conf_rng *r, struct conf_case *c, int bench)
 {
     struct dray_embed_args a = {.dtype = DRAY_PACKED};
     uint32_t bit = DRAY_WFORMAT_BIT(c->wformat), uses = DRAY_WUSE_EMBED;
     a.n_rows = bench ? 8192 : rand_dim(r, 300);
     a.dim = bench ? 1152 : 32 * (conf_range(r, 0, 3) == 0 ? conf_range(r, 9, 40) : conf_range(r, 1, 8));
+    if (c->wformat.super) /* whole super-blocks of 256 */
+        a.dim = (a.dim + 255) / 256 * 256;
     a.n_tok = bench ? 64 : conf_range(r, 1, 40);
     a.scale = bench ? 33.9411f : conf_randf(r, 0.5f, 40.0f);
     if (!bench && (c->caps_matmul & bit) && conf_range(r, 0, 2) == 0)
@@ -602,7 +683,7 @@ int conf_make_embed_packed(struct conf_rng *r, struct conf_case *c, int bench)
         for (uint32_t t = 0; t < a.n_tok; t++)
             for (uint32_t i = 0; i < a.dim; i++) {
                 float d, m;
-                pk_dm(&c->wdesc, (uint32_t)ids[t], i / 32, &d, &m);
+                pk_dm(&c->wdesc, (uint32_t)ids[t], i, &d, &m);
                 float cd = fabsf((float)pk_code(&c->wdesc, (uint32_t)ids[t], i) * d);
                 c->elem_tol[(size_t)t * a.dim + i] = (cd + fabsf(m)) * fabsf(a.scale);
             }
@@ -630,14 +711,13 @@ static uint32_t pick_bit(struct conf_rng *r, uint32_t mask)
 enum { BAD_UNDECLARED, BAD_BITS, BAD_SCALE, BAD_MIN_FLAG, BAD_RESERVED, BAD_K, BAD_N_OUT, BAD_NO_USES,
        BAD_USES, BAD_NO_MIN, BAD_NO_CODES, BAD_SIZE, BAD_KINDS };
 
-/* One bad descriptor, then a good case on a declared format: the refusal must
- * be clean (the code, a NULL handle, a reason) and leave the plugin working. */
-int conf_make_weight_refusal(struct conf_rng *r, struct conf_case *c, int bench)
+/* A refusal case's good half: packed matmul in a format of mm where there is
+ * one, else embed in one of em; then the bad descriptor starts as its copy
+ * over zeroed arrays big enough for any format and one more group per row
+ * (so a plugin that reads what it should have refused reads the kit's
+ * memory, not past it). */
+static int refusal_follow_up(struct conf_rng *r, struct conf_case *c, uint32_t mm, uint32_t em)
 {
-    uint32_t mm = c->caps_matmul & DRAY_UTIL_WF_ALL, em = c->caps_embed & DRAY_UTIL_WF_ALL;
-    if (bench || !(mm | em))
-        return DRAY_ENOTSUP; /* nothing to time; nothing declared to follow up with */
-    /* the follow-up: packed matmul in a declared format where there is one, else embed */
     c->wformat = dray_util_wformat_of_bit(pick_bit(r, mm ? mm : em));
     c->passes = (c->caps_passes & 2u) && (!(c->caps_passes & 1u) || conf_range(r, 0, 1)) ? 2 : 1;
     int rc = mm ? conf_make_matmul_packed(r, c, 0) : conf_make_embed_packed(r, c, 0);
@@ -645,20 +725,44 @@ int conf_make_weight_refusal(struct conf_rng *r, struct conf_case *c, int bench)
         return rc;
     if (!mm)
         c->tol = &tol_packed_embed;
-
-    /* the bad one: the good descriptor with one fault, over arrays big enough for
-     * any format and one more group per row (so a plugin that reads what it
-     * should have refused reads the kit's memory, not past it) */
     struct dray_weight_desc *b = &c->bad;
     *b = c->wdesc;
     size_t cells = (size_t)(b->n_out ? b->n_out : 1) * (b->k / 32 + 1);
     c->bcodes = calloc(cells, 32);
     c->bd = calloc(cells, 4);
     c->bm = calloc(cells, 4);
-    OOM_IF(c->bcodes && c->bd && c->bm);
+    c->bsub = calloc(cells, 2); /* two bytes per group: the larger sub */
+    OOM_IF(c->bcodes && c->bd && c->bm && c->bsub);
     b->codes = c->bcodes;
     b->d = c->bd;
     b->m = b->format.has_min ? c->bm : NULL;
+    b->sub = b->format.super ? c->bsub : NULL;
+    return 0;
+}
+
+/* The case's shape: the refusal expected, then the follow-up's own shape. */
+static int refusal_shape(struct conf_case *c)
+{
+    char *good = strdup(c->shape);
+    OOM_IF(good);
+    snprintf(c->shape, sizeof(c->shape), "refused %s (expect %s), then %s", c->bad_what,
+             c->bad_rc == DRAY_ENOTSUP ? "ENOTSUP" : c->bad_exact ? "EINVAL" : "EINVAL or ENOTSUP", good);
+    free(good);
+    return 0;
+}
+
+/* One bad descriptor, then a good case on a declared format: the refusal must
+ * be clean (the code, a NULL handle, a reason) and leave the plugin working. */
+int conf_make_weight_refusal(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    uint32_t mm = c->caps_matmul & DRAY_UTIL_WF_ALL, em = c->caps_embed & DRAY_UTIL_WF_ALL;
+    if (bench || !(mm | em))
+        return DRAY_ENOTSUP; /* nothing to time; nothing declared to follow up with */
+    /* the follow-up, then the bad one: the good descriptor with one fault */
+    int rc = refusal_follow_up(r, c, mm, em);
+    if (rc)
+        return rc;
+    struct dray_weight_desc *b = &c->bad;
     /* undeclared formats, for matmul, embed, or both: one where some format is missing */
     const uint32_t uses[3] = {DRAY_WUSE_MATMUL, DRAY_WUSE_EMBED, DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED};
     const uint32_t have[3] = {mm, em, mm & em};
@@ -696,7 +800,7 @@ int conf_make_weight_refusal(struct conf_rng *r, struct conf_case *c, int bench)
         break;
     case BAD_RESERVED:
         b->format.super = 2;
-        snprintf(c->bad_what, sizeof(c->bad_what), "format reserved byte 1 (must be 0)");
+        snprintf(c->bad_what, sizeof(c->bad_what), "format super 2 (0 or 1)");
         break;
     case BAD_K:
         b->k += 16;
@@ -728,12 +832,108 @@ int conf_make_weight_refusal(struct conf_rng *r, struct conf_case *c, int bench)
         snprintf(c->bad_what, sizeof(c->bad_what), "size %u (too small to hold codes, d, m)", b->size);
         break;
     }
-    char *good = strdup(c->shape); /* the follow-up's shape, inside this case's */
-    OOM_IF(good);
-    snprintf(c->shape, sizeof(c->shape), "refused %s (expect %s), then %s", c->bad_what,
-             c->bad_rc == DRAY_ENOTSUP ? "ENOTSUP" : "EINVAL or ENOTSUP", good);
-    free(good);
-    return 0;
+    return refusal_shape(c);
+}
+
+enum { BADK_SUB, BADK_K, BADK_NO_SUB, BADK_SIZE, BADK_SCALE, BADK_SHAPE, BADK_UNDECLARED, BADK_KINDS };
+
+/* A 4- or 5-bit two-level descriptor (a format of have45) whose sub-scales
+ * are all valid but one, 64..255: six bits hold 0..63. */
+static void bad_sub_scale(struct conf_rng *r, struct conf_case *c, uint32_t have45)
+{
+    struct dray_weight_desc *b = &c->bad;
+    char fn[24];
+    b->format = dray_util_wformat_of_bit(pick_bit(r, have45));
+    b->m = c->bm;
+    b->sub = c->bsub;
+    size_t i = conf_range(r, 0, b->n_out * (b->k / 16) - 1);
+    uint8_t v = (uint8_t)(conf_range(r, 0, 1) ? 64 : conf_range(r, 64, 255));
+    ((uint8_t *)c->bsub)[i] = v;
+    snprintf(c->bad_what, sizeof(c->bad_what), "%s sub-scale %u at byte %zu (6 bits: 0..63)",
+             pk_name(b->format, fn, sizeof(fn)), v, i);
+}
+
+/* A two-level descriptor in none of the three shapes: 8 bits, 6 bits with a
+ * min, or 4 or 5 bits without one. */
+static void bad_shape(struct conf_rng *r, struct conf_case *c)
+{
+    struct dray_weight_desc *b = &c->bad;
+    static const struct dray_wformat shapes[4] = {{8, DRAY_WSCALE_F16, 1, 1}, {6, DRAY_WSCALE_F16, 1, 1},
+                                                  {4, DRAY_WSCALE_F16, 0, 1}, {5, DRAY_WSCALE_F16, 0, 1}};
+    b->format = shapes[conf_range(r, 0, 3)];
+    b->m = b->format.has_min ? c->bm : NULL;
+    b->sub = c->bsub;
+    snprintf(c->bad_what, sizeof(c->bad_what), "two-level bits %u has_min %u (not Q4_K, Q5_K or Q6_K's shape)",
+             b->format.bits, b->format.has_min);
+}
+
+/* One bad two-level descriptor, then a good case on a declared two-level
+ * format. A bad sub-scale (where a 4- or 5-bit one is declared for the
+ * follow-up's uses) and k not a multiple of 256 come twice as often, and are
+ * bad data in a declared format: exactly DRAY_EINVAL, never DRAY_ENOTSUP. */
+int conf_make_weight_refusal_k(struct conf_rng *r, struct conf_case *c, int bench)
+{
+    uint32_t mm = c->caps_matmul & DRAY_UTIL_WF_K, em = c->caps_embed & DRAY_UTIL_WF_K;
+    if (bench || !(mm | em))
+        return DRAY_ENOTSUP;
+    int rc = refusal_follow_up(r, c, mm, em);
+    if (rc)
+        return rc;
+    struct dray_weight_desc *b = &c->bad;
+    const uint32_t uses[3] = {DRAY_WUSE_MATMUL, DRAY_WUSE_EMBED, DRAY_WUSE_MATMUL | DRAY_WUSE_EMBED};
+    const uint32_t have[3] = {mm, em, mm & em};
+    const uint32_t mine = b->uses == DRAY_WUSE_MATMUL ? have[0] : b->uses == DRAY_WUSE_EMBED ? have[1] : have[2];
+    const uint32_t have45 = mine & (DRAY_UTIL_WFK(4) | DRAY_UTIL_WFK(5));
+    uint32_t open_uses = 0;
+    for (int i = 0; i < 3; i++)
+        open_uses |= (have[i] != DRAY_UTIL_WF_K) << i;
+    uint32_t kind = conf_range(r, 0, BADK_KINDS + 1) % BADK_KINDS; /* BADK_SUB, BADK_K twice */
+    if (kind == BADK_SUB && !have45)
+        kind = BADK_K;
+    if (kind == BADK_UNDECLARED && !open_uses)
+        kind = BADK_NO_SUB;
+    char fn[24];
+    c->bad_rc = DRAY_EINVAL;
+    c->bad_exact = kind == BADK_SUB || kind == BADK_K;
+    switch (kind) {
+    case BADK_SUB:
+        bad_sub_scale(r, c, have45);
+        break;
+    case BADK_K:
+        b->k += 32;
+        snprintf(c->bad_what, sizeof(c->bad_what), "%s with k = %u (not a multiple of 256)",
+                 pk_name(b->format, fn, sizeof(fn)), b->k);
+        break;
+    case BADK_NO_SUB:
+        b->sub = NULL;
+        snprintf(c->bad_what, sizeof(c->bad_what), "%s without sub", pk_name(b->format, fn, sizeof(fn)));
+        break;
+    case BADK_SIZE: /* a version-3 descriptor: it ends before sub */
+        b->size = (uint32_t)offsetof(struct dray_weight_desc, sub);
+        snprintf(c->bad_what, sizeof(c->bad_what), "%s in a descriptor of size %u (too small to hold sub)",
+                 pk_name(b->format, fn, sizeof(fn)), b->size);
+        break;
+    case BADK_SCALE:
+        b->format.scale = DRAY_WSCALE_F32;
+        snprintf(c->bad_what, sizeof(c->bad_what), "%s with f32 scales (two levels are f16)",
+                 pk_name(b->format, fn, sizeof(fn)));
+        break;
+    case BADK_SHAPE:
+        bad_shape(r, c);
+        break;
+    default: { /* BADK_UNDECLARED */
+        uint32_t u = pick_bit(r, open_uses);
+        b->uses = uses[u];
+        b->format = dray_util_wformat_of_bit(pick_bit(r, DRAY_UTIL_WF_K & ~have[u]));
+        b->m = b->format.has_min ? c->bm : NULL;
+        b->sub = c->bsub;
+        c->bad_rc = DRAY_ENOTSUP;
+        snprintf(c->bad_what, sizeof(c->bad_what), "undeclared format %s for %s",
+                 pk_name(b->format, fn, sizeof(fn)), u == 0 ? "matmul" : u == 1 ? "embed" : "matmul+embed");
+        break;
+    }
+    }
+    return refusal_shape(c);
 }
 
 /* ------------------------------------------------------------ rope */

@@ -71,20 +71,22 @@ struct conf_case {
     uint32_t caps_matmul, caps_embed, caps_passes;
     /* Set by make: wdesc.size != 0 means the runner creates a handle from wdesc
      * with the side's weight_create before the op (its arrays are wcodes, wd,
-     * wm: host memory, never uploaded) and frees it after; expect != NULL means
+     * wm and, two-level formats, wsub: host memory, never uploaded) and frees
+     * it after; expect != NULL means
      * the kit computes the expected outputs (got[0]) instead of the CPU
      * plugin; tol != NULL overrides the variant's tolerance. */
     struct dray_weight_desc wdesc;
-    void *wcodes, *wd, *wm;
+    void *wcodes, *wd, *wm, *wsub;
     conf_expect_fn expect;
     const struct conf_tol *tol;
     /* A refusal probe (bad.size != 0): before creating wdesc, weight_create is
-     * called with bad (arrays bcodes, bd, bm) and must fail with bad_rc
-     * (DRAY_ENOTSUP: exactly that; DRAY_EINVAL: that or DRAY_ENOTSUP), leave
-     * its handle NULL and say why in last_error; bad_what names the fault. */
+     * called with bad (arrays bcodes, bd, bm, bsub) and must fail with bad_rc
+     * (DRAY_ENOTSUP: exactly that; DRAY_EINVAL: that or DRAY_ENOTSUP, or only
+     * that with bad_exact: a declared format's bad data), leave its handle
+     * NULL and say why in last_error; bad_what names the fault. */
     struct dray_weight_desc bad;
-    void *bcodes, *bd, *bm;
-    int bad_rc;
+    void *bcodes, *bd, *bm, *bsub;
+    int bad_rc, bad_exact;
     char bad_what[96];
 };
 
@@ -144,6 +146,11 @@ int conf_make_matmul_f32(struct conf_rng *, struct conf_case *, int);
 int conf_make_matmul_packed(struct conf_rng *, struct conf_case *, int);
 int conf_make_embed_packed(struct conf_rng *, struct conf_case *, int);
 int conf_make_weight_refusal(struct conf_rng *, struct conf_case *, int);
+/* The same for version 4's two-level formats (c->caps_* & DRAY_UTIL_WF_K):
+ * a 4- or 5-bit sub-scale over 63, k not a multiple of 256, no sub, a
+ * descriptor too short for sub, f32 scales, a shape that is none of the
+ * three, or an undeclared one, then a declared two-level format works. */
+int conf_make_weight_refusal_k(struct conf_rng *, struct conf_case *, int);
 int conf_make_rope(struct conf_rng *, struct conf_case *, int);
 int conf_make_rope_v4(struct conf_rng *, struct conf_case *, int); /* ABI v4 */
 int conf_make_kv_store_i8(struct conf_rng *, struct conf_case *, int);

@@ -56,12 +56,15 @@ static uint64_t case_seed(uint64_t seed, size_t v, uint32_t rep)
  * format and, for matmul, per number of activation passes: each runs when the
  * subject declares it in op_caps (matmul_wformats / embed_wformats and
  * matmul_passes), against the kit's own reference of backend.h's arithmetic
- * (conf_cases.c), with the handle made by the subject's weight_create. */
+ * (conf_cases.c), with the handle made by the subject's weight_create. The
+ * two-level formats (version 4: bits 12..14, GGUF's K quants' shapes) run
+ * only for subjects of ABI >= 4, which alone can declare them. */
 enum variant_kind {
     V_PLAIN = 0, /* the op on views, against the CPU plugin's reference kernels */
     V_PACKED,    /* the op on a packed-weight handle, against the kit's reference */
     V_REFUSAL,   /* weight_create refusing bad descriptors, then a packed case */
     V_ABI4,      /* as V_PLAIN, with arguments version 4 added: subjects of ABI >= 4 only */
+    V_REFUSAL_K, /* as V_REFUSAL, for the two-level formats (version 4) */
 };
 
 static const struct variant {
@@ -73,7 +76,7 @@ static const struct variant {
     conf_check_fn check;
     struct conf_tol tol;
     enum variant_kind kind;
-    uint32_t wbit;   /* V_PACKED: the format's bit (0..11) in matmul_wformats / embed_wformats */
+    uint32_t wbit;   /* V_PACKED: the format's bit (0..14) in matmul_wformats / embed_wformats */
     uint32_t passes; /* V_PACKED matmul: activation passes, 1 or 2 */
 } variants[] = {
 /* packed weights: embed in format bit b; matmul in format bit b, one pass and two */
@@ -104,8 +107,6 @@ static const struct variant {
      * DRAY_EINVAL, *out NULL, a reason), then a declared one works (its op's tolerance) */
     {"weight_create", DRAY_OP_MATMUL, DRAY_PACKED, 0, conf_make_weight_refusal, conf_check_f32,
      {0, 0, 1e-4, "refused; 1e-4*sum|x||W|"}, V_REFUSAL, 0, 0},
-#undef PK_EMBED
-#undef PK_MATMUL
     /* rope: "abs 1e-4 for |p| < 2^17" */
     {"rope", DRAY_OP_ROPE, DRAY_F32, 1, conf_make_rope, conf_check_f32, {1e-4, 0, 0, "abs 1e-4"}, V_PLAIN, 0, 0},
     /* kv_store: "I8 bit-exact ... except ties (|q| off by one in at most 1e-3 of
@@ -134,20 +135,33 @@ static const struct variant {
      {2e-3, 0, 0, "abs 2e-3*max|v|"}, V_ABI4, 0, 0},
     {"attention", DRAY_OP_ATTENTION, DRAY_F16, 0, conf_make_attention_softcap_f16, conf_check_f32,
      {1e-4, 0, 0, "abs 1e-4*max|v|"}, V_ABI4, 0, 0},
+    /* version 4's two-level formats (appended too): embed, matmul one pass and
+     * two, and weight_create's refusals of bad two-level descriptors */
+    PK_EMBED(12), PK_EMBED(13), PK_EMBED(14),
+    PK_MATMUL(12), PK_MATMUL(13), PK_MATMUL(14),
+    {"weight_create", DRAY_OP_MATMUL, DRAY_PACKED, 0, conf_make_weight_refusal_k, conf_check_f32,
+     {0, 0, 1e-4, "refused; 1e-4*sum|x||W|"}, V_REFUSAL_K, 0, 0},
+#undef PK_EMBED
+#undef PK_MATMUL
 };
 #define N_VARIANTS (sizeof(variants) / sizeof(variants[0]))
 
 /* The dtype column: the cap dtype ("i8"), a packed format with its passes
- * ("q4-f16-min", "q4-f16-min-x2": q<bits>-<scale type>[-min][-x2]), or
- * "refusals" (weight_create). */
+ * ("q4-f16-min", "q4-f16-min-x2": q<bits>-<scale type>[-min][-x2]; two levels
+ * "q4-k", "q6-k-x2"), or "refusals" / "refusals-k" (weight_create). */
 static const char *variant_dtype(const struct variant *v, char *buf, size_t len)
 {
     if (v->kind == V_REFUSAL)
         return "refusals";
+    if (v->kind == V_REFUSAL_K)
+        return "refusals-k";
     if (v->kind == V_PACKED) {
         struct dray_wformat f = dray_util_wformat_of_bit(v->wbit);
-        snprintf(buf, len, "q%u-%s%s%s", (unsigned)f.bits, f.scale == DRAY_WSCALE_F16 ? "f16" : "f32",
-                 f.has_min ? "-min" : "", v->passes == 2 ? "-x2" : "");
+        if (f.super)
+            snprintf(buf, len, "q%u-k%s", (unsigned)f.bits, v->passes == 2 ? "-x2" : "");
+        else
+            snprintf(buf, len, "q%u-%s%s%s", (unsigned)f.bits, f.scale == DRAY_WSCALE_F16 ? "f16" : "f32",
+                     f.has_min ? "-min" : "", v->passes == 2 ? "-x2" : "");
         return buf;
     }
     if (v->kind == V_ABI4) /* what version 4 adds to the op */
@@ -175,21 +189,24 @@ static const char *side_error(const struct side *s, int rc)
 }
 
 /* A refusal probe (c->bad): weight_create must fail with c->bad_rc (DRAY_EINVAL
- * also takes DRAY_ENOTSUP), leave the handle NULL and give a reason. */
+ * also takes DRAY_ENOTSUP unless bad_exact), leave the handle NULL and give a
+ * reason. */
 static int probe_refusal(const struct side *s, const struct conf_case *c, char *why, size_t whylen)
 {
     static char sentinel;
     struct dray_packed *w = (struct dray_packed *)(void *)&sentinel; /* must come back NULL */
     uint64_t bytes = 0;
     int rc = s->ops->weight_create(s->ctx, &c->bad, &w, &bytes);
-    const char *want = c->bad_rc == DRAY_ENOTSUP ? "DRAY_ENOTSUP" : "DRAY_EINVAL or DRAY_ENOTSUP";
+    const char *want = c->bad_rc == DRAY_ENOTSUP ? "DRAY_ENOTSUP"
+                       : c->bad_exact            ? "DRAY_EINVAL"
+                                                 : "DRAY_EINVAL or DRAY_ENOTSUP";
     if (rc == 0) {
         if (w && w != (struct dray_packed *)(void *)&sentinel)
             s->ops->weight_free(s->ctx, w);
         snprintf(why, whylen, "weight_create accepted %s: it must refuse it with %s", c->bad_what, want);
         return DRAY_EINVAL;
     }
-    if (rc != c->bad_rc && !(c->bad_rc == DRAY_EINVAL && rc == DRAY_ENOTSUP)) {
+    if (rc != c->bad_rc && !(c->bad_rc == DRAY_EINVAL && !c->bad_exact && rc == DRAY_ENOTSUP)) {
         snprintf(why, whylen, "weight_create refused %s with %d (%s), not %s: %s", c->bad_what, rc,
                  conf_status_name(rc), want, side_error(s, rc));
         return DRAY_EINVAL;
@@ -344,23 +361,51 @@ struct row {
     char shape[320]; /* the timed shape */
 };
 
+/* What the subject declares for packed weights, as far as its ABI has them:
+ * the formats for matmul and for embed (DRAY_WFORMAT_BIT; the two-level ones
+ * from version 4) and matmul's activation passes (0 declared: one). */
+struct pk_caps {
+    uint32_t mm, em, passes;
+};
+
+static struct pk_caps pk_caps_of(const struct conf_device *sub, uint32_t abi)
+{
+    const uint32_t known = abi >= 4 ? DRAY_UTIL_WF_ALL | DRAY_UTIL_WF_K : abi >= 3 ? DRAY_UTIL_WF_ALL : 0;
+    struct pk_caps pk = {sub->caps.matmul_wformats & known, sub->caps.embed_wformats & known, 0};
+    if (abi >= 3)
+        pk.passes = sub->caps.matmul_passes ? sub->caps.matmul_passes : 1u;
+    return pk;
+}
+
+/* Whether the subject declares what a packed or refusal variant needs: its
+ * format (and, for matmul, its passes), or any format of the refusal's kind. */
+static int pk_declared(const struct variant *v, const struct pk_caps *pk)
+{
+    if (v->kind == V_REFUSAL)
+        return ((pk->mm | pk->em) & DRAY_UTIL_WF_ALL) != 0;
+    if (v->kind == V_REFUSAL_K)
+        return ((pk->mm | pk->em) & DRAY_UTIL_WF_K) != 0;
+    if (v->id == DRAY_OP_EMBED)
+        return (pk->em >> v->wbit) & 1u;
+    return (pk->mm >> v->wbit & 1u) && (pk->passes >> (v->passes - 1) & 1u);
+}
+
 /* What the runner tells a packed case before make: the variant's format and
  * passes, and what the subject declares. */
-static void case_inputs(struct conf_case *c, const struct variant *v, const struct conf_device *sub)
+static void case_inputs(struct conf_case *c, const struct variant *v, const struct pk_caps *pk)
 {
     memset(c, 0, sizeof(*c));
     if (v->kind == V_PLAIN || v->kind == V_ABI4)
         return;
     c->wformat = dray_util_wformat_of_bit(v->wbit);
     c->passes = v->passes ? v->passes : 1;
-    c->caps_matmul = sub->caps.matmul_wformats;
-    c->caps_embed = sub->caps.embed_wformats;
-    c->caps_passes = sub->caps.matmul_passes ? sub->caps.matmul_passes : 1u; /* 0: one pass */
+    c->caps_matmul = pk->mm;
+    c->caps_embed = pk->em;
+    c->caps_passes = pk->passes ? pk->passes : 1u; /* 0: one pass */
 }
 
 static void run_variant(const struct dray_conformance_opts *o, size_t vi, const struct side *ref,
-                        const struct side *sub, const struct conf_device *subd, struct row *row,
-                        FILE *out)
+                        const struct side *sub, const struct pk_caps *pk, struct row *row, FILE *out)
 {
     const struct variant *v = &variants[vi];
     uint32_t reps = o->reps ? o->reps : 12;
@@ -370,7 +415,7 @@ static void run_variant(const struct dray_conformance_opts *o, size_t vi, const 
         struct conf_case c;
         struct conf_metrics m;
         char why[320] = "", first[sizeof(row->why)] = "";
-        case_inputs(&c, v, subd);
+        case_inputs(&c, v, pk);
         memset(&m, 0, sizeof(m));
         int rc = v->make(&rng, &c, 0);
         if (rc)
@@ -406,7 +451,7 @@ static void run_variant(const struct dray_conformance_opts *o, size_t vi, const 
         return;
     struct conf_rng rng = {case_seed(o->seed ? o->seed : 1, vi, 0xFFFFFFFFu)};
     struct conf_case c;
-    case_inputs(&c, v, subd);
+    case_inputs(&c, v, pk);
     if (v->make(&rng, &c, 1) == 0) {
         uint32_t tr = o->time_reps ? o->time_reps : 9;
         snprintf(row->shape, sizeof(row->shape), "%s", c.shape);
@@ -506,12 +551,7 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
             "max_abs", "max_rel", "nmse", "tolerance", "verdict", "us(subj)", "us(ref)");
     /* packed weights (version 3): declared per device in op_caps; weight_create
      * and weight_free are mandatory for a plugin that declares any format */
-    uint32_t pk_mm = 0, pk_em = 0, pk_passes = 0;
-    if (sd.sub_p.abi >= 3) {
-        pk_mm = subd->caps.matmul_wformats & DRAY_UTIL_WF_ALL;
-        pk_em = subd->caps.embed_wformats & DRAY_UTIL_WF_ALL;
-        pk_passes = subd->caps.matmul_passes ? subd->caps.matmul_passes : 1u; /* 0: one pass */
-    }
+    const struct pk_caps pk = pk_caps_of(subd, sd.sub_p.abi);
     int pk_members = DRAY_HAS(sd.sub_p.ops, weight_create, 3) && DRAY_HAS(sd.sub_p.ops, weight_free, 3);
     char dt[24];
     struct row *rows = calloc(N_VARIANTS, sizeof(*rows));
@@ -524,11 +564,8 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         uint32_t bit = DRAY_DTYPE_BIT(v->dtype);
         const char *verdict;
         int fail = 0;
-        int packed = v->kind == V_PACKED || v->kind == V_REFUSAL;
-        int declared = v->kind == V_REFUSAL ? (pk_mm | pk_em) != 0
-                       : v->id == DRAY_OP_EMBED ? (pk_em >> v->wbit) & 1u
-                                                : (pk_mm >> v->wbit & 1u) && (pk_passes >> (v->passes - 1) & 1u);
-        if (packed && !declared) {
+        int packed = v->kind == V_PACKED || v->kind == V_REFUSAL || v->kind == V_REFUSAL_K;
+        if (packed && !pk_declared(v, &pk)) {
             verdict = "not supported";
         } else if (packed && !pk_members) {
             verdict = "FAIL no weight_create";
@@ -536,7 +573,7 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
         } else if (v->kind == V_ABI4 && sd.sub_p.abi < 4) { /* the host never sets them below 4 */
             verdict = "not supported"; /* as an op the plugin leaves out */
         } else if (packed) { /* the kit's reference: no CPU plugin involved */
-            run_variant(o, i, &ref, &sub, subd, row, out);
+            run_variant(o, i, &ref, &sub, &pk, row, out);
             verdict = row->failed ? "FAIL" : "pass";
             fail = row->failed != 0;
             n_run++;
@@ -547,7 +584,7 @@ int dray_conformance_run(const struct dray_conformance_opts *o, FILE *out)
             verdict = v->mandatory ? "FAIL unsupported" : "not supported";
             fail = v->mandatory;
         } else {
-            run_variant(o, i, &ref, &sub, subd, row, out);
+            run_variant(o, i, &ref, &sub, &pk, row, out);
             verdict = row->failed ? "FAIL" : "pass";
             fail = row->failed != 0;
             n_run++;

@@ -29,7 +29,7 @@ struct dray_conformance_opts {
 
 /* What a run found, for a machine-readable certificate (`dray conformance
  * --certify`): the subject as loaded, and one row per op variant checked. */
-#define DRAY_CONF_MAX_ROWS 64
+#define DRAY_CONF_MAX_ROWS 96 /* 62 variants in version 4 */
 struct dray_conformance_row {
     char op[16];
     char dtype[16];          /* "i8", a packed format "q4-f16-min" (+ "-x2": two passes), "refusals" */
