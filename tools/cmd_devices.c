@@ -81,21 +81,23 @@ static void dtype_list(uint32_t mask, char *buf, size_t len)
 }
 
 /* Packed weight formats (ABI v3) as "q4,q4m,q4h,q4hm,q5h,q8": bits, h = f16
- * d (and m), m = with a min; "-" for none. */
+ * d (and m), m = with a min; then the two-level ones (v4) as q4k, q5k, q6k;
+ * "-" for none. */
 static void wformat_list(uint32_t mask, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
-    if ((mask & 0xfffu) == 0xfffu) { /* every format of backend.h */
-        snprintf(buf, len, "all 12");
-        return;
-    }
-    for (uint32_t i = 0; i < 12 && used < len; i++)
+    if ((mask & 0xfffu) == 0xfffu) /* every one-level format of backend.h */
+        used = (size_t)snprintf(buf, len, "all 12");
+    for (uint32_t i = 0; i < 12 && used < len && (mask & 0xfffu) != 0xfffu; i++)
         if (mask & (1u << i)) {
             unsigned bits = i / 4 == 0 ? 4 : i / 4 == 1 ? 5 : 8; /* DRAY_WFORMAT_BIT's order */
             used += (size_t)snprintf(buf + used, len - used, "%sq%u%s%s", used ? "," : "", bits,
                                      (i >> 1) & 1u ? "h" : "", i & 1u ? "m" : "");
         }
+    for (uint32_t i = 12; i < 15 && used < len; i++)
+        if (mask & (1u << i))
+            used += (size_t)snprintf(buf + used, len - used, "%sq%uk", used ? "," : "", i - 8u);
     if (!used)
         snprintf(buf, len, "-");
 }
