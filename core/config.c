@@ -112,7 +112,7 @@ const struct key dray_config_keys[] = {
      "use the plugin's portable scalar kernels (for checking, slow)", KEY_EXPERT},
     {"precision", "precision", "weights", T_ENUM, F(precision), 0, 0, precision_names, 0,
      "weights and matmuls: `int8` (per-channel scales), `int8g` (a scale per group of 32 "
-     "inputs), `w4a8` (the file's 4- and 5-bit weights exact, `int8g` elsewhere) or `f32` (the "
+     "inputs), `w4a8` (the file's 4-, 5- and 6-bit weights exact, `int8g` elsewhere) or `f32` (the "
      "checking path) ([Precision](#precision))", KEY_USER},
     {"head_precision", "precision", "head_precision", T_ENUM, F(head_precision), 0, 0, head_precision_names, 0,
      "output head under `int8g` or `w4a8`: `int8g`, `w4a8` (4-bit) or `auto` (the rescored "
