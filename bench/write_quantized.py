@@ -80,12 +80,33 @@ def q6k_header(fan_in):
     return head, (192, 210), (0, 192)
 
 
-def random_blocks(rng, qtype, rows, k):
+def vary_scales(rng, qtype, b, head):
+    """Every block its own sub-scales (and mins) around the fixed ones, so that
+    a reader mixing them up (scale for min, one half-group's for another's)
+    gives other weights: for tests. Q4_K: s and n in [s0/2, s0], packed as
+    get_scale_min_k4 reads them; Q6_K: |sc| in [s0/2, s0] with random signs."""
+    nb = b.shape[0]
+    if qtype == Q.Q4_K:
+        s0 = int(head[4]) & 63
+        s = rng.integers(max(1, s0 // 2), s0 + 1, size=(nb, 8))
+        n = rng.integers(max(1, s0 // 2), s0 + 1, size=(nb, 8))
+        b[:, 4:8] = (s[:, :4] & 63) | ((s[:, 4:] >> 4) << 6)
+        b[:, 8:12] = (n[:, :4] & 63) | ((n[:, 4:] >> 4) << 6)
+        b[:, 12:16] = (s[:, 4:] & 15) | ((n[:, 4:] & 15) << 4)
+    else:
+        s0 = int(head[0])
+        sc = rng.integers(max(1, s0 // 2), s0 + 1, size=(nb, 16)) * rng.choice([-1, 1], size=(nb, 16))
+        b[:, 192:208] = sc.astype(np.int8).view(np.uint8)
+
+
+def random_blocks(rng, qtype, rows, k, varied=False):
     """rows x k weights of qtype as raw bytes, shape (rows, bytes per row)."""
     nb = rows * k // QK
     head, (h0, h1), _ = (q4k_header if qtype == Q.Q4_K else q6k_header)(k)
     b = rng.integers(0, 256, size=(nb, BLOCK_BYTES[qtype]), dtype=np.uint8)  # codes (and filler)
     b[:, h0:h1] = head
+    if varied:
+        vary_scales(rng, qtype, b, head)
     return b.reshape(rows, k // QK * BLOCK_BYTES[qtype])
 
 
@@ -127,7 +148,7 @@ def add_metadata(w, shape, name, tokenizer):
     return vocab
 
 
-def write(out, shape_name, seed, tokenizer):
+def write(out, shape_name, seed, tokenizer, varied=False):
     """Writes the file; returns (tensors, bytes of tensor data)."""
     shape, rng = SHAPES[shape_name], np.random.default_rng(seed)
     w = gguf.GGUFWriter(out, "llama")
@@ -144,7 +165,7 @@ def write(out, shape_name, seed, tokenizer):
     w.write_ti_data_to_file()
     total = 0
     for name, qt, rows, k in tensors:
-        data = np.ones(k, dtype=np.float32) if qt is None else random_blocks(rng, qt, rows, k)
+        data = np.ones(k, dtype=np.float32) if qt is None else random_blocks(rng, qt, rows, k, varied)
         w.write_tensor_data(data)
         total += data.nbytes
     w.close()
@@ -173,9 +194,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tokenizer", default=".models/smollm2-135m-instruct-q4_1.gguf")
     ap.add_argument("--verify", action="store_true", help="read back and check the weights' magnitude")
+    ap.add_argument("--varied-scales", action="store_true",
+                    help="every block its own sub-scales and mins (for tests of a reader)")
     a = ap.parse_args()
     t0 = time.time()
-    n, total = write(a.out, a.shape, a.seed, a.tokenizer)
+    n, total = write(a.out, a.shape, a.seed, a.tokenizer, a.varied_scales)
     print(f"{a.out}: {a.shape} shape, {n} tensors, {total / 2**20:.0f} MiB of tensor data "
           f"in {time.time() - t0:.1f} s", file=sys.stderr)
     if a.verify:
