@@ -145,50 +145,6 @@ static AI void pass_q4g(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0
         y[j] = acc[j];
 }
 
-/* Decode is memory-bound: 320 bytes of weights and 64 of scales per 16 rows and
- * group, against 8 vpdpbusd per row of q. hib 0 is Q4G32H: the same pass
- * without the high unit (256 bytes of weights per 16 rows and group); always
- * inlined with a constant hib, so that part is compiled out. */
-static AI void pass_q5g(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P,
-                        int hib)
-{
-    const uint32_t units = hib ? 5 : 4;
-    const uint32_t G = a->k / 32, nt = nb >> P;
-    const __m512i lo4 = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16);
-    const uint16_t *sc = (const uint16_t *)(const void *)a->wscale;
-    __m512 acc[TB];
-    for (uint32_t j = 0; j < nt; j++)
-        acc[j] = _mm512_setzero_ps();
-    for (uint32_t g = 0; g < G; g++) {
-        const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * units * 64;
-        const uint8_t *hb = w + 4 * 64; /* word u: unit u's low nibbles, word 4+u: its high */
-        for (uint32_t l = 0; l < units; l++)
-            _mm_prefetch((const char *)(w + PF_AHEAD * units * 64 + 64 * l), _MM_HINT_T0);
-        _mm_prefetch((const char *)(sc + ((size_t)b * G + g + PF_AHEAD) * 32), _MM_HINT_T0);
-        __m512i lo[4], hi[4];
-        for (int u = 0; u < 4; u++) {
-            __m512i z = _mm512_loadu_si512((const void *)(w + 64 * u));
-            __m512i l = _mm512_and_si512(z, lo4), h = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
-            if (hib) {
-                uint64_t ml, mh;
-                memcpy(&ml, hb + 8 * u, 8);
-                memcpy(&mh, hb + 32 + 8 * u, 8);
-                l = _mm512_mask_add_epi8(l, _cvtu64_mask64(ml), l, c16);
-                h = _mm512_mask_add_epi8(h, _cvtu64_mask64(mh), h, c16);
-            }
-            lo[u] = l;
-            hi[u] = h;
-        }
-        __m512i dm16 = _mm512_loadu_si512((const void *)(sc + ((size_t)b * G + g) * 32));
-        __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
-        __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));
-        for (uint32_t j = 0; j < nt; j++)
-            acc[j] = nibble_group(a, t0 + (j << P), g, lo, hi, d, m, acc[j], P);
-    }
-    for (uint32_t j = 0; j < nt; j++)
-        y[j] = acc[j];
-}
-
 /* Two-level d and m of group g (rows of block b) from its super-block's scales
  * at sb (cpu_kernels.h, DRAY_CPU_K4/K5): 6-bit s and n from a nibble byte and
  * two bits of the row's high word, times the f16 super-scales: the products
@@ -207,26 +163,31 @@ static AI void k_dm(const uint8_t *sb, uint32_t j, __m512 *d, __m512 *m)
     *m = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), M), _mm512_cvtepi32_ps(mn)); /* -(M n) exactly */
 }
 
-/* DRAY_CPU_K4 (hib 0) and K5 (hib 1): Q4G32H's and Q5G32's pass with the
- * two-level scales decoded per group (k_dm): 16 bytes of scales per row and
- * 256 inputs instead of 4 per 32. */
-static AI void pass_k45(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P,
-                        int hib)
+/* Decode is memory-bound: 320 bytes of weights and 64 of scales per 16 rows and
+ * group, against 8 vpdpbusd per row of q. hib 0 is Q4G32H: the same pass
+ * without the high unit (256 bytes of weights per 16 rows and group). two: the
+ * same codes under two-level scales (DRAY_CPU_K4 and K5), d and m decoded per
+ * group (k_dm) from 16 bytes a row per 256 inputs instead of 4 per 32. Always
+ * inlined with constant hib and two, so the other parts are compiled out. */
+static AI void pass_q5g(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, uint32_t nb, __m512 *y, int P,
+                        int hib, int two)
 {
     const uint32_t units = hib ? 5 : 4;
     const uint32_t G = a->k / 32, S = a->k / 256, nt = nb >> P;
     const __m512i lo4 = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16);
-    const uint8_t *scales = (const uint8_t *)(const void *)a->wscale;
+    const uint16_t *sc = (const uint16_t *)(const void *)a->wscale;
     __m512 acc[TB];
     for (uint32_t j = 0; j < nt; j++)
         acc[j] = _mm512_setzero_ps();
     for (uint32_t g = 0; g < G; g++) {
         const uint8_t *w = (const uint8_t *)a->w + ((size_t)b * G + g) * units * 64;
-        const uint8_t *hb = w + 4 * 64;
-        const uint8_t *sb = scales + ((size_t)b * S + g / 8) * 256;
+        const uint8_t *hb = w + 4 * 64; /* word u: unit u's low nibbles, word 4+u: its high */
         for (uint32_t l = 0; l < units; l++)
             _mm_prefetch((const char *)(w + PF_AHEAD * units * 64 + 64 * l), _MM_HINT_T0);
-        if (g % 8 == 0)
+        const uint8_t *sb = (const uint8_t *)sc + ((size_t)b * S + g / 8) * 256; /* two-level */
+        if (!two)
+            _mm_prefetch((const char *)(sc + ((size_t)b * G + g + PF_AHEAD) * 32), _MM_HINT_T0);
+        else if (g % 8 == 0) /* two super-blocks (16 groups) ahead */
             for (uint32_t l = 0; l < 4; l++)
                 _mm_prefetch((const char *)(sb + 2 * 256 + 64 * l), _MM_HINT_T0);
         __m512i lo[4], hi[4];
@@ -244,7 +205,13 @@ static AI void pass_k45(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0
             hi[u] = h;
         }
         __m512 d, m;
-        k_dm(sb, g % 8, &d, &m);
+        if (two) {
+            k_dm(sb, g % 8, &d, &m);
+        } else {
+            __m512i dm16 = _mm512_loadu_si512((const void *)(sc + ((size_t)b * G + g) * 32));
+            d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm16));
+            m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm16, 1));
+        }
         for (uint32_t j = 0; j < nt; j++)
             acc[j] = nibble_group(a, t0 + (j << P), g, lo, hi, d, m, acc[j], P);
     }
@@ -321,10 +288,10 @@ static AI void pass(const struct dray_cpu_matmul *a, uint32_t b, uint32_t t0, ui
 {
     switch (a->wdtype) {
     case DRAY_Q8G32: pass_q8g(a, b, t0, nb, y, P); break;
-    case DRAY_Q5G32: pass_q5g(a, b, t0, nb, y, P, 1); break;
-    case DRAY_Q4G32H: pass_q5g(a, b, t0, nb, y, P, 0); break;
-    case DRAY_CPU_K4: pass_k45(a, b, t0, nb, y, P, 0); break;
-    case DRAY_CPU_K5: pass_k45(a, b, t0, nb, y, P, 1); break;
+    case DRAY_Q5G32: pass_q5g(a, b, t0, nb, y, P, 1, 0); break;
+    case DRAY_Q4G32H: pass_q5g(a, b, t0, nb, y, P, 0, 0); break;
+    case DRAY_CPU_K4: pass_q5g(a, b, t0, nb, y, P, 0, 1); break;
+    case DRAY_CPU_K5: pass_q5g(a, b, t0, nb, y, P, 1, 1); break;
     case DRAY_CPU_K6: pass_k6(a, b, t0, nb, y, P); break;
     default: pass_q4g(a, b, t0, nb, y, P); break;
     }
