@@ -70,17 +70,9 @@ static void run(float *logits, bool prepared, bool *mapped)
 /* The one prep-*.bin file in dir: its path, and its inode (0: none). */
 static ino_t prep_file(char *path, size_t n)
 {
-    char cmd[1100];
-    snprintf(cmd, sizeof(cmd), "ls %s/prep-*.bin 2>/dev/null", dir);
-    FILE *p = popen(cmd, "r");
-    path[0] = 0;
-    if (!p || !fgets(path, (int)n, p))
-        path[0] = 0;
-    if (p)
-        pclose(p);
-    path[strcspn(path, "\n")] = 0;
-    struct stat st;
-    return path[0] && stat(path, &st) == 0 ? st.st_ino : 0;
+    uint64_t ino;
+    assert_true(dray_test_cache_files(dir, "prep-*.bin", path, n, &ino) <= 1);
+    return (ino_t)ino;
 }
 
 static int setup(void **state)

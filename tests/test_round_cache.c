@@ -55,20 +55,9 @@ static void run(float *logits)
 /* The one round-*.bin file in dir: its path, and its inode (0: none). */
 static ino_t round_file(char *path, size_t n)
 {
-    char cmd[1200];
-    snprintf(cmd, sizeof(cmd), "ls %s/round-*.bin 2>/dev/null", dir);
-    FILE *p = popen(cmd, "r");
-    path[0] = 0;
-    if (!p || !fgets(path, (int)n, p))
-        path[0] = 0;
-    char extra[8];
-    int more = p && fgets(extra, sizeof(extra), p) != NULL;
-    if (p)
-        pclose(p);
-    assert_false(more);
-    path[strcspn(path, "\n")] = 0;
-    struct stat st;
-    return path[0] && stat(path, &st) == 0 ? st.st_ino : 0;
+    uint64_t ino;
+    assert_true(dray_test_cache_files(dir, "round-*.bin", path, n, &ino) <= 1);
+    return (ino_t)ino;
 }
 
 static int setup(void **state)

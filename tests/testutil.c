@@ -1,8 +1,10 @@
 #include "testutil.h"
 
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -64,4 +66,22 @@ uint32_t dray_test_rand(void)
 float dray_test_randf(float lo, float hi)
 {
     return lo + (hi - lo) * (float)(dray_test_rand() & 0xFFFFFF) / (float)0x1000000;
+}
+
+size_t dray_test_cache_files(const char *dir, const char *pattern, char *path, size_t n, uint64_t *ino)
+{
+    char pat[2048];
+    glob_t g;
+    struct stat st;
+    snprintf(pat, sizeof(pat), "%s/%s", dir, pattern);
+    path[0] = 0;
+    *ino = 0;
+    if (glob(pat, 0, NULL, &g) != 0)
+        return 0;
+    size_t count = g.gl_pathc;
+    snprintf(path, n, "%s", g.gl_pathv[0]);
+    if (stat(path, &st) == 0)
+        *ino = (uint64_t)st.st_ino;
+    globfree(&g);
+    return count;
 }
